@@ -1,0 +1,121 @@
+// Optimizer and data-movement codelets: AdamW (kernels/cpu/adam.cpp), gradient accumulation,
+// copies between tensors or slices of them (device <-> host crossings), zeroing.
+#include <starpu.h>
+
+#include <cstring>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+namespace {
+
+struct AdamArgs {
+  AdamParams hp;
+  int64_t step;
+  float grad_scale;
+  size_t p_off, g_off, n;
+};
+struct MoveArgs {
+  size_t dst_off, src_off, n;
+  float scale;
+};
+
+void adam_step_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<AdamArgs*>(a);
+  kernels::cpu::adam_step(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->g_off, vec_ptr(b[2]),
+                          vec_ptr(b[3]), p->n, p->hp, p->step, p->grad_scale);
+}
+void accumulate_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  kernels::cpu::accumulate(vec_ptr(b[0]) + p->dst_off, vec_ptr(b[1]) + p->src_off, p->n, p->scale);
+}
+void copy_cpu(void* b[], void* a) noexcept {  // buffers: src, dst
+  auto* p = static_cast<MoveArgs*>(a);
+  kernels::cpu::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n);
+}
+void zero_cpu(void* b[], void*) noexcept {  // any element type: zero all bytes
+  std::memset(vec_ptr(b[0]), 0, STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]));
+}
+
+starpu_codelet& adam_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_adam_step", adam_step_cpu, ZF_CUDA_FUNC(nullptr), 4,
+                    {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
+                   &m);
+  return c;
+}
+starpu_codelet& accumulate_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_RW, STARPU_R}}, &m);
+  return c;
+}
+starpu_codelet& copy_cl() {  // whole destination
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_copy", copy_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& copy_into_cl() {  // a slice of the destination
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_copy_into", copy_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& zero_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_zero", zero_cpu, ZF_CUDA_FUNC(nullptr), 1, {STARPU_W}}, &m);
+  return c;
+}
+
+void check_slice(const SubmitOptions& opt, const Tensor& t, Slice s) {
+  expect(s.offset + s.n <= t.numel() && s.n > 0, opt,
+         "slice [" + std::to_string(s.offset) + ", +" + std::to_string(s.n) + ") outside " +
+             shape_str(t));
+}
+
+}  // namespace
+
+void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                      const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
+                      const Tensor& v) {
+  check_slice(opt, param, ps);
+  check_slice(opt, grad, gs);
+  expect(ps.n == gs.n && m.numel() == ps.n && v.numel() == ps.n, opt,
+         "adam: param, grad and moments must have the same length");
+  expect(step >= 1, opt, "adam: step counts from 1");
+  TaskBuilder(adam_cl(), opt)
+      .rw(param).r(grad).rw(m).rw(v)
+      .args(AdamArgs{hp, step, grad_scale, ps.offset, gs.offset, ps.n})
+      .submit();
+}
+
+void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
+                       Slice gs, float scale) {
+  check_slice(opt, acc, as);
+  check_slice(opt, g, gs);
+  expect(as.n == gs.n, opt, "accumulate: slices differ in length");
+  TaskBuilder(accumulate_cl(), opt).rw(acc).r(g).args(MoveArgs{as.offset, gs.offset, as.n, scale}).submit();
+}
+
+void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Tensor& dst, Slice ds) {
+  check_slice(opt, src, ss);
+  check_slice(opt, dst, ds);
+  expect(ss.n == ds.n, opt, "copy: slices differ in length");
+  bool whole_dst = ds.offset == 0 && ds.n == dst.numel();
+  TaskBuilder(whole_dst ? copy_cl() : copy_into_cl(), opt)
+      .r(src)
+      .add(dst, whole_dst ? STARPU_W : STARPU_RW)
+      .args(MoveArgs{ds.offset, ss.offset, ss.n, 1.0f})
+      .submit();
+}
+
+void insert_zero(const SubmitOptions& opt, const Tensor& x) {
+  TaskBuilder(zero_cl(), opt).w(x).submit();
+}
+
+}  // namespace zf

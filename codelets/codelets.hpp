@@ -1,0 +1,69 @@
+// insert_<op>(): the only way graph builders submit work. Each call validates shapes (graph
+// build time, throws zf::Error), then submits one task in the context and step of `opt`.
+// Handles are passed in the order of the codelet's modes. Shapes: a weight w is (N, K) =
+// (out_features, in_features); activations are (B, features).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/runtime.hpp"
+
+namespace zf {
+
+using kernels::cpu::AdamParams;
+
+// ---- dense layers
+void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y);
+void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const Tensor& x,
+                              const Tensor& dw);
+void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
+                            const Tensor& dx);
+void insert_bias_add(const SubmitOptions& opt, const Tensor& y, const Tensor& b);
+void insert_bias_grad(const SubmitOptions& opt, const Tensor& dy, const Tensor& db);
+
+// ---- activations (y = f(x); dx = f'(x) dy)
+enum class Activation { Relu, Gelu };
+void insert_act_fwd(const SubmitOptions& opt, Activation a, const Tensor& x, const Tensor& y);
+void insert_act_bwd(const SubmitOptions& opt, Activation a, const Tensor& x, const Tensor& dy,
+                    const Tensor& dx);
+
+// ---- loss. stats is a home tensor of 3 doubles {sum of losses, correct, rows}; with
+// accumulate=false they are overwritten, else added to (evaluation over many batches).
+void insert_softmax_xent_fwd(const SubmitOptions& opt, const Tensor& logits, const Tensor& labels,
+                             const Tensor& probs, const Tensor& stats, bool accumulate,
+                             StepStatus* status);
+// dlogits = (probs - onehot) * scale
+void insert_softmax_xent_bwd(const SubmitOptions& opt, const Tensor& probs, const Tensor& labels,
+                             const Tensor& dlogits, float scale);
+
+// ---- optimizer and data movement. A Slice is [offset, offset + n) of a tensor's elements.
+struct Slice {
+  size_t offset = 0, n = 0;
+};
+inline Slice whole(const Tensor& t) { return {0, t.numel()}; }
+// AdamW on param[ps] with grad[gs] (* grad_scale), moments m, v (whole tensors of ps.n elements).
+void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                      const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
+                      const Tensor& v);
+// acc[as] += scale * g[gs]
+void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
+                       Slice gs, float scale);
+// dst[ds] = src[ss]; when ds is all of dst the task writes (W) it, else updates it (RW).
+void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Tensor& dst, Slice ds);
+// x = 0
+void insert_zero(const SubmitOptions& opt, const Tensor& x);
+
+// ---- data: x (B, D) float = pixels/255 of the rows `indices` of a uint8 (rows, D) table;
+// labels (B) int32. The table must outlive the task.
+struct ByteTable {
+  const uint8_t* data;
+  int64_t rows, cols;
+  const uint8_t* labels;  // (rows)
+  int32_t num_classes;
+};
+void insert_load_batch(const SubmitOptions& opt, const ByteTable* table,
+                       const std::vector<int32_t>& indices, const Tensor& x, const Tensor& labels,
+                       StepStatus* status);
+
+}  // namespace zf

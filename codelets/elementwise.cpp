@@ -1,0 +1,94 @@
+// Bias add and its gradient; ReLU and GELU forward/backward (kernels/cpu/elementwise.cpp).
+#include <starpu.h>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+namespace {
+
+struct BiasArgs {
+  int B, N;
+};
+struct ActArgs {
+  Activation act;
+};
+
+void bias_add_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<BiasArgs*>(a);
+  kernels::cpu::bias_add(vec_ptr(b[0]), vec_ptr(b[1]), p->B, p->N);
+}
+void bias_grad_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<BiasArgs*>(a);
+  kernels::cpu::bias_grad(vec_ptr(b[0]), vec_ptr(b[1]), p->B, p->N);
+}
+void act_fwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ActArgs*>(a);
+  if (p->act == Activation::Relu)
+    kernels::cpu::relu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[0]));
+  else
+    kernels::cpu::gelu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[0]));
+}
+void act_bwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ActArgs*>(a);
+  if (p->act == Activation::Relu)
+    kernels::cpu::relu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));
+  else
+    kernels::cpu::gelu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));
+}
+
+starpu_codelet& bias_add_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_bias_add", bias_add_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_RW, STARPU_R}}, &m);
+  return c;
+}
+starpu_codelet& bias_grad_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_bias_grad", bias_grad_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& act_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_act_fwd", act_fwd_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& act_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_act_bwd", act_bwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+
+BiasArgs bias_dims(const SubmitOptions& opt, const Tensor& y, const Tensor& b) {
+  int N = (int)b.numel();
+  expect(y.numel() % N == 0, opt, shape_str(y) + " is not a multiple of " + shape_str(b));
+  return {(int)(y.numel() / N), N};
+}
+
+}  // namespace
+
+void insert_bias_add(const SubmitOptions& opt, const Tensor& y, const Tensor& b) {
+  TaskBuilder(bias_add_cl(), opt).rw(y).r(b).args(bias_dims(opt, y, b)).submit();
+}
+
+void insert_bias_grad(const SubmitOptions& opt, const Tensor& dy, const Tensor& db) {
+  TaskBuilder(bias_grad_cl(), opt).r(dy).w(db).args(bias_dims(opt, dy, db)).submit();
+}
+
+void insert_act_fwd(const SubmitOptions& opt, Activation a, const Tensor& x, const Tensor& y) {
+  expect(x.numel() == y.numel(), opt, shape_str(x) + " vs " + shape_str(y));
+  TaskBuilder(act_fwd_cl(), opt).r(x).w(y).args(ActArgs{a}).submit();
+}
+
+void insert_act_bwd(const SubmitOptions& opt, Activation a, const Tensor& x, const Tensor& dy,
+                    const Tensor& dx) {
+  expect(x.numel() == dy.numel() && x.numel() == dx.numel(), opt,
+         shape_str(x) + " vs " + shape_str(dy) + " vs " + shape_str(dx));
+  TaskBuilder(act_bwd_cl(), opt).r(x).r(dy).w(dx).args(ActArgs{a}).submit();
+}
+
+}  // namespace zf

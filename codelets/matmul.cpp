@@ -1,0 +1,77 @@
+// Matmul codelets: forward y = x w^T, backward dw = dy^T x and dx = dy w (kernels/cpu/matmul.cpp).
+#include <starpu.h>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+namespace {
+
+struct MatmulArgs {
+  int B, K, N;
+};
+
+void matmul_fwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  kernels::cpu::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N);
+}
+void matmul_bwd_weight_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  kernels::cpu::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
+                                  false);
+}
+void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N);
+}
+
+starpu_codelet& matmul_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& matmul_bwd_weight_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight", matmul_bwd_weight_cpu,
+                                          ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                         &m);
+  return c;
+}
+starpu_codelet& matmul_bwd_data_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
+                                          ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                         &m);
+  return c;
+}
+
+// x (B, K), w (N, K) -> args; checks y/dy (B, N)
+MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y) {
+  expect(w.shape().size() == 2, opt, "weight must be 2-D: " + shape_str(w));
+  int N = (int)w.dim(0), K = (int)w.dim(1);
+  expect(x.numel() % K == 0, opt, shape_str(x) + " does not match " + shape_str(w));
+  int B = (int)(x.numel() / K);
+  expect(y.numel() == (size_t)B * N, opt, shape_str(y) + " must hold " + std::to_string(B) + "x" +
+                                              std::to_string(N));
+  return {B, K, N};
+}
+
+}  // namespace
+
+void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y) {
+  TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(dims(opt, x, w, y)).submit();
+}
+
+void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const Tensor& x,
+                              const Tensor& dw) {
+  TaskBuilder(matmul_bwd_weight_cl(), opt).r(dy).r(x).w(dw).args(dims(opt, x, dw, dy)).submit();
+}
+
+void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
+                            const Tensor& dx) {
+  TaskBuilder(matmul_bwd_data_cl(), opt).r(dy).r(w).w(dx).args(dims(opt, dx, w, dy)).submit();
+}
+
+}  // namespace zf

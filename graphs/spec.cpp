@@ -1,0 +1,260 @@
+#include "graphs/spec.hpp"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "runtime/error.hpp"
+#include "runtime/runtime.hpp"
+
+namespace zf {
+namespace {
+
+using json = nlohmann::json;
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number with a fraction";
+    default: return "a number";
+  }
+}
+
+// Reads the fields of one JSON object; finish() rejects keys nobody asked for.
+class Fields {
+ public:
+  Fields(const json& j, std::string path, const std::string& source)
+      : j_(j), path_(std::move(path)), source_(source) {
+    if (!j.is_object()) fail(path_.empty() ? "(top level)" : path_, "expected an object, got " + type_name(j));
+  }
+  std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw InputError(source_ + ": " + field, what);
+  }
+  const json* find(const std::string& key) {
+    seen_.insert(key);
+    auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  void str(const std::string& key, std::string& out, std::initializer_list<const char*> allowed = {}) {
+    if (auto* v = find(key)) {
+      if (!v->is_string()) fail(at(key), "expected a string, got " + type_name(*v));
+      out = v->get<std::string>();
+    }
+    if (allowed.size()) {
+      std::string list;
+      for (auto a : allowed) {
+        if (out == a) return;
+        list += (list.empty() ? "" : ", ") + std::string(a);
+      }
+      fail(at(key), "'" + out + "' is not one of: " + list);
+    }
+  }
+  template <class I>
+  void integer(const std::string& key, I& out, int64_t lo, int64_t hi) {
+    if (auto* v = find(key)) {
+      if (!v->is_number_integer()) fail(at(key), "expected an integer, got " + type_name(*v));
+      int64_t x = v->get<int64_t>();
+      if (x < lo || x > hi)
+        fail(at(key), std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      out = (I)x;
+    }
+  }
+  void number(const std::string& key, float& out, double lo, double hi, bool open_lo = false) {
+    if (auto* v = find(key)) {
+      if (!v->is_number()) fail(at(key), "expected a number, got " + type_name(*v));
+      double x = v->get<double>();
+      if (!(x >= lo && x <= hi) || (open_lo && x == lo)) {
+        std::ostringstream os;
+        os << x << " is outside " << (open_lo ? "(" : "[") << lo << ", " << hi << "]";
+        fail(at(key), os.str());
+      }
+      out = (float)x;
+    }
+  }
+  const json* object(const std::string& key) {
+    const json* v = find(key);
+    if (v && !v->is_object()) fail(at(key), "expected an object, got " + type_name(*v));
+    return v;
+  }
+  void finish() const {
+    for (auto& [k, v] : j_.items())
+      if (!seen_.count(k)) {
+        std::string known;
+        for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
+        fail(at(k), "unknown key (known here: " + known + ")");
+      }
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& source_;
+  std::set<std::string> seen_;
+};
+
+}  // namespace
+
+Spec parse_spec(const json& j, const std::string& source) {
+  Spec s;
+  s.source = source;
+  Fields top(j, "", source);
+  top.str("name", s.name);
+  top.str("strategy", s.strategy, {"device-adam", "zero-offload"});
+
+  if (auto* m = top.object("model")) {
+    Fields f(*m, "model", source);
+    f.str("type", s.model.type, {"mlp"});
+    if (auto* h = f.find("hidden")) {
+      if (!h->is_array()) f.fail("model.hidden", "expected an array of layer widths, got " + type_name(*h));
+      s.model.hidden.clear();
+      for (size_t i = 0; i < h->size(); ++i) {
+        const json& w = (*h)[i];
+        std::string p = "model.hidden[" + std::to_string(i) + "]";
+        if (!w.is_number_integer()) f.fail(p, "expected an integer width, got " + type_name(w));
+        int64_t x = w.get<int64_t>();
+        if (x < 1 || x > (1 << 16)) f.fail(p, std::to_string(x) + " is outside [1, 65536]");
+        s.model.hidden.push_back((int)x);
+      }
+    }
+    f.str("activation", s.model.activation, {"relu", "gelu"});
+    f.integer("init_seed", s.model.init_seed, 0, INT64_MAX);
+    f.finish();
+  }
+  if (auto* d = top.object("data")) {
+    Fields f(*d, "data", source);
+    f.str("dataset", s.data.dataset, {"fashion-mnist"});
+    f.str("dir", s.data.dir);
+    f.integer("train_limit", s.data.train_limit, 0, INT32_MAX);
+    f.integer("eval_limit", s.data.eval_limit, 0, INT32_MAX);
+    f.finish();
+  }
+  if (auto* t = top.object("train")) {
+    Fields f(*t, "train", source);
+    f.integer("batch_size", s.train.batch_size, 1, 1 << 20);
+    f.integer("epochs", s.train.epochs, 1, 1 << 20);
+    f.integer("steps", s.train.steps, 0, INT32_MAX);
+    f.integer("seed", s.train.seed, 0, INT64_MAX);
+    f.integer("eval_batch_size", s.train.eval_batch_size, 1, 1 << 20);
+    f.finish();
+  }
+  if (auto* o = top.object("optimizer")) {
+    Fields f(*o, "optimizer", source);
+    f.str("type", s.optimizer.type, {"adamw"});
+    f.number("lr", s.optimizer.lr, 0.0, 10.0, true);
+    if (auto* b = f.find("betas")) {
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
+        f.fail("optimizer.betas", "expected [beta1, beta2], two numbers in [0, 1)");
+      double b1 = (*b)[0].get<double>(), b2 = (*b)[1].get<double>();
+      if (b1 < 0 || b1 >= 1) f.fail("optimizer.betas[0]", "must be in [0, 1)");
+      if (b2 < 0 || b2 >= 1) f.fail("optimizer.betas[1]", "must be in [0, 1)");
+      s.optimizer.beta1 = (float)b1;
+      s.optimizer.beta2 = (float)b2;
+    }
+    f.number("eps", s.optimizer.eps, 0.0, 1.0, true);
+    f.number("weight_decay", s.optimizer.weight_decay, 0.0, 1.0);
+    f.finish();
+  }
+  if (auto* r = top.object("runtime")) {
+    Fields f(*r, "runtime", source);
+    f.str("sched", s.runtime.sched);
+    if (!Runtime::is_policy(s.runtime.sched)) {
+      std::string list;
+      for (auto& p : Runtime::policies()) list += (list.empty() ? "" : ", ") + p;
+      f.fail("runtime.sched", "unknown StarPU scheduling policy '" + s.runtime.sched + "' (known: " + list + ")");
+    }
+    f.integer("device_workers", s.runtime.device_workers, 1, Runtime::max_cpu_workers());
+    f.integer("host_workers", s.runtime.host_workers, 1, Runtime::max_cpu_workers());
+    f.integer("tile_elems", s.runtime.tile_elems, 16, int64_t(1) << 32);
+    if (s.runtime.tile_elems % 16) f.fail("runtime.tile_elems", "must be a multiple of 16 (SIMD-aligned tiles)");
+    f.integer("lookahead", s.runtime.lookahead, 1, 64);
+    f.finish();
+    if (s.runtime.device_workers + s.runtime.host_workers > Runtime::max_cpu_workers())
+      f.fail("runtime.device_workers", "device_workers + host_workers = " +
+                                           std::to_string(s.runtime.device_workers + s.runtime.host_workers) +
+                                           " exceeds the " + std::to_string(Runtime::max_cpu_workers()) +
+                                           " CPU workers this StarPU build can start (STARPU_MAXCPUS)");
+  }
+  if (auto* l = top.object("log")) {
+    Fields f(*l, "log", source);
+    f.integer("every", s.log.every, 0, INT32_MAX);
+    f.integer("warmup_steps", s.log.warmup_steps, 0, INT32_MAX);
+    f.finish();
+  }
+  top.finish();
+  return s;
+}
+
+json Spec::to_json() const {
+  return json{
+      {"name", name},
+      {"strategy", strategy},
+      {"model", {{"type", model.type}, {"hidden", model.hidden}, {"activation", model.activation}, {"init_seed", model.init_seed}}},
+      {"data", {{"dataset", data.dataset}, {"dir", data.dir}, {"train_limit", data.train_limit}, {"eval_limit", data.eval_limit}}},
+      {"train", {{"batch_size", train.batch_size}, {"epochs", train.epochs}, {"steps", train.steps}, {"seed", train.seed}, {"eval_batch_size", train.eval_batch_size}}},
+      {"optimizer", {{"type", optimizer.type}, {"lr", optimizer.lr}, {"betas", {optimizer.beta1, optimizer.beta2}}, {"eps", optimizer.eps}, {"weight_decay", optimizer.weight_decay}}},
+      {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}}},
+      {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
+  };
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "cannot open (file not found or unreadable)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw InputError(path, std::string("not valid JSON: ") + e.what());
+  }
+}
+
+void apply_override(json& j, const std::string& assignment, const std::string& source) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError("--set " + assignment, "expected FIELD.PATH=VALUE");
+  std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  json value;
+  try {
+    value = json::parse(text);
+  } catch (...) {
+    value = text;  // bare words are strings: --set strategy=zero-offload
+  }
+  json* cur = &j;
+  size_t start = 0;
+  for (;;) {
+    size_t dot = path.find('.', start);
+    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw InputError("--set " + assignment, "empty component in field path '" + path + "'");
+    if (!cur->is_object())
+      throw InputError("--set " + assignment, "'" + path.substr(0, start ? start - 1 : 0) + "' is not an object in " + source);
+    if (dot == std::string::npos) {
+      (*cur)[key] = value;
+      return;
+    }
+    if (!cur->contains(key)) (*cur)[key] = json::object();
+    cur = &(*cur)[key];
+    start = dot + 1;
+  }
+}
+
+Spec load_spec(const std::string& path, const std::vector<std::string>& overrides) {
+  json j = read_json_file(path);
+  for (auto& o : overrides) apply_override(j, o, path);
+  return parse_spec(j, path);
+}
+
+int64_t steps_per_epoch(const Spec& s, int64_t epoch_size) {
+  return std::max<int64_t>(1, epoch_size / s.train.batch_size);
+}
+
+int64_t total_steps(const Spec& s, int64_t epoch_size) {
+  return s.train.steps > 0 ? s.train.steps : s.train.epochs * steps_per_epoch(s, epoch_size);
+}
+
+}  // namespace zf

@@ -1,0 +1,107 @@
+#include "graphs/strategy.hpp"
+
+namespace zf {
+
+HostTensor::HostTensor(const std::string& name, size_t numel, int64_t tile_elems) {
+  const size_t tile = (size_t)tile_elems;
+  for (size_t off = 0, i = 0; off < numel; off += tile, ++i) {
+    const size_t n = std::min(tile, numel - off);
+    tiles.push_back(Tensor::home({(int64_t)n}, name + "[" + std::to_string(i) + "]"));
+    slices.push_back({off, n});
+  }
+}
+
+Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec)
+    : rt_(rt), params_(std::move(params)), tile_elems_(spec.runtime.tile_elems) {
+  hp_.lr = spec.optimizer.lr;
+  hp_.beta1 = spec.optimizer.beta1;
+  hp_.beta2 = spec.optimizer.beta2;
+  hp_.eps = spec.optimizer.eps;
+  hp_.weight_decay = spec.optimizer.weight_decay;
+}
+
+void Strategy::to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count) {
+  for (size_t i = 0; i < host.tiles.size(); ++i) {
+    insert_copy(o.named(std::string(o.name) + "[" + std::to_string(i) + "]"), dev, host.slices[i],
+                host.tiles[i], whole(host.tiles[i]));
+    if (count) d2h_ += (int64_t)host.tiles[i].bytes();
+  }
+}
+
+void Strategy::to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev, bool count) {
+  for (size_t i = 0; i < host.tiles.size(); ++i) {
+    insert_copy(o.named(std::string(o.name) + "[" + std::to_string(i) + "]"), host.tiles[i],
+                whole(host.tiles[i]), dev, host.slices[i]);
+    if (count) h2d_ += (int64_t)host.tiles[i].bytes();
+  }
+}
+
+namespace {
+
+// ---------------------------------------------------------------- device-adam
+class DeviceAdam final : public Strategy {
+ public:
+  DeviceAdam(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec) {
+    for (Param* p : params_) {
+      m_.push_back(Tensor::home(p->value.shape(), p->name + ".m"));
+      v_.push_back(Tensor::home(p->value.shape(), p->name + ".v"));
+    }
+  }
+  const char* name() const override { return "device-adam"; }
+  void submit_update(int64_t t) override {
+    SubmitOptions o = rt_.device(t);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = *params_[i];
+      insert_adam_step(o.named("adam.device." + p.name), hp_, t + 1, 1.0f, p.value, whole(p.value),
+                       p.grad, whole(p.grad), m_[i], v_[i]);
+    }
+  }
+
+ private:
+  std::vector<Tensor> m_, v_;
+};
+
+// ---------------------------------------------------------------- zero-offload
+class ZeroOffload final : public Strategy {
+ public:
+  ZeroOffload(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec) {
+    for (Param* p : params_) {
+      State s{HostTensor(p->name + ".master", p->value.numel(), tile_elems_),
+              HostTensor(p->name + ".hgrad", p->value.numel(), tile_elems_),
+              HostTensor(p->name + ".m", p->value.numel(), tile_elems_),
+              HostTensor(p->name + ".v", p->value.numel(), tile_elems_)};
+      // fp32 master weights start as the device parameters (not a per-step crossing)
+      to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
+      st_.push_back(std::move(s));
+    }
+  }
+  const char* name() const override { return "zero-offload"; }
+  void submit_update(int64_t t) override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = *params_[i];
+      State& s = st_[i];
+      to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, s.hgrad);
+      for (size_t k = 0; k < s.master.tiles.size(); ++k)
+        insert_adam_step(rt_.host(t).named("adam.host." + p.name + "[" + std::to_string(k) + "]"), hp_,
+                         t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]), s.hgrad.tiles[k],
+                         whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
+      to_device(rt_.device(t).named("h2d.param." + p.name), s.master, p.value);
+    }
+  }
+
+ private:
+  struct State {
+    HostTensor master, hgrad, m, v;
+  };
+  std::vector<State> st_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params) {
+  if (spec.strategy == "device-adam") return std::make_unique<DeviceAdam>(rt, params, spec);
+  if (spec.strategy == "zero-offload") return std::make_unique<ZeroOffload>(rt, params, spec);
+  throw InputError(spec.source + ": strategy", "unknown strategy '" + spec.strategy + "'");
+}
+
+}  // namespace zf

@@ -1,0 +1,57 @@
+// Training strategies: what happens after a step's backward. Each submits the optimizer part of
+// step t as tasks over the model's device-side handles and its own host-side handles:
+//   device-adam   AdamW on the device, no offload (the speed reference).
+//   zero-offload  gradients to host buffers, AdamW on fp32 master weights in the host context,
+//                 parameters back; the next forward waits for them (ZeRO-Offload).
+// Device-side and host-side copies are separate handles; every crossing is a copy task whose
+// bytes are counted.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "codelets/codelets.hpp"
+#include "graphs/spec.hpp"
+#include "models/workload.hpp"
+
+namespace zf {
+
+// A host-resident copy of a device tensor, split into SIMD-aligned tiles so host work spreads
+// over the host workers. tiles[i] mirrors device elements slices[i].
+struct HostTensor {
+  std::vector<Tensor> tiles;
+  std::vector<Slice> slices;
+  HostTensor() = default;
+  HostTensor(const std::string& name, size_t numel, int64_t tile_elems);
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual const char* name() const = 0;
+  // Submits the update of step t (after the workload's backward of step t).
+  virtual void submit_update(int64_t step) = 0;
+  // Submits whatever is still needed to make the device parameters final after the last step.
+  virtual void flush(int64_t last_step) {}
+  virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
+
+  // Bytes that crossed between the device and host sides (copy tasks submitted).
+  int64_t bytes_d2h() const { return d2h_; }
+  int64_t bytes_h2d() const { return h2d_; }
+
+ protected:
+  Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec);
+  // Crossing copies, counted.
+  void to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count = true);
+  void to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev, bool count = true);
+
+  Runtime& rt_;
+  std::vector<Param*> params_;
+  AdamParams hp_;
+  int64_t tile_elems_;
+  int64_t d2h_ = 0, h2d_ = 0;
+};
+
+std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params);
+
+}  // namespace zf

@@ -1,0 +1,260 @@
+#include "graphs/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+
+#include "graphs/strategy.hpp"
+#include "models/idx.hpp"
+#include "models/mlp.hpp"
+#include "models/rng.hpp"
+#include "models/safetensors.hpp"
+#include "runtime/runtime.hpp"
+
+namespace zf {
+
+using json = nlohmann::json;
+
+std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
+  if (spec.model.type == "mlp") {
+    FashionMnist d = load_fashion_mnist(spec.data.dir, spec.data.train_limit, spec.data.eval_limit);
+    if (spec.train.batch_size > d.train.rows)
+      throw InputError(spec.source + ": train.batch_size",
+                       std::to_string(spec.train.batch_size) + " exceeds the " +
+                           std::to_string(d.train.rows) + " training examples");
+    MlpConfig c;
+    c.hidden = spec.model.hidden;
+    c.activation = spec.model.activation == "gelu" ? Activation::Gelu : Activation::Relu;
+    c.init_seed = spec.model.init_seed;
+    c.batch_size = spec.train.batch_size;
+    c.eval_batch_size = spec.train.eval_batch_size;
+    return std::make_unique<MlpClassifier>(c, std::move(d.train), std::move(d.test), status);
+  }
+  throw InputError(spec.source + ": model.type", "unknown model type '" + spec.model.type + "'");
+}
+
+void save_weights(Workload& w, const std::string& path, const std::string& description) {
+  StFile f;
+  f.metadata["format"] = "zenflow-weights";
+  f.metadata["model"] = description;
+  for (Param* p : w.params()) {
+    p->value.acquire_read();
+    f.tensors[p->name] = st_f32(p->value.shape(), p->value.data());
+    p->value.release();
+  }
+  write_safetensors(path, f);
+}
+
+void load_weights(Workload& w, const std::string& path) {
+  StFile f = read_safetensors(path);
+  auto params = w.params();
+  for (Param* p : params) {
+    auto it = f.tensors.find(p->name);
+    if (it == f.tensors.end()) throw InputError(path + ": " + p->name, "tensor missing from the file");
+    const StTensor& t = it->second;
+    if (t.dtype != "F32") throw InputError(path + ": " + p->name, "dtype " + t.dtype + ", expected F32");
+    if (t.shape != p->value.shape()) {
+      auto str = [](const std::vector<int64_t>& s) {
+        std::string r = "[";
+        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+        return r + "]";
+      };
+      throw InputError(path + ": " + p->name, "shape " + str(t.shape) + ", the model needs " + str(p->value.shape()));
+    }
+  }
+  for (auto& [name, t] : f.tensors) {
+    bool known = std::any_of(params.begin(), params.end(), [&](Param* p) { return p->name == name; });
+    if (!known) throw InputError(path + ": " + name, "tensor not in this model (different architecture?)");
+  }
+  for (Param* p : params) {
+    auto v = f.tensors[p->name].as_f32();
+    p->value.acquire_write();
+    std::copy(v.begin(), v.end(), p->value.data());
+    p->value.release();
+  }
+}
+
+namespace {
+
+struct StepRecord {
+  double stats[3] = {0, 0, 0};  // loss sum, correct, count (written by read_async)
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  double pos = q * (double)(v.size() - 1);
+  size_t lo = (size_t)std::floor(pos), hi = (size_t)std::ceil(pos);
+  return v[lo] + (v[hi] - v[lo]) * (pos - (double)lo);
+}
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+}  // namespace
+
+json run_training(const Spec& spec, const RunOptions& opt) {
+  std::ostream& out = opt.out ? *opt.out : std::cout;
+  const auto wall0 = std::chrono::steady_clock::now();
+  RuntimeConfig rc;
+  rc.sched = spec.runtime.sched;
+  rc.device_workers = spec.runtime.device_workers;
+  rc.host_workers = spec.runtime.host_workers;
+  Runtime rt(rc);
+  StepStatus& status = rt.tracker().status();
+  std::unique_ptr<Workload> wl = make_workload(spec, &status);
+  if (!opt.init_path.empty()) load_weights(*wl, opt.init_path);
+  std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params());
+
+  const int64_t per_epoch = steps_per_epoch(spec, wl->epoch_size());
+  const int64_t T = total_steps(spec, wl->epoch_size());
+  const int B = wl->batch_size();
+  const int L = spec.runtime.lookahead;
+  if (!opt.quiet)
+    out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name()
+        << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
+        << rt.host_worker_count() << " host | " << T << " steps of " << B << " (" << per_epoch
+        << " per epoch)\n";
+
+  // stats ring: step t writes slot t % R; its read completes before t+R may write it
+  const int R = L + 2;
+  std::vector<Tensor> stats;
+  for (int i = 0; i < R; ++i) stats.push_back(Tensor::home({3}, "stats." + std::to_string(i), sizeof(double)));
+  std::vector<StepRecord> rec(T);
+
+  std::vector<int32_t> perm, idx(B);
+  int64_t epoch = -1;
+  int64_t printed = 0;
+  const double t_start = rt.now_us();
+  auto progress = [&](int64_t done) {  // steps [0, done) complete
+    const int every = spec.log.every;
+    while (every > 0 && printed + every <= done) {
+      int64_t a = printed, b = printed + every;
+      double loss = 0, busy = 0;
+      for (int64_t s = a; s < b; ++s) {
+        loss += rec[s].stats[0] / std::max(1.0, rec[s].stats[2]);
+        busy += rt.tracker().step_agg(s).busy_us;
+      }
+      double end_b = rt.tracker().step_agg(b - 1).last_end_us;
+      double end_a = a > 0 ? rt.tracker().step_agg(a - 1).last_end_us : t_start;
+      double wall = std::max(1.0, end_b - end_a);
+      double stall = 1.0 - busy / (wall * rt.device_worker_count());
+      double elapsed = (rt.now_us() - t_start) * 1e-6;
+      double eta = elapsed / (double)b * (double)(T - b);
+      if (!opt.quiet)
+        out << "step " << b << "/" << T << " | loss " << fmt("%.4f", loss / every) << " | "
+            << fmt("%.2f", wall / every * 1e-3) << " ms/step | stall " << fmt("%.1f", 100 * std::max(0.0, stall))
+            << "% | " << fmt("%.1f", elapsed) << " s, eta " << fmt("%.0f", eta) << " s\n"
+            << std::flush;
+      printed = b;
+    }
+  };
+
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e = t / per_epoch;
+    if (e != epoch) {
+      epoch = e;
+      perm = permutation(wl->epoch_size(), spec.train.seed * 1000003ull + (uint64_t)e);
+    }
+    const int64_t base = (t % per_epoch) * B;
+    for (int i = 0; i < B; ++i) idx[i] = perm[base + i];
+    const Tensor& st = stats[t % R];
+    wl->submit_step(rt, t, idx, st);
+    rt.read_async(st, rec[t].stats, sizeof rec[t].stats, t);
+    strat->submit_update(t);
+    if (t >= L) {
+      rt.tracker().wait_device_through(t - L);
+      status.rethrow_if_failed();
+      progress(t - L + 1);
+    }
+  }
+  strat->flush(T - 1);
+  rt.wait_all();
+  progress(T);
+  const double train_wall_s = (rt.now_us() - t_start) * 1e-6;
+
+  // ---- metrics over the measured steps [W, T)
+  int64_t W = std::min<int64_t>(spec.log.warmup_steps, T - 1);
+  std::vector<double> step_s;
+  double busy = 0;
+  for (int64_t s = W; s < T; ++s) {
+    auto a = rt.tracker().step_agg(s);
+    double prev = s > 0 ? rt.tracker().step_agg(s - 1).last_end_us : rt.tracker().step_agg(0).first_start_us;
+    step_s.push_back((a.last_end_us - prev) * 1e-6);
+    busy += a.busy_us * 1e-6;
+  }
+  const double wall = std::accumulate(step_s.begin(), step_s.end(), 0.0);
+  const int64_t M = (int64_t)step_s.size();
+  const double stall = wall > 0 ? 1.0 - busy / (wall * rt.device_worker_count()) : 0.0;
+  double train_loss = 0;
+  const int64_t tail = std::min<int64_t>(T, 50);
+  for (int64_t s = T - tail; s < T; ++s) train_loss += rec[s].stats[0] / std::max(1.0, rec[s].stats[2]);
+  train_loss /= (double)tail;
+
+  EvalResult ev;
+  if (opt.evaluate) ev = wl->evaluate(rt);
+
+  json m;
+  m["strategy"] = strat->name();
+  m["sched"] = rt.policy();
+  m["steps"] = T;
+  m["warmup_steps_excluded"] = W;
+  m["measured_steps"] = M;
+  m["batch_size"] = B;
+  m["model"] = wl->describe();
+  m["workers"] = {{"device", rt.device_worker_count()}, {"host", rt.host_worker_count()}};
+  m["step_time_s"] = {{"mean", M ? wall / (double)M : 0.0}, {"median", percentile(step_s, 0.5)}, {"p90", percentile(step_s, 0.9)}};
+  m["device_busy_s_per_step"] = M ? busy / (double)M : 0.0;
+  m["stall_fraction"] = std::max(0.0, stall);
+  m["bytes"] = {{"device_to_host", (double)strat->bytes_d2h() / (double)T},
+                {"host_to_device", (double)strat->bytes_h2d() / (double)T}};
+  m["final"] = {{"train_loss", train_loss}};
+  if (opt.evaluate) {
+    m["final"]["eval_loss"] = ev.loss;
+    m["final"]["eval_accuracy"] = ev.accuracy;
+    m["final"]["eval_examples"] = ev.count;
+  }
+  m["throughput"] = {{"samples_per_s", wall > 0 ? (double)(M * B) / wall : 0.0}};
+  m["train_wall_s"] = train_wall_s;
+  strat->add_metrics(m, T);
+
+  if (!opt.save_path.empty()) save_weights(*wl, opt.save_path, wl->describe());
+  if (opt.inspect) opt.inspect(rt, *wl);
+  m["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  m["spec"] = spec.to_json();
+  if (!opt.metrics_path.empty()) {
+    std::string s = m.dump(2) + "\n";
+    write_file_atomic(opt.metrics_path, s.data(), s.size());
+  }
+  if (!opt.quiet) {
+    auto row = [&](const std::string& k, const std::string& v) {
+      char b[128];
+      std::snprintf(b, sizeof b, "  %-28s %s\n", k.c_str(), v.c_str());
+      out << b;
+    };
+    out << "summary (" << M << " measured steps, " << W << " warm-up steps excluded)\n";
+    row("strategy / sched", std::string(strat->name()) + " / " + rt.policy());
+    row("step time median / p90", fmt("%.2f", percentile(step_s, 0.5) * 1e3) + " / " + fmt("%.2f", percentile(step_s, 0.9) * 1e3) + " ms");
+    row("device busy per step", fmt("%.2f", M ? busy / (double)M * 1e3 : 0.0) + " ms");
+    row("stall fraction", fmt("%.3f", std::max(0.0, stall)));
+    row("bytes per step d2h / h2d", fmt("%.0f", (double)strat->bytes_d2h() / (double)T) + " / " + fmt("%.0f", (double)strat->bytes_h2d() / (double)T));
+    row("throughput", fmt("%.0f", wall > 0 ? (double)(M * B) / wall : 0.0) + " samples/s");
+    row("train loss (last steps)", fmt("%.4f", train_loss));
+    if (opt.evaluate) {
+      row("eval loss", fmt("%.4f", ev.loss));
+      row("eval accuracy", fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count));
+    }
+    row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
+    if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);
+    if (!opt.save_path.empty()) row("weights", opt.save_path);
+  }
+  return m;
+}
+
+}  // namespace zf

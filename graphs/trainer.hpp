@@ -1,0 +1,40 @@
+// The training driver: builds the runtime, workload and strategy from a spec, submits one step
+// graph per step (at most runtime.lookahead steps ahead of the oldest unfinished one), prints
+// progress, evaluates, saves weights and computes the metrics (docs/metrics.md).
+#pragma once
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "graphs/spec.hpp"
+
+namespace zf {
+
+class Runtime;
+class Workload;
+class StepStatus;
+
+struct RunOptions {
+  bool quiet = false;
+  std::string metrics_path;  // --metrics
+  std::string save_path;     // --save (safetensors)
+  std::string init_path;     // --init (safetensors)
+  bool evaluate = true;
+  std::ostream* out = nullptr;  // progress and summary (default std::cout)
+  // Called after the run with the runtime still alive (tests read weights here).
+  std::function<void(Runtime&, Workload&)> inspect;
+};
+
+// Runs the spec; returns the metrics JSON (also written to metrics_path if set).
+nlohmann::json run_training(const Spec& spec, const RunOptions& opt);
+
+// Builds the spec's workload (model + data). Needs a live Runtime.
+std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status);
+
+// Weights of a workload as a safetensors file, and back (names and shapes must match).
+void save_weights(Workload& w, const std::string& path, const std::string& description);
+void load_weights(Workload& w, const std::string& path);
+
+}  // namespace zf

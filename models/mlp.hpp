@@ -1,0 +1,53 @@
+// A multilayer perceptron classifier on an image set (Fashion-MNIST): linear layers
+// y = x W^T + b with ReLU or GELU between them, softmax cross-entropy on the logits.
+// Parameters are initialised as PyTorch's nn.Linear: U(-1/sqrt(in), 1/sqrt(in)).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "codelets/codelets.hpp"
+#include "models/idx.hpp"
+#include "models/workload.hpp"
+
+namespace zf {
+
+struct MlpConfig {
+  std::vector<int> hidden{256, 128};
+  Activation activation = Activation::Relu;
+  uint64_t init_seed = 1;
+  int batch_size = 128;
+  int eval_batch_size = 1000;
+};
+
+class MlpClassifier : public Workload {
+ public:
+  MlpClassifier(const MlpConfig& cfg, ImageSet train, ImageSet test, StepStatus* status);
+  ~MlpClassifier() override;
+  std::string describe() const override;
+  std::vector<Param*> params() override;
+  int64_t epoch_size() const override { return train_.rows; }
+  int batch_size() const override { return cfg_.batch_size; }
+  void submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
+                   const Tensor& stats) override;
+  EvalResult evaluate(Runtime& rt) override;
+
+  // Layer sizes, input first: {784, hidden..., classes}.
+  const std::vector<int64_t>& sizes() const { return sizes_; }
+
+ private:
+  struct Acts;  // per-batch-size activation buffers
+  void forward(const SubmitOptions& o, Acts& a, int slot);
+  void backward(const SubmitOptions& o, Acts& a, int slot);
+  Acts& acts_for(int batch, std::vector<std::unique_ptr<Acts>>& pool);
+
+  MlpConfig cfg_;
+  ImageSet train_, test_;
+  ByteTable train_table_{}, test_table_{};
+  StepStatus* status_;
+  std::vector<int64_t> sizes_;
+  std::vector<Param> params_;  // fc1.weight, fc1.bias, fc2.weight, ...
+  std::vector<std::unique_ptr<Acts>> train_acts_, eval_acts_;
+  int64_t submitted_ = 0;
+};
+
+}  // namespace zf

@@ -1,0 +1,186 @@
+#include "models/safetensors.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.hpp"
+
+namespace zf {
+namespace {
+
+size_t dtype_size(const std::string& d) {
+  if (d == "F32" || d == "I32") return 4;
+  if (d == "F64" || d == "I64") return 8;
+  if (d == "U8") return 1;
+  return 0;
+}
+
+}  // namespace
+
+size_t StTensor::numel() const {
+  size_t n = 1;
+  for (auto d : shape) n *= (size_t)d;
+  return n;
+}
+
+std::vector<float> StTensor::as_f32() const {
+  std::vector<float> out(bytes.size() / 4);
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 4);  // x86-64: little-endian
+  return out;
+}
+
+StTensor st_f32(const std::vector<int64_t>& shape, const float* data) {
+  StTensor t;
+  t.dtype = "F32";
+  t.shape = shape;
+  t.bytes.resize(t.numel() * 4);
+  if (!t.bytes.empty()) std::memcpy(t.bytes.data(), data, t.bytes.size());
+  return t;
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t n) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::string tmp = (dir / ("." + p.filename().string() + ".tmp." + std::to_string(getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
+  const char* c = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::write(fd, c + done, n - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(path + ": write failed: " + std::strerror(e));
+    }
+    done += (size_t)w;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw Error(path + ": fsync/close failed: " + std::strerror(e));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw Error(path + ": rename failed: " + std::strerror(e));
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_safetensors(const std::string& path, const StFile& f) {
+  nlohmann::ordered_json hdr = nlohmann::ordered_json::object();
+  if (!f.metadata.empty()) {
+    nlohmann::ordered_json md = nlohmann::ordered_json::object();
+    for (auto& [k, v] : f.metadata) md[k] = v;
+    hdr["__metadata__"] = md;
+  }
+  size_t off = 0;
+  for (auto& [name, t] : f.tensors) {
+    if (dtype_size(t.dtype) == 0) throw Error(path + ": tensor " + name + ": unsupported dtype " + t.dtype);
+    if (t.bytes.size() != t.numel() * dtype_size(t.dtype))
+      throw Error(path + ": tensor " + name + ": data size does not match its shape");
+    hdr[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
+    off += t.bytes.size();
+  }
+  std::string h = hdr.dump();
+  while ((8 + h.size()) % 8) h.push_back(' ');  // align the data to 8 bytes, as the reference writer does
+  std::vector<uint8_t> out(8 + h.size() + off);
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) out[i] = (uint8_t)(n >> (8 * i));
+  std::memcpy(out.data() + 8, h.data(), h.size());
+  size_t pos = 8 + h.size();
+  for (auto& [name, t] : f.tensors) {
+    if (!t.bytes.empty()) std::memcpy(out.data() + pos, t.bytes.data(), t.bytes.size());
+    pos += t.bytes.size();
+  }
+  write_file_atomic(path, out.data(), out.size());
+}
+
+StFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "cannot open safetensors file");
+  in.seekg(0, std::ios::end);
+  const uint64_t fsize = (uint64_t)in.tellg();
+  in.seekg(0);
+  if (fsize < 8) throw InputError(path, "too short for a safetensors header (" + std::to_string(fsize) + " bytes)");
+  uint8_t lenb[8];
+  in.read(reinterpret_cast<char*>(lenb), 8);
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= (uint64_t)lenb[i] << (8 * i);
+  if (hlen == 0 || hlen > fsize - 8 || hlen > (100u << 20))
+    throw InputError(path, "header length " + std::to_string(hlen) + " is impossible for a " +
+                               std::to_string(fsize) + "-byte file (truncated or not safetensors)");
+  std::string h(hlen, '\0');
+  in.read(h.data(), (std::streamsize)hlen);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(h);
+  } catch (const std::exception& e) {
+    throw InputError(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw InputError(path, "header must be a JSON object");
+  const uint64_t data_len = fsize - 8 - hlen;
+  StFile f;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto& [name, v] : j.items()) {
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw InputError(path, "__metadata__ must be an object of strings");
+      for (auto& [k, s] : v.items()) {
+        if (!s.is_string()) throw InputError(path, "__metadata__." + k + ": expected a string");
+        f.metadata[k] = s.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = path + ": tensor '" + name + "'";
+    if (!v.is_object()) throw InputError(where, "expected an object with dtype, shape, data_offsets");
+    if (!v.contains("dtype") || !v["dtype"].is_string()) throw InputError(where, "dtype: expected a string");
+    if (!v.contains("shape") || !v["shape"].is_array()) throw InputError(where, "shape: expected an array");
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+      throw InputError(where, "data_offsets: expected [begin, end]");
+    StTensor t;
+    t.dtype = v["dtype"].get<std::string>();
+    size_t es = dtype_size(t.dtype);
+    if (es == 0) throw InputError(where, "dtype " + t.dtype + " is not supported (F32, F64, I32, I64, U8)");
+    for (auto& d : v["shape"]) {
+      if (!d.is_number_unsigned()) throw InputError(where, "shape: expected non-negative integers");
+      t.shape.push_back(d.get<int64_t>());
+    }
+    auto& o = v["data_offsets"];
+    if (!o[0].is_number_unsigned() || !o[1].is_number_unsigned())
+      throw InputError(where, "data_offsets: expected non-negative integers");
+    uint64_t b = o[0].get<uint64_t>(), e = o[1].get<uint64_t>();
+    if (b > e || e > data_len)
+      throw InputError(where, "data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
+                                  "] outside the " + std::to_string(data_len) + "-byte data section (truncated file?)");
+    if (e - b != t.numel() * es)
+      throw InputError(where, "data_offsets span " + std::to_string(e - b) + " bytes, shape and dtype need " +
+                                  std::to_string(t.numel() * es));
+    t.bytes.resize(e - b);
+    in.seekg((std::streamoff)(8 + hlen + b));
+    in.read(reinterpret_cast<char*>(t.bytes.data()), (std::streamsize)(e - b));
+    if (!in) throw InputError(where, "could not read its data");
+    ranges.push_back({b, e});
+    f.tensors.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) throw InputError(path, "tensors' data_offsets overlap");
+  return f;
+}
+
+}  // namespace zf

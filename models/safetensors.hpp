@@ -1,0 +1,35 @@
+// safetensors files (huggingface/safetensors format): 8-byte little-endian header length N, N bytes
+// of JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
+// then the little-endian data. Only F32 (plus I64/F64/U8 for training state) is written here.
+// Writes are atomic: temporary file in the same directory, fsync, rename.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zf {
+
+struct StTensor {
+  std::string dtype;            // "F32", "F64", "I64", "I32", "U8"
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;   // little-endian raw data
+  size_t numel() const;
+  std::vector<float> as_f32() const;  // dtype must be F32
+};
+
+struct StFile {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, StTensor> tensors;
+};
+
+// Throws zf::InputError naming the file and the tensor/field on any malformed content.
+StFile read_safetensors(const std::string& path);
+void write_safetensors(const std::string& path, const StFile& f);
+
+StTensor st_f32(const std::vector<int64_t>& shape, const float* data);
+
+// Atomic file write: path.tmp.<pid>, fsync, rename, fsync of the directory.
+void write_file_atomic(const std::string& path, const void* data, size_t n);
+
+}  // namespace zf

@@ -1,0 +1,224 @@
+#include "runtime/runtime.hpp"
+
+#include <hwloc.h>
+#include <starpu.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+
+namespace zf {
+
+// ---------------------------------------------------------------- Tensor
+static void* alloc_home(size_t bytes) {
+  size_t n = (bytes + 63) / 64 * 64;
+  if (n == 0) n = 64;
+  void* p = std::aligned_alloc(64, n);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, n);  // pre-fault: no first-touch page faults inside the first step
+  return p;
+}
+
+static size_t numel_of(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (auto d : shape) {
+    if (d <= 0) throw Error("tensor with a non-positive dimension");
+    n *= (size_t)d;
+  }
+  return n;
+}
+
+Tensor Tensor::home(std::vector<int64_t> shape, const std::string& name, size_t elem_size) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.numel_ = numel_of(t.shape_);
+  t.elem_size_ = elem_size;
+  t.name_ = name;
+  t.ptr_ = alloc_home(t.numel_ * elem_size);
+  starpu_vector_data_register(&t.handle_, STARPU_MAIN_RAM, (uintptr_t)t.ptr_, t.numel_, elem_size);
+  starpu_data_set_name(t.handle_, intern(name));
+  return t;
+}
+
+Tensor Tensor::lazy(std::vector<int64_t> shape, const std::string& name, size_t elem_size) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.numel_ = numel_of(t.shape_);
+  t.elem_size_ = elem_size;
+  t.name_ = name;
+  starpu_vector_data_register(&t.handle_, -1, 0, t.numel_, elem_size);
+  starpu_data_set_name(t.handle_, intern(name));
+  return t;
+}
+
+void Tensor::reset() {
+  if (handle_) starpu_data_unregister(handle_);
+  handle_ = nullptr;
+  std::free(ptr_);
+  ptr_ = nullptr;
+}
+
+Tensor::~Tensor() { reset(); }
+
+Tensor::Tensor(Tensor&& o) noexcept { *this = std::move(o); }
+
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this != &o) {
+    reset();
+    handle_ = o.handle_;
+    ptr_ = o.ptr_;
+    shape_ = std::move(o.shape_);
+    numel_ = o.numel_;
+    elem_size_ = o.elem_size_;
+    name_ = std::move(o.name_);
+    o.handle_ = nullptr;
+    o.ptr_ = nullptr;
+  }
+  return *this;
+}
+
+void Tensor::acquire_read() const { ZF_CHECK_STARPU(starpu_data_acquire(handle_, STARPU_R)); }
+void Tensor::acquire_write() const { ZF_CHECK_STARPU(starpu_data_acquire(handle_, STARPU_RW)); }
+void Tensor::release() const { starpu_data_release(handle_); }
+
+// ---------------------------------------------------------------- Runtime
+std::vector<std::string> Runtime::policies() {
+  std::vector<std::string> out;
+  for (starpu_sched_policy** p = starpu_sched_get_predefined_policies(); p && *p; ++p)
+    out.emplace_back((*p)->policy_name);
+  return out;
+}
+
+bool Runtime::is_policy(const std::string& name) {
+  for (auto& p : policies())
+    if (p == name) return true;
+  return false;
+}
+
+int Runtime::max_cpu_workers() { return STARPU_MAXCPUS; }
+
+int Runtime::hwloc_cores() {
+  hwloc_topology_t topo;
+  hwloc_topology_init(&topo);
+  hwloc_topology_load(topo);
+  int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+  if (n <= 0) n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  hwloc_topology_destroy(topo);
+  return n > 0 ? n : 1;
+}
+
+Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
+  if (!is_policy(cfg.sched)) throw Error("unknown StarPU scheduling policy '" + cfg.sched + "'");
+  if (cfg.device_workers < 1 || cfg.host_workers < 1)
+    throw Error("need at least one device worker and one host worker");
+  const int ncpu = cfg.device_workers + cfg.host_workers;
+  if (ncpu > STARPU_MAXCPUS)
+    throw Error(std::to_string(ncpu) + " CPU workers requested; this StarPU build starts at most " +
+                std::to_string(STARPU_MAXCPUS) + " (STARPU_MAXCPUS)");
+  kernels::cpu::blas_single_thread();
+
+  starpu_conf conf;
+  starpu_conf_init(&conf);
+  conf.ncpus = ncpu;
+  conf.ncuda = 0;
+  conf.nopencl = 0;
+  conf.nmic = 0;
+  conf.nmpi_ms = 0;
+  conf.precedence_over_environment_variables = 1;  // our worker counts, not STARPU_NCPU's
+  conf.sched_policy_name = "eager";                // global context: we never submit to it
+  ZF_CHECK_STARPU(starpu_init(&conf));
+  if (cfg.profiling) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+
+  int cpus[STARPU_NMAXWORKERS];
+  int n = starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, cpus, STARPU_NMAXWORKERS);
+  if (n < ncpu) {
+    starpu_shutdown();
+    throw Error("StarPU started " + std::to_string(n) + " CPU workers, " + std::to_string(ncpu) +
+                " requested");
+  }
+  device_workers_.assign(cpus, cpus + cfg.device_workers);
+  host_workers_.assign(cpus + cfg.device_workers, cpus + ncpu);
+  device_ctx_ = starpu_sched_ctx_create(device_workers_.data(), (int)device_workers_.size(), "device",
+                                        STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
+  host_ctx_ = starpu_sched_ctx_create(host_workers_.data(), (int)host_workers_.size(), "host",
+                                      STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
+  starpu_sched_policy* pol = starpu_sched_ctx_get_sched_policy(device_ctx_);
+  policy_ = pol && pol->policy_name ? pol->policy_name : "?";
+  if (policy_ != cfg.sched) {
+    std::string got = policy_;
+    starpu_sched_ctx_delete(host_ctx_);
+    starpu_sched_ctx_delete(device_ctx_);
+    starpu_shutdown();
+    throw Error("StarPU runs policy '" + got + "' instead of the requested '" + cfg.sched + "'");
+  }
+}
+
+Runtime::~Runtime() {
+  starpu_task_wait_for_all();
+  starpu_sched_ctx_delete(host_ctx_);
+  starpu_sched_ctx_delete(device_ctx_);
+  starpu_shutdown();
+}
+
+SubmitOptions Runtime::device(int64_t step) const {
+  SubmitOptions o;
+  o.rt = const_cast<Runtime*>(this);
+  o.ctx = device_ctx_;
+  o.side = Side::Device;
+  o.step = step;
+  return o;
+}
+
+SubmitOptions Runtime::host(int64_t step) const {
+  SubmitOptions o = device(step);
+  o.ctx = host_ctx_;
+  o.side = Side::Host;
+  return o;
+}
+
+std::string Runtime::worker_name(int id) const {
+  char buf[64];
+  starpu_worker_get_name(id, buf, sizeof buf);
+  return buf;
+}
+
+void Runtime::wait_all() {
+  ZF_CHECK_STARPU(starpu_task_wait_for_all());
+  tracker_.status().rethrow_if_failed();
+}
+
+double Runtime::now_us() const { return starpu_timing_now(); }
+
+namespace {
+struct ReadArg {
+  starpu_data_handle_t h;
+  void* dst;
+  size_t bytes;
+  Tracker* tracker;
+  int64_t step;
+};
+void on_acquired(void* p) noexcept {
+  auto* a = static_cast<ReadArg*>(p);
+  void* src = starpu_data_handle_to_pointer(a->h, STARPU_MAIN_RAM);
+  if (src) std::memcpy(a->dst, src, a->bytes);
+  starpu_data_release(a->h);
+  a->tracker->complete(a->step, Side::Device, nullptr);
+  delete a;
+}
+}  // namespace
+
+void Runtime::read_async(const Tensor& t, void* dst, size_t bytes, int64_t step) {
+  if (bytes > t.bytes()) throw Error("read_async: " + t.name() + " is smaller than requested");
+  tracker_.add_pending(step, Side::Device);
+  auto* a = new ReadArg{t.handle(), dst, bytes, &tracker_, step};
+  int rc = starpu_data_acquire_cb(t.handle(), STARPU_R, on_acquired, a);
+  if (rc < 0) {
+    delete a;
+    tracker_.complete(step, Side::Device, nullptr);
+    ZF_CHECK_STARPU(rc);
+  }
+}
+
+}  // namespace zf

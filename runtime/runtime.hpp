@@ -1,0 +1,135 @@
+// The StarPU layer: RAII lifecycle, the two scheduling contexts (device: forward, backward and
+// device-side updates; host: the host optimizer), policy validation (StarPU itself silently
+// falls back to lws on an unknown name), tensors as registered data handles, and the options
+// every task is submitted with. Only runtime/ and codelets/ include <starpu.h>.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/error.hpp"
+#include "runtime/tracker.hpp"
+
+struct _starpu_data_state;
+typedef struct _starpu_data_state* starpu_data_handle_t;
+
+namespace zf {
+
+struct RuntimeConfig {
+  std::string sched = "lws";  // StarPU policy for both contexts
+  int device_workers = 1;     // CPU workers driving the device side (CUDA workers when built with CUDA)
+  int host_workers = 1;       // CPU workers running the host optimizer
+  bool profiling = true;      // task profiling (needed for metrics and traces)
+};
+
+class Runtime;
+
+// Where and how a task is submitted: its context, the step it belongs to, priority, name.
+struct SubmitOptions {
+  Runtime* rt = nullptr;
+  unsigned ctx = 0;
+  Side side = Side::Device;
+  int64_t step = -1;
+  int priority = 0;
+  const char* name = "task";
+  SubmitOptions named(const std::string& n) const {
+    SubmitOptions o = *this;
+    o.name = intern(n);
+    return o;
+  }
+  SubmitOptions prio(int p) const {
+    SubmitOptions o = *this;
+    o.priority = p;
+    return o;
+  }
+};
+
+// A contiguous buffer of `numel` elements and its StarPU handle. `home` tensors live in host
+// memory that we own (parameters, optimizer state, host-side buffers: readable after sync());
+// lazy tensors are allocated by StarPU where first written (activations, scratch).
+class Tensor {
+ public:
+  Tensor() = default;
+  static Tensor home(std::vector<int64_t> shape, const std::string& name, size_t elem_size = 4);
+  static Tensor lazy(std::vector<int64_t> shape, const std::string& name, size_t elem_size = 4);
+  ~Tensor();
+  Tensor(Tensor&&) noexcept;
+  Tensor& operator=(Tensor&&) noexcept;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  starpu_data_handle_t handle() const { return handle_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t dim(size_t i) const { return shape_.at(i); }
+  size_t numel() const { return numel_; }
+  size_t bytes() const { return numel_ * elem_size_; }
+  const std::string& name() const { return name_; }
+  bool valid() const { return handle_ != nullptr; }
+
+  // Host pointer of a home tensor. Only meaningful while no task may touch it: call
+  // acquire()/release() (blocking) or use it after Runtime::wait_all().
+  float* data() const { return static_cast<float*>(ptr_); }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  void acquire_read() const;
+  void acquire_write() const;
+  void release() const;
+  // Drop the handle (waits for tasks on it); memory of a home tensor is freed too.
+  void reset();
+
+ private:
+  starpu_data_handle_t handle_ = nullptr;
+  void* ptr_ = nullptr;
+  std::vector<int64_t> shape_;
+  size_t numel_ = 0, elem_size_ = 4;
+  std::string name_;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(const RuntimeConfig& cfg);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  SubmitOptions device(int64_t step) const;
+  SubmitOptions host(int64_t step) const;
+
+  unsigned device_ctx() const { return device_ctx_; }
+  unsigned host_ctx() const { return host_ctx_; }
+  // The policy StarPU reports for our contexts (never a silent fallback).
+  const std::string& policy() const { return policy_; }
+  int device_worker_count() const { return (int)device_workers_.size(); }
+  int host_worker_count() const { return (int)host_workers_.size(); }
+  const std::vector<int>& device_workers() const { return device_workers_; }
+  const std::vector<int>& host_workers() const { return host_workers_; }
+  std::string worker_name(int id) const;
+
+  Tracker& tracker() { return tracker_; }
+  void wait_all();  // every submitted task, then rethrows a recorded codelet failure
+  double now_us() const;
+
+  // Non-blocking read of a small handle into host memory when its writers are done
+  // (starpu_data_acquire_cb); counted as device-side work of `step`.
+  void read_async(const Tensor& t, void* dst, size_t bytes, int64_t step);
+
+  // Names StarPU accepts for STARPU_SCHED / contexts.
+  static std::vector<std::string> policies();
+  static bool is_policy(const std::string& name);
+  // CPU workers this StarPU build can start (STARPU_MAXCPUS).
+  static int max_cpu_workers();
+  // Physical cores seen by hwloc.
+  static int hwloc_cores();
+
+ private:
+  RuntimeConfig cfg_;
+  unsigned device_ctx_ = 0, host_ctx_ = 0;
+  std::vector<int> device_workers_, host_workers_;
+  std::string policy_;
+  Tracker tracker_;
+};
+
+}  // namespace zf

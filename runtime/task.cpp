@@ -1,0 +1,122 @@
+#include "runtime/task.hpp"
+
+#include <cassert>
+#include <new>
+
+namespace zf {
+namespace {
+
+struct CallbackArg {
+  Tracker* tracker;
+  int64_t step;
+  Side side;
+};
+
+void on_task_end(void* p) noexcept {
+  auto* a = static_cast<CallbackArg*>(p);
+  starpu_task* t = starpu_task_get_current();
+  TaskRecord rec{};
+  const TaskRecord* recp = nullptr;
+  if (t && t->profiling_info) {
+    starpu_profiling_task_info* info = t->profiling_info;
+    rec.name = t->name ? t->name : "task";
+    rec.step = a->step;
+    rec.side = a->side;
+    rec.worker = info->workerid;
+    rec.start_us = starpu_timing_timespec_to_us(&info->start_time);
+    rec.end_us = starpu_timing_timespec_to_us(&info->end_time);
+    recp = &rec;
+  }
+  try {
+    a->tracker->complete(a->step, a->side, recp);
+  } catch (...) {
+    a->tracker->status().fail("task bookkeeping failed (out of memory)");
+  }
+  delete a;
+}
+
+}  // namespace
+
+TaskBuilder& TaskBuilder::add(const Tensor& t, starpu_data_access_mode mode) {
+  if (!t.valid()) throw Error(std::string("task ") + opt_.name + ": unregistered tensor");
+  handles_.push_back(t.handle());
+  modes_.push_back(mode);
+  return *this;
+}
+
+TaskBuilder& TaskBuilder::args_bytes(const void* p, size_t n) {
+  std::free(arg_);
+  arg_ = std::malloc(n);
+  if (!arg_) throw std::bad_alloc();
+  std::memcpy(arg_, p, n);
+  arg_size_ = n;
+  return *this;
+}
+
+void TaskBuilder::submit() {
+  starpu_task* task = starpu_task_create();
+  task->cl = &cl_;
+  const int n = (int)handles_.size();
+  if (cl_.nbuffers == STARPU_VARIABLE_NBUFFERS) {
+    task->nbuffers = n;
+    if (n > STARPU_NMAXBUFS) {
+      task->dyn_handles = (starpu_data_handle_t*)std::malloc(n * sizeof(starpu_data_handle_t));
+      task->dyn_modes = (starpu_data_access_mode*)std::malloc(n * sizeof(starpu_data_access_mode));
+      for (int i = 0; i < n; ++i) { task->dyn_handles[i] = handles_[i]; task->dyn_modes[i] = modes_[i]; }
+    } else {
+      for (int i = 0; i < n; ++i) { task->handles[i] = handles_[i]; task->modes[i] = modes_[i]; }
+    }
+  } else {
+    if (n != cl_.nbuffers) {
+      std::free(arg_);
+      throw Error(std::string("task ") + opt_.name + ": " + std::to_string(n) +
+                  " buffers given, codelet takes " + std::to_string(cl_.nbuffers));
+    }
+    for (int i = 0; i < n; ++i) {
+      assert(modes_[i] == cl_.modes[i]);
+      task->handles[i] = handles_[i];
+    }
+  }
+  task->cl_arg = arg_;
+  task->cl_arg_size = arg_size_;
+  task->cl_arg_free = 1;
+  arg_ = nullptr;
+  task->sched_ctx = opt_.ctx;
+  task->priority = opt_.priority;
+  task->name = opt_.name;
+  Tracker& tr = opt_.rt->tracker();
+  task->callback_func = on_task_end;
+  task->callback_arg = new CallbackArg{&tr, opt_.step, opt_.side};
+  tr.add_pending(opt_.step, opt_.side);
+  int rc = starpu_task_submit(task);
+  if (rc < 0) {
+    tr.complete(opt_.step, opt_.side, nullptr);
+    delete static_cast<CallbackArg*>(task->callback_arg);
+    task->callback_arg = nullptr;
+    task->destroy = 0;
+    starpu_task_destroy(task);
+    ZF_CHECK_STARPU(rc);
+  }
+}
+
+starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
+  starpu_codelet c{};
+  c.cpu_funcs[0] = def.cpu;
+#ifdef ZF_USE_CUDA
+  if (def.cuda) {
+    c.cuda_funcs[0] = def.cuda;
+    c.cuda_flags[0] = STARPU_CUDA_ASYNC;
+  }
+#endif
+  c.nbuffers = def.nbuffers < 0 ? STARPU_VARIABLE_NBUFFERS : def.nbuffers;
+  if (def.nbuffers > 0)
+    for (int i = 0; i < def.nbuffers; ++i) c.modes[i] = def.modes[i];
+  model->type = STARPU_HISTORY_BASED;
+  model->symbol = def.symbol;
+  c.model = model;
+  c.name = def.symbol;
+  return c;
+}
+
+
+}  // namespace zf

@@ -1,0 +1,62 @@
+// Building and submitting one task: handles in the order of the codelet's modes, a trivially
+// copyable argument block (malloc'ed: StarPU free()s it), an explicit context, a name and the
+// completion callback that feeds the Tracker. Used by codelets/ only.
+#pragma once
+#include <starpu.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/runtime.hpp"
+
+namespace zf {
+
+class TaskBuilder {
+ public:
+  TaskBuilder(starpu_codelet& cl, const SubmitOptions& opt) : cl_(cl), opt_(opt) {}
+  ~TaskBuilder() { std::free(arg_); }
+  TaskBuilder(const TaskBuilder&) = delete;
+  TaskBuilder& operator=(const TaskBuilder&) = delete;
+  TaskBuilder& r(const Tensor& t) { return add(t, STARPU_R); }
+  TaskBuilder& w(const Tensor& t) { return add(t, STARPU_W); }
+  TaskBuilder& rw(const Tensor& t) { return add(t, STARPU_RW); }
+  TaskBuilder& add(const Tensor& t, starpu_data_access_mode mode);
+
+  template <class A>
+  TaskBuilder& args(const A& a) {
+    static_assert(std::is_trivially_copyable_v<A>, "codelet args are copied with memcpy");
+    return args_bytes(&a, sizeof a);
+  }
+  TaskBuilder& args_bytes(const void* p, size_t n);
+  // Submit; throws NoDeviceError on -ENODEV, Error otherwise.
+  void submit();
+
+ private:
+  starpu_codelet& cl_;
+  SubmitOptions opt_;
+  std::vector<starpu_data_handle_t> handles_;
+  std::vector<starpu_data_access_mode> modes_;
+  void* arg_ = nullptr;
+  size_t arg_size_ = 0;
+};
+
+// A codelet with its perfmodel, built once. Symbol "zf_<op>" keys StarPU's calibration files:
+// keep it stable. nbuffers < 0 means a variable number of buffers.
+struct CodeletDef {
+  const char* symbol;
+  starpu_cpu_func_t cpu;
+  starpu_cuda_func_t cuda;  // may be null (CPU-only operation)
+  int nbuffers;
+  starpu_data_access_mode modes[STARPU_NMAXBUFS];
+};
+starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
+
+// Unpack helpers for kernels side.
+inline float* vec_ptr(void* buf) { return reinterpret_cast<float*>(STARPU_VECTOR_GET_PTR(buf)); }
+template <class T>
+inline T* vec_as(void* buf) { return reinterpret_cast<T*>(STARPU_VECTOR_GET_PTR(buf)); }
+inline size_t vec_n(void* buf) { return STARPU_VECTOR_GET_NX(buf); }
+
+}  // namespace zf

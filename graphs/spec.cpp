@@ -1,5 +1,7 @@
 #include "graphs/spec.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -64,7 +66,7 @@ class Fields {
       out = (I)x;
     }
   }
-  void number(const std::string& key, float& out, double lo, double hi, bool open_lo = false) {
+  void number(const std::string& key, double& out, double lo, double hi, bool open_lo = false) {
     if (auto* v = find(key)) {
       if (!v->is_number()) fail(at(key), "expected a number, got " + type_name(*v));
       double x = v->get<double>();
@@ -73,7 +75,7 @@ class Fields {
         os << x << " is outside " << (open_lo ? "(" : "[") << lo << ", " << hi << "]";
         fail(at(key), os.str());
       }
-      out = (float)x;
+      out = x;
     }
   }
   const json* object(const std::string& key) {
@@ -97,6 +99,52 @@ class Fields {
   std::set<std::string> seen_;
 };
 
+// DeepSpeed's zenflow keys (deepspeed/runtime/zenflow/zenflow_config.py) and ours.
+void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
+  f.number("topk_ratio", z.topk_ratio, 0.0, 1.0);
+  f.str("select_strategy", z.select_strategy, {"auto", "step", "epoch"});
+  auto int_or_auto = [&](const char* key, int64_t& out) {
+    if (auto* v = f.find(key)) {
+      if (v->is_string()) {
+        if (v->get<std::string>() != "auto") f.fail(f.at(key), "expected \"auto\" or a positive integer");
+        out = -1;
+      } else if (v->is_number_integer()) {
+        if (v->get<int64_t>() < 1) f.fail(f.at(key), "expected \"auto\" or a positive integer, got " + std::to_string(v->get<int64_t>()));
+        out = v->get<int64_t>();
+      } else {
+        f.fail(f.at(key), "expected \"auto\" or a positive integer, got " + type_name(*v));
+      }
+    }
+  };
+  int_or_auto("select_interval", z.select_interval);
+  int_or_auto("update_interval", z.update_interval);
+  auto boolean = [&](const char* key, bool& out) {
+    if (auto* v = f.find(key)) {
+      if (!v->is_boolean()) f.fail(f.at(key), "expected true or false, got " + type_name(*v));
+      out = v->get<bool>();
+    }
+  };
+  boolean("overlap_step", z.overlap_step);
+  boolean("offload", z.offload);
+  f.number("auto_ratio", z.auto_ratio, 0.0, 1.0);
+  f.integer("full_warm_up_rounds", z.full_warm_up_rounds, 0, INT32_MAX);
+  if (auto* v = f.find("pt_reserved_cores_perc")) {
+    // DeepSpeed: "pt_reserved_cores_perc must be a float"
+    if (!v->is_number_float()) f.fail(f.at("pt_reserved_cores_perc"), "expected a float in [0, 1] (e.g. 0.5), got " + type_name(*v));
+    z.cores_perc_given = true;
+  }
+  f.number("pt_reserved_cores_perc", z.pt_reserved_cores_perc, 0.0, 1.0);
+  f.integer("max_staleness", z.max_staleness, 0, 64);
+  f.str("importance", z.importance, {"l1", "l2"});
+  f.finish();
+  if (z.select_strategy == "auto" && z.select_interval != -1)
+    f.fail(f.at("select_interval"), "must be \"auto\" with select_strategy \"auto\" (which reselects once per epoch)");
+  if (z.select_strategy != "auto" && z.select_interval == -1)
+    f.fail(f.at("select_interval"), "must be an integer with select_strategy \"" + z.select_strategy + "\"");
+  if (!z.overlap_step && z.max_staleness > 0)
+    f.fail(f.at("max_staleness"), "must be 0 without overlap_step: true (updates are synchronous)");
+}
+
 }  // namespace
 
 Spec parse_spec(const json& j, const std::string& source) {
@@ -104,7 +152,7 @@ Spec parse_spec(const json& j, const std::string& source) {
   s.source = source;
   Fields top(j, "", source);
   top.str("name", s.name);
-  top.str("strategy", s.strategy, {"device-adam", "zero-offload"});
+  top.str("strategy", s.strategy, {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"});
 
   if (auto* m = top.object("model")) {
     Fields f(*m, "model", source);
@@ -152,12 +200,17 @@ Spec parse_spec(const json& j, const std::string& source) {
       double b1 = (*b)[0].get<double>(), b2 = (*b)[1].get<double>();
       if (b1 < 0 || b1 >= 1) f.fail("optimizer.betas[0]", "must be in [0, 1)");
       if (b2 < 0 || b2 >= 1) f.fail("optimizer.betas[1]", "must be in [0, 1)");
-      s.optimizer.beta1 = (float)b1;
-      s.optimizer.beta2 = (float)b2;
+      s.optimizer.beta1 = b1;
+      s.optimizer.beta2 = b2;
     }
     f.number("eps", s.optimizer.eps, 0.0, 1.0, true);
     f.number("weight_decay", s.optimizer.weight_decay, 0.0, 1.0);
     f.finish();
+  }
+  if (auto* z = top.object("zenflow")) {
+    Fields f(*z, "zenflow", source);
+    s.zenflow.given = true;
+    parse_zenflow(f, s.zenflow);
   }
   if (auto* r = top.object("runtime")) {
     Fields f(*r, "runtime", source);
@@ -167,8 +220,12 @@ Spec parse_spec(const json& j, const std::string& source) {
       for (auto& p : Runtime::policies()) list += (list.empty() ? "" : ", ") + p;
       f.fail("runtime.sched", "unknown StarPU scheduling policy '" + s.runtime.sched + "' (known: " + list + ")");
     }
-    f.integer("device_workers", s.runtime.device_workers, 1, Runtime::max_cpu_workers());
-    f.integer("host_workers", s.runtime.host_workers, 1, Runtime::max_cpu_workers());
+    f.integer("device_workers", s.runtime.device_workers, 0, Runtime::max_cpu_workers());
+    f.integer("host_workers", s.runtime.host_workers, 0, Runtime::max_cpu_workers());
+    if ((s.runtime.device_workers == 0) != (s.runtime.host_workers == 0))
+      f.fail("runtime.device_workers", "set both device_workers and host_workers, or neither (0: from zenflow.pt_reserved_cores_perc)");
+    if (s.runtime.device_workers > 0 && s.zenflow.cores_perc_given)
+      f.fail("runtime.device_workers", "conflicts with zenflow.pt_reserved_cores_perc: give one way of splitting the CPU workers");
     f.integer("tile_elems", s.runtime.tile_elems, 16, int64_t(1) << 32);
     if (s.runtime.tile_elems % 16) f.fail("runtime.tile_elems", "must be a multiple of 16 (SIMD-aligned tiles)");
     f.integer("lookahead", s.runtime.lookahead, 1, 64);
@@ -197,6 +254,12 @@ json Spec::to_json() const {
       {"data", {{"dataset", data.dataset}, {"dir", data.dir}, {"train_limit", data.train_limit}, {"eval_limit", data.eval_limit}}},
       {"train", {{"batch_size", train.batch_size}, {"epochs", train.epochs}, {"steps", train.steps}, {"seed", train.seed}, {"eval_batch_size", train.eval_batch_size}}},
       {"optimizer", {{"type", optimizer.type}, {"lr", optimizer.lr}, {"betas", {optimizer.beta1, optimizer.beta2}}, {"eps", optimizer.eps}, {"weight_decay", optimizer.weight_decay}}},
+      {"zenflow", {{"topk_ratio", zenflow.topk_ratio}, {"select_strategy", zenflow.select_strategy},
+                   {"select_interval", zenflow.select_interval < 0 ? json("auto") : json(zenflow.select_interval)},
+                   {"update_interval", zenflow.update_interval < 0 ? json("auto") : json(zenflow.update_interval)},
+                   {"overlap_step", zenflow.overlap_step}, {"offload", zenflow.offload}, {"auto_ratio", zenflow.auto_ratio},
+                   {"full_warm_up_rounds", zenflow.full_warm_up_rounds}, {"pt_reserved_cores_perc", zenflow.pt_reserved_cores_perc},
+                   {"max_staleness", zenflow.staleness()}, {"importance", zenflow.importance}}},
       {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}}},
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
@@ -251,6 +314,22 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
 
 int64_t steps_per_epoch(const Spec& s, int64_t epoch_size) {
   return std::max<int64_t>(1, epoch_size / s.train.batch_size);
+}
+
+int64_t select_interval_steps(const Spec& s, int64_t spe) {
+  const auto& z = s.zenflow;
+  if (z.select_strategy == "auto") return spe;  // "epoch", interval 1
+  if (z.select_strategy == "epoch") return z.select_interval * spe;
+  return z.select_interval;
+}
+
+std::pair<int, int> worker_split(const Spec& s) {
+  if (s.runtime.device_workers > 0) return {s.runtime.device_workers, s.runtime.host_workers};
+  int n = std::min(Runtime::hwloc_cores(), Runtime::max_cpu_workers());
+  if (n < 2) n = 2;  // one core: both contexts share it (oversubscribed)
+  int dev = (int)std::floor(s.zenflow.pt_reserved_cores_perc * n);
+  dev = std::clamp(dev, 1, n - 1);
+  return {dev, n - dev};
 }
 
 int64_t total_steps(const Spec& s, int64_t epoch_size) {

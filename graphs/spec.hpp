@@ -13,7 +13,8 @@ namespace zf {
 struct Spec {
   std::string source = "<defaults>";  // file the spec came from (for messages)
   std::string name = "run";
-  std::string strategy = "device-adam";  // device-adam | zero-offload
+  // device-adam | zero-offload | zero-offload-dpu | zenflow
+  std::string strategy = "device-adam";
 
   struct Model {
     std::string type = "mlp";
@@ -39,13 +40,34 @@ struct Spec {
 
   struct Optimizer {
     std::string type = "adamw";
-    float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   } optimizer;
+
+  // DeepSpeed's zero_optimization.zenflow block: same keys, types, defaults and constraints
+  // (docs/zenflow.md), plus max_staleness and importance.
+  struct ZenFlow {
+    double topk_ratio = 0.1;
+    std::string select_strategy = "auto";  // auto | step | epoch
+    int64_t select_interval = -1;          // -1: "auto"
+    int64_t update_interval = -1;          // -1: "auto"
+    bool overlap_step = false;
+    bool offload = false;
+    double auto_ratio = 0.99;
+    int64_t full_warm_up_rounds = 0;
+    double pt_reserved_cores_perc = 0.5;
+    int max_staleness = -1;                // -1: 1 with overlap_step, else 0
+    std::string importance = "l1";         // l1 | l2 (squared L2 norm)
+    bool given = false;                    // the spec had a zenflow block
+    bool cores_perc_given = false;
+    int staleness() const { return max_staleness >= 0 ? max_staleness : (overlap_step ? 1 : 0); }
+  } zenflow;
 
   struct Runtime {
     std::string sched = "lws";
-    int device_workers = 1;
-    int host_workers = 1;
+    // CPU workers of each context. 0: from zenflow.pt_reserved_cores_perc of the cores hwloc
+    // sees (at most STARPU_MAXCPUS): device = clamp(floor(perc * n), 1, n - 1), host = the rest.
+    int device_workers = 0;
+    int host_workers = 0;
     int64_t tile_elems = 1 << 20;  // host-side tile size (elements, multiple of 16)
     int lookahead = 2;             // steps submitted ahead of the oldest unfinished one
   } runtime;
@@ -67,6 +89,10 @@ nlohmann::json read_json_file(const std::string& path);
 void apply_override(nlohmann::json& j, const std::string& assignment, const std::string& source);
 
 int64_t steps_per_epoch(const Spec& s, int64_t epoch_size);
+// The select interval in steps (0: never reselect).
+int64_t select_interval_steps(const Spec& s, int64_t steps_per_epoch);
+// Worker split actually used (resolves 0 = auto); throws InputError on an impossible split.
+std::pair<int, int> worker_split(const Spec& s);
 int64_t total_steps(const Spec& s, int64_t epoch_size);
 
 }  // namespace zf

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <numeric>
+#include <tuple>
 
 #include "graphs/strategy.hpp"
 #include "models/idx.hpp"
@@ -104,8 +105,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   const auto wall0 = std::chrono::steady_clock::now();
   RuntimeConfig rc;
   rc.sched = spec.runtime.sched;
-  rc.device_workers = spec.runtime.device_workers;
-  rc.host_workers = spec.runtime.host_workers;
+  std::tie(rc.device_workers, rc.host_workers) = worker_split(spec);
   Runtime rt(rc);
   StepStatus& status = rt.tracker().status();
   std::unique_ptr<Workload> wl = make_workload(spec, &status);

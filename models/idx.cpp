@@ -49,6 +49,12 @@ std::string hex(uint32_t v) {
   return b;
 }
 
+std::string dims_str(const std::vector<uint32_t>& dims) {
+  std::string r;
+  for (auto v : dims) r += (r.empty() ? "" : " x ") + std::to_string(v);
+  return r;
+}
+
 // Returns the dims after checking magic and size.
 std::vector<uint32_t> parse_header(const std::vector<uint8_t>& d, const std::string& path,
                                    uint32_t magic, size_t ndims) {
@@ -62,10 +68,13 @@ std::vector<uint32_t> parse_header(const std::vector<uint8_t>& d, const std::str
   if (d.size() < hdr) throw InputError(path, "truncated IDX header");
   std::vector<uint32_t> dims(ndims);
   size_t expect = 1;
+  bool overflow = false;  // dims whose product wraps must not pass as a small size
   for (size_t i = 0; i < ndims; ++i) {
     dims[i] = be32(d, 4 + 4 * i);
-    expect *= dims[i];
+    overflow |= __builtin_mul_overflow(expect, (size_t)dims[i], &expect);
   }
+  if (overflow)
+    throw InputError(path, "header dimensions " + dims_str(dims) + " declare more than 2^64 bytes of data");
   if (d.size() - hdr < expect)
     throw InputError(path, "truncated: header declares " + std::to_string(expect) + " bytes of data, file has " +
                                std::to_string(d.size() - hdr));

@@ -112,6 +112,9 @@ void write_safetensors(const std::string& path, const StFile& f) {
 }
 
 StFile read_safetensors(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError(path, "not a regular file (expected a safetensors file)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "cannot open safetensors file");
   in.seekg(0, std::ios::end);
@@ -119,7 +122,7 @@ StFile read_safetensors(const std::string& path) {
   in.seekg(0);
   if (fsize < 8) throw InputError(path, "too short for a safetensors header (" + std::to_string(fsize) + " bytes)");
   uint8_t lenb[8];
-  in.read(reinterpret_cast<char*>(lenb), 8);
+  if (!in.read(reinterpret_cast<char*>(lenb), 8)) throw InputError(path, "cannot read the header length");
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= (uint64_t)lenb[i] << (8 * i);
   if (hlen == 0 || hlen > fsize - 8 || hlen > (100u << 20))
@@ -156,9 +159,13 @@ StFile read_safetensors(const std::string& path) {
     t.dtype = v["dtype"].get<std::string>();
     size_t es = dtype_size(t.dtype);
     if (es == 0) throw InputError(where, "dtype " + t.dtype + " is not supported (F32, F64, I32, I64, U8)");
+    uint64_t nbytes = es;  // shape * dtype size, checked: a product that wraps must not pass as small
     for (auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) throw InputError(where, "shape: expected non-negative integers");
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t)INT64_MAX)
+        throw InputError(where, "shape: expected non-negative integers");
       t.shape.push_back(d.get<int64_t>());
+      if (__builtin_mul_overflow(nbytes, d.get<uint64_t>(), &nbytes))
+        throw InputError(where, "shape: " + v["shape"].dump() + " of " + t.dtype + " exceeds 2^64 bytes");
     }
     auto& o = v["data_offsets"];
     if (!o[0].is_number_unsigned() || !o[1].is_number_unsigned())
@@ -167,9 +174,9 @@ StFile read_safetensors(const std::string& path) {
     if (b > e || e > data_len)
       throw InputError(where, "data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
                                   "] outside the " + std::to_string(data_len) + "-byte data section (truncated file?)");
-    if (e - b != t.numel() * es)
+    if (e - b != nbytes)
       throw InputError(where, "data_offsets span " + std::to_string(e - b) + " bytes, shape and dtype need " +
-                                  std::to_string(t.numel() * es));
+                                  std::to_string(nbytes));
     t.bytes.resize(e - b);
     in.seekg((std::streamoff)(8 + hlen + b));
     in.read(reinterpret_cast<char*>(t.bytes.data()), (std::streamsize)(e - b));

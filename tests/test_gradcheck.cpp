@@ -5,6 +5,7 @@
 // layer and through a small MLP (linear -> GELU -> linear -> softmax cross-entropy).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>

@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   app.add_option("spec", spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
   app.add_option("--set", sets, "override a spec field: --set train.batch_size=256 (repeatable; "
                                 "the value is JSON, or a string)");
-  app.add_option("--steps", steps, "number of training steps (overrides train.steps/epochs)");
+  app.add_option("--steps", steps, "number of training steps (overrides train.steps/epochs)")
+      ->check(CLI::NonNegativeNumber);  // a negative count is an error, not "use the spec's"
   app.add_option("--strategy", strategy, "device-adam | zero-offload (overrides the spec)");
   app.add_option("--sched", sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "
                                    "prio, dmda, dmdas (see --list-policies)");

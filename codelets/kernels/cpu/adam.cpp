@@ -14,7 +14,8 @@ void adam_step(float* __restrict p, const float* __restrict g, float* __restrict
   const double bc2 = 1.0 - std::pow((double)hp.beta2, (double)step);
   const float step_size = (float)(hp.lr / bc1);
   const float inv_sqrt_bc2 = (float)(1.0 / std::sqrt(bc2));
-  const float decay = 1.0f - hp.lr * hp.weight_decay;
+  // decoupled decay as p - (lr*wd)*p: 1 - lr*wd rounded to float loses small lr*wd entirely
+  const float lr_wd = hp.lr * hp.weight_decay;
   const float b1 = hp.beta1, b2 = hp.beta2, ob1 = 1.0f - hp.beta1, ob2 = 1.0f - hp.beta2;
   const float eps = hp.eps;
   for (size_t i = 0; i < n; ++i) {
@@ -24,7 +25,8 @@ void adam_step(float* __restrict p, const float* __restrict g, float* __restrict
     m[i] = mi;
     v[i] = vi;
     float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
-    p[i] = p[i] * decay - step_size * (mi / denom);
+    float pi = p[i];
+    p[i] = (pi - lr_wd * pi) - step_size * (mi / denom);
   }
 }
 

@@ -43,12 +43,35 @@ struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
 };
 // AdamW as in PyTorch's torch.optim.AdamW (decoupled weight decay, bias correction):
-//   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= (lr*wd) p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // g is multiplied by grad_scale first. step t is 1-based. Elementwise: any split of [0, n)
 // into pieces gives bitwise the same result as one call.
 void adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp,
                int64_t step, float grad_scale);
+
+// ---- ZenFlow: column selection and selective updates. A weight g/w is (R, C) row-major;
+// column j is [:, j]; sel holds k column indices, sorted ascending.
+// imp (C) = per-column importance of g: L1 sum_i |g[i,j]| (l2 = false) or squared L2 sum_i g[i,j]^2.
+void column_importance(const float* g, int R, int C, bool l2, float* imp);
+// sel (k) = the k columns of largest imp, ties broken by the lower index, returned sorted
+// ascending. NaN counts as smallest. Requires 1 <= k <= C.
+void topk_columns(const float* imp, int C, int k, int32_t* sel);
+// out (R, k) = w[:, sel]
+void gather_columns(const float* w, int R, int C, const int32_t* sel, int k, float* out);
+// w[:, sel] = in (R, k)
+void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, float* w);
+// AdamW on the selected columns of w (R, C) with their gradient g_sel (R, k) and moments
+// m, v (R, k); element by element identical to adam_step on the same values.
+void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g_sel,
+                    float* m, float* v, const AdamParams& hp, int64_t step);
+// dst (R, C) flat elements [off, off + n) = src[0, n) except where the column is selected
+// (sel may be null with k = 0: every column is merged). Returns elements written.
+size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t n,
+                        const int32_t* sel, int k);
+// total = sum |g|; selected = sum over the selected columns of |g| (double accumulators)
+void grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* total,
+               double* selected);
 
 // acc += scale * g
 void accumulate(float* acc, const float* g, size_t n, float scale);

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# zenflow-run's exit codes: every class of bad input (spec key, type, value, --sched, --strategy,
+# corrupt data file, malformed or mismatched --init weights, missing spec, bad option) exits 2
+# with a message naming the file and field; --help and a tiny valid run exit 0, and the run's
+# metrics JSON has the documented keys (docs/metrics.md). Prints "FAIL: ..." and exits 1 on any failure.
+# Usage: cli_test.sh ZENFLOW_RUN SOURCE_DIR
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 ZENFLOW_RUN SOURCE_DIR" >&2
+  exit 1
+fi
+BIN=$1
+SRC=$2
+SPEC=$SRC/graphs/specs/mlp-fashion.json
+DATA=/usr/share/datasets/fashion-mnist
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_cli_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
+trap 'rm -rf "$TMP"' EXIT
+export STARPU_HOME=${STARPU_HOME:-$TMP/starpu-home}
+export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
+mkdir -p "$STARPU_HOME"
+
+[ -x "$BIN" ] || { echo "FAIL: $BIN is not an executable"; exit 1; }
+[ -f "$SPEC" ] || { echo "FAIL: $SPEC not found"; exit 1; }
+
+# Small and fast: the data subset every training run here uses.
+SMALL=(--set data.train_limit=512 --set data.eval_limit=500 -q)
+PASSED=0
+
+fail() {
+  echo "FAIL: $*"
+  echo "---- command output (stdout+stderr) ----"
+  cat "$TMP/out" 2>/dev/null
+  exit 1
+}
+
+# expect RC NAME PATTERN... -- ARGS...: runs zenflow-run ARGS, expects exit code RC and output
+# (stdout and stderr together) containing every PATTERN (fixed strings).
+expect() {
+  local want=$1 name=$2
+  shift 2
+  local patterns=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    patterns+=("$1")
+    shift
+  done
+  [ $# -gt 0 ] || { echo "FAIL: test '$name' is missing '--'"; exit 1; }
+  shift
+  timeout 300 "$BIN" "$@" >"$TMP/out" 2>&1
+  local rc=$?
+  [ "$rc" -eq "$want" ] || fail "$name: exit code $rc, expected $want (zenflow-run $*)"
+  local p
+  for p in "${patterns[@]}"; do
+    grep -qF -- "$p" "$TMP/out" || fail "$name: output lacks '$p' (zenflow-run $*)"
+  done
+  echo "ok: $name"
+  PASSED=$((PASSED + 1))
+}
+
+# ---- the command line
+expect 0 "--help exits 0 and mentions --strategy" "--strategy" "--sched" "--set" -- --help
+expect 2 "unknown option" "--bogus-option" -- "$SPEC" --bogus-option
+expect 2 "--steps not a number" "--steps" -- "$SPEC" --steps many
+expect 2 "--steps negative" "--steps" -- "$SPEC" --steps -5 --print-spec
+expect 2 "no spec file given" "spec file is required" --
+expect 2 "nonexistent spec file" "$TMP/no-such-spec.json" "cannot open" -- "$TMP/no-such-spec.json"
+
+# ---- the spec
+printf '{"model": {"hiden": [8]}}\n' >"$TMP/bad-key.json"
+expect 2 "unknown nested spec key" "bad-key.json: model.hiden" "unknown key" -- "$TMP/bad-key.json"
+expect 2 "unknown key via --set" "mlp-fashion.json: train.batchsize" "unknown key" -- "$SPEC" --set train.batchsize=8
+printf '{"name": "x", "optimizer": {"lr": "fast"}}\n' >"$TMP/bad-type.json"
+expect 2 "wrong type in the spec file" "bad-type.json: optimizer.lr" "expected a number" -- "$TMP/bad-type.json"
+expect 2 "wrong type via --set" "mlp-fashion.json: train.batch_size" "expected an integer, got a string" \
+  -- "$SPEC" --set 'train.batch_size="big"'
+expect 2 "impossible value (batch_size 0)" "mlp-fashion.json: train.batch_size" "outside" \
+  -- "$SPEC" --set train.batch_size=0
+expect 2 "impossible value (betas)" "optimizer.betas[1]" -- "$SPEC" --set 'optimizer.betas=[0.9,1.0]'
+expect 2 "impossible value (tile_elems)" "runtime.tile_elems" "multiple of 16" -- "$SPEC" --set runtime.tile_elems=1000
+expect 2 "too many workers" "runtime.device_workers" \
+  -- "$SPEC" --set runtime.device_workers=64 --set runtime.host_workers=64
+expect 2 "--set into a non-object" "--set name.first=1" "'name' is not an object" -- "$SPEC" --set name.first=1
+expect 2 "--set without =" "--set train.batch_size" "FIELD.PATH=VALUE" -- "$SPEC" --set train.batch_size
+printf '{"name": "x",\n "train": {"batch_size": 8,}}\n' >"$TMP/broken.json"
+expect 2 "spec not valid JSON" "broken.json" "not valid JSON" -- "$TMP/broken.json"
+expect 2 "unknown --sched policy" "runtime.sched" "no-such-policy" -- "$SPEC" --sched no-such-policy
+expect 2 "unknown --strategy" "strategy" "no-such-strategy" "device-adam, zero-offload" -- "$SPEC" --strategy no-such-strategy
+expect 0 "--print-spec with overrides" '"batch_size": 64' '"zero-offload"' \
+  -- "$SPEC" --set train.batch_size=64 --strategy zero-offload --sched eager --print-spec
+
+# ---- the data
+if [ -d "$DATA" ]; then
+  mkdir -p "$TMP/data"
+  cp "$DATA"/*.gz "$TMP/data/"
+  f=$TMP/data/train-labels-idx1-ubyte.gz
+  head -c $(($(stat -c %s "$f") / 2)) "$DATA/train-labels-idx1-ubyte.gz" >"$f"
+  expect 2 "data dir with a truncated gzip file" "train-labels-idx1-ubyte.gz" "gzip" \
+    -- "$SPEC" --set data.dir="$TMP/data" --steps 2 "${SMALL[@]}"
+  cp "$DATA/t10k-labels-idx1-ubyte.gz" "$f"
+  expect 2 "data dir with a labels file of the wrong count" "train-labels-idx1-ubyte.gz" "10000 labels" "60000 images" \
+    -- "$SPEC" --set data.dir="$TMP/data" --steps 2 "${SMALL[@]}"
+  cp "$DATA/train-labels-idx1-ubyte.gz" "$f"
+  cp "$DATA/t10k-labels-idx1-ubyte.gz" "$TMP/data/t10k-images-idx3-ubyte.gz"
+  expect 2 "data dir with a labels file in place of images" "t10k-images-idx3-ubyte.gz" "bad magic" \
+    -- "$SPEC" --set data.dir="$TMP/data" --steps 2 "${SMALL[@]}"
+  rm "$TMP/data/t10k-images-idx3-ubyte.gz"
+  expect 2 "data dir with a file missing" "t10k-images-idx3-ubyte.gz" "not found" \
+    -- "$SPEC" --set data.dir="$TMP/data" --steps 2 "${SMALL[@]}"
+  expect 2 "data dir that does not exist" "$TMP/no-such-dir" "data.dir" \
+    -- "$SPEC" --set data.dir="$TMP/no-such-dir" --steps 2 "${SMALL[@]}"
+
+  # ---- weights files
+  printf 'this is not a safetensors file at all' >"$TMP/garbage.safetensors"
+  expect 2 "--init with a malformed safetensors file" "garbage.safetensors" "header length" \
+    -- "$SPEC" --init "$TMP/garbage.safetensors" --steps 2 "${SMALL[@]}"
+  expect 2 "--init with a missing file" "$TMP/missing.safetensors" -- "$SPEC" --init "$TMP/missing.safetensors" --steps 2 "${SMALL[@]}"
+  expect 2 "--init with a directory" "$TMP/data" -- "$SPEC" --init "$TMP/data" --steps 2 "${SMALL[@]}"
+  expect 0 "tiny run saving weights (hidden [8])" \
+    -- "$SPEC" --set 'model.hidden=[8]' --steps 3 --save "$TMP/small.safetensors" "${SMALL[@]}"
+  [ -s "$TMP/small.safetensors" ] || fail "--save did not write $TMP/small.safetensors"
+  expect 0 "--init with matching weights" \
+    -- "$SPEC" --set 'model.hidden=[8]' --steps 2 --init "$TMP/small.safetensors" "${SMALL[@]}"
+  expect 2 "--init with weights of a different model shape" "small.safetensors" "the model needs" \
+    -- "$SPEC" --init "$TMP/small.safetensors" --steps 2 "${SMALL[@]}"
+  expect 2 "--init with weights of a different depth" "small.safetensors" \
+    -- "$SPEC" --set 'model.hidden=[8,8]' --init "$TMP/small.safetensors" --steps 2 "${SMALL[@]}"
+  head -c $(($(stat -c %s "$TMP/small.safetensors") - 16)) "$TMP/small.safetensors" >"$TMP/cut.safetensors"
+  expect 2 "--init with a truncated weights file" "cut.safetensors" "truncated" \
+    -- "$SPEC" --set 'model.hidden=[8]' --init "$TMP/cut.safetensors" --steps 2 "${SMALL[@]}"
+
+  # ---- a tiny valid run and its metrics
+  M=$TMP/metrics.json
+  expect 0 "tiny valid run" -- "$SPEC" --steps 5 "${SMALL[@]}" --metrics "$M"
+  [ -s "$M" ] || fail "tiny valid run: no metrics file $M"
+  [ ! -s "$TMP/out" ] || fail "tiny valid run: -q printed output"
+  KEYS="strategy sched steps step_time_s.median device_busy_s_per_step stall_fraction bytes.device_to_host final.eval_accuracy throughput.samples_per_s"
+  if command -v python3 >/dev/null 2>&1; then
+    python3 - "$M" $KEYS >"$TMP/out" 2>&1 <<'PY' || fail "metrics JSON check"
+import json, sys
+m = json.load(open(sys.argv[1]))
+for key in sys.argv[2:]:
+    v = m
+    for part in key.split("."):
+        if not isinstance(v, dict) or part not in v:
+            sys.exit("metrics lack " + key)
+        v = v[part]
+assert m["steps"] == 5, "steps %r" % m["steps"]
+assert m["strategy"] == "device-adam" and m["sched"] == "lws", (m["strategy"], m["sched"])
+assert 0.0 <= m["final"]["eval_accuracy"] <= 1.0
+assert m["step_time_s"]["median"] > 0
+PY
+  else
+    for k in $KEYS; do
+      grep -qF "\"${k##*.}\"" "$M" || fail "metrics lack $k"
+    done
+  fi
+  echo "ok: metrics JSON has the documented keys"
+  PASSED=$((PASSED + 1))
+else
+  echo "skipped: data, weights and run checks ($DATA not installed)"
+fi
+
+echo "cli_test: all $PASSED checks passed"
+exit 0

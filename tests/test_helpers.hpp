@@ -1,0 +1,65 @@
+// Small specs and weight capture shared by the engine tests.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graphs/spec.hpp"
+#include "graphs/trainer.hpp"
+#include "models/workload.hpp"
+#include "runtime/runtime.hpp"
+
+namespace zf::test {
+
+// A small MLP on a Fashion-MNIST subset: fast enough for many runs per test.
+inline Spec tiny_spec(int64_t steps, const std::string& strategy = "device-adam",
+                      const std::string& sched = "lws") {
+  Spec s;
+  s.source = "tiny-spec";
+  s.strategy = strategy;
+  s.model.hidden = {32, 16};
+  s.data.train_limit = 2048;
+  s.data.eval_limit = 500;
+  s.train.batch_size = 64;
+  s.train.steps = steps;
+  s.runtime.sched = sched;
+  s.log.every = 0;
+  s.log.warmup_steps = 0;
+  return s;
+}
+
+using Weights = std::map<std::string, std::vector<float>>;
+
+// Runs the spec and returns the final device-side weights.
+inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullptr, bool evaluate = false) {
+  Weights w;
+  RunOptions o;
+  o.quiet = true;
+  o.evaluate = evaluate;
+  o.inspect = [&](Runtime&, Workload& wl) {
+    for (Param* p : wl.params()) {
+      p->value.acquire_read();
+      w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
+      p->value.release();
+    }
+  };
+  nlohmann::json m = run_training(s, o);
+  if (metrics) *metrics = m;
+  return w;
+}
+
+// Largest relative difference |a-b| / max(|b|, 1e-30) over all weights; +inf on shape mismatch.
+inline double max_rel_diff(const Weights& a, const Weights& b) {
+  double worst = 0;
+  for (auto& [k, v] : b) {
+    auto it = a.find(k);
+    if (it == a.end() || it->second.size() != v.size()) return INFINITY;
+    for (size_t i = 0; i < v.size(); ++i) {
+      double d = std::fabs((double)it->second[i] - v[i]) / std::max(std::fabs((double)v[i]), 1e-30);
+      if (std::fabs((double)it->second[i] - v[i]) > 0 && d > worst) worst = d;
+    }
+  }
+  return worst;
+}
+
+}  // namespace zf::test

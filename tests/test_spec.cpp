@@ -1,0 +1,312 @@
+// Spec validation (graphs/spec.hpp): defaults, the shipped specs, and every class of bad input
+// (unknown key, wrong type, impossible value, bad --set override, invalid or missing file) must
+// be a zf::InputError whose message names the source file and the field path (style.md, Errors).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "graphs/spec.hpp"
+#include "runtime/error.hpp"
+#include "runtime/runtime.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "zf_spec_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name, const std::string& content) const {
+    std::string p = (path_ / name).string();
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  std::string path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// Runs f, expects an InputError whose message contains every one of `parts`.
+void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InputError thrown (expected a message with '" << *parts.begin() << "')";
+  } catch (const zf::InputError& e) {
+    const std::string msg = e.what();
+    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
+  }
+}
+
+constexpr const char* kSrc = "my-run.json";
+
+// parse_spec on j, expecting an InputError naming kSrc, `field` and `what`.
+void expect_spec_error(const json& j, const std::string& field, const std::string& what) {
+  SCOPED_TRACE(j.dump());
+  expect_input_error([&] { zf::parse_spec(j, kSrc); }, {std::string(kSrc) + ": " + field, what});
+}
+
+TEST(Spec, DefaultsParse) {
+  zf::Spec d;
+  zf::Spec s = zf::parse_spec(json::object(), kSrc);
+  EXPECT_EQ(s.source, kSrc);
+  EXPECT_EQ(s.to_json(), d.to_json());
+  EXPECT_EQ(s.strategy, "device-adam");
+  EXPECT_EQ(s.model.hidden, (std::vector<int>{256, 128}));
+  EXPECT_EQ(s.train.batch_size, 128);
+  EXPECT_EQ(s.runtime.sched, "lws");
+  EXPECT_FLOAT_EQ(s.optimizer.beta2, 0.999f);
+}
+
+TEST(Spec, ToJsonRoundTrips) {
+  zf::Spec s = zf::parse_spec(json::object(), kSrc);
+  s.strategy = "zero-offload";
+  s.model.hidden = {32, 16, 8};
+  s.train.batch_size = 64;
+  s.runtime.tile_elems = 4096;
+  zf::Spec t = zf::parse_spec(s.to_json(), kSrc);
+  EXPECT_EQ(t.to_json(), s.to_json());
+}
+
+TEST(Spec, ShippedSpecsParse) {
+  int n = 0;
+  for (auto& e : fs::directory_iterator(fs::path(ZF_SOURCE_DIR) / "graphs" / "specs")) {
+    if (e.path().extension() != ".json") continue;
+    SCOPED_TRACE(e.path().string());
+    ++n;
+    zf::Spec s;
+    ASSERT_NO_THROW(s = zf::load_spec(e.path().string(), {}));
+    EXPECT_EQ(s.source, e.path().string());
+    EXPECT_FALSE(s.model.hidden.empty());
+  }
+  EXPECT_GE(n, 1) << "no graphs/specs/*.json found";
+}
+
+TEST(Spec, PartialSectionsKeepDefaults) {
+  zf::Spec s = zf::parse_spec(json{{"train", {{"batch_size", 32}}}, {"model", {{"hidden", {8}}}}}, kSrc);
+  EXPECT_EQ(s.train.batch_size, 32);
+  EXPECT_EQ(s.train.eval_batch_size, 1000);
+  EXPECT_EQ(s.model.hidden, std::vector<int>{8});
+  EXPECT_EQ(s.model.activation, "relu");
+}
+
+TEST(Spec, UnknownKeyTopLevel) {
+  expect_spec_error(json{{"nmae", "x"}}, "nmae", "unknown key");
+  expect_spec_error(json{{"name", "x"}, {"optimiser", json::object()}}, "optimiser", "unknown key");
+}
+
+TEST(Spec, UnknownKeyNested) {
+  expect_spec_error(json{{"model", {{"hiden", {8}}}}}, "model.hiden", "unknown key");
+  expect_spec_error(json{{"train", {{"batchsize", 8}}}}, "train.batchsize", "unknown key");
+  expect_spec_error(json{{"optimizer", {{"beta1", 0.9}}}}, "optimizer.beta1", "unknown key");
+  expect_spec_error(json{{"runtime", {{"scheduler", "lws"}}}}, "runtime.scheduler", "unknown key");
+  expect_spec_error(json{{"data", {{"path", "/x"}}}}, "data.path", "unknown key");
+  expect_spec_error(json{{"log", {{"evry", 1}}}}, "log.evry", "unknown key");
+  // the message lists the keys that are known there
+  expect_input_error([] { zf::parse_spec(json{{"model", {{"hiden", {8}}}}}, kSrc); }, {"hidden", "activation"});
+}
+
+TEST(Spec, WrongType) {
+  expect_spec_error(json::array(), "(top level)", "expected an object");
+  expect_spec_error(json{{"name", 3}}, "name", "expected a string");
+  expect_spec_error(json{{"strategy", true}}, "strategy", "expected a string");
+  expect_spec_error(json{{"model", {8, 4}}}, "model", "expected an object");
+  expect_spec_error(json{{"train", "fast"}}, "train", "expected an object");
+  expect_spec_error(json{{"train", {{"batch_size", "128"}}}}, "train.batch_size", "expected an integer, got a string");
+  expect_spec_error(json{{"train", {{"batch_size", 12.5}}}}, "train.batch_size", "expected an integer");
+  expect_spec_error(json{{"train", {{"steps", nullptr}}}}, "train.steps", "expected an integer, got null");
+  expect_spec_error(json{{"optimizer", {{"lr", "0.1"}}}}, "optimizer.lr", "expected a number, got a string");
+  expect_spec_error(json{{"optimizer", {{"betas", 0.9}}}}, "optimizer.betas", "expected [beta1, beta2]");
+  expect_spec_error(json{{"optimizer", {{"betas", {0.9}}}}}, "optimizer.betas", "expected [beta1, beta2]");
+  expect_spec_error(json{{"optimizer", {{"betas", {"0.9", 0.999}}}}}, "optimizer.betas", "expected [beta1, beta2]");
+  expect_spec_error(json{{"model", {{"hidden", 8}}}}, "model.hidden", "expected an array");
+  expect_spec_error(json{{"model", {{"hidden", {8, "4"}}}}}, "model.hidden[1]", "expected an integer width");
+  expect_spec_error(json{{"runtime", {{"sched", 1}}}}, "runtime.sched", "expected a string");
+  expect_spec_error(json{{"runtime", {{"device_workers", 1.0}}}}, "runtime.device_workers", "expected an integer");
+  expect_spec_error(json{{"data", {{"dir", {"a"}}}}}, "data.dir", "expected a string, got an array");
+  expect_spec_error(json{{"log", {{"every", false}}}}, "log.every", "expected an integer, got a boolean");
+}
+
+TEST(Spec, ImpossibleValues) {
+  expect_spec_error(json{{"train", {{"batch_size", 0}}}}, "train.batch_size", "outside [1,");
+  expect_spec_error(json{{"train", {{"batch_size", -4}}}}, "train.batch_size", "outside");
+  expect_spec_error(json{{"train", {{"epochs", 0}}}}, "train.epochs", "outside");
+  expect_spec_error(json{{"train", {{"steps", -1}}}}, "train.steps", "outside");
+  expect_spec_error(json{{"train", {{"eval_batch_size", 0}}}}, "train.eval_batch_size", "outside");
+  expect_spec_error(json{{"optimizer", {{"lr", -0.001}}}}, "optimizer.lr", "outside (0,");
+  expect_spec_error(json{{"optimizer", {{"lr", 0}}}}, "optimizer.lr", "outside (0,");
+  expect_spec_error(json{{"optimizer", {{"eps", 0.0}}}}, "optimizer.eps", "outside");
+  expect_spec_error(json{{"optimizer", {{"weight_decay", -0.1}}}}, "optimizer.weight_decay", "outside");
+  expect_spec_error(json{{"optimizer", {{"betas", {1.0, 0.999}}}}}, "optimizer.betas[0]", "[0, 1)");
+  expect_spec_error(json{{"optimizer", {{"betas", {-0.1, 0.999}}}}}, "optimizer.betas[0]", "[0, 1)");
+  expect_spec_error(json{{"optimizer", {{"betas", {0.9, 1.5}}}}}, "optimizer.betas[1]", "[0, 1)");
+  expect_spec_error(json{{"model", {{"hidden", {8, 0}}}}}, "model.hidden[1]", "outside [1,");
+  expect_spec_error(json{{"model", {{"activation", "tanh"}}}}, "model.activation", "'tanh' is not one of: relu, gelu");
+  expect_spec_error(json{{"model", {{"type", "gpt"}}}}, "model.type", "is not one of");
+  expect_spec_error(json{{"data", {{"dataset", "mnist"}}}}, "data.dataset", "is not one of");
+  expect_spec_error(json{{"data", {{"train_limit", -1}}}}, "data.train_limit", "outside");
+  expect_spec_error(json{{"runtime", {{"tile_elems", 1000}}}}, "runtime.tile_elems", "multiple of 16");
+  expect_spec_error(json{{"runtime", {{"tile_elems", 8}}}}, "runtime.tile_elems", "outside");
+  expect_spec_error(json{{"runtime", {{"lookahead", 0}}}}, "runtime.lookahead", "outside");
+  expect_spec_error(json{{"runtime", {{"device_workers", -1}}}}, "runtime.device_workers", "outside");
+  expect_spec_error(json{{"log", {{"every", -1}}}}, "log.every", "outside");
+}
+
+TEST(Spec, UnknownSchedPolicy) {
+  expect_spec_error(json{{"runtime", {{"sched", "fastest"}}}}, "runtime.sched",
+                    "unknown StarPU scheduling policy 'fastest'");
+  // the message lists the known policies
+  expect_input_error([] { zf::parse_spec(json{{"runtime", {{"sched", "fastest"}}}}, kSrc); }, {"lws", "dmda"});
+  for (const char* p : {"lws", "eager", "prio", "dmda", "dmdas", "ws"}) {
+    SCOPED_TRACE(p);
+    EXPECT_EQ(zf::parse_spec(json{{"runtime", {{"sched", p}}}}, kSrc).runtime.sched, p);
+  }
+}
+
+TEST(Spec, UnknownStrategy) {
+  expect_spec_error(json{{"strategy", "zero"}}, "strategy", "'zero' is not one of: device-adam, zero-offload");
+  EXPECT_EQ(zf::parse_spec(json{{"strategy", "zero-offload"}}, kSrc).strategy, "zero-offload");
+}
+
+TEST(Spec, WorkersExceedMaxCpus) {
+  const int max = zf::Runtime::max_cpu_workers();
+  expect_spec_error(json{{"runtime", {{"device_workers", max}, {"host_workers", 1}}}}, "runtime.device_workers",
+                    "STARPU_MAXCPUS");
+  expect_spec_error(json{{"runtime", {{"host_workers", max + 1}}}}, "runtime.host_workers", "outside");
+  if (max >= 2) {
+    zf::Spec s = zf::parse_spec(json{{"runtime", {{"device_workers", max - 1}, {"host_workers", 1}}}}, kSrc);
+    EXPECT_EQ(s.runtime.device_workers + s.runtime.host_workers, max);
+  }
+}
+
+TEST(SpecOverride, NestedPathCreatesObjects) {
+  json j = json::object();
+  zf::apply_override(j, "train.batch_size=256", kSrc);
+  zf::apply_override(j, "model.hidden=[8,4]", kSrc);
+  zf::apply_override(j, "optimizer.lr=1e-2", kSrc);
+  EXPECT_EQ(j["train"]["batch_size"], 256);
+  EXPECT_TRUE(j["train"]["batch_size"].is_number_integer());
+  EXPECT_EQ(j["model"]["hidden"], json({8, 4}));
+  zf::Spec s = zf::parse_spec(j, kSrc);
+  EXPECT_EQ(s.train.batch_size, 256);
+  EXPECT_EQ(s.model.hidden, (std::vector<int>{8, 4}));
+  EXPECT_FLOAT_EQ(s.optimizer.lr, 1e-2f);
+}
+
+TEST(SpecOverride, KeepsSiblings) {
+  json j = {{"train", {{"batch_size", 32}, {"seed", 7}}}};
+  zf::apply_override(j, "train.batch_size=64", kSrc);
+  EXPECT_EQ(j["train"]["batch_size"], 64);
+  EXPECT_EQ(j["train"]["seed"], 7);
+}
+
+TEST(SpecOverride, JsonValueVersusBareString) {
+  json j = json::object();
+  zf::apply_override(j, "strategy=zero-offload", kSrc);  // not JSON: taken as a string
+  EXPECT_EQ(j["strategy"], "zero-offload");
+  zf::apply_override(j, "name=\"42\"", kSrc);  // a JSON string
+  EXPECT_EQ(j["name"], "42");
+  zf::apply_override(j, "runtime.sched=\"dmda\"", kSrc);
+  EXPECT_EQ(j["runtime"]["sched"], "dmda");
+  zf::apply_override(j, "data.dir=/tmp/some dir", kSrc);
+  EXPECT_EQ(j["data"]["dir"], "/tmp/some dir");
+  zf::apply_override(j, "data.train_limit=100", kSrc);
+  EXPECT_TRUE(j["data"]["train_limit"].is_number_integer());
+  // 42 is JSON: a number, which the spec then rejects for a string field
+  zf::apply_override(j, "name=42", kSrc);
+  EXPECT_TRUE(j["name"].is_number());
+  expect_spec_error(j, "name", "expected a string, got a number");
+  // a quoted number stays a string, which an integer field rejects
+  json k = json::object();
+  zf::apply_override(k, "train.batch_size=\"64\"", kSrc);
+  expect_spec_error(k, "train.batch_size", "expected an integer, got a string");
+}
+
+TEST(SpecOverride, IntoNonObjectIsAnError) {
+  json j = {{"name", "x"}, {"model", {{"hidden", {8}}}}};
+  expect_input_error([&] { zf::apply_override(j, "name.first=1", kSrc); },
+                     {"--set name.first=1", "'name' is not an object", kSrc});
+  expect_input_error([&] { zf::apply_override(j, "model.hidden.width=8", kSrc); },
+                     {"'model.hidden' is not an object", kSrc});
+  json arr = json::array();
+  expect_input_error([&] { zf::apply_override(arr, "a=1", kSrc); }, {"--set a=1", "not an object", kSrc});
+}
+
+TEST(SpecOverride, MalformedAssignment) {
+  json j = json::object();
+  expect_input_error([&] { zf::apply_override(j, "train.batch_size", kSrc); },
+                     {"--set train.batch_size", "expected FIELD.PATH=VALUE"});
+  expect_input_error([&] { zf::apply_override(j, "=5", kSrc); }, {"--set =5", "expected FIELD.PATH=VALUE"});
+  expect_input_error([&] { zf::apply_override(j, "train..batch_size=5", kSrc); }, {"empty component"});
+  expect_input_error([&] { zf::apply_override(j, "train.=5", kSrc); }, {"empty component"});
+}
+
+TEST(SpecFile, LoadWithOverrides) {
+  TempDir d;
+  std::string p = d.file("base.json", R"({"name": "t", "train": {"batch_size": 32}})");
+  zf::Spec s = zf::load_spec(p, {"train.batch_size=16", "strategy=zero-offload", "model.hidden=[4]"});
+  EXPECT_EQ(s.source, p);
+  EXPECT_EQ(s.name, "t");
+  EXPECT_EQ(s.train.batch_size, 16);
+  EXPECT_EQ(s.strategy, "zero-offload");
+  EXPECT_EQ(s.model.hidden, std::vector<int>{4});
+}
+
+TEST(SpecFile, ErrorsNameTheFile) {
+  TempDir d;
+  std::string p = d.file("bad-key.json", R"({"model": {"hiden": [8]}})");
+  expect_input_error([&] { zf::load_spec(p, {}); }, {p + ": model.hiden", "unknown key", "bad-key.json"});
+  std::string q = d.file("ok.json", R"({"train": {"batch_size": 32}})");
+  // an impossible value that came from --set still names the spec file and the field
+  expect_input_error([&] { zf::load_spec(q, {"train.batch_size=0"}); }, {"ok.json: train.batch_size", "outside"});
+  expect_input_error([&] { zf::load_spec(q, {"train.batch_size=abc"}); },
+                     {"ok.json: train.batch_size", "expected an integer, got a string"});
+  expect_input_error([&] { zf::load_spec(q, {"runtime.sched=nope"}); }, {"ok.json: runtime.sched", "nope"});
+  expect_input_error([&] { zf::load_spec(q, {"train.batch_size.x=1"}); }, {"ok.json", "'train.batch_size' is not an object"});
+  std::string r = d.file("wrong-type.json", R"({"optimizer": {"lr": "fast"}})");
+  expect_input_error([&] { zf::load_spec(r, {}); }, {"wrong-type.json: optimizer.lr", "expected a number"});
+}
+
+TEST(SpecFile, InvalidJson) {
+  TempDir d;
+  std::string p = d.file("broken.json", "{\"name\": \"x\",\n  \"train\": {\"batch_size\": 12,}\n");
+  expect_input_error([&] { zf::load_spec(p, {}); }, {p, "broken.json", "not valid JSON"});
+  std::string e = d.file("empty.json", "");
+  expect_input_error([&] { zf::read_json_file(e); }, {"empty.json", "not valid JSON"});
+}
+
+TEST(SpecFile, MissingFile) {
+  TempDir d;
+  std::string p = d.path("does-not-exist.json");
+  expect_input_error([&] { zf::load_spec(p, {}); }, {p, "does-not-exist.json", "cannot open"});
+}
+
+TEST(Spec, StepsArithmetic) {
+  zf::Spec s = zf::parse_spec(json{{"train", {{"batch_size", 100}, {"epochs", 3}}}}, kSrc);
+  EXPECT_EQ(zf::steps_per_epoch(s, 1050), 10);
+  EXPECT_EQ(zf::total_steps(s, 1050), 30);
+  EXPECT_EQ(zf::steps_per_epoch(s, 50), 1);  // never zero
+  s.train.steps = 7;
+  EXPECT_EQ(zf::total_steps(s, 1050), 7);
+}
+
+}  // namespace

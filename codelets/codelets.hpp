@@ -4,6 +4,7 @@
 // (out_features, in_features); activations are (B, features).
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
@@ -53,6 +54,36 @@ void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, co
 void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Tensor& dst, Slice ds);
 // x = 0
 void insert_zero(const SubmitOptions& opt, const Tensor& x);
+
+// ---- ZenFlow column operations (kernels/cpu/select.cpp). A weight is (R, C); sel is an int32
+// tensor of k sorted column indices.
+void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2);
+void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel);
+void insert_gather_columns(const SubmitOptions& opt, const Tensor& w, const Tensor& sel, const Tensor& out);
+void insert_scatter_columns(const SubmitOptions& opt, const Tensor& in, const Tensor& sel, const Tensor& w);
+void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
+                           const Tensor& sel, const Tensor& g_sel, const Tensor& m, const Tensor& v);
+// Merge of a host result tile into the device weight: w[ws] = src except selected columns
+// (sel == nullptr: every column). When log != nullptr the execution is recorded there.
+struct MergeEvent {
+  int64_t job;          // host update index
+  int64_t newest_step;  // last step whose gradient the update contains
+  int64_t merge_step;   // step at whose end it is applied
+  double start_us, end_us;
+};
+class MergeLog {
+ public:
+  void add(const MergeEvent& e) noexcept;
+  std::vector<MergeEvent> events() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<MergeEvent> ev_;
+};
+void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,
+                  MergeLog* log, const MergeEvent& ev);
+// out (2 doubles) = {sum |g|, sum over selected columns of |g|}
+void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out);
 
 // ---- data: x (B, D) float = pixels/255 of the rows `indices` of a uint8 (rows, D) table;
 // labels (B) int32. The table must outlive the task.

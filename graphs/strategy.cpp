@@ -98,7 +98,10 @@ class ZeroOffload final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params) {
+std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                        int64_t steps_per_epoch) {
+  if (spec.strategy == "zenflow") return make_zenflow(spec, rt, params, steps_per_epoch);
+  if (spec.strategy == "zero-offload-dpu") return make_zero_offload_dpu(spec, rt, params);
   if (spec.strategy == "device-adam") return std::make_unique<DeviceAdam>(rt, params, spec);
   if (spec.strategy == "zero-offload") return std::make_unique<ZeroOffload>(rt, params, spec);
   throw InputError(spec.source + ": strategy", "unknown strategy '" + spec.strategy + "'");

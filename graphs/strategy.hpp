@@ -3,6 +3,9 @@
 //   device-adam   AdamW on the device, no offload (the speed reference).
 //   zero-offload  gradients to host buffers, AdamW on fp32 master weights in the host context,
 //                 parameters back; the next forward waits for them (ZeRO-Offload).
+//   zero-offload-dpu  the same with ZeRO-Offload's one-step delayed parameter update.
+//   zenflow       top-k columns on the device, the rest accumulated and updated on the host
+//                 with bounded staleness (graphs/zenflow.cpp, docs/zenflow.md).
 // Device-side and host-side copies are separate handles; every crossing is a copy task whose
 // bytes are counted.
 #pragma once
@@ -52,6 +55,11 @@ class Strategy {
   int64_t d2h_ = 0, h2d_ = 0;
 };
 
-std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params);
+std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                        int64_t steps_per_epoch);
+// graphs/zenflow.cpp
+std::unique_ptr<Strategy> make_zenflow(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                       int64_t steps_per_epoch);
+std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params);
 
 }  // namespace zf

@@ -110,9 +110,9 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   StepStatus& status = rt.tracker().status();
   std::unique_ptr<Workload> wl = make_workload(spec, &status);
   if (!opt.init_path.empty()) load_weights(*wl, opt.init_path);
-  std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params());
-
   const int64_t per_epoch = steps_per_epoch(spec, wl->epoch_size());
+  std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params(), per_epoch);
+
   const int64_t T = total_steps(spec, wl->epoch_size());
   const int B = wl->batch_size();
   const int L = spec.runtime.lookahead;

@@ -113,7 +113,7 @@ ImageSet load_idx_pair(const std::string& images_path, const std::string& labels
 
 FashionMnist load_fashion_mnist(const std::string& dir, int64_t train_limit, int64_t test_limit) {
   if (!std::filesystem::is_directory(dir))
-    throw InputError(dir, "not a directory (install the Debian package dataset-fashion-mnist, or set data.dir)");
+    throw InputError(dir.empty() ? "data.dir ''" : dir, "not a directory (install the Debian package dataset-fashion-mnist, or set data.dir)");
   FashionMnist f;
   f.train = load_idx_pair(dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
                           train_limit, 10);

@@ -62,7 +62,7 @@ expect() {
 expect 0 "--help exits 0 and mentions --strategy" "--strategy" "--sched" "--set" -- --help
 expect 2 "unknown option" "--bogus-option" -- "$SPEC" --bogus-option
 expect 2 "--steps not a number" "--steps" -- "$SPEC" --steps many
-expect 2 "--steps negative" "--steps" -- "$SPEC" --steps -5 --print-spec
+expect 2 "--steps negative" "--steps" "not in range" -- "$SPEC" --steps -5 --print-spec
 expect 2 "no spec file given" "spec file is required" --
 expect 2 "nonexistent spec file" "$TMP/no-such-spec.json" "cannot open" -- "$TMP/no-such-spec.json"
 
@@ -86,6 +86,9 @@ printf '{"name": "x",\n "train": {"batch_size": 8,}}\n' >"$TMP/broken.json"
 expect 2 "spec not valid JSON" "broken.json" "not valid JSON" -- "$TMP/broken.json"
 expect 2 "unknown --sched policy" "runtime.sched" "no-such-policy" -- "$SPEC" --sched no-such-policy
 expect 2 "unknown --strategy" "strategy" "no-such-strategy" "device-adam, zero-offload" -- "$SPEC" --strategy no-such-strategy
+expect 2 "--metrics into a missing directory" "--metrics $TMP/no-such-dir/m.json" "does not exist" \
+  -- "$SPEC" --metrics "$TMP/no-such-dir/m.json" --steps 2 "${SMALL[@]}"
+expect 2 "--save onto a directory" "--save $TMP" "is a directory" -- "$SPEC" --save "$TMP" --steps 2 "${SMALL[@]}"
 expect 0 "--print-spec with overrides" '"batch_size": 64' '"zero-offload"' \
   -- "$SPEC" --set train.batch_size=64 --strategy zero-offload --sched eager --print-spec
 

@@ -279,6 +279,10 @@ TEST(FashionMnistDir, MissingDirectory) {
   expect_input_error([&] { zf::load_fashion_mnist(p, 0, 0); }, {p, "not a directory", "data.dir"});
 }
 
+TEST(FashionMnistDir, EmptyDirNamesTheField) {
+  expect_input_error([&] { zf::load_fashion_mnist("", 0, 0); }, {"data.dir", "not a directory"});
+}
+
 TEST(FashionMnistDir, MissingFileInDirectory) {
   TempDir d;
   std::string dir = d.path("fm");

@@ -1,12 +1,25 @@
 // zenflow-run: train a model from a graph spec. Exit codes: 0 ok, 2 bad input (spec, data
 // file, weights file, command line), 1 engine failure, 77 no device for a codelet.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <iostream>
 
 #include "graphs/spec.hpp"
 #include "graphs/trainer.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
+
+// An output file (--metrics, --save) that cannot be written is bad input: say so before the run,
+// not after it.
+static void check_output_path(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir))
+    throw zf::InputError(option + " " + path, "directory " + dir.string() + " does not exist");
+  if (fs::is_directory(path)) throw zf::InputError(option + " " + path, "is a directory, expected a file name");
+}
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -23,7 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "override a spec field: --set train.batch_size=256 (repeatable; "
                                 "the value is JSON, or a string)");
   app.add_option("--steps", steps, "number of training steps (overrides train.steps/epochs)")
-      ->check(CLI::NonNegativeNumber);  // a negative count is an error, not "use the spec's"
+      ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));  // as train.steps; negative is an error
   app.add_option("--strategy", strategy, "device-adam | zero-offload (overrides the spec)");
   app.add_option("--sched", sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "
                                    "prio, dmda, dmdas (see --list-policies)");
@@ -56,6 +69,8 @@ int main(int argc, char** argv) {
       std::cout << spec.to_json().dump(2) << "\n";
       return 0;
     }
+    check_output_path("--metrics", metrics);
+    check_output_path("--save", save);
     zf::RunOptions o;
     o.quiet = quiet;
     o.metrics_path = metrics;

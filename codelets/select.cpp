@@ -1,0 +1,197 @@
+// ZenFlow's codelets: column importance, top-k, gather/scatter, selective AdamW, the merge of
+// host results into device weights, and the gradient mass read by the auto update rule.
+#include <starpu.h>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+
+void MergeLog::add(const MergeEvent& e) noexcept {
+  try {
+    std::lock_guard<std::mutex> lk(mu_);
+    ev_.push_back(e);
+  } catch (...) {
+  }
+}
+
+std::vector<MergeEvent> MergeLog::events() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return ev_;
+}
+
+namespace {
+
+struct ColArgs {
+  int R, C, k;
+  int l2;
+  AdamParams hp;
+  int64_t step;
+};
+struct MergeArgs {
+  int C, k;
+  size_t off, n;
+  MergeLog* log;
+  MergeEvent ev;
+};
+
+void importance_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  kernels::cpu::column_importance(vec_ptr(b[0]), p->R, p->C, p->l2 != 0, vec_ptr(b[1]));
+}
+void topk_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  kernels::cpu::topk_columns(vec_ptr(b[0]), p->C, p->k, vec_as<int32_t>(b[1]));
+}
+void gather_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  kernels::cpu::gather_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]));
+}
+void scatter_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  kernels::cpu::scatter_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]));
+}
+void selective_adam_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  kernels::cpu::selective_adam(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
+                               vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step);
+}
+void grad_mass_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  double* out = vec_as<double>(b[2]);
+  kernels::cpu::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, &out[0], &out[1]);
+}
+void merge_common(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
+  double t0 = starpu_timing_now();
+  kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0);
+  if (p->log) {
+    MergeEvent e = p->ev;
+    e.start_us = t0;
+    e.end_us = starpu_timing_now();
+    p->log->add(e);
+  }
+}
+void merge_all_cpu(void* b[], void* a) noexcept { merge_common(b, static_cast<MergeArgs*>(a), nullptr); }
+void merge_sel_cpu(void* b[], void* a) noexcept {
+  merge_common(b, static_cast<MergeArgs*>(a), vec_as<int32_t>(b[2]));
+}
+
+starpu_codelet& importance_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_column_importance", importance_cpu, ZF_CUDA_FUNC(nullptr), 2,
+                                          {STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& topk_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_topk", topk_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& gather_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_gather_columns", gather_cpu, ZF_CUDA_FUNC(nullptr), 3,
+                                          {STARPU_R, STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& scatter_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_scatter_columns", scatter_cpu, ZF_CUDA_FUNC(nullptr), 3,
+                                          {STARPU_R, STARPU_R, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& selective_adam_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_selective_adam", selective_adam_cpu, ZF_CUDA_FUNC(nullptr), 5,
+                    {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& grad_mass_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_grad_mass", grad_mass_cpu, ZF_CUDA_FUNC(nullptr), 3,
+                                          {STARPU_R, STARPU_R, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& merge_all_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_merge", merge_all_cpu, ZF_CUDA_FUNC(nullptr), 2,
+                                          {STARPU_R, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& merge_sel_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_merge_selected", merge_sel_cpu, ZF_CUDA_FUNC(nullptr), 3,
+                                          {STARPU_R, STARPU_RW, STARPU_R}}, &m);
+  return c;
+}
+
+ColArgs dims(const SubmitOptions& opt, const Tensor& w, const Tensor* sel) {
+  expect(w.shape().size() == 2, opt, "expected a 2-D weight: " + shape_str(w));
+  ColArgs a{};
+  a.R = (int)w.dim(0);
+  a.C = (int)w.dim(1);
+  a.k = sel ? (int)sel->numel() : 0;
+  expect(!sel || (a.k >= 1 && a.k <= a.C), opt, "selection of " + std::to_string(a.k) + " columns of " + shape_str(w));
+  return a;
+}
+
+}  // namespace
+
+void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2) {
+  ColArgs a = dims(opt, g, nullptr);
+  expect(imp.numel() == (size_t)a.C, opt, shape_str(imp) + " must hold one value per column");
+  a.l2 = l2 ? 1 : 0;
+  TaskBuilder(importance_cl(), opt).r(g).w(imp).args(a).submit();
+}
+
+void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel) {
+  ColArgs a{};
+  a.C = (int)imp.numel();
+  a.k = (int)sel.numel();
+  expect(a.k >= 1 && a.k <= a.C, opt, "top-k of " + std::to_string(a.k) + " out of " + std::to_string(a.C));
+  TaskBuilder(topk_cl(), opt).r(imp).w(sel).args(a).submit();
+}
+
+void insert_gather_columns(const SubmitOptions& opt, const Tensor& w, const Tensor& sel, const Tensor& out) {
+  ColArgs a = dims(opt, w, &sel);
+  expect(out.numel() == (size_t)a.R * a.k, opt, shape_str(out) + " must be (R, k)");
+  TaskBuilder(gather_cl(), opt).r(w).r(sel).w(out).args(a).submit();
+}
+
+void insert_scatter_columns(const SubmitOptions& opt, const Tensor& in, const Tensor& sel, const Tensor& w) {
+  ColArgs a = dims(opt, w, &sel);
+  expect(in.numel() == (size_t)a.R * a.k, opt, shape_str(in) + " must be (R, k)");
+  TaskBuilder(scatter_cl(), opt).r(in).r(sel).rw(w).args(a).submit();
+}
+
+void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
+                           const Tensor& sel, const Tensor& g_sel, const Tensor& m, const Tensor& v) {
+  ColArgs a = dims(opt, w, &sel);
+  const size_t rk = (size_t)a.R * a.k;
+  expect(g_sel.numel() == rk && m.numel() == rk && v.numel() == rk, opt, "g_sel, m and v must be (R, k)");
+  expect(step >= 1, opt, "adam: step counts from 1");
+  a.hp = hp;
+  a.step = step;
+  TaskBuilder(selective_adam_cl(), opt).rw(w).r(sel).r(g_sel).rw(m).rw(v).args(a).submit();
+}
+
+void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,
+                  MergeLog* log, const MergeEvent& ev) {
+  ColArgs d = dims(opt, w, sel);
+  expect(ws.offset + ws.n <= w.numel() && ws.n == src.numel(), opt, "merge slice does not match " + shape_str(src));
+  MergeArgs a{d.C, d.k, ws.offset, ws.n, log, ev};
+  if (sel)
+    TaskBuilder(merge_sel_cl(), opt).r(src).rw(w).r(*sel).args(a).submit();
+  else
+    TaskBuilder(merge_all_cl(), opt).r(src).rw(w).args(a).submit();
+}
+
+void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out) {
+  ColArgs a = dims(opt, g, &sel);
+  expect(out.bytes() >= 2 * sizeof(double), opt, "grad mass needs 2 doubles");
+  TaskBuilder(grad_mass_cl(), opt).r(g).r(sel).w(out).args(a).submit();
+}
+
+}  // namespace zf

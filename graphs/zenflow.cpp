@@ -1,0 +1,375 @@
+// The zenflow strategy (docs/zenflow.md) and ZeRO-Offload's delayed parameter update
+// (zero-offload-dpu). The step builder submits tasks only; every ordering, including the bounded
+// staleness, comes from data dependencies:
+//   accumulate(t) -> acc[j % (D+1)] -RAW-> host AdamW of job j -> res[j % (D+1)]
+//   merge of job j at the boundary of job j + D -RAW-> waits for job j (the only place the
+//   device can wait), and the next forward reads the merged weights (RAW).
+//   acc/res slots are reused D+1 jobs later (WAR), so at most D+1 host jobs are in flight.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <set>
+
+#include "graphs/strategy.hpp"
+
+namespace zf {
+namespace {
+
+struct Matrix {  // a 2-D weight and its ZenFlow state
+  Param* p;
+  int R, C, k;
+  Tensor sel, imp, g_sel, m_sel, v_sel;      // device side
+  Tensor m_sel_host, v_sel_host;             // offload: selective moments kept on the host
+  Tensor mass;                               // {sum|g|, sum|g[:, sel]|} of the last step (auto rule)
+  HostTensor master, m, v, resync;           // host side
+  std::vector<HostTensor> acc, res;          // rings of D+1
+  double A = 0.0, N = 0.0;                   // auto rule
+  double mass_host[2] = {0, 0};
+  std::vector<std::vector<int32_t>> selections;  // read back at every selection (metrics)
+};
+
+struct Vector {  // a 1-D parameter: device AdamW every step
+  Param* p;
+  Tensor m, v;
+};
+
+struct Pending {
+  int64_t job, slot, newest_step;
+};
+
+class ZenFlowStrategy final : public Strategy {
+ public:
+  ZenFlowStrategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, int64_t spe)
+      : Strategy(rt, params, spec), z_(spec.zenflow) {
+    D_ = z_.staleness();
+    W_ = z_.full_warm_up_rounds;
+    K_ = z_.update_interval;  // -1: auto
+    S_ = select_interval_steps(spec, spe);
+    if (K_ > 0 && S_ != 0 && S_ < K_)
+      throw InputError(spec.source + ": zenflow.select_interval",
+                       "the select interval (" + std::to_string(S_) + " steps) must be >= update_interval (" +
+                           std::to_string(K_) + ")");
+    const int ring = D_ + 1;
+    for (Param* p : params_) {
+      if (!p->is_matrix()) {
+        vec_.push_back(Vector{p, Tensor::home(p->value.shape(), p->name + ".m"),
+                              Tensor::home(p->value.shape(), p->name + ".v")});
+        continue;
+      }
+      auto mx = std::make_unique<Matrix>();
+      Matrix& w = *mx;
+      w.p = p;
+      w.R = (int)p->rows();
+      w.C = (int)p->cols();
+      w.k = std::clamp((int)std::floor(z_.topk_ratio * w.C), 1, w.C);
+      const std::string& n = p->name;
+      const size_t numel = p->value.numel();
+      w.sel = Tensor::home({w.k}, n + ".sel", sizeof(int32_t));
+      w.imp = Tensor::lazy({w.C}, n + ".importance");
+      w.g_sel = Tensor::lazy({w.R, w.k}, n + ".g_sel");
+      if (z_.offload) {
+        w.m_sel_host = Tensor::home({w.R, w.k}, n + ".m_sel.host");
+        w.v_sel_host = Tensor::home({w.R, w.k}, n + ".v_sel.host");
+        w.m_sel = Tensor::lazy({w.R, w.k}, n + ".m_sel");
+        w.v_sel = Tensor::lazy({w.R, w.k}, n + ".v_sel");
+      } else {
+        w.m_sel = Tensor::home({w.R, w.k}, n + ".m_sel");
+        w.v_sel = Tensor::home({w.R, w.k}, n + ".v_sel");
+      }
+      w.mass = Tensor::home({2}, n + ".mass", sizeof(double));
+      w.master = HostTensor(n + ".master", numel, tile_elems_);
+      w.m = HostTensor(n + ".m", numel, tile_elems_);
+      w.v = HostTensor(n + ".v", numel, tile_elems_);
+      w.resync = HostTensor(n + ".resync", numel, tile_elems_);
+      for (int i = 0; i < ring; ++i) {
+        w.acc.emplace_back(n + ".acc" + std::to_string(i), numel, tile_elems_);
+        w.res.emplace_back(n + ".res" + std::to_string(i), numel, tile_elems_);
+      }
+      to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
+      mat_.push_back(std::move(mx));
+    }
+  }
+
+  const char* name() const override { return "zenflow"; }
+
+  bool is_select(int64_t t) const { return t >= W_ && (t == W_ || (S_ != 0 && t % S_ == 0)); }
+
+  bool is_update(int64_t t) const {
+    if (t < W_) return true;
+    if (K_ > 0 && (t + 1 - W_) % K_ == 0) return true;
+    if (K_ < 0 && last_vote_) return true;
+    return S_ != 0 && (t + 1) % S_ == 0;
+  }
+
+  void submit_update(int64_t t) override {
+    if (K_ < 0 && t - 1 >= W_) last_vote_ = auto_vote(t - 1);
+    else last_vote_ = false;
+
+    // 1. selection
+    const bool select = is_select(t);
+    if (select) {
+      for (auto& wp : mat_) {
+        Matrix& w = *wp;
+        const std::string& n = w.p->name;
+        if (t != 0) {  // M <- P: staged so the device never waits for in-flight host jobs
+          to_host(rt_.device(t).named("d2h.resync." + n), w.p->value, w.resync);
+          for (size_t i = 0; i < w.master.tiles.size(); ++i)
+            insert_copy(rt_.host(t).named("resync." + n + "[" + std::to_string(i) + "]"), w.resync.tiles[i],
+                        whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
+        }
+        SubmitOptions o = rt_.device(t);
+        insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
+        insert_topk(o.named("select.topk." + n), w.imp, w.sel);
+        insert_zero(o.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);
+        insert_zero(o.named("select.zero_v." + n), z_.offload ? w.v_sel_host : w.v_sel);
+        w.selections.emplace_back(w.k);
+        rt_.read_async(w.sel, w.selections.back().data(), w.k * sizeof(int32_t), t);
+      }
+      selected_ = true;
+    }
+
+    // 2. accumulation of the full gradient into this interval's buffer
+    const int64_t slot = job_ % (D_ + 1);
+    for (auto& wp : mat_) {
+      Matrix& w = *wp;
+      const HostTensor& acc = w.acc[slot];
+      for (size_t i = 0; i < acc.tiles.size(); ++i) {
+        const std::string nm = "accumulate." + w.p->name + "[" + std::to_string(i) + "]";
+        if (n_ == 0)
+          insert_copy(rt_.device(t).named(nm), w.p->grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
+        else
+          insert_accumulate(rt_.device(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), w.p->grad, acc.slices[i], 1.0f);
+      }
+      d2h_ += (int64_t)w.p->grad.bytes();
+    }
+    ++n_;
+
+    // 3. host update at the interval's boundary, merge of the job D intervals back
+    if (is_update(t)) {
+      update_steps_.push_back(t);
+      const float scale = 1.0f / (float)n_;
+      const bool sync = t < W_ || D_ == 0;
+      for (auto& wp : mat_) {
+        Matrix& w = *wp;
+        for (size_t i = 0; i < w.master.tiles.size(); ++i) {
+          const std::string s = w.p->name + "[" + std::to_string(i) + "]";
+          insert_adam_step(rt_.host(t).named("adam.host." + s), hp_, t + 1, scale, w.master.tiles[i],
+                           whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
+                           w.m.tiles[i], w.v.tiles[i]);
+          if (!sync)
+            insert_copy(rt_.host(t).named("result." + s), w.master.tiles[i], whole(w.master.tiles[i]),
+                        w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
+        }
+      }
+      if (sync) {
+        merge_all(t, [&](Matrix& w) -> const HostTensor& { return w.master; }, MergeEvent{job_, t, t, 0, 0});
+      } else {
+        if (first_async_job_ < 0) first_async_job_ = job_;
+        pending_.push_back({job_, slot, t});
+        if (job_ - D_ >= first_async_job_) {
+          Pending p = pending_.front();
+          pending_.pop_front();
+          merge_all(t, [&](Matrix& w) -> const HostTensor& { return w.res[p.slot]; },
+                    MergeEvent{p.job, p.newest_step, t, 0, 0});
+        }
+      }
+      ++job_;
+      n_ = 0;
+    }
+
+    // 4. device updates: selected columns, 1-D parameters
+    SubmitOptions o = rt_.device(t);
+    if (selected_) {
+      for (auto& wp : mat_) {
+        Matrix& w = *wp;
+        const std::string& n = w.p->name;
+        insert_gather_columns(o.named("adam.device.gather." + n), w.p->grad, w.sel, w.g_sel);
+        if (z_.offload) {
+          insert_copy(o.named("h2d.m_sel." + n), w.m_sel_host, whole(w.m_sel_host), w.m_sel, whole(w.m_sel));
+          insert_copy(o.named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
+          h2d_ += 2 * (int64_t)w.m_sel.bytes();
+        }
+        insert_selective_adam(o.named("adam.device." + n), hp_, t + 1, w.p->value, w.sel, w.g_sel, w.m_sel, w.v_sel);
+        if (z_.offload) {
+          insert_copy(o.named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
+          insert_copy(o.named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
+          d2h_ += 2 * (int64_t)w.m_sel.bytes();
+        }
+      }
+    }
+    for (Vector& v : vec_)
+      insert_adam_step(o.named("adam.device." + v.p->name), hp_, t + 1, 1.0f, v.p->value, whole(v.p->value),
+                       v.p->grad, whole(v.p->grad), v.m, v.v);
+
+    // the auto rule reads the gradient mass of this step when the next one is submitted
+    if (K_ < 0 && t >= W_)
+      for (auto& wp : mat_) {
+        insert_grad_mass(o.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass);
+        rt_.read_async(wp->mass, wp->mass_host, sizeof wp->mass_host, t);
+      }
+  }
+
+  void flush(int64_t last_step) override {
+    while (!pending_.empty()) {
+      Pending p = pending_.front();
+      pending_.pop_front();
+      merge_all(last_step, [&](Matrix& w) -> const HostTensor& { return w.res[p.slot]; },
+                MergeEvent{p.job, p.newest_step, last_step, 0, 0});
+    }
+  }
+
+  void add_metrics(nlohmann::json& m, int64_t steps) const override {
+    auto ev = log_.events();
+    double mx = 0, sum = 0;
+    int64_t mx_int = 0;
+    std::set<int64_t> seen;
+    for (auto& e : ev) {
+      if (!seen.insert(e.job).second) continue;  // one event per (job, first weight tile)
+      double s = (double)(e.merge_step - e.newest_step);
+      mx = std::max(mx, s);
+      sum += s;
+      // intervals: update boundaries in (newest_step, merge_step]
+      int64_t b = std::count_if(update_steps_.begin(), update_steps_.end(),
+                                [&](int64_t u) { return u > e.newest_step && u <= e.merge_step; });
+      mx_int = std::max(mx_int, b);
+    }
+    m["staleness"] = {{"max", mx}, {"mean", seen.empty() ? 0.0 : sum / (double)seen.size()},
+                      {"max_intervals", mx_int}, {"bound_intervals", D_}, {"merges", (int64_t)seen.size()}};
+    m["host_updates"] = job_;
+    m["host_update_steps"] = update_steps_;
+    int64_t changes = 0, pairs = 0, reselections = 0;
+    double overlap = 0;
+    for (auto& wp : mat_) {
+      const auto& sv = wp->selections;
+      for (size_t i = 1; i < sv.size(); ++i) {
+        std::vector<int32_t> common;
+        std::set_intersection(sv[i - 1].begin(), sv[i - 1].end(), sv[i].begin(), sv[i].end(),
+                              std::back_inserter(common));
+        overlap += (double)common.size() / (double)wp->k;
+        changes += sv[i] != sv[i - 1];
+        ++pairs;
+      }
+      reselections = std::max<int64_t>(reselections, (int64_t)sv.size());
+    }
+    m["selection"] = {{"changes", changes}, {"mean_overlap", pairs ? overlap / (double)pairs : 1.0},
+                      {"selections", reselections}};
+    m["zenflow"] = {{"update_interval", K_ < 0 ? nlohmann::json("auto") : nlohmann::json(K_)},
+                    {"select_interval_steps", S_}, {"max_staleness", D_}, {"warm_up", W_},
+                    {"topk_ratio", z_.topk_ratio}, {"overlap_step", z_.overlap_step}, {"offload", z_.offload}};
+  }
+
+ private:
+  template <class Src>
+  void merge_all(int64_t t, Src src, MergeEvent ev) {
+    for (auto& wp : mat_) {
+      Matrix& w = *wp;
+      const HostTensor& h = src(w);
+      for (size_t i = 0; i < h.tiles.size(); ++i) {
+        insert_merge(rt_.device(t).named("merge." + w.p->name + "[" + std::to_string(i) + "]"), h.tiles[i],
+                     w.p->value, h.slices[i], selected_ ? &w.sel : nullptr,
+                     (&wp == &mat_.front() && i == 0) ? &log_ : nullptr, ev);
+      }
+      const int64_t cols = selected_ ? w.C - w.k : w.C;
+      h2d_ += (int64_t)w.R * cols * (int64_t)sizeof(float);
+    }
+  }
+
+  // The auto update rule on the gradient mass of step t (docs/zenflow.md).
+  bool auto_vote(int64_t t) {
+    rt_.tracker().wait_device_through(t);  // the mass of step t is read back
+    rt_.tracker().status().rethrow_if_failed();
+    ++u_;
+    const double r = z_.topk_ratio;
+    int votes = 0;
+    for (auto& wp : mat_) {
+      Matrix& w = *wp;
+      const double T = w.mass_host[0], Cm = w.mass_host[1];
+      w.A = (w.A * (double)(u_ - 1) + Cm) / (double)u_ / (10.0 * r);
+      if (r < 1.0) w.N += (T - Cm) / (10.0 * (1.0 - r));
+      votes += w.N >= w.A;
+    }
+    const bool vote = votes >= (int)std::floor(z_.auto_ratio * (double)mat_.size());
+    if (vote) {
+      u_ = 0;
+      for (auto& wp : mat_) wp->N = 0.0;
+    }
+    return vote;
+  }
+
+  Spec::ZenFlow z_;
+  int D_;
+  int64_t W_, K_, S_;
+  std::vector<std::unique_ptr<Matrix>> mat_;
+  std::vector<Vector> vec_;
+  int64_t job_ = 0, n_ = 0, first_async_job_ = -1, u_ = 0;
+  bool selected_ = false, last_vote_ = false;
+  std::deque<Pending> pending_;
+  std::vector<int64_t> update_steps_;
+  MergeLog log_;
+};
+
+// ZeRO-Offload with the delayed parameter update: the host AdamW of step t overlaps the device's
+// step t + 1, and its result is copied to the device at the end of step t + 1.
+class ZeroOffloadDpu final : public Strategy {
+ public:
+  ZeroOffloadDpu(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec) {
+    for (Param* p : params_) {
+      const size_t n = p->value.numel();
+      State s;
+      s.master = HostTensor(p->name + ".master", n, tile_elems_);
+      s.m = HostTensor(p->name + ".m", n, tile_elems_);
+      s.v = HostTensor(p->name + ".v", n, tile_elems_);
+      for (int i = 0; i < 2; ++i) {
+        s.hgrad[i] = HostTensor(p->name + ".hgrad" + std::to_string(i), n, tile_elems_);
+        s.res[i] = HostTensor(p->name + ".res" + std::to_string(i), n, tile_elems_);
+      }
+      to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
+      st_.push_back(std::move(s));
+    }
+  }
+  const char* name() const override { return "zero-offload-dpu"; }
+  void submit_update(int64_t t) override {
+    const int b = (int)(t & 1);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = *params_[i];
+      State& s = st_[i];
+      to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
+      for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+        const std::string nm = p.name + "[" + std::to_string(k) + "]";
+        insert_adam_step(rt_.host(t).named("adam.host." + nm), hp_, t + 1, 1.0f, s.master.tiles[k],
+                         whole(s.master.tiles[k]), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), s.m.tiles[k],
+                         s.v.tiles[k]);
+        insert_copy(rt_.host(t).named("result." + nm), s.master.tiles[k], whole(s.master.tiles[k]),
+                    s.res[b].tiles[k], whole(s.res[b].tiles[k]));
+      }
+      if (t >= 1) to_device(rt_.device(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
+    }
+    last_ = t;
+  }
+  void flush(int64_t last_step) override {
+    if (last_ < 0) return;
+    for (size_t i = 0; i < params_.size(); ++i)
+      to_device(rt_.device(last_step).named("h2d.param." + params_[i]->name), st_[i].res[last_ & 1],
+                params_[i]->value);
+  }
+
+ private:
+  struct State {
+    HostTensor master, m, v, hgrad[2], res[2];
+  };
+  std::vector<State> st_;
+  int64_t last_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_zenflow(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                       int64_t steps_per_epoch) {
+  return std::make_unique<ZenFlowStrategy>(rt, std::move(params), spec, steps_per_epoch);
+}
+
+std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params) {
+  return std::make_unique<ZeroOffloadDpu>(rt, std::move(params), spec);
+}
+
+}  // namespace zf

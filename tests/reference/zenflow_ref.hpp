@@ -1,0 +1,389 @@
+// Deliberately naive, sequential implementation of the `zenflow` strategy exactly as
+// docs/zenflow.md states it (predicates, selection, accumulation, host AdamW, exactly-D-late
+// merges through an explicit queue, device-wins merge, selective AdamW, auto update rule,
+// flush), plus the device-adam and zero-offload baselines. Every AdamW application goes through
+// kernels::cpu::adam_step on the same element values as the engine, so results can be bitwise
+// equal; selection, merges and bookkeeping are plain loops written here from the doc.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+#include "graphs/spec.hpp"
+#include "tests/reference/mlp_ref.hpp"
+
+namespace zf::ref {
+
+using kernels::cpu::AdamParams;
+
+// The strategy's parameters, resolved (docs/zenflow.md, "Notation").
+struct ZenFlowConfig {
+  double topk_ratio = 0.1;      // r
+  int64_t warm_up = 0;          // W
+  int64_t update_interval = 4;  // K; -1: "auto"
+  int64_t select_interval = 0;  // S in steps; 0: never reselect
+  int64_t staleness = 0;        // D (0 without overlap_step)
+  bool l2 = false;              // importance: squared L2 instead of L1
+  double auto_ratio = 0.99;
+  AdamParams hp;
+};
+
+inline AdamParams adam_params(const Spec& s) {
+  AdamParams hp;
+  hp.lr = (float)s.optimizer.lr;
+  hp.beta1 = (float)s.optimizer.beta1;
+  hp.beta2 = (float)s.optimizer.beta2;
+  hp.eps = (float)s.optimizer.eps;
+  hp.weight_decay = (float)s.optimizer.weight_decay;
+  return hp;
+}
+
+inline ZenFlowConfig zenflow_config(const Spec& s, int64_t steps_per_epoch) {
+  const auto& z = s.zenflow;
+  ZenFlowConfig c;
+  c.topk_ratio = z.topk_ratio;
+  c.warm_up = z.full_warm_up_rounds;
+  c.update_interval = z.update_interval;  // -1 = auto
+  if (z.select_strategy == "step")
+    c.select_interval = z.select_interval;
+  else if (z.select_strategy == "epoch")
+    c.select_interval = z.select_interval * steps_per_epoch;
+  else  // "auto": once per epoch
+    c.select_interval = steps_per_epoch;
+  c.staleness = z.overlap_step ? (z.max_staleness >= 0 ? z.max_staleness : 1) : 0;
+  c.l2 = z.importance == "l2";
+  c.auto_ratio = z.auto_ratio;
+  c.hp = adam_params(s);
+  return c;
+}
+
+// One merged host result: job j, last step u of its interval, step m at which it was applied.
+struct MergeRecord {
+  int64_t job = 0, u = 0, m = 0;
+  int64_t steps = 0;      // m - u
+  int64_t intervals = 0;  // update boundaries in (u, m]
+  bool flush = false;     // merged by the end-of-training flush
+};
+
+// The k columns of largest importance, ties to the lower index, NaN smallest; ascending.
+inline std::vector<int32_t> naive_topk(const std::vector<float>& imp, int k) {
+  const int C = (int)imp.size();
+  std::vector<bool> taken(C, false);
+  auto less = [&](int a, int b) {  // is column a less important than column b?
+    const bool na = std::isnan(imp[a]), nb = std::isnan(imp[b]);
+    if (na != nb) return na;
+    if (!na && imp[a] != imp[b]) return imp[a] < imp[b];
+    return a > b;  // equal (or both NaN): the higher index loses
+  };
+  for (int round = 0; round < k; ++round) {
+    int best = -1;
+    for (int j = 0; j < C; ++j)
+      if (!taken[j] && (best < 0 || less(best, j))) best = j;
+    taken[best] = true;
+  }
+  std::vector<int32_t> sel;
+  for (int j = 0; j < C; ++j)
+    if (taken[j]) sel.push_back(j);
+  return sel;
+}
+
+class ZenFlowRef {
+ public:
+  // params: the device parameters P, updated in place by step() and flush().
+  ZenFlowRef(const ZenFlowConfig& c, std::vector<RefParam>& params) : c_(c), P_(params) {
+    for (auto& p : P_) {
+      State s;
+      const size_t n = p.value.size();
+      if (p.is_matrix()) {
+        s.M = p.value;  // at the start: M = P
+        s.mh.assign(n, 0.0f);
+        s.vh.assign(n, 0.0f);
+        s.acc.assign(n, 0.0f);
+      } else {
+        s.m1.assign(n, 0.0f);
+        s.v1.assign(n, 0.0f);
+      }
+      st_.push_back(std::move(s));
+      if (p.is_matrix()) ++n2d_;
+    }
+  }
+
+  bool is_select(int64_t t) const {
+    const int64_t W = c_.warm_up, S = c_.select_interval;
+    return t >= W && (t == W || (S != 0 && t % S == 0));
+  }
+  bool is_update(int64_t t) const {
+    const int64_t W = c_.warm_up, K = c_.update_interval, S = c_.select_interval;
+    if (t < W) return true;
+    if (K > 0 && (t + 1 - W) % K == 0) return true;
+    if (K < 0 && vote(t - 1)) return true;
+    if (S != 0 && (t + 1) % S == 0) return true;
+    return false;
+  }
+  bool vote(int64_t t) const {
+    auto it = votes_.find(t);
+    return it != votes_.end() && it->second;
+  }
+  int k_of(int C) const {
+    int k = (int)std::floor(c_.topk_ratio * C);
+    if (k < 1) k = 1;
+    if (k > C) k = C;
+    return k;
+  }
+
+  // One step t with the gradients g (params order) of forward/backward(t) at the current P.
+  void step(int64_t t, const std::vector<std::vector<float>>& g) {
+    if (t != last_step_ + 1) throw std::logic_error("ZenFlowRef: steps must be consecutive");
+    last_step_ = t;
+    // 1. selection
+    if (is_select(t)) {
+      for (size_t i = 0; i < P_.size(); ++i) {
+        if (!P_[i].is_matrix()) continue;
+        State& s = st_[i];
+        const int R = P_[i].rows(), C = P_[i].cols();
+        if (t != 0) s.M = P_[i].value;  // every earlier host job has already run (sequential)
+        std::vector<float> imp(C, 0.0f);
+        for (int r = 0; r < R; ++r)
+          for (int j = 0; j < C; ++j) {
+            const float x = g[i][(size_t)r * C + j];
+            imp[j] += c_.l2 ? x * x : std::fabs(x);
+          }
+        s.sel = naive_topk(imp, k_of(C));
+        s.msel.assign((size_t)R * s.sel.size(), 0.0f);
+        s.vsel.assign((size_t)R * s.sel.size(), 0.0f);
+      }
+      has_selection_ = true;
+      selections_.push_back(t);
+    }
+    // 2. accumulation of the full 2-D gradients
+    for (size_t i = 0; i < P_.size(); ++i) {
+      if (!P_[i].is_matrix()) continue;
+      State& s = st_[i];
+      for (size_t e = 0; e < s.acc.size(); ++e) s.acc[e] = n_ == 0 ? g[i][e] : s.acc[e] + g[i][e];
+    }
+    n_ += 1;
+    // 3. host update
+    if (is_update(t)) {
+      const float scale = 1.0f / (float)n_;
+      Pending job{j_, t, {}};
+      for (size_t i = 0; i < P_.size(); ++i) {
+        if (!P_[i].is_matrix()) continue;
+        State& s = st_[i];
+        kernels::cpu::adam_step(s.M.data(), s.acc.data(), s.mh.data(), s.vh.data(), s.M.size(), c_.hp,
+                                t + 1, scale);
+        job.result.push_back(s.M);
+      }
+      update_steps_.push_back(t);
+      if (t < c_.warm_up || c_.staleness == 0) {
+        merge(job, t, false);
+      } else {
+        if (J0_ < 0) J0_ = j_;
+        queue_.push_back(std::move(job));
+        if (j_ - c_.staleness >= J0_) {
+          if (queue_.front().job != j_ - c_.staleness) throw std::logic_error("ZenFlowRef: queue out of order");
+          merge(queue_.front(), t, false);
+          queue_.pop_front();
+        }
+      }
+      j_ += 1;
+      n_ = 0;
+    }
+    // 4. device updates: selected columns of 2-D weights, all of every 1-D parameter
+    for (size_t i = 0; i < P_.size(); ++i) {
+      State& s = st_[i];
+      RefParam& p = P_[i];
+      if (p.is_matrix()) {
+        if (!has_selection_) continue;
+        const int R = p.rows(), C = p.cols(), k = (int)s.sel.size();
+        std::vector<float> w((size_t)R * k), gs((size_t)R * k);  // (R, k)
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < k; ++c) {
+            w[(size_t)r * k + c] = p.value[(size_t)r * C + s.sel[c]];
+            gs[(size_t)r * k + c] = g[i][(size_t)r * C + s.sel[c]];
+          }
+        kernels::cpu::adam_step(w.data(), gs.data(), s.msel.data(), s.vsel.data(), w.size(), c_.hp, t + 1,
+                                1.0f);
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < k; ++c) p.value[(size_t)r * C + s.sel[c]] = w[(size_t)r * k + c];
+      } else {
+        kernels::cpu::adam_step(p.value.data(), g[i].data(), s.m1.data(), s.v1.data(), p.value.size(), c_.hp,
+                                t + 1, 1.0f);
+      }
+    }
+    // auto update rule: the vote of step t decides is_update(t + 1)
+    if (c_.update_interval < 0 && t >= c_.warm_up) auto_vote(t, g);
+  }
+
+  // End of training: merge every submitted, unmerged host result in job order.
+  void flush() {
+    while (!queue_.empty()) {
+      merge(queue_.front(), last_step_, true);
+      queue_.pop_front();
+    }
+  }
+
+  const std::vector<int64_t>& host_update_steps() const { return update_steps_; }
+  const std::vector<int64_t>& selection_steps() const { return selections_; }
+  const std::vector<MergeRecord>& merges() const { return merges_; }
+  const std::map<int64_t, bool>& votes() const { return votes_; }
+  // Current selection of parameter i (empty before the first selection or for 1-D).
+  const std::vector<int32_t>& selection(size_t i) const { return st_[i].sel; }
+  const std::vector<float>& master(size_t i) const { return st_[i].M; }
+
+ private:
+  struct State {
+    std::vector<float> M, mh, vh, acc;  // host (2-D): master, moments, accumulator (R, C)
+    std::vector<int32_t> sel;           // (k) ascending
+    std::vector<float> msel, vsel;      // (R, k)
+    std::vector<float> m1, v1;          // 1-D moments
+  };
+  struct Pending {
+    int64_t job, u;
+    std::vector<std::vector<float>> result;  // one (R, C) per 2-D weight, params order
+  };
+
+  // P[:, c] <- X[:, c] for every column c not in the current selection (all before the first).
+  void merge(const Pending& x, int64_t m, bool flush) {
+    size_t q = 0;
+    for (size_t i = 0; i < P_.size(); ++i) {
+      if (!P_[i].is_matrix()) continue;
+      const std::vector<float>& X = x.result[q++];
+      const int R = P_[i].rows(), C = P_[i].cols();
+      std::vector<bool> selected(C, false);
+      if (has_selection_)
+        for (int32_t c : st_[i].sel) selected[c] = true;
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c)
+          if (!selected[c]) P_[i].value[(size_t)r * C + c] = X[(size_t)r * C + c];
+    }
+    MergeRecord rec;
+    rec.job = x.job;
+    rec.u = x.u;
+    rec.m = m;
+    rec.steps = m - x.u;
+    for (int64_t s : update_steps_)
+      if (s > x.u && s <= m) ++rec.intervals;
+    rec.flush = flush;
+    merges_.push_back(rec);
+  }
+
+  void auto_vote(int64_t t, const std::vector<std::vector<float>>& g) {
+    const double r = c_.topk_ratio;
+    u_ += 1;
+    if (A_.empty()) {
+      A_.assign(P_.size(), 0.0);
+      N_.assign(P_.size(), 0.0);
+    }
+    int64_t yes = 0;
+    for (size_t i = 0; i < P_.size(); ++i) {
+      if (!P_[i].is_matrix()) continue;
+      const int R = P_[i].rows(), C = P_[i].cols();
+      double T = 0.0, Cm = 0.0;
+      for (size_t e = 0; e < g[i].size(); ++e) T += std::fabs((double)g[i][e]);
+      for (int row = 0; row < R; ++row)
+        for (int32_t c : st_[i].sel) Cm += std::fabs((double)g[i][(size_t)row * C + c]);
+      A_[i] = (A_[i] * (double)(u_ - 1) + Cm) / (double)u_ / (10.0 * r);
+      if (r < 1.0) N_[i] += (T - Cm) / (10.0 * (1.0 - r));
+      if (N_[i] >= A_[i]) ++yes;
+    }
+    const bool v = yes >= (int64_t)std::floor(c_.auto_ratio * (double)n2d_);
+    votes_[t] = v;
+    if (v) {
+      u_ = 0;
+      for (double& x : N_) x = 0.0;
+    }
+  }
+
+  ZenFlowConfig c_;
+  std::vector<RefParam>& P_;
+  std::vector<State> st_;
+  int64_t n2d_ = 0;
+  int64_t last_step_ = -1;
+  bool has_selection_ = false;
+  int64_t j_ = 0, n_ = 0, J0_ = -1;
+  std::deque<Pending> queue_;
+  std::vector<int64_t> update_steps_, selections_;
+  std::vector<MergeRecord> merges_;
+  // auto rule
+  int64_t u_ = 0;
+  std::vector<double> A_, N_;
+  std::map<int64_t, bool> votes_;
+};
+
+// AdamW on every parameter each step (device-adam; zero-offload is the same math on master
+// copies that are copied back).
+class AdamRef {
+ public:
+  AdamRef(const AdamParams& hp, std::vector<RefParam>& params, bool offload) : hp_(hp), P_(params), offload_(offload) {
+    for (auto& p : P_) {
+      m_.emplace_back(p.value.size(), 0.0f);
+      v_.emplace_back(p.value.size(), 0.0f);
+      master_.push_back(p.value);
+    }
+  }
+  void step(int64_t t, const std::vector<std::vector<float>>& g) {
+    for (size_t i = 0; i < P_.size(); ++i) {
+      std::vector<float>& x = offload_ ? master_[i] : P_[i].value;
+      kernels::cpu::adam_step(x.data(), g[i].data(), m_[i].data(), v_[i].data(), x.size(), hp_, t + 1, 1.0f);
+      if (offload_) P_[i].value = master_[i];
+    }
+  }
+
+ private:
+  AdamParams hp_;
+  std::vector<RefParam>& P_;
+  bool offload_;
+  std::vector<std::vector<float>> m_, v_, master_;
+};
+
+using RefWeights = std::map<std::string, std::vector<float>>;
+
+struct RefRun {
+  RefWeights weights;
+  std::vector<int64_t> host_update_steps;  // zenflow only
+  std::vector<int64_t> selection_steps;
+  std::vector<MergeRecord> merges;
+  std::vector<double> loss;  // per step
+};
+
+inline int64_t ref_total_steps(const Spec& s, int64_t steps_per_epoch) {
+  return s.train.steps > 0 ? s.train.steps : s.train.epochs * steps_per_epoch;
+}
+
+// Trains the spec's MLP with the spec's strategy (device-adam, zero-offload or zenflow).
+inline RefRun run_reference(const Spec& s) {
+  MlpRef mlp(s);
+  const int64_t T = ref_total_steps(s, mlp.steps_per_epoch());
+  RefRun out;
+  auto capture = [&] {
+    for (auto& p : mlp.params()) out.weights[p.name] = p.value;
+  };
+  if (s.strategy == "zenflow") {
+    ZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), mlp.params());
+    for (int64_t t = 0; t < T; ++t) {
+      z.step(t, mlp.grads(t));
+      out.loss.push_back(mlp.last_loss());
+    }
+    z.flush();
+    out.host_update_steps = z.host_update_steps();
+    out.selection_steps = z.selection_steps();
+    out.merges = z.merges();
+  } else if (s.strategy == "device-adam" || s.strategy == "zero-offload") {
+    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload");
+    for (int64_t t = 0; t < T; ++t) {
+      a.step(t, mlp.grads(t));
+      out.loss.push_back(mlp.last_loss());
+    }
+  } else {
+    throw std::invalid_argument("run_reference: no reference for strategy '" + s.strategy + "'");
+  }
+  capture();
+  return out;
+}
+
+}  // namespace zf::ref

@@ -97,4 +97,49 @@ void insert_load_batch(const SubmitOptions& opt, const ByteTable* table,
                        const std::vector<int32_t>& indices, const Tensor& x, const Tensor& labels,
                        StepStatus* status);
 
+// ---- GPT layers (embedding.cpp, layernorm.cpp, attention.cpp, pool.cpp). tokens and lengths
+// are int32; activations are (B*T, C) with T <= the model's context.
+// x = wte[tokens] + wpe[t]; wte (V, C), wpe (T_ctx, C), tokens (B, T), x (B*T, C)
+void insert_embedding_fwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& wte,
+                          const Tensor& wpe, const Tensor& x);
+// dwte, dwpe (overwritten) from dx (B*T, C); rows of dwpe beyond T are zero
+void insert_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& dx,
+                          const Tensor& dwte, const Tensor& dwpe);
+// y (N, C) = LayerNorm(x) * w + b, eps 1e-5; mean, rstd (N) saved
+void insert_layernorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b,
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd);
+void insert_layernorm_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& w, const Tensor& dx, const Tensor& dw,
+                          const Tensor& db);
+// Causal self-attention over qkv (B*T, 3C) with n_head heads: out (B*T, C), att (B, NH, T, T).
+// B and T come from att's shape.
+void insert_attention_fwd(const SubmitOptions& opt, const Tensor& qkv, const Tensor& out, const Tensor& att,
+                          StepStatus* status);
+void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                          const Tensor& dqkv, StepStatus* status);
+// y (B, C) = mean of x (B*T, C) over the first len[b] positions of sequence b; len (B) int32
+void insert_mean_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);
+void insert_mean_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);
+
+// ---- text data (data.cpp). The sources must outlive the tasks.
+struct TextSource {
+  const uint8_t* data;
+  int64_t size;
+};
+// tokens, targets (B, T) int32: windows text[s .. s+T] for each start s (s + T < size)
+void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const std::vector<int64_t>& starts,
+                         const Tensor& tokens, const Tensor& targets, StepStatus* status);
+// A padded byte table of sequences: data (rows, T), lengths in [1, T], labels in [0, num_classes).
+struct SequenceTable {
+  const uint8_t* data;
+  int64_t rows;
+  int32_t T;
+  const int32_t* lengths;
+  const int32_t* labels;
+  int32_t num_classes;
+};
+// tokens (B, T), len (B), labels (B) int32 of the table rows `rows`
+void insert_load_sequences(const SubmitOptions& opt, const SequenceTable* table, const std::vector<int32_t>& rows,
+                           const Tensor& tokens, const Tensor& len, const Tensor& labels, StepStatus* status);
+
 }  // namespace zf

@@ -1,5 +1,7 @@
 // Batch loading: gathers rows of a uint8 image table into a float batch (pixel / 255) and their
 // labels. Runs in the device context: on a GPU it is the batch's host-to-device transfer.
+// Text batches (kernels/cpu/text.cpp): language-model windows of a byte text and rows of a padded
+// sequence table, both as int32 tokens; start offsets and rows are checked before the gather.
 #include <starpu.h>
 
 #include <cstdlib>
@@ -61,6 +63,89 @@ void insert_load_batch(const SubmitOptions& opt, const ByteTable* table,
   std::memcpy(blob.data(), &h, sizeof h);
   std::memcpy(blob.data() + sizeof h, indices.data(), B * sizeof(int32_t));
   TaskBuilder(load_batch_cl(), opt).w(x).w(labels).args_bytes(blob.data(), blob.size()).submit();
+}
+
+namespace {
+
+struct WindowsHeader {
+  const TextSource* text;
+  StepStatus* status;
+  int32_t B, T;
+  // followed by B int64 start offsets
+};
+
+void load_windows_cpu(void* b[], void* a) noexcept {
+  auto* h = static_cast<WindowsHeader*>(a);
+  const int64_t* starts = reinterpret_cast<const int64_t*>(h + 1);
+  for (int32_t i = 0; i < h->B; ++i)
+    if (starts[i] < 0 || starts[i] + h->T >= h->text->size) {
+      if (h->status) h->status->fail("load_windows: window at " + std::to_string(starts[i]) + " out of range");
+      return;
+    }
+  kernels::cpu::gather_windows(h->text->data, starts, h->B, h->T, vec_as<int32_t>(b[0]), vec_as<int32_t>(b[1]));
+}
+
+struct SequencesHeader {
+  const SequenceTable* table;
+  StepStatus* status;
+  int32_t B;
+  // followed by B int32 rows
+};
+
+void load_sequences_cpu(void* b[], void* a) noexcept {
+  auto* h = static_cast<SequencesHeader*>(a);
+  const int32_t* rows = reinterpret_cast<const int32_t*>(h + 1);
+  const SequenceTable& t = *h->table;
+  for (int32_t i = 0; i < h->B; ++i)
+    if (rows[i] < 0 || rows[i] >= t.rows) {
+      if (h->status) h->status->fail("load_sequences: row " + std::to_string(rows[i]) + " out of range");
+      return;
+    }
+  kernels::cpu::gather_sequences(t.data, t.lengths, t.labels, t.T, rows, h->B, vec_as<int32_t>(b[0]),
+                                 vec_as<int32_t>(b[1]), vec_as<int32_t>(b[2]));
+}
+
+starpu_codelet& load_windows_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_load_windows", load_windows_cpu, nullptr /* host-side gather */, 2, {STARPU_W, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& load_sequences_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_load_sequences", load_sequences_cpu, nullptr /* host-side gather */,
+                                          3, {STARPU_W, STARPU_W, STARPU_W}},
+                                         &m);
+  return c;
+}
+
+}  // namespace
+
+void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const std::vector<int64_t>& starts,
+                         const Tensor& tokens, const Tensor& targets, StepStatus* status) {
+  expect(tokens.shape().size() == 2 && tokens.dim(0) == (int64_t)starts.size(), opt,
+         shape_str(tokens) + " must be (" + std::to_string(starts.size()) + ", T)");
+  expect(targets.numel() == tokens.numel(), opt, shape_str(targets) + " vs " + shape_str(tokens));
+  const int32_t B = (int32_t)starts.size(), T = (int32_t)tokens.dim(1);
+  std::vector<char> blob(sizeof(WindowsHeader) + B * sizeof(int64_t));
+  WindowsHeader h{text, status, B, T};
+  std::memcpy(blob.data(), &h, sizeof h);
+  std::memcpy(blob.data() + sizeof h, starts.data(), B * sizeof(int64_t));
+  TaskBuilder(load_windows_cl(), opt).w(tokens).w(targets).args_bytes(blob.data(), blob.size()).submit();
+}
+
+void insert_load_sequences(const SubmitOptions& opt, const SequenceTable* table, const std::vector<int32_t>& rows,
+                           const Tensor& tokens, const Tensor& len, const Tensor& labels, StepStatus* status) {
+  const int32_t B = (int32_t)rows.size();
+  expect(B > 0 && tokens.shape().size() == 2 && tokens.dim(0) == B && tokens.dim(1) == table->T, opt,
+         shape_str(tokens) + " must be (" + std::to_string(B) + ", " + std::to_string(table->T) + ")");
+  expect(len.numel() == (size_t)B && labels.numel() == (size_t)B, opt,
+         shape_str(len) + " and " + shape_str(labels) + " must hold B values");
+  std::vector<char> blob(sizeof(SequencesHeader) + B * sizeof(int32_t));
+  SequencesHeader h{table, status, B};
+  std::memcpy(blob.data(), &h, sizeof h);
+  std::memcpy(blob.data() + sizeof h, rows.data(), B * sizeof(int32_t));
+  TaskBuilder(load_sequences_cl(), opt).w(tokens).w(len).w(labels).args_bytes(blob.data(), blob.size()).submit();
 }
 
 }  // namespace zf

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -141,6 +142,9 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
     f.fail(f.at("select_interval"), "must be \"auto\" with select_strategy \"auto\" (which reselects once per epoch)");
   if (z.select_strategy != "auto" && z.select_interval == -1)
     f.fail(f.at("select_interval"), "must be an integer with select_strategy \"" + z.select_strategy + "\"");
+  if (z.select_strategy == "step" && z.update_interval > 0 && z.select_interval < z.update_interval)
+    f.fail(f.at("select_interval"), std::to_string(z.select_interval) + " must be >= update_interval (" +
+                                        std::to_string(z.update_interval) + ")");
   if (!z.overlap_step && z.max_staleness > 0)
     f.fail(f.at("max_staleness"), "must be 0 without overlap_step: true (updates are synchronous)");
 }
@@ -306,8 +310,131 @@ void apply_override(json& j, const std::string& assignment, const std::string& s
   }
 }
 
-Spec load_spec(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+void merge_patch(json& dst, const json& patch) {
+  for (auto& [k, v] : patch.items()) {
+    if (v.is_object() && dst.contains(k) && dst[k].is_object())
+      merge_patch(dst[k], v);
+    else
+      dst[k] = v;
+  }
+}
+}  // namespace
+
+json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::string>* notes) {
+  Fields top(ds, "", src);
+  json patch = json::object();
+  auto note = [&](const std::string& s) {
+    if (notes) notes->push_back(s);
+  };
+  int64_t tbs = 0, micro = 0, gas = 1;
+  top.integer("train_batch_size", tbs, 1, 1 << 20);
+  top.integer("train_micro_batch_size_per_gpu", micro, 1, 1 << 20);
+  top.integer("gradient_accumulation_steps", gas, 1, 1 << 20);
+  if (gas != 1)
+    top.fail("gradient_accumulation_steps", "must be 1: this engine runs one process without gradient accumulation");
+  if (tbs && micro && tbs != micro)
+    top.fail("train_micro_batch_size_per_gpu", "must equal train_batch_size (one process, no gradient accumulation)");
+  if (tbs || micro) patch["train"]["batch_size"] = tbs ? tbs : micro;
+  double clip = 0.0;
+  top.number("gradient_clipping", clip, 0.0, 1e30);
+  if (clip > 0)
+    top.fail("gradient_clipping", "gradient clipping is not implemented by this engine; remove it or set 0");
+  for (const char* prec : {"fp16", "bf16"})
+    if (auto* p = top.object(prec)) {
+      Fields f(*p, prec, src);
+      bool enabled = false;
+      if (auto* e = f.find("enabled")) {
+        if (!e->is_boolean()) f.fail(f.at("enabled"), "expected true or false");
+        enabled = e->get<bool>();
+      }
+      for (auto& [k, v] : p->items()) f.find(k);  // other precision knobs only matter when enabled
+      if (enabled) f.fail(f.at("enabled"), "mixed precision is not supported on this path; the engine trains in fp32");
+    }
+  for (const char* k : {"steps_per_print", "wall_clock_breakdown", "dump_state", "prescale_gradients",
+                        "gradient_predivide_factor", "zero_allow_untested_optimizer"})
+    if (top.find(k)) note(std::string(k) + " (logging or multi-GPU tuning)");
+  if (top.find("scheduler")) top.fail("scheduler", "learning-rate schedulers are not supported; remove the block");
+  if (auto* o = top.object("optimizer")) {
+    Fields f(*o, "optimizer", src);
+    std::string type;
+    f.str("type", type);
+    if (type != "AdamW" && type != "Adam" && type != "adamw" && type != "adam")
+      f.fail("optimizer.type", "'" + type + "' is not supported: AdamW (or Adam, which DeepSpeed runs as AdamW)");
+    if (auto* pp = f.object("params")) {
+      Fields q(*pp, "optimizer.params", src);
+      double lr = 1e-3, eps = 1e-8, wd = 0.01;
+      q.number("lr", lr, 0.0, 10.0, true);
+      q.number("eps", eps, 0.0, 1.0, true);
+      q.number("weight_decay", wd, 0.0, 1.0);
+      if (auto* b = q.find("betas")) patch["optimizer"]["betas"] = *b;  // validated by parse_spec
+      if (auto* m = q.find("adam_w_mode"))
+        if (!m->is_boolean() || !m->get<bool>()) q.fail("optimizer.params.adam_w_mode", "only AdamW (adam_w_mode: true) is supported");
+      if (auto* a = q.find("amsgrad"))
+        if (!a->is_boolean() || a->get<bool>()) q.fail("optimizer.params.amsgrad", "AMSGrad is not supported");
+      if (auto* t = q.find("torch_adam")) note("optimizer.params.torch_adam (implementation choice)"), (void)t;
+      q.finish();
+      if (pp->contains("lr")) patch["optimizer"]["lr"] = lr;
+      if (pp->contains("eps")) patch["optimizer"]["eps"] = eps;
+      if (pp->contains("weight_decay")) patch["optimizer"]["weight_decay"] = wd;
+    }
+    f.finish();
+  }
+  bool offload_cpu = false, has_zenflow = false;
+  if (auto* zo = top.object("zero_optimization")) {
+    Fields f(*zo, "zero_optimization", src);
+    int stage = 0;
+    f.integer("stage", stage, 0, 3);
+    if (auto* off = f.object("offload_optimizer")) {
+      Fields g(*off, "zero_optimization.offload_optimizer", src);
+      std::string dev = "none";
+      g.str("device", dev, {"cpu", "none", "nvme"});
+      if (dev == "nvme") g.fail(g.at("device"), "NVMe offload is not supported (cpu or none)");
+      offload_cpu = dev == "cpu";
+      bool pin = true;
+      if (auto* p = g.find("pin_memory")) {
+        if (!p->is_boolean()) g.fail(g.at("pin_memory"), "expected true or false");
+        pin = p->get<bool>();
+      }
+      (void)pin;  // host buffers are pinned whenever CUDA workers exist
+      for (const char* k : {"buffer_count", "fast_init", "ratio"})
+        if (g.find(k)) note(std::string("zero_optimization.offload_optimizer.") + k);
+      g.finish();
+    }
+    if (auto* zf = f.object("zenflow")) {
+      Fields g(*zf, "zero_optimization.zenflow", src);
+      Spec::ZenFlow z;
+      parse_zenflow(g, z);  // validated here so errors name the DeepSpeed file
+      patch["zenflow"] = *zf;
+      has_zenflow = true;
+    }
+    for (const char* k : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "reduce_bucket_size",
+                          "allgather_partitions", "allgather_bucket_size", "round_robin_gradients",
+                          "sub_group_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                          "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                          "stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint"})
+      if (f.find(k)) note(std::string("zero_optimization.") + k + " (communication tuning)");
+    f.finish();
+    if (has_zenflow && !offload_cpu)
+      f.fail("zero_optimization.offload_optimizer.device", "ZenFlow requires the optimizer offloaded to the cpu (DeepSpeed's constraint)");
+    if (has_zenflow && stage == 0)
+      f.fail("zero_optimization.stage", "ZenFlow runs with ZeRO stage 1, 2 or 3");
+  }
+  top.finish();
+  patch["strategy"] = has_zenflow ? "zenflow" : offload_cpu ? "zero-offload" : "device-adam";
+  return patch;
+}
+
+Spec load_spec(const std::string& path, const std::vector<std::string>& overrides,
+               const std::string& deepspeed_config) {
   json j = read_json_file(path);
+  if (!deepspeed_config.empty()) {
+    std::vector<std::string> notes;
+    json patch = deepspeed_patch(read_json_file(deepspeed_config), deepspeed_config, &notes);
+    if (patch.contains("zenflow")) j.erase("zenflow");  // the DeepSpeed block replaces the spec's
+    merge_patch(j, patch);
+    for (auto& n : notes) std::fprintf(stderr, "zenflow-run: note: %s: %s accepted, no effect here\n", deepspeed_config.c_str(), n.c_str());
+  }
   for (auto& o : overrides) apply_override(j, o, path);
   return parse_spec(j, path);
 }

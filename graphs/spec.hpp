@@ -84,7 +84,15 @@ struct Spec {
 Spec parse_spec(const nlohmann::json& j, const std::string& source);
 // Reads a JSON file, applies "a.b=value" overrides (value parsed as JSON, else taken as a
 // string), then parses. Throws InputError.
-Spec load_spec(const std::string& path, const std::vector<std::string>& overrides);
+Spec load_spec(const std::string& path, const std::vector<std::string>& overrides,
+               const std::string& deepspeed_config = "");
+
+// A DeepSpeed config (train_batch_size, optimizer, gradient_clipping, zero_optimization with
+// offload_optimizer and zenflow) as a patch to a spec's JSON. What the engine cannot honour is an
+// InputError naming the config file and the field; keys that only tune DeepSpeed's own
+// communication are listed in `notes` (accepted, no effect here).
+nlohmann::json deepspeed_patch(const nlohmann::json& ds, const std::string& source,
+                               std::vector<std::string>* notes);
 nlohmann::json read_json_file(const std::string& path);
 void apply_override(nlohmann::json& j, const std::string& assignment, const std::string& source);
 

@@ -48,6 +48,18 @@ class DeviceAdam final : public Strategy {
     }
   }
   const char* name() const override { return "device-adam"; }
+  void save_state(StateWriter& w) const override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      w.put("device.m." + params_[i]->name, m_[i]);
+      w.put("device.v." + params_[i]->name, v_[i]);
+    }
+  }
+  void load_state(const StateReader& r) override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      r.get("device.m." + params_[i]->name, m_[i]);
+      r.get("device.v." + params_[i]->name, v_[i]);
+    }
+  }
   void submit_update(int64_t t) override {
     SubmitOptions o = rt_.device(t);
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -76,6 +88,22 @@ class ZeroOffload final : public Strategy {
     }
   }
   const char* name() const override { return "zero-offload"; }
+  void save_state(StateWriter& w) const override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string& n = params_[i]->name;
+      w.put("host.master." + n, st_[i].master);
+      w.put("host.m." + n, st_[i].m);
+      w.put("host.v." + n, st_[i].v);
+    }
+  }
+  void load_state(const StateReader& r) override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string& n = params_[i]->name;
+      r.get("host.master." + n, st_[i].master);
+      r.get("host.m." + n, st_[i].m);
+      r.get("host.v." + n, st_[i].v);
+    }
+  }
   void submit_update(int64_t t) override {
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codelets/codelets.hpp"
+#include "graphs/checkpoint.hpp"
 #include "graphs/spec.hpp"
 #include "models/workload.hpp"
 
@@ -37,6 +38,10 @@ class Strategy {
   // Submits whatever is still needed to make the device parameters final after the last step.
   virtual void flush(int64_t last_step) {}
   virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
+  // Full optimizer state for checkpoints (no task may be in flight), and back (before step 0
+  // of the resumed run is submitted). graphs/checkpoint.hpp.
+  virtual void save_state(StateWriter& w) const = 0;
+  virtual void load_state(const StateReader& r) = 0;
 
   // Bytes that crossed between the device and host sides (copy tasks submitted).
   int64_t bytes_d2h() const { return d2h_; }

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "graphs/checkpoint.hpp"
 #include "graphs/strategy.hpp"
 #include "models/idx.hpp"
 #include "models/mlp.hpp"
@@ -109,9 +110,20 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   Runtime rt(rc);
   StepStatus& status = rt.tracker().status();
   std::unique_ptr<Workload> wl = make_workload(spec, &status);
+  if (!opt.init_path.empty() && !opt.resume_path.empty())
+    throw InputError("--init", "cannot be combined with --resume (the checkpoint holds the weights)");
   if (!opt.init_path.empty()) load_weights(*wl, opt.init_path);
   const int64_t per_epoch = steps_per_epoch(spec, wl->epoch_size());
   std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params(), per_epoch);
+  int64_t t0 = 0;
+  if (!opt.resume_path.empty()) {
+    CheckpointInfo ck = find_checkpoint(opt.resume_path);
+    check_compatible(ck, spec);
+    rt.wait_all();  // the strategies' initial copies
+    load_checkpoint(ck, *wl, *strat);
+    t0 = ck.step + 1;
+    if (!opt.quiet) out << "zenflow-run: resumed from " << ck.dir << " (step " << ck.step << ")\n";
+  }
 
   const int64_t T = total_steps(spec, wl->epoch_size());
   const int B = wl->batch_size();
@@ -128,9 +140,12 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   for (int i = 0; i < R; ++i) stats.push_back(Tensor::home({3}, "stats." + std::to_string(i), sizeof(double)));
   std::vector<StepRecord> rec(T);
 
+  if (t0 >= T)
+    throw InputError(opt.resume_path, "the checkpoint is at step " + std::to_string(t0 - 1) + ", nothing left of " +
+                                          std::to_string(T) + " steps (raise train.steps)");
   std::vector<int32_t> perm, idx(B);
   int64_t epoch = -1;
-  int64_t printed = 0;
+  int64_t printed = t0;
   const double t_start = rt.now_us();
   auto progress = [&](int64_t done) {  // steps [0, done) complete
     const int every = spec.log.every;
@@ -142,11 +157,11 @@ json run_training(const Spec& spec, const RunOptions& opt) {
         busy += rt.tracker().step_agg(s).busy_us;
       }
       double end_b = rt.tracker().step_agg(b - 1).last_end_us;
-      double end_a = a > 0 ? rt.tracker().step_agg(a - 1).last_end_us : t_start;
+      double end_a = a > t0 ? rt.tracker().step_agg(a - 1).last_end_us : t_start;
       double wall = std::max(1.0, end_b - end_a);
       double stall = 1.0 - busy / (wall * rt.device_worker_count());
       double elapsed = (rt.now_us() - t_start) * 1e-6;
-      double eta = elapsed / (double)b * (double)(T - b);
+      double eta = elapsed / (double)(b - t0) * (double)(T - b);
       if (!opt.quiet)
         out << "step " << b << "/" << T << " | loss " << fmt("%.4f", loss / every) << " | "
             << fmt("%.2f", wall / every * 1e-3) << " ms/step | stall " << fmt("%.1f", 100 * std::max(0.0, stall))
@@ -156,7 +171,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
     }
   };
 
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = t0; t < T; ++t) {
     const int64_t e = t / per_epoch;
     if (e != epoch) {
       epoch = e;
@@ -168,10 +183,16 @@ json run_training(const Spec& spec, const RunOptions& opt) {
     wl->submit_step(rt, t, idx, st);
     rt.read_async(st, rec[t].stats, sizeof rec[t].stats, t);
     strat->submit_update(t);
-    if (t >= L) {
+    if (t - t0 >= L) {
       rt.tracker().wait_device_through(t - L);
       status.rethrow_if_failed();
       progress(t - L + 1);
+    }
+    if (!opt.checkpoint_dir.empty() &&
+        (t == T - 1 || (opt.checkpoint_every > 0 && (t + 1) % opt.checkpoint_every == 0))) {
+      rt.wait_all();  // the state after step t, in-flight host updates included
+      std::string d = write_checkpoint(opt.checkpoint_dir, t, spec, *wl, *strat);
+      if (!opt.quiet) out << "checkpoint: " << d << "\n" << std::flush;
     }
   }
   strat->flush(T - 1);
@@ -180,12 +201,12 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   const double train_wall_s = (rt.now_us() - t_start) * 1e-6;
 
   // ---- metrics over the measured steps [W, T)
-  int64_t W = std::min<int64_t>(spec.log.warmup_steps, T - 1);
+  const int64_t W = std::min<int64_t>(spec.log.warmup_steps, T - t0 - 1);
   std::vector<double> step_s;
   double busy = 0;
-  for (int64_t s = W; s < T; ++s) {
+  for (int64_t s = t0 + W; s < T; ++s) {
     auto a = rt.tracker().step_agg(s);
-    double prev = s > 0 ? rt.tracker().step_agg(s - 1).last_end_us : rt.tracker().step_agg(0).first_start_us;
+    double prev = s > t0 ? rt.tracker().step_agg(s - 1).last_end_us : rt.tracker().step_agg(t0).first_start_us;
     step_s.push_back((a.last_end_us - prev) * 1e-6);
     busy += a.busy_us * 1e-6;
   }
@@ -193,7 +214,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   const int64_t M = (int64_t)step_s.size();
   const double stall = wall > 0 ? 1.0 - busy / (wall * rt.device_worker_count()) : 0.0;
   double train_loss = 0;
-  const int64_t tail = std::min<int64_t>(T, 50);
+  const int64_t tail = std::min<int64_t>(T - t0, 50);
   for (int64_t s = T - tail; s < T; ++s) train_loss += rec[s].stats[0] / std::max(1.0, rec[s].stats[2]);
   train_loss /= (double)tail;
 
@@ -204,6 +225,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   m["strategy"] = strat->name();
   m["sched"] = rt.policy();
   m["steps"] = T;
+  if (t0 > 0) m["resumed_at_step"] = t0;
   m["warmup_steps_excluded"] = W;
   m["measured_steps"] = M;
   m["batch_size"] = B;
@@ -212,8 +234,8 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   m["step_time_s"] = {{"mean", M ? wall / (double)M : 0.0}, {"median", percentile(step_s, 0.5)}, {"p90", percentile(step_s, 0.9)}};
   m["device_busy_s_per_step"] = M ? busy / (double)M : 0.0;
   m["stall_fraction"] = std::max(0.0, stall);
-  m["bytes"] = {{"device_to_host", (double)strat->bytes_d2h() / (double)T},
-                {"host_to_device", (double)strat->bytes_h2d() / (double)T}};
+  m["bytes"] = {{"device_to_host", (double)strat->bytes_d2h() / (double)(T - t0)},
+                {"host_to_device", (double)strat->bytes_h2d() / (double)(T - t0)}};
   m["final"] = {{"train_loss", train_loss}};
   if (opt.evaluate) {
     m["final"]["eval_loss"] = ev.loss;
@@ -243,7 +265,8 @@ json run_training(const Spec& spec, const RunOptions& opt) {
     row("step time median / p90", fmt("%.2f", percentile(step_s, 0.5) * 1e3) + " / " + fmt("%.2f", percentile(step_s, 0.9) * 1e3) + " ms");
     row("device busy per step", fmt("%.2f", M ? busy / (double)M * 1e3 : 0.0) + " ms");
     row("stall fraction", fmt("%.3f", std::max(0.0, stall)));
-    row("bytes per step d2h / h2d", fmt("%.0f", (double)strat->bytes_d2h() / (double)T) + " / " + fmt("%.0f", (double)strat->bytes_h2d() / (double)T));
+    row("bytes per step d2h / h2d", fmt("%.0f", m["bytes"]["device_to_host"].get<double>()) + " / " +
+                                        fmt("%.0f", m["bytes"]["host_to_device"].get<double>()));
     row("throughput", fmt("%.0f", wall > 0 ? (double)(M * B) / wall : 0.0) + " samples/s");
     row("train loss (last steps)", fmt("%.4f", train_loss));
     if (opt.evaluate) {

@@ -21,6 +21,9 @@ struct RunOptions {
   std::string metrics_path;  // --metrics
   std::string save_path;     // --save (safetensors)
   std::string init_path;     // --init (safetensors)
+  std::string checkpoint_dir;  // --checkpoint-dir: full training state
+  int64_t checkpoint_every = 0; // --checkpoint-every N steps (and after the last step)
+  std::string resume_path;     // --resume DIR (a checkpoint dir or one of its step dirs)
   bool evaluate = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
   // Called after the run with the runtime still alive (tests read weights here).

@@ -102,8 +102,8 @@ class ZenFlowStrategy final : public Strategy {
   }
 
   void submit_update(int64_t t) override {
-    if (K_ < 0 && t - 1 >= W_) last_vote_ = auto_vote(t - 1);
-    else last_vote_ = false;
+    // the auto rule's vote on step t-1 (after a resume: on the restored gradient mass)
+    last_vote_ = K_ < 0 && t - 1 >= W_ && auto_vote(t - 1);
 
     // 1. selection
     const bool select = is_select(t);
@@ -207,6 +207,74 @@ class ZenFlowStrategy final : public Strategy {
         insert_grad_mass(o.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass);
         rt_.read_async(wp->mass, wp->mass_host, sizeof wp->mass_host, t);
       }
+  }
+
+  void save_state(StateWriter& w) const override {
+    for (auto& wp : mat_) {
+      const Matrix& m = *wp;
+      const std::string& n = m.p->name;
+      w.put("host.master." + n, m.master);
+      w.put("host.m." + n, m.m);
+      w.put("host.v." + n, m.v);
+      for (int i = 0; i <= D_; ++i) {
+        w.put("host.acc" + std::to_string(i) + "." + n, m.acc[i]);
+        w.put("host.res" + std::to_string(i) + "." + n, m.res[i]);
+      }
+      w.put("device.sel." + n, m.sel);
+      w.put("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel);
+      w.put("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel);
+      w.put_f64("auto.AN." + n, {m.A, m.N, m.mass_host[0], m.mass_host[1]});
+    }
+    for (const Vector& v : vec_) {
+      w.put("device.m." + v.p->name, v.m);
+      w.put("device.v." + v.p->name, v.v);
+    }
+    w.put_i64("zenflow.counters", {job_, n_, first_async_job_, u_, selected_ ? 1 : 0, last_vote_ ? 1 : 0, D_});
+    std::vector<int64_t> pend;
+    for (auto& p : pending_) pend.insert(pend.end(), {p.job, p.slot, p.newest_step});
+    w.put_i64("zenflow.pending", pend);
+    w.put_i64("zenflow.update_steps", update_steps_);
+  }
+
+  void load_state(const StateReader& r) override {
+    auto c = r.i64("zenflow.counters");
+    if (c.size() != 7) r.fail("zenflow.counters", "expected 7 counters");
+    if (c[6] != D_) r.fail("zenflow.counters", "written with max_staleness " + std::to_string(c[6]));
+    for (auto& wp : mat_) {
+      Matrix& m = *wp;
+      const std::string& n = m.p->name;
+      r.get("host.master." + n, m.master);
+      r.get("host.m." + n, m.m);
+      r.get("host.v." + n, m.v);
+      for (int i = 0; i <= D_; ++i) {
+        r.get("host.acc" + std::to_string(i) + "." + n, m.acc[i]);
+        r.get("host.res" + std::to_string(i) + "." + n, m.res[i]);
+      }
+      r.get("device.sel." + n, m.sel);
+      r.get("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel);
+      r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel);
+      auto an = r.f64("auto.AN." + n);
+      if (an.size() != 4) r.fail("auto.AN." + n, "expected 4 values");
+      m.A = an[0];
+      m.N = an[1];
+      m.mass_host[0] = an[2];  // gradient mass of the last step: its vote is taken on resume
+      m.mass_host[1] = an[3];
+    }
+    for (Vector& v : vec_) {
+      r.get("device.m." + v.p->name, v.m);
+      r.get("device.v." + v.p->name, v.v);
+    }
+    job_ = c[0];
+    n_ = c[1];
+    first_async_job_ = c[2];
+    u_ = c[3];
+    selected_ = c[4] != 0;
+    last_vote_ = c[5] != 0;
+    auto pend = r.i64("zenflow.pending");
+    if (pend.size() % 3) r.fail("zenflow.pending", "expected triples");
+    pending_.clear();
+    for (size_t i = 0; i < pend.size(); i += 3) pending_.push_back({pend[i], pend[i + 1], pend[i + 2]});
+    update_steps_ = r.i64("zenflow.update_steps");
   }
 
   void flush(int64_t last_step) override {
@@ -328,6 +396,30 @@ class ZeroOffloadDpu final : public Strategy {
     }
   }
   const char* name() const override { return "zero-offload-dpu"; }
+  void save_state(StateWriter& w) const override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string& n = params_[i]->name;
+      w.put("host.master." + n, st_[i].master);
+      w.put("host.m." + n, st_[i].m);
+      w.put("host.v." + n, st_[i].v);
+      w.put("host.res0." + n, st_[i].res[0]);
+      w.put("host.res1." + n, st_[i].res[1]);
+    }
+    w.put_i64("dpu.last", {last_});
+  }
+  void load_state(const StateReader& r) override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string& n = params_[i]->name;
+      r.get("host.master." + n, st_[i].master);
+      r.get("host.m." + n, st_[i].m);
+      r.get("host.v." + n, st_[i].v);
+      r.get("host.res0." + n, st_[i].res[0]);
+      r.get("host.res1." + n, st_[i].res[1]);
+    }
+    auto l = r.i64("dpu.last");
+    if (l.size() != 1) r.fail("dpu.last", "expected one counter");
+    last_ = l[0];
+  }
   void submit_update(int64_t t) override {
     const int b = (int)(t & 1);
     for (size_t i = 0; i < params_.size(); ++i) {

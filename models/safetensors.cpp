@@ -1,6 +1,7 @@
 #include "models/safetensors.hpp"
 
 #include <fcntl.h>
+#include <zlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,11 +83,17 @@ void write_file_atomic(const std::string& path, const void* data, size_t n) {
   }
 }
 
-void write_safetensors(const std::string& path, const StFile& f) {
+void write_safetensors(const std::string& path, const StFile& f, bool checksum) {
   nlohmann::ordered_json hdr = nlohmann::ordered_json::object();
-  if (!f.metadata.empty()) {
+  if (!f.metadata.empty() || checksum) {
     nlohmann::ordered_json md = nlohmann::ordered_json::object();
     for (auto& [k, v] : f.metadata) md[k] = v;
+    if (checksum) {
+      uLong crc = crc32(0L, Z_NULL, 0);
+      for (auto& [name, t] : f.tensors)
+        if (!t.bytes.empty()) crc = crc32(crc, t.bytes.data(), (uInt)t.bytes.size());
+      md["zf_crc32"] = std::to_string(crc);
+    }
     hdr["__metadata__"] = md;
   }
   size_t off = 0;
@@ -183,6 +190,20 @@ StFile read_safetensors(const std::string& path) {
     if (!in) throw InputError(where, "could not read its data");
     ranges.push_back({b, e});
     f.tensors.emplace(name, std::move(t));
+  }
+  if (f.metadata.count("zf_crc32")) {  // CRC-32 of the data section, tensors in file order
+    std::vector<std::pair<uint64_t, std::string>> by_off;
+    for (auto& [name, v] : j.items())
+      if (name != "__metadata__") by_off.push_back({v["data_offsets"][0].get<uint64_t>(), name});
+    std::sort(by_off.begin(), by_off.end());
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (auto& [off, name] : by_off) {
+      const auto& b = f.tensors.at(name).bytes;
+      if (!b.empty()) crc = crc32(crc, b.data(), (uInt)b.size());
+    }
+    if (std::to_string(crc) != f.metadata["zf_crc32"])
+      throw InputError(path, "checksum mismatch: the data section is corrupted (CRC-32 " + std::to_string(crc) +
+                                 ", the header records " + f.metadata["zf_crc32"] + ")");
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)

@@ -25,7 +25,9 @@ struct StFile {
 
 // Throws zf::InputError naming the file and the tensor/field on any malformed content.
 StFile read_safetensors(const std::string& path);
-void write_safetensors(const std::string& path, const StFile& f);
+// checksum: store the CRC-32 of the data section as __metadata__["zf_crc32"]; readers verify it
+// when present, so a corrupted (not only truncated) file is refused.
+void write_safetensors(const std::string& path, const StFile& f, bool checksum = false);
 
 StTensor st_f32(const std::vector<int64_t>& shape, const float* data);
 

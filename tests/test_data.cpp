@@ -88,7 +88,9 @@ void write_plain(const std::string& path, const Bytes& b) {
 void write_gz(const std::string& path, const Bytes& b) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr) << path;
-  if (!b.empty()) ASSERT_EQ(gzwrite(f, b.data(), (unsigned)b.size()), (int)b.size());
+  if (!b.empty()) {
+    ASSERT_EQ(gzwrite(f, b.data(), (unsigned)b.size()), (int)b.size());
+  }
   ASSERT_EQ(gzclose(f), Z_OK);
 }
 

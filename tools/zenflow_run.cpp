@@ -24,12 +24,15 @@ static void check_output_path(const std::string& option, const std::string& path
 int main(int argc, char** argv) {
   CLI::App app{
       "zenflow-run: train a model with a StarPU task graph per step.\n"
-      "Strategies: device-adam (AdamW on the device), zero-offload (host AdamW, the device waits).\n"
+      "Strategies: device-adam (AdamW on the device), zero-offload (host AdamW, the device waits),\n"
+      "zero-offload-dpu (one-step delayed host update), zenflow (top-k columns on the device, the rest\n"
+      "accumulated and applied by an asynchronous host AdamW with bounded staleness).\n"
       "The spec format is documented in docs/spec.md; metrics in docs/metrics.md."};
   app.get_formatter()->column_width(34);
   std::string spec_path;
   std::vector<std::string> sets;
-  std::string strategy, sched, metrics, save, init;
+  std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume;
+  int64_t ckpt_every = 0;
   int64_t steps = -1;
   bool quiet = false, list_policies = false, print_spec = false;
   app.add_option("spec", spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
@@ -37,12 +40,20 @@ int main(int argc, char** argv) {
                                 "the value is JSON, or a string)");
   app.add_option("--steps", steps, "number of training steps (overrides train.steps/epochs)")
       ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));  // as train.steps; negative is an error
-  app.add_option("--strategy", strategy, "device-adam | zero-offload (overrides the spec)");
+  app.add_option("--strategy", strategy, "device-adam | zero-offload | zero-offload-dpu | zenflow (overrides the spec)");
   app.add_option("--sched", sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "
                                    "prio, dmda, dmdas (see --list-policies)");
+  app.add_option("--deepspeed", deepspeed, "read a DeepSpeed config (train_batch_size, optimizer, "
+                                           "zero_optimization with offload_optimizer and zenflow); "
+                                           "what cannot be honoured is an error");
   app.add_option("--metrics", metrics, "write the run's metrics as JSON to FILE (atomic)");
   app.add_option("--save", save, "save the final model weights to FILE (safetensors)");
   app.add_option("--init", init, "initialise the model weights from FILE (safetensors)");
+  app.add_option("--checkpoint-dir", ckpt_dir, "write full training-state checkpoints into DIR "
+                                              "(after the last step, and every --checkpoint-every steps)");
+  app.add_option("--checkpoint-every", ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)");
+  app.add_option("--resume", resume, "resume from a checkpoint DIR (its latest step) or a step directory; "
+                                     "the spec must match the checkpoint's");
   app.add_flag("--quiet,-q", quiet, "no progress lines and no summary");
   app.add_flag("--list-policies", list_policies, "print the StarPU policies this build knows and exit");
   app.add_flag("--print-spec", print_spec, "print the effective spec (defaults and overrides applied) and exit");
@@ -64,7 +75,7 @@ int main(int argc, char** argv) {
     if (steps >= 0) sets.push_back("train.steps=" + std::to_string(steps));
     if (!strategy.empty()) sets.push_back("strategy=\"" + strategy + "\"");
     if (!sched.empty()) sets.push_back("runtime.sched=\"" + sched + "\"");
-    zf::Spec spec = zf::load_spec(spec_path, sets);
+    zf::Spec spec = zf::load_spec(spec_path, sets, deepspeed);
     if (print_spec) {
       std::cout << spec.to_json().dump(2) << "\n";
       return 0;
@@ -76,6 +87,11 @@ int main(int argc, char** argv) {
     o.metrics_path = metrics;
     o.save_path = save;
     o.init_path = init;
+    o.checkpoint_dir = ckpt_dir;
+    o.checkpoint_every = ckpt_every;
+    o.resume_path = resume;
+    if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
+    if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
     zf::run_training(spec, o);
     return 0;
   } catch (const zf::InputError& e) {

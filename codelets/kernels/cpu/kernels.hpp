@@ -80,4 +80,39 @@ void copy(float* dst, const float* src, size_t n);
 // x = 0
 void zero(float* x, size_t n);
 
+
+// ---- GPT layers (embedding.cpp, layernorm.cpp, attention.cpp, pool.cpp, text.cpp). Activations
+// are (B, T, C) row-major = (B*T, C); every kernel overwrites its outputs (gradients included).
+// x (B, T, C) = wte (V, C)[tok (B, T)] + wpe (T, C)[t]
+void embedding_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x, int B, int T, int C);
+// dwte (V, C) = sum of dx rows over the positions holding each token; dwpe (T, C) = sum over b
+// of dx[b, t]. Positions are visited in order b = 0.., t = 0.. (deterministic).
+void embedding_bwd(const int32_t* tok, const float* dx, float* dwte, float* dwpe, int B, int T, int C, int V);
+// LayerNorm over the rows of x (N, C): y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps)
+// (biased variance, as torch.nn.LayerNorm); mean (N) and rstd (N) are saved for the backward.
+void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                   int N, int C, float eps);
+// dx (N, C), dw (C), db (C) from dy (N, C) and the saved mean/rstd.
+void layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
+                   float* dx, float* dw, float* db, int N, int C);
+// Causal multi-head self-attention, per (b, h): q, k, v (T, hs) are column blocks h*hs of the
+// thirds of qkv (B, T, 3C) = [q | k | v]; att (B, NH, T, T) = softmax(q k^T / sqrt(hs)) over
+// j <= i (0 above the diagonal, saved for the backward); out (B, T, C)[:, :, h*hs:] = att v.
+void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH);
+// dqkv (B, T, 3C) from dout (B, T, C); scratch holds T*T floats.
+void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch,
+                   int B, int T, int C, int NH);
+// Mean over the first len[b] positions: y (B, C) = mean_{t < len[b]} x (B, T, C)[b, t]
+void mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
+// dx[b, t] = dy[b] / len[b] for t < len[b], 0 after
+void mean_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C);
+// Language-model windows of a byte text: tokens (B, T) = text[s_b .. s_b + T), targets (B, T) =
+// text[s_b + 1 .. s_b + T] for the start offsets s (B); s_b + T < n is the caller's promise.
+void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, int32_t* tokens,
+                    int32_t* targets);
+// Rows `rows` (B) of a padded byte table (R, T) with lengths (R) and labels (R): tokens (B, T),
+// len (B), labels (B).
+void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,
+                      const int32_t* rows, int B, int32_t* tokens, int32_t* out_len, int32_t* out_labels);
+
 }  // namespace zf::kernels::cpu

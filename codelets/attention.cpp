@@ -1,0 +1,75 @@
+// Causal multi-head self-attention forward (saving the attention probabilities) and backward
+// (kernels/cpu/attention.cpp).
+#include <starpu.h>
+
+#include <cstdlib>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+namespace {
+
+struct AttentionArgs {
+  int B, T, C, NH;
+  StepStatus* status;
+};
+
+void attention_fwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<AttentionArgs*>(a);
+  kernels::cpu::attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->NH);
+}
+void attention_bwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<AttentionArgs*>(a);
+  float* scratch = static_cast<float*>(std::malloc((size_t)p->T * p->T * sizeof(float)));  // (T, T)
+  if (!scratch) {
+    if (p->status) p->status->fail("attention_bwd: out of memory for the (T, T) scratch");
+    return;
+  }
+  kernels::cpu::attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), scratch, p->B, p->T,
+                              p->C, p->NH);
+  std::free(scratch);
+}
+
+starpu_codelet& attention_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_W, STARPU_W}}, &m);
+  return c;
+}
+starpu_codelet& attention_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(nullptr), 4,
+                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
+                                         &m);
+  return c;
+}
+
+// att (B, NH, T, T), qkv (B*T, 3C), out (B*T, C)
+AttentionArgs dims(const SubmitOptions& opt, const Tensor& qkv, const Tensor& out, const Tensor& att,
+                   StepStatus* status) {
+  expect(att.shape().size() == 4 && att.dim(2) == att.dim(3), opt, "att must be (B, NH, T, T): " + shape_str(att));
+  expect(qkv.shape().size() == 2 && qkv.dim(1) % 3 == 0, opt, "qkv must be (B*T, 3C): " + shape_str(qkv));
+  AttentionArgs a{(int)att.dim(0), (int)att.dim(2), (int)(qkv.dim(1) / 3), (int)att.dim(1), status};
+  expect(a.C % a.NH == 0, opt, "C = " + std::to_string(a.C) + " is not a multiple of the heads " + std::to_string(a.NH));
+  expect(qkv.dim(0) == (int64_t)a.B * a.T, opt, shape_str(qkv) + " does not match " + shape_str(att));
+  expect(out.numel() == (size_t)a.B * a.T * a.C, opt, shape_str(out) + " must be (B*T, C)");
+  return a;
+}
+
+}  // namespace
+
+void insert_attention_fwd(const SubmitOptions& opt, const Tensor& qkv, const Tensor& out, const Tensor& att,
+                          StepStatus* status) {
+  TaskBuilder(attention_fwd_cl(), opt).r(qkv).w(out).w(att).args(dims(opt, qkv, out, att, status)).submit();
+}
+
+void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                          const Tensor& dqkv, StepStatus* status) {
+  AttentionArgs a = dims(opt, qkv, dout, att, status);
+  expect(dqkv.numel() == qkv.numel(), opt, shape_str(dqkv) + " vs " + shape_str(qkv));
+  TaskBuilder(attention_bwd_cl(), opt).r(dout).r(qkv).r(att).w(dqkv).args(a).submit();
+}
+
+}  // namespace zf

@@ -1,0 +1,69 @@
+// Token + position embedding forward and its scatter-add backward (kernels/cpu/embedding.cpp).
+#include <starpu.h>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+namespace {
+
+struct EmbeddingArgs {
+  int B, T, C, V, T_ctx;
+};
+
+void embedding_fwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  kernels::cpu::embedding_fwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), p->B, p->T,
+                              p->C);
+}
+void embedding_bwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  float* dwpe = vec_ptr(b[3]);
+  kernels::cpu::embedding_bwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), dwpe, p->B, p->T, p->C, p->V);
+  kernels::cpu::zero(dwpe + (size_t)p->T * p->C, (size_t)(p->T_ctx - p->T) * p->C);
+}
+
+starpu_codelet& embedding_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_embedding_fwd", embedding_fwd_cpu, ZF_CUDA_FUNC(nullptr), 4,
+                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
+                                         &m);
+  return c;
+}
+starpu_codelet& embedding_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_embedding_bwd", embedding_bwd_cpu, ZF_CUDA_FUNC(nullptr), 4,
+                                          {STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+                                         &m);
+  return c;
+}
+
+// tokens (B, T), wte (V, C), wpe (T_ctx, C), x (B*T, C)
+EmbeddingArgs dims(const SubmitOptions& opt, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                   const Tensor& x) {
+  expect(tokens.shape().size() == 2, opt, "tokens must be (B, T): " + shape_str(tokens));
+  expect(wte.shape().size() == 2 && wpe.shape().size() == 2 && wte.dim(1) == wpe.dim(1), opt,
+         "embeddings must be (V, C) and (T, C): " + shape_str(wte) + " " + shape_str(wpe));
+  EmbeddingArgs a{(int)tokens.dim(0), (int)tokens.dim(1), (int)wte.dim(1), (int)wte.dim(0), (int)wpe.dim(0)};
+  expect(a.T <= a.T_ctx, opt, shape_str(tokens) + " is longer than the context of " + shape_str(wpe));
+  expect(x.numel() == (size_t)a.B * a.T * a.C, opt, shape_str(x) + " must hold B*T*C elements");
+  return a;
+}
+
+}  // namespace
+
+void insert_embedding_fwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                          const Tensor& x) {
+  TaskBuilder(embedding_fwd_cl(), opt).r(tokens).r(wte).r(wpe).w(x).args(dims(opt, tokens, wte, wpe, x)).submit();
+}
+
+void insert_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& dx, const Tensor& dwte,
+                          const Tensor& dwpe) {
+  TaskBuilder(embedding_bwd_cl(), opt)
+      .r(tokens).r(dx).w(dwte).w(dwpe)
+      .args(dims(opt, tokens, dwte, dwpe, dx))
+      .submit();
+}
+
+}  // namespace zf

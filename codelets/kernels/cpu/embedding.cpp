@@ -1,0 +1,34 @@
+// Token + position embedding (GPT-2): x[b, t] = wte[tok[b, t]] + wpe[t], and its backward, a
+// scatter-add into the embedding gradients in a fixed order (llm.c's encoder_forward/backward).
+#include <cstring>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+
+namespace zf::kernels::cpu {
+
+void embedding_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const float* e = wte + (size_t)tok[(size_t)b * T + t] * C;  // (C)
+      const float* p = wpe + (size_t)t * C;                       // (C)
+      float* o = x + ((size_t)b * T + t) * C;                     // (C)
+      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    }
+}
+
+void embedding_bwd(const int32_t* tok, const float* dx, float* dwte, float* dwpe, int B, int T, int C, int V) {
+  std::memset(dwte, 0, (size_t)V * C * sizeof(float));
+  std::memset(dwpe, 0, (size_t)T * C * sizeof(float));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const float* d = dx + ((size_t)b * T + t) * C;
+      float* e = dwte + (size_t)tok[(size_t)b * T + t] * C;
+      float* p = dwpe + (size_t)t * C;
+      for (int c = 0; c < C; ++c) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+}
+
+}  // namespace zf::kernels::cpu

@@ -1,0 +1,31 @@
+// Batches of bytes as tokens (byte-level vocabulary of 256): language-model windows of a text and
+// rows of a padded sequence table (the classifier's verses).
+#include "codelets/kernels/cpu/kernels.hpp"
+
+namespace zf::kernels::cpu {
+
+void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, int32_t* tokens,
+                    int32_t* targets) {
+  for (int b = 0; b < B; ++b) {
+    const uint8_t* s = text + starts[b];
+    int32_t* tk = tokens + (size_t)b * T;  // (T)
+    int32_t* tg = targets + (size_t)b * T;
+    for (int t = 0; t < T; ++t) {
+      tk[t] = s[t];
+      tg[t] = s[t + 1];
+    }
+  }
+}
+
+void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,
+                      const int32_t* rows, int B, int32_t* tokens, int32_t* out_len, int32_t* out_labels) {
+  for (int b = 0; b < B; ++b) {
+    const uint8_t* r = table + (size_t)rows[b] * T;  // (T)
+    int32_t* tk = tokens + (size_t)b * T;
+    for (int t = 0; t < T; ++t) tk[t] = r[t];
+    out_len[b] = lengths[rows[b]];
+    out_labels[b] = labels[rows[b]];
+  }
+}
+
+}  // namespace zf::kernels::cpu

@@ -1,0 +1,202 @@
+#include "graphs/checkpoint.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "graphs/spec.hpp"
+#include "graphs/strategy.hpp"
+#include "graphs/trainer.hpp"
+#include "models/workload.hpp"
+
+namespace zf {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void StateWriter::put(const std::string& name, const Tensor& t) {
+  t.acquire_read();
+  StTensor s;
+  s.dtype = t.bytes() == t.numel() * 8 ? "F64" : t.bytes() == t.numel() * 4 ? "F32" : "U8";
+  s.shape = {(int64_t)(t.bytes() / (s.dtype == "F64" ? 8 : s.dtype == "F32" ? 4 : 1))};
+  s.bytes.assign(t.as<uint8_t>(), t.as<uint8_t>() + t.bytes());
+  t.release();
+  f_.tensors[name] = std::move(s);
+}
+
+void StateWriter::put(const std::string& name, const HostTensor& h) {
+  StTensor s;
+  s.dtype = "F32";
+  size_t n = 0;
+  for (auto& t : h.tiles) n += t.numel();
+  s.shape = {(int64_t)n};
+  s.bytes.resize(n * 4);
+  size_t off = 0;
+  for (auto& t : h.tiles) {
+    t.acquire_read();
+    std::memcpy(s.bytes.data() + off, t.data(), t.bytes());
+    t.release();
+    off += t.bytes();
+  }
+  f_.tensors[name] = std::move(s);
+}
+
+void StateWriter::put_i64(const std::string& name, const std::vector<int64_t>& v) {
+  StTensor s;
+  s.dtype = "I64";
+  s.shape = {(int64_t)v.size()};
+  s.bytes.resize(v.size() * 8);
+  if (!v.empty()) std::memcpy(s.bytes.data(), v.data(), s.bytes.size());
+  f_.tensors[name] = std::move(s);
+}
+
+void StateWriter::put_f64(const std::string& name, const std::vector<double>& v) {
+  StTensor s;
+  s.dtype = "F64";
+  s.shape = {(int64_t)v.size()};
+  s.bytes.resize(v.size() * 8);
+  if (!v.empty()) std::memcpy(s.bytes.data(), v.data(), s.bytes.size());
+  f_.tensors[name] = std::move(s);
+}
+
+void StateReader::fail(const std::string& field, const std::string& what) const {
+  throw InputError(path_ + ": " + field, what);
+}
+
+const StTensor& StateReader::find(const std::string& name, const std::string& dtype, size_t bytes) const {
+  auto it = f_.tensors.find(name);
+  if (it == f_.tensors.end()) fail(name, "missing from the checkpoint (written by another strategy or version?)");
+  if (it->second.dtype != dtype) fail(name, "dtype " + it->second.dtype + ", expected " + dtype);
+  if (bytes != (size_t)-1 && it->second.bytes.size() != bytes)
+    fail(name, std::to_string(it->second.bytes.size()) + " bytes, the model needs " + std::to_string(bytes) +
+                   " (a checkpoint of a different model shape?)");
+  return it->second;
+}
+
+void StateReader::get(const std::string& name, const Tensor& t) const {
+  const size_t es = t.numel() ? t.bytes() / t.numel() : 4;
+  const StTensor& s = find(name, es == 8 ? "F64" : es == 4 ? "F32" : "U8", t.bytes());
+  t.acquire_write();
+  std::memcpy(t.as<uint8_t>(), s.bytes.data(), t.bytes());
+  t.release();
+}
+
+void StateReader::get(const std::string& name, const HostTensor& h) const {
+  size_t n = 0;
+  for (auto& t : h.tiles) n += t.bytes();
+  const StTensor& s = find(name, "F32", n);
+  size_t off = 0;
+  for (auto& t : h.tiles) {
+    t.acquire_write();
+    std::memcpy(t.data(), s.bytes.data() + off, t.bytes());
+    t.release();
+    off += t.bytes();
+  }
+}
+
+std::vector<int64_t> StateReader::i64(const std::string& name) const {
+  const StTensor& s = find(name, "I64", (size_t)-1);
+  std::vector<int64_t> v(s.bytes.size() / 8);
+  if (!v.empty()) std::memcpy(v.data(), s.bytes.data(), v.size() * 8);
+  return v;
+}
+
+std::vector<double> StateReader::f64(const std::string& name) const {
+  const StTensor& s = find(name, "F64", (size_t)-1);
+  std::vector<double> v(s.bytes.size() / 8);
+  if (!v.empty()) std::memcpy(v.data(), s.bytes.data(), v.size() * 8);
+  return v;
+}
+
+static std::string step_name(int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step-%08lld", (long long)step);
+  return b;
+}
+
+std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& spec, Workload& wl,
+                             const Strategy& strat) {
+  fs::create_directories(dir);
+  const fs::path final_dir = fs::path(dir) / step_name(step);
+  const fs::path tmp = fs::path(dir) / (".tmp-" + step_name(step) + "-" + std::to_string(getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  StFile model;
+  model.metadata["format"] = "zenflow-weights";
+  model.metadata["model"] = wl.describe();
+  for (Param* p : wl.params()) {
+    p->value.acquire_read();
+    model.tensors[p->name] = st_f32(p->value.shape(), p->value.data());
+    p->value.release();
+  }
+  write_safetensors((tmp / "model.safetensors").string(), model, true);
+  StateWriter w;
+  strat.save_state(w);
+  w.file().metadata["format"] = "zenflow-state";
+  w.file().metadata["step"] = std::to_string(step);
+  w.file().metadata["strategy"] = strat.name();
+  w.file().metadata["spec"] = spec.to_json().dump();
+  write_safetensors((tmp / "state.safetensors").string(), w.file(), true);
+  fs::remove_all(final_dir);  // a checkpoint of the same step from an earlier run
+  fs::rename(tmp, final_dir);
+  const std::string latest = step_name(step) + "\n";
+  write_file_atomic((fs::path(dir) / "latest").string(), latest.data(), latest.size());
+  return final_dir.string();
+}
+
+CheckpointInfo find_checkpoint(const std::string& path) {
+  fs::path p(path);
+  if (!fs::is_directory(p)) throw InputError(path, "not a checkpoint directory");
+  if (fs::exists(p / "latest")) {
+    std::ifstream in(p / "latest");
+    std::string name;
+    std::getline(in, name);
+    if (name.empty() || name.find('/') != std::string::npos)
+      throw InputError((p / "latest").string(), "expected the name of a step directory");
+    p /= name;
+  }
+  const fs::path st = p / "state.safetensors";
+  if (!fs::exists(st) || !fs::exists(p / "model.safetensors"))
+    throw InputError(p.string(), "no model.safetensors and state.safetensors here (not a checkpoint)");
+  StFile f = read_safetensors(st.string());
+  CheckpointInfo ck;
+  ck.dir = p.string();
+  if (f.metadata["format"] != "zenflow-state") throw InputError(st.string(), "not a zenflow state file");
+  try {
+    ck.step = std::stoll(f.metadata.at("step"));
+    ck.spec = json::parse(f.metadata.at("spec"));
+  } catch (const std::exception&) {
+    throw InputError(st.string(), "__metadata__ lacks a valid step and spec");
+  }
+  return ck;
+}
+
+void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
+  const json now = spec.to_json();
+  auto same = [&](const char* key, const char* sub = nullptr) {
+    const json& a = sub ? ck.spec[key][sub] : ck.spec[key];
+    const json& b = sub ? now[key][sub] : now[key];
+    if (a != b)
+      throw InputError(ck.dir + ": " + key + (sub ? std::string(".") + sub : ""),
+                       "the checkpoint was written with " + a.dump() + ", this run has " + b.dump());
+  };
+  same("strategy");
+  same("model");
+  same("optimizer");
+  for (const char* k : {"dataset", "dir", "train_limit"}) same("data", k);
+  for (const char* k : {"batch_size", "seed"}) same("train", k);
+  if (spec.strategy == "zenflow") same("zenflow");
+}
+
+void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat) {
+  load_weights(wl, ck.dir + "/model.safetensors");
+  const std::string st = ck.dir + "/state.safetensors";
+  StFile f = read_safetensors(st);
+  if (f.metadata["strategy"] != strat.name())
+    throw InputError(st, "state of strategy '" + f.metadata["strategy"] + "', this run uses '" + strat.name() + "'");
+  strat.load_state(StateReader(f, st));
+}
+
+}  // namespace zf

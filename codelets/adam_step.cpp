@@ -1,4 +1,5 @@
-// Optimizer and data-movement codelets: AdamW (kernels/cpu/adam.cpp), gradient accumulation,
+// Optimizer and data-movement codelets: AdamW (kernels/cpu/adam.cpp) and its fused
+// accumulate + AdamW + clear variant (ZenFlow's last accumulation and host update), gradient accumulation,
 // copies between tensors or slices of them (device <-> host crossings), zeroing.
 #include <starpu.h>
 
@@ -17,6 +18,12 @@ struct AdamArgs {
   float grad_scale;
   size_t p_off, g_off, n;
 };
+struct AdamAccArgs {
+  AdamParams hp;
+  int64_t step;
+  float grad_scale;
+  size_t p_off, a_off, g_off, n;
+};
 struct MoveArgs {
   size_t dst_off, src_off, n;
   float scale;
@@ -26,6 +33,12 @@ void adam_step_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AdamArgs*>(a);
   kernels::cpu::adam_step(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->g_off, vec_ptr(b[2]),
                           vec_ptr(b[3]), p->n, p->hp, p->step, p->grad_scale);
+}
+void adam_step_accumulate_cpu(void* b[], void* a) noexcept {  // buffers: param, acc, grad, m, v
+  auto* p = static_cast<AdamAccArgs*>(a);
+  kernels::cpu::adam_step_accumulate(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->a_off,
+                                     vec_ptr(b[2]) + p->g_off, vec_ptr(b[3]), vec_ptr(b[4]), p->n, p->hp,
+                                     p->step, p->grad_scale);
 }
 void accumulate_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MoveArgs*>(a);
@@ -44,6 +57,14 @@ starpu_codelet& adam_cl() {
   static starpu_codelet c =
       make_codelet({"zf_adam_step", adam_step_cpu, ZF_CUDA_FUNC(nullptr), 4,
                     {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
+                   &m);
+  return c;
+}
+starpu_codelet& adam_accumulate_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_adam_step_accumulate", adam_step_accumulate_cpu, ZF_CUDA_FUNC(nullptr), 5,
+                    {STARPU_RW, STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
                    &m);
   return c;
 }
@@ -91,6 +112,23 @@ void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t st
   TaskBuilder(adam_cl(), opt)
       .rw(param).r(grad).rw(m).rw(v)
       .args(AdamArgs{hp, step, grad_scale, ps.offset, gs.offset, ps.n})
+      .submit();
+}
+
+void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp, int64_t step,
+                                 float grad_scale, const Tensor& param, Slice ps, const Tensor& acc,
+                                 Slice as, const Tensor& grad, Slice gs, const Tensor& m, const Tensor& v) {
+  check_slice(opt, param, ps);
+  check_slice(opt, acc, as);
+  check_slice(opt, grad, gs);
+  expect(ps.n == as.n && ps.n == gs.n && m.numel() == ps.n && v.numel() == ps.n, opt,
+         "adam_accumulate: param, acc, grad and moments must have the same length");
+  expect(acc.handle() != param.handle() && acc.handle() != grad.handle(), opt,
+         "adam_accumulate: the accumulator must be its own tensor");
+  expect(step >= 1, opt, "adam_accumulate: step counts from 1");
+  TaskBuilder(adam_accumulate_cl(), opt)
+      .rw(param).rw(acc).r(grad).rw(m).rw(v)
+      .args(AdamAccArgs{hp, step, grad_scale, ps.offset, as.offset, gs.offset, ps.n})
       .submit();
 }
 

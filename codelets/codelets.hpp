@@ -47,6 +47,13 @@ inline Slice whole(const Tensor& t) { return {0, t.numel()}; }
 void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
                       const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
                       const Tensor& v);
+// Fused (kernels::cpu::adam_step_accumulate): acc[as] += grad[gs]; AdamW on param[ps] with
+// acc[as] * grad_scale and moments m, v (whole tensors of ps.n elements); acc[as] = 0. Equal bitwise
+// to insert_accumulate(scale 1) + insert_adam_step(acc) + zeroing that slice, in one pass (36 bytes
+// per parameter instead of 44).
+void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp, int64_t step,
+                                 float grad_scale, const Tensor& param, Slice ps, const Tensor& acc,
+                                 Slice as, const Tensor& grad, Slice gs, const Tensor& m, const Tensor& v);
 // acc[as] += scale * g[gs]
 void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
                        Slice gs, float scale);

@@ -61,6 +61,8 @@ class Fields {
   void integer(const std::string& key, I& out, int64_t lo, int64_t hi) {
     if (auto* v = find(key)) {
       if (!v->is_number_integer()) fail(at(key), "expected an integer, got " + type_name(*v));
+      if (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT64_MAX)
+        fail(at(key), v->dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
       int64_t x = v->get<int64_t>();
       if (x < lo || x > hi)
         fail(at(key), std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
@@ -160,7 +162,7 @@ Spec parse_spec(const json& j, const std::string& source) {
 
   if (auto* m = top.object("model")) {
     Fields f(*m, "model", source);
-    f.str("type", s.model.type, {"mlp"});
+    f.str("type", s.model.type, {"mlp", "gpt", "gpt-classifier"});
     if (auto* h = f.find("hidden")) {
       if (!h->is_array()) f.fail("model.hidden", "expected an array of layer widths, got " + type_name(*h));
       s.model.hidden.clear();
@@ -175,15 +177,37 @@ Spec parse_spec(const json& j, const std::string& source) {
     }
     f.str("activation", s.model.activation, {"relu", "gelu"});
     f.integer("init_seed", s.model.init_seed, 0, INT64_MAX);
+    f.integer("n_layer", s.model.n_layer, 1, 64);
+    f.integer("n_head", s.model.n_head, 1, 256);
+    f.integer("n_embd", s.model.n_embd, 1, 8192);
+    f.integer("context", s.model.context, 1, 8192);
     f.finish();
+    if (s.model.n_embd % s.model.n_head)
+      f.fail("model.n_embd", std::to_string(s.model.n_embd) + " is not a multiple of model.n_head (" +
+                                 std::to_string(s.model.n_head) + ")");
   }
   if (auto* d = top.object("data")) {
     Fields f(*d, "data", source);
-    f.str("dataset", s.data.dataset, {"fashion-mnist"});
+    f.str("dataset", s.data.dataset, {"fashion-mnist", "kjv", "text"});
     f.str("dir", s.data.dir);
     f.integer("train_limit", s.data.train_limit, 0, INT32_MAX);
     f.integer("eval_limit", s.data.eval_limit, 0, INT32_MAX);
+    f.str("path", s.data.path);
+    f.str("labels", s.data.labels, {"testament", "section"});
+    f.str("split", s.data.split, {"book", "verse"});
     f.finish();
+  }
+  {  // model and data must fit together (docs/gpt.md)
+    const std::string& m = s.model.type;
+    const std::string& d = s.data.dataset;
+    if (m == "mlp" && d != "fashion-mnist")
+      top.fail("data.dataset", "'" + d + "' needs a text model (model.type gpt or gpt-classifier); mlp trains on fashion-mnist");
+    if (m == "gpt" && d == "fashion-mnist")
+      top.fail("data.dataset", "model.type gpt trains on text: set data.dataset to kjv or text");
+    if (m == "gpt-classifier" && d != "kjv")
+      top.fail("data.dataset", "model.type gpt-classifier classifies KJV verses: set data.dataset to kjv");
+    if (d == "text" && s.data.path.empty()) top.fail("data.path", "required with data.dataset text (a UTF-8 text file)");
+    if (d == "kjv" && s.data.path.empty()) s.data.path = kKjvDefaultPath;
   }
   if (auto* t = top.object("train")) {
     Fields f(*t, "train", source);
@@ -254,8 +278,10 @@ json Spec::to_json() const {
   return json{
       {"name", name},
       {"strategy", strategy},
-      {"model", {{"type", model.type}, {"hidden", model.hidden}, {"activation", model.activation}, {"init_seed", model.init_seed}}},
-      {"data", {{"dataset", data.dataset}, {"dir", data.dir}, {"train_limit", data.train_limit}, {"eval_limit", data.eval_limit}}},
+      {"model", {{"type", model.type}, {"hidden", model.hidden}, {"activation", model.activation}, {"init_seed", model.init_seed},
+                 {"n_layer", model.n_layer}, {"n_head", model.n_head}, {"n_embd", model.n_embd}, {"context", model.context}}},
+      {"data", {{"dataset", data.dataset}, {"dir", data.dir}, {"train_limit", data.train_limit}, {"eval_limit", data.eval_limit},
+                {"path", data.path}, {"labels", data.labels}, {"split", data.split}}},
       {"train", {{"batch_size", train.batch_size}, {"epochs", train.epochs}, {"steps", train.steps}, {"seed", train.seed}, {"eval_batch_size", train.eval_batch_size}}},
       {"optimizer", {{"type", optimizer.type}, {"lr", optimizer.lr}, {"betas", {optimizer.beta1, optimizer.beta2}}, {"eps", optimizer.eps}, {"weight_decay", optimizer.weight_decay}}},
       {"zenflow", {{"topk_ratio", zenflow.topk_ratio}, {"select_strategy", zenflow.select_strategy},

@@ -21,6 +21,8 @@ struct Spec {
     std::vector<int> hidden{256, 128};
     std::string activation = "relu";  // relu | gelu
     uint64_t init_seed = 1;
+    // gpt | gpt-classifier (docs/gpt.md)
+    int n_layer = 4, n_head = 4, n_embd = 128, context = 128;
   } model;
 
   struct Data {
@@ -28,6 +30,10 @@ struct Spec {
     std::string dir = "/usr/share/datasets/fashion-mnist";
     int64_t train_limit = 0;  // 0: all examples
     int64_t eval_limit = 0;
+    // kjv | text (docs/gpt.md): the text file; for kjv "" means kKjvDefaultPath
+    std::string path;
+    std::string labels = "testament";  // gpt-classifier: testament | section
+    std::string split = "book";        // gpt-classifier: book | verse
   } data;
 
   struct Train {
@@ -79,6 +85,9 @@ struct Spec {
 
   nlohmann::json to_json() const;
 };
+
+// Where `bash tools/zf setup` writes bible(1)'s output (data.dataset "kjv" without data.path).
+inline constexpr const char* kKjvDefaultPath = "/var/tmp/zenflow/kjv.txt";
 
 // Parses and validates; `source` names the file in errors.
 Spec parse_spec(const nlohmann::json& j, const std::string& source);

@@ -15,6 +15,7 @@
 
 #include "codelets/codelets.hpp"
 #include "graphs/checkpoint.hpp"
+#include "runtime/trace.hpp"
 #include "graphs/spec.hpp"
 #include "models/workload.hpp"
 
@@ -40,6 +41,8 @@ class Strategy {
   virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
   // Full optimizer state for checkpoints (no task may be in flight), and back (before step 0
   // of the resumed run is submitted). graphs/checkpoint.hpp.
+  // ZenFlow events for traces (selections, host updates, merges), from the task records.
+  virtual std::vector<TraceEvent> trace_events(const std::vector<TaskRecord>& records) const { return {}; }
   virtual void save_state(StateWriter& w) const = 0;
   virtual void load_state(const StateReader& r) = 0;
 

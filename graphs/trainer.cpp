@@ -10,8 +10,12 @@
 
 #include "graphs/checkpoint.hpp"
 #include "graphs/strategy.hpp"
+#include "runtime/trace.hpp"
+#include "models/gpt.hpp"
+#include "models/gpt_classifier.hpp"
 #include "models/idx.hpp"
 #include "models/mlp.hpp"
+#include "models/text.hpp"
 #include "models/rng.hpp"
 #include "models/safetensors.hpp"
 #include "runtime/runtime.hpp"
@@ -35,6 +39,35 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
     c.eval_batch_size = spec.train.eval_batch_size;
     return std::make_unique<MlpClassifier>(c, std::move(d.train), std::move(d.test), status);
   }
+  if (spec.model.type == "gpt" || spec.model.type == "gpt-classifier") {  // docs/gpt.md
+    GptConfig c;
+    c.n_layer = spec.model.n_layer;
+    c.n_head = spec.model.n_head;
+    c.n_embd = spec.model.n_embd;
+    c.context = spec.model.context;
+    c.init_seed = spec.model.init_seed;
+    c.batch_size = spec.train.batch_size;
+    c.eval_batch_size = spec.train.eval_batch_size;
+    c.eval_limit = spec.data.eval_limit;
+    const std::string where = spec.source + ": data.path";
+    int64_t units = 0;
+    std::unique_ptr<Workload> w;
+    if (spec.model.type == "gpt") {
+      TextSplit t = spec.data.dataset == "kjv" ? kjv_lm_split(load_kjv(spec.data.path, where))
+                                               : load_text_split(spec.data.path, where);
+      check_split(t, c.context, spec.data.path, where);
+      w = std::make_unique<GptLanguageModel>(c, std::move(t), status);
+    } else {
+      VerseTask t = make_verse_task(load_kjv(spec.data.path, where), spec.data.labels, spec.data.split, c.context);
+      w = std::make_unique<GptClassifier>(c, std::move(t), status);
+    }
+    units = w->epoch_size();
+    if (spec.train.batch_size > units)
+      throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) + " exceeds the " +
+                                                               std::to_string(units) + " training " +
+                                                               (spec.model.type == "gpt" ? "windows" : "verses"));
+    return w;
+  }
   throw InputError(spec.source + ": model.type", "unknown model type '" + spec.model.type + "'");
 }
 
@@ -55,6 +88,7 @@ void load_weights(Workload& w, const std::string& path) {
   auto params = w.params();
   for (Param* p : params) {
     auto it = f.tensors.find(p->name);
+    if (it == f.tensors.end() && w.optional_on_init(p->name)) continue;  // keeps its initial value
     if (it == f.tensors.end()) throw InputError(path + ": " + p->name, "tensor missing from the file");
     const StTensor& t = it->second;
     if (t.dtype != "F32") throw InputError(path + ": " + p->name, "dtype " + t.dtype + ", expected F32");
@@ -69,9 +103,11 @@ void load_weights(Workload& w, const std::string& path) {
   }
   for (auto& [name, t] : f.tensors) {
     bool known = std::any_of(params.begin(), params.end(), [&](Param* p) { return p->name == name; });
-    if (!known) throw InputError(path + ": " + name, "tensor not in this model (different architecture?)");
+    if (!known && !w.ignorable_on_init(name))
+      throw InputError(path + ": " + name, "tensor not in this model (different architecture?)");
   }
   for (Param* p : params) {
+    if (!f.tensors.count(p->name)) continue;  // optional_on_init
     auto v = f.tensors[p->name].as_f32();
     p->value.acquire_write();
     std::copy(v.begin(), v.end(), p->value.data());
@@ -246,6 +282,21 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   m["train_wall_s"] = train_wall_s;
   strat->add_metrics(m, T);
 
+  if (!opt.trace_path.empty() || !opt.trace_csv_path.empty()) {
+    auto recs = rt.tracker().records();
+    if (!opt.trace_csv_path.empty()) write_task_csv(opt.trace_csv_path, recs);
+    if (!opt.trace_path.empty()) {
+      std::vector<TraceWorker> workers;
+      for (int w : rt.device_workers()) workers.push_back({w, "device " + rt.worker_name(w), Side::Device});
+      for (int w : rt.host_workers()) workers.push_back({w, "host " + rt.worker_name(w), Side::Host});
+      std::vector<TraceEvent> ev = strat->trace_events(recs);
+      for (int64_t s = t0; s < T; ++s) {
+        auto a = rt.tracker().step_agg(s);
+        if (a.tasks) ev.push_back({a.last_end_us, -1, "step", "end of step " + std::to_string(s)});
+      }
+      write_paje(opt.trace_path, recs, workers, std::move(ev));
+    }
+  }
   if (!opt.save_path.empty()) save_weights(*wl, opt.save_path, wl->describe());
   if (opt.inspect) opt.inspect(rt, *wl);
   m["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
@@ -276,6 +327,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
     row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
     if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);
     if (!opt.save_path.empty()) row("weights", opt.save_path);
+    if (!opt.trace_path.empty()) row("trace", opt.trace_path);
   }
   return m;
 }

@@ -24,6 +24,8 @@ struct RunOptions {
   std::string checkpoint_dir;  // --checkpoint-dir: full training state
   int64_t checkpoint_every = 0; // --checkpoint-every N steps (and after the last step)
   std::string resume_path;     // --resume DIR (a checkpoint dir or one of its step dirs)
+  std::string trace_path;      // --trace: Paje trace (ViTE, pj_dump)
+  std::string trace_csv_path;  // --trace-csv: one line per task
   bool evaluate = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
   // Called after the run with the runtime still alive (tests read weights here).

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <set>
 
 #include "graphs/strategy.hpp"
@@ -207,6 +208,29 @@ class ZenFlowStrategy final : public Strategy {
         insert_grad_mass(o.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass);
         rt_.read_async(wp->mass, wp->mass_host, sizeof wp->mass_host, t);
       }
+  }
+
+  std::vector<TraceEvent> trace_events(const std::vector<TaskRecord>& recs) const override {
+    std::vector<TraceEvent> ev;
+    std::map<int64_t, const TaskRecord*> first_host;  // step -> first host AdamW task of its job
+    for (auto& r : recs) {
+      std::string n = r.name;
+      if (n.rfind("select.topk.", 0) == 0)
+        ev.push_back({r.end_us, r.worker, "select", n.substr(12) + " at step " + std::to_string(r.step)});
+      if (n.rfind("adam.host.", 0) == 0) {
+        auto& f = first_host[r.step];
+        if (!f || r.start_us < f->start_us) f = &r;
+      }
+    }
+    for (auto& [step, r] : first_host)
+      ev.push_back({r->start_us, r->worker, "host_update", "started, interval ending at step " + std::to_string(step)});
+    std::set<int64_t> seen;
+    for (auto& e : log_.events())
+      if (seen.insert(e.job).second)
+        ev.push_back({e.start_us, -1, "merge",
+                      "host update " + std::to_string(e.job) + " applied at step " + std::to_string(e.merge_step) +
+                          ", staleness " + std::to_string(e.merge_step - e.newest_step) + " steps"});
+    return ev;
   }
 
   void save_state(StateWriter& w) const override {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/atomic_file.hpp"
+
 namespace zf {
 
 struct StTensor {
@@ -31,7 +33,5 @@ void write_safetensors(const std::string& path, const StFile& f, bool checksum =
 
 StTensor st_f32(const std::vector<int64_t>& shape, const float* data);
 
-// Atomic file write: path.tmp.<pid>, fsync, rename, fsync of the directory.
-void write_file_atomic(const std::string& path, const void* data, size_t n);
 
 }  // namespace zf

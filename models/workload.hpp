@@ -39,6 +39,11 @@ class Workload {
                            const Tensor& stats) = 0;
   // Forward over the whole evaluation split (blocks until done).
   virtual EvalResult evaluate(Runtime& rt) = 0;
+  // --init (load_weights): a parameter the weights file may lack (it keeps its initial value),
+  // e.g. a classifier head on a language-model checkpoint.
+  virtual bool optional_on_init(const std::string& name) const { return false; }
+  // --init: a tensor of the file this model does not have and may ignore (e.g. lm_head.weight).
+  virtual bool ignorable_on_init(const std::string& name) const { return false; }
 };
 
 }  // namespace zf

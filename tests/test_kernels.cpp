@@ -2,7 +2,9 @@
 // (tests/reference/reference.hpp), on sizes with SIMD tails: 1, 22, 55, 64, 1000 and 2^20
 // (elementwise, unless ZF_QUICK is set). Elementwise: |x - ref| <= atol + rtol*|ref| (llm.c);
 // matmuls and reductions: max|C - Cref| / (max|A| max|B| K eps) < 10 (Chameleon's residual).
-// AdamW also checks that splitting [0, n) into pieces is bitwise identical to one call.
+// AdamW also checks that splitting [0, n) into pieces is bitwise identical to one call, that the
+// SIMD body and the scalar path agree bitwise, and that the fused accumulate+AdamW pass equals
+// the three separate kernels bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -509,6 +511,76 @@ TEST(AdamStep, SplitIsBitwiseIdentical) {
     EXPECT_TRUE(bitwise_equal(m, ms));
     EXPECT_TRUE(bitwise_equal(v, vs));
   }
+}
+
+// The vector body (AVX-512 / AVX2) and the scalar head/tail must round identically: calls of one
+// element each run only the scalar path, one whole call runs mostly the vector body. Values
+// span magnitudes (tiny and huge gradients, zeros, p = 0) so that sqrt, div and the decay all
+// see more than one exponent range.
+TEST(AdamStep, VectorBodyMatchesScalarPath) {
+  cpu::AdamParams hp;
+  hp.weight_decay = 0.1f;
+  const size_t n = 1031;  // a tail for every SIMD width
+  uint32_t seed = 2500;
+  auto p0 = uniform(n, -1.f, 1.f, seed++);
+  for (size_t i = 0; i < n; i += 37) p0[i] = 0.0f;
+  std::vector<std::vector<float>> grads;
+  for (int t = 0; t < 4; ++t) {
+    auto g = uniform(n, -1.f, 1.f, seed++);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 5 == 1) g[i] *= 1e-6f;
+      if (i % 7 == 2) g[i] *= 1e4f;
+      if (i % 11 == 3) g[i] = 0.0f;
+    }
+    grads.push_back(g);
+  }
+  for (float grad_scale : {1.0f, 0.3f}) {
+    SCOPED_TRACE("grad_scale=" + std::to_string(grad_scale));
+    std::vector<float> p = p0, m(n, 0.f), v(n, 0.f), ps = p0, ms(n, 0.f), vs(n, 0.f);
+    for (int t = 0; t < 4; ++t) {
+      cpu::adam_step(p.data(), grads[t].data(), m.data(), v.data(), n, hp, t + 1, grad_scale);
+      for (size_t i = 0; i < n; ++i)
+        cpu::adam_step(&ps[i], &grads[t][i], &ms[i], &vs[i], 1, hp, t + 1, grad_scale);
+    }
+    EXPECT_TRUE(bitwise_equal(p, ps)) << "p";
+    EXPECT_TRUE(bitwise_equal(m, ms)) << "m";
+    EXPECT_TRUE(bitwise_equal(v, vs)) << "v";
+  }
+}
+
+// ZenFlow's fused pass: bitwise equal to accumulate(acc, g, 1) + adam_step(acc) + zero(acc),
+// for any split of [0, n) (pieces at odd offsets: scalar heads and tails).
+TEST(AdamStepAccumulate, BitwiseEqualsAccumulateAdamZero) {
+  cpu::AdamParams hp;
+  hp.weight_decay = 0.01f;
+  uint32_t seed = 2700;
+  std::vector<size_t> sizes = kSmallSizes;
+  sizes.push_back(4099);
+  if (!quick()) sizes.push_back(size_t{1} << 20);
+  for (float grad_scale : {1.0f, 0.25f, 0.3f})
+    for (size_t n : sizes) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " grad_scale=" + std::to_string(grad_scale));
+      auto p0 = uniform(n, -1.f, 1.f, seed++);
+      std::vector<float> p = p0, m(n, 0.f), v(n, 0.f), pf = p0, mf(n, 0.f), vf(n, 0.f);
+      std::vector<float> acc(n), accf(n);
+      for (int64_t t = 1; t <= 3; ++t) {
+        // the accumulator holds earlier micro-steps' gradients (not zero) at the fused pass
+        acc = uniform(n, -2.f, 2.f, seed++);
+        accf = acc;
+        auto g = uniform(n, -1.f, 1.f, seed++);
+        cpu::accumulate(acc.data(), g.data(), n, 1.0f);
+        cpu::adam_step(p.data(), acc.data(), m.data(), v.data(), n, hp, t, grad_scale);
+        cpu::zero(acc.data(), n);
+        const size_t a = std::min(n, size_t{13}), b = std::clamp(n / 2 + 5, a, n);
+        for (auto [lo, hi] : {std::pair{size_t{0}, a}, std::pair{a, b}, std::pair{b, n}})
+          cpu::adam_step_accumulate(pf.data() + lo, accf.data() + lo, g.data() + lo, mf.data() + lo,
+                                    vf.data() + lo, hi - lo, hp, t, grad_scale);
+      }
+      EXPECT_TRUE(bitwise_equal(p, pf)) << "p";
+      EXPECT_TRUE(bitwise_equal(m, mf)) << "m";
+      EXPECT_TRUE(bitwise_equal(v, vf)) << "v";
+      EXPECT_TRUE(bitwise_equal(acc, accf)) << "acc";
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

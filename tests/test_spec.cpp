@@ -122,7 +122,7 @@ TEST(Spec, UnknownKeyNested) {
   expect_spec_error(json{{"train", {{"batchsize", 8}}}}, "train.batchsize", "unknown key");
   expect_spec_error(json{{"optimizer", {{"beta1", 0.9}}}}, "optimizer.beta1", "unknown key");
   expect_spec_error(json{{"runtime", {{"scheduler", "lws"}}}}, "runtime.scheduler", "unknown key");
-  expect_spec_error(json{{"data", {{"path", "/x"}}}}, "data.path", "unknown key");
+  expect_spec_error(json{{"data", {{"dri", "/x"}}}}, "data.dri", "unknown key");
   expect_spec_error(json{{"log", {{"evry", 1}}}}, "log.evry", "unknown key");
   // the message lists the keys that are known there
   expect_input_error([] { zf::parse_spec(json{{"model", {{"hiden", {8}}}}}, kSrc); }, {"hidden", "activation"});
@@ -164,8 +164,8 @@ TEST(Spec, ImpossibleValues) {
   expect_spec_error(json{{"optimizer", {{"betas", {0.9, 1.5}}}}}, "optimizer.betas[1]", "[0, 1)");
   expect_spec_error(json{{"model", {{"hidden", {8, 0}}}}}, "model.hidden[1]", "outside [1,");
   expect_spec_error(json{{"model", {{"activation", "tanh"}}}}, "model.activation", "'tanh' is not one of: relu, gelu");
-  expect_spec_error(json{{"model", {{"type", "gpt"}}}}, "model.type", "is not one of");
-  expect_spec_error(json{{"data", {{"dataset", "mnist"}}}}, "data.dataset", "is not one of");
+  expect_spec_error(json{{"model", {{"type", "resnet"}}}}, "model.type", "'resnet' is not one of");
+  expect_spec_error(json{{"data", {{"dataset", "imagenet"}}}}, "data.dataset", "'imagenet' is not one of");
   expect_spec_error(json{{"data", {{"train_limit", -1}}}}, "data.train_limit", "outside");
   expect_spec_error(json{{"runtime", {{"tile_elems", 1000}}}}, "runtime.tile_elems", "multiple of 16");
   expect_spec_error(json{{"runtime", {{"tile_elems", 8}}}}, "runtime.tile_elems", "outside");

@@ -522,6 +522,49 @@ TEST(ZenFlowEngineSched, SameWeightsUnderEveryPolicyAndStalenessBounded) {
     if (mx == nullptr && st->is_object()) mx = find_key(*st, "max_steps");
     ASSERT_NE(mx, nullptr) << "staleness has no max: " << st->dump();
     EXPECT_LE(mx->get<double>(), (double)(D * K)) << st->dump();
+    // the reference's merges, the end-of-training flush included
+    int64_t ref_max = 0;
+    for (const ref::MergeRecord& mr : r.merges) ref_max = std::max(ref_max, mr.steps);
+    EXPECT_EQ(mx->get<double>(), (double)ref_max) << st->dump();
+    if (const auto* n = find_key(*st, "merges")) {
+      EXPECT_EQ(n->get<int64_t>(), (int64_t)r.merges.size()) << st->dump();
+    }
+    if (const auto* mi = find_key(*st, "max_intervals")) {
+      EXPECT_LE(mi->get<int64_t>(), D) << st->dump();
+    }
+    if (const auto* h = find_key(m, "host_update_steps")) {
+      EXPECT_EQ(h->get<std::vector<int64_t>>(), r.host_update_steps);
+    }
+  }
+}
+
+TEST(ZenFlowEngineVariants, L2ImportanceEpochSelectionAndRaggedTilesMatchReference) {
+  struct Case {
+    const char* what;
+    std::function<void(Spec&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"importance l2", [](Spec& s) { s.zenflow.importance = "l2"; }},
+      {"select_strategy epoch (S = 32 steps)", [](Spec& s) {
+         s.zenflow.select_strategy = "epoch";
+         s.zenflow.select_interval = 1;
+       }},
+      {"ragged host tiles (272 elements)", [](Spec& s) { s.runtime.tile_elems = 272; }},
+      {"topk_ratio 0.05, D = 3", [](Spec& s) {
+         s.zenflow.topk_ratio = 0.05;
+         s.zenflow.max_staleness = 3;
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto make = [&](int64_t n) {
+      Spec s = zen_spec(n, 1, 4, 1);
+      c.set(s);
+      return s;
+    };
+    const Spec s = make(40);
+    EXPECT_EQ(first_difference(train_and_capture(s), ref::run_reference(s).weights), "")
+        << first_divergent_step(make, 40);
   }
 }
 

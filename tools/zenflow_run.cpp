@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(34);
   std::string spec_path;
   std::vector<std::string> sets;
-  std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume;
+  std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume, trace, trace_csv;
   int64_t ckpt_every = 0;
   int64_t steps = -1;
   bool quiet = false, list_policies = false, print_spec = false;
@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)");
   app.add_option("--resume", resume, "resume from a checkpoint DIR (its latest step) or a step directory; "
                                      "the spec must match the checkpoint's");
+  app.add_option("--trace", trace, "write a Paje trace of every task (open it in ViTE; pj_dump reads it)");
+  app.add_option("--trace-csv", trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
   app.add_flag("--quiet,-q", quiet, "no progress lines and no summary");
   app.add_flag("--list-policies", list_policies, "print the StarPU policies this build knows and exit");
   app.add_flag("--print-spec", print_spec, "print the effective spec (defaults and overrides applied) and exit");
@@ -90,6 +92,8 @@ int main(int argc, char** argv) {
     o.checkpoint_dir = ckpt_dir;
     o.checkpoint_every = ckpt_every;
     o.resume_path = resume;
+    o.trace_path = trace;
+    o.trace_csv_path = trace_csv;
     if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
     if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
     zf::run_training(spec, o);

@@ -146,7 +146,7 @@ class ZenFlowRef {
         if (!P_[i].is_matrix()) continue;
         State& s = st_[i];
         const int R = P_[i].rows(), C = P_[i].cols();
-        if (false && t != 0) s.M = P_[i].value;  // every earlier host job has already run (sequential)
+        if (t != 0) s.M = P_[i].value;  // every earlier host job has already run (sequential)
         std::vector<float> imp(C, 0.0f);
         for (int r = 0; r < R; ++r)
           for (int j = 0; j < C; ++j) {

@@ -46,9 +46,18 @@ struct AdamParams {
 //   p -= (lr*wd) p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // g is multiplied by grad_scale first. step t is 1-based. Elementwise: any split of [0, n)
-// into pieces gives bitwise the same result as one call.
+// into pieces gives bitwise the same result as one call, and the AVX-512, AVX2 and scalar
+// builds give bitwise the same results (same operation order, no FMA). Memory-bound: 28 bytes
+// per parameter; callers tile on multiples of 16 elements to keep tiles SIMD-aligned.
 void adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp,
                int64_t step, float grad_scale);
+// ZenFlow's last accumulation and the host update in one pass over memory (36 bytes per
+// parameter instead of 12 + 28 + 4 for the three separate calls). Per element i, exactly:
+//   a = acc[i] + g[i];  adam_step on p[i], m[i], v[i] with gradient a (so a * grad_scale);  acc[i] = 0
+// Bitwise equal to accumulate(acc, g, n, 1.0f); adam_step(p, acc, m, v, n, hp, step, grad_scale);
+// zero(acc, n). Buffers must not overlap. Elementwise: any split of [0, n) gives the same result.
+void adam_step_accumulate(float* p, float* acc, const float* g, float* m, float* v, size_t n,
+                          const AdamParams& hp, int64_t step, float grad_scale);
 
 // ---- ZenFlow: column selection and selective updates. A weight g/w is (R, C) row-major;
 // column j is [:, j]; sel holds k column indices, sorted ascending.

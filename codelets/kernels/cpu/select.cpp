@@ -2,6 +2,7 @@
 // the gradient mass of the auto update rule (zenflow-algorithm.md, docs/zenflow.md).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
@@ -66,21 +67,20 @@ size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t 
     std::copy(src, src + n, dst + off);
     return n;
   }
-  std::vector<uint8_t> keep(C, 1);
-  for (int c = 0; c < k; ++c) keep[sel[c]] = 0;
+  // Row by row: keep the selected values of the run, copy the whole run, put them back.
+  std::vector<float> keep((size_t)k);
   size_t written = 0;
-  size_t e = off;
   const size_t end = off + n;
-  while (e < end) {  // row by row: the column of element e is e % C
-    size_t col = e % (size_t)C;
-    size_t run = std::min(end - e, (size_t)C - col);
-    float* d = dst + e;
-    const float* s = src + (e - off);
-    for (size_t q = 0; q < run; ++q)
-      if (keep[col + q]) {
-        d[q] = s[q];
-        ++written;
-      }
+  for (size_t e = off; e < end;) {
+    const size_t col = e % (size_t)C;
+    const size_t run = std::min(end - e, (size_t)C - col);
+    const int32_t* lo = std::lower_bound(sel, sel + k, (int32_t)col);
+    const int32_t* hi = std::lower_bound(lo, sel + k, (int32_t)(col + run));
+    float* d = dst + e - col;  // start of the row
+    for (const int32_t* q = lo; q < hi; ++q) keep[q - lo] = d[*q];
+    std::memcpy(dst + e, src + (e - off), run * sizeof(float));
+    for (const int32_t* q = lo; q < hi; ++q) d[*q] = keep[q - lo];
+    written += run - (size_t)(hi - lo);
     e += run;
   }
   return written;

@@ -1,0 +1,305 @@
+// The GPT body's step graph and the language model on top of it (models/gpt.hpp). Per block,
+// with r the residual stream (B*T, C):
+//   ln1 = LN(r); qkv = ln1 Wqkv^T + b; y = attn(qkv); r1 = r + y Wo^T + b
+//   ln2 = LN(r1); h = gelu(ln2 Wfc^T + b); r2 = r1 + h Wp^T + b
+// The backward mirrors it; the residual gradient is carried in two buffers that alternate.
+#include "models/gpt.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace zf {
+
+namespace {
+enum Blk {
+  kLn1W, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kMlpProjW, kMlpProjB
+};
+}
+
+struct GptBody::Acts {
+  int B, T;
+  Tensor x0;  // (BT, C) embedding output
+  struct Layer {
+    Tensor ln1, ln1_mean, ln1_rstd;  // (BT, C), (BT), (BT)
+    Tensor qkv;                      // (BT, 3C)
+    Tensor atty;                     // (BT, C) attention output before the projection
+    Tensor att;                      // (B, NH, T, T)
+    Tensor res1;                     // (BT, C) residual after attention
+    Tensor ln2, ln2_mean, ln2_rstd;  // (BT, C), (BT), (BT)
+    Tensor fch, fcg;                 // (BT, 4C) before / after GELU
+    Tensor res2;                     // (BT, C) residual after the MLP
+  };
+  std::vector<Layer> layers;
+  Tensor lnf, lnf_mean, lnf_rstd;  // (BT, C), (BT), (BT)
+  // gradients, reused by every layer
+  Tensor dres_a, dres_b, dln, datty, dlnf;  // (BT, C)
+  Tensor dqkv;                              // (BT, 3C)
+  Tensor dfch, dfcg;                        // (BT, 4C)
+};
+
+Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float v, bool normal) {
+  Param p{name, Tensor::home(shape, name), Tensor::lazy(shape, name + ".grad")};
+  float* d = p.value.data();
+  for (size_t i = 0; i < p.value.numel(); ++i) d[i] = normal ? (float)(v * rng.normal()) : v;
+  return p;
+}
+
+GptBody::GptBody(const GptConfig& c, Rng& rng) : cfg_(c) {
+  const int64_t C = c.n_embd;
+  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * (float)c.n_layer);
+  params_.reserve(2 + 12 * (size_t)c.n_layer + 2);
+  params_.push_back(gpt_param("wte", {c.vocab, C}, rng, std, true));
+  params_.push_back(gpt_param("wpe", {c.context, C}, rng, std, true));
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    params_.push_back(gpt_param(h + "ln_1.weight", {C}, rng, 1.0f, false));
+    params_.push_back(gpt_param(h + "ln_1.bias", {C}, rng, 0.0f, false));
+    params_.push_back(gpt_param(h + "attn.c_attn.weight", {3 * C, C}, rng, std, true));
+    params_.push_back(gpt_param(h + "attn.c_attn.bias", {3 * C}, rng, 0.0f, false));
+    params_.push_back(gpt_param(h + "attn.c_proj.weight", {C, C}, rng, proj_std, true));
+    params_.push_back(gpt_param(h + "attn.c_proj.bias", {C}, rng, 0.0f, false));
+    params_.push_back(gpt_param(h + "ln_2.weight", {C}, rng, 1.0f, false));
+    params_.push_back(gpt_param(h + "ln_2.bias", {C}, rng, 0.0f, false));
+    params_.push_back(gpt_param(h + "mlp.c_fc.weight", {4 * C, C}, rng, std, true));
+    params_.push_back(gpt_param(h + "mlp.c_fc.bias", {4 * C}, rng, 0.0f, false));
+    params_.push_back(gpt_param(h + "mlp.c_proj.weight", {C, 4 * C}, rng, proj_std, true));
+    params_.push_back(gpt_param(h + "mlp.c_proj.bias", {C}, rng, 0.0f, false));
+  }
+  params_.push_back(gpt_param("ln_f.weight", {C}, rng, 1.0f, false));
+  params_.push_back(gpt_param("ln_f.bias", {C}, rng, 0.0f, false));
+}
+
+GptBody::~GptBody() = default;
+
+size_t GptBody::numel() const {
+  size_t n = 0;
+  for (auto& p : params_) n += p.value.numel();
+  return n;
+}
+
+GptBody::Acts& GptBody::acts_for(int B, int T) {
+  for (auto& a : acts_)
+    if (a->B == B && a->T == T) return *a;
+  auto a = std::make_unique<Acts>();
+  a->B = B;
+  a->T = T;
+  const int64_t N = (int64_t)B * T, C = cfg_.n_embd;
+  const std::string tag = ".b" + std::to_string(B) + "t" + std::to_string(T);
+  auto t = [&](const std::string& name, std::vector<int64_t> shape) { return Tensor::lazy(shape, name + tag); };
+  a->x0 = t("x0", {N, C});
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const std::string h = "h" + std::to_string(l) + ".";
+    Acts::Layer L;
+    L.ln1 = t(h + "ln1", {N, C});
+    L.ln1_mean = t(h + "ln1.mean", {N});
+    L.ln1_rstd = t(h + "ln1.rstd", {N});
+    L.qkv = t(h + "qkv", {N, 3 * C});
+    L.atty = t(h + "atty", {N, C});
+    L.att = t(h + "att", {B, cfg_.n_head, T, T});
+    L.res1 = t(h + "res1", {N, C});
+    L.ln2 = t(h + "ln2", {N, C});
+    L.ln2_mean = t(h + "ln2.mean", {N});
+    L.ln2_rstd = t(h + "ln2.rstd", {N});
+    L.fch = t(h + "fch", {N, 4 * C});
+    L.fcg = t(h + "fcg", {N, 4 * C});
+    L.res2 = t(h + "res2", {N, C});
+    a->layers.push_back(std::move(L));
+  }
+  a->lnf = t("lnf", {N, C});
+  a->lnf_mean = t("lnf.mean", {N});
+  a->lnf_rstd = t("lnf.rstd", {N});
+  a->dres_a = t("dres_a", {N, C});
+  a->dres_b = t("dres_b", {N, C});
+  a->dln = t("dln", {N, C});
+  a->datty = t("datty", {N, C});
+  a->dlnf = t("dlnf", {N, C});
+  a->dqkv = t("dqkv", {N, 3 * C});
+  a->dfch = t("dfch", {N, 4 * C});
+  a->dfcg = t("dfcg", {N, 4 * C});
+  acts_.push_back(std::move(a));
+  return *acts_.back();
+}
+
+const Tensor& GptBody::out(const Acts& a) { return a.lnf; }
+const Tensor& GptBody::d_out(const Acts& a) { return a.dlnf; }
+
+void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens) {
+  insert_embedding_fwd(o.named("fwd.embedding"), tokens, p(0).value, p(1).value, a.x0);
+  const Tensor* r = &a.x0;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    Acts::Layer& L = a.layers[l];
+    const std::string n = "fwd.h" + std::to_string(l) + ".";
+    auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
+    insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), L.ln1, L.ln1_mean, L.ln1_rstd);
+    insert_matmul_fwd(o.named(n + "c_attn"), L.ln1, v(kAttnW), L.qkv);
+    insert_bias_add(o.named(n + "c_attn.bias"), L.qkv, v(kAttnB));
+    insert_attention_fwd(o.named(n + "attention"), L.qkv, L.atty, L.att, nullptr);
+    insert_matmul_fwd(o.named(n + "attn.c_proj"), L.atty, v(kAttnProjW), L.res1);
+    insert_bias_add(o.named(n + "attn.c_proj.bias"), L.res1, v(kAttnProjB));
+    insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), *r, whole(*r), 1.0f);
+    insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), L.ln2, L.ln2_mean, L.ln2_rstd);
+    insert_matmul_fwd(o.named(n + "c_fc"), L.ln2, v(kFcW), L.fch);
+    insert_bias_add(o.named(n + "c_fc.bias"), L.fch, v(kFcB));
+    insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, L.fcg);
+    insert_matmul_fwd(o.named(n + "mlp.c_proj"), L.fcg, v(kMlpProjW), L.res2);
+    insert_bias_add(o.named(n + "mlp.c_proj.bias"), L.res2, v(kMlpProjB));
+    insert_accumulate(o.named(n + "residual_2"), L.res2, whole(L.res2), L.res1, whole(L.res1), 1.0f);
+    r = &L.res2;
+  }
+  const size_t F = params_.size() - 2;
+  insert_layernorm_fwd(o.named("fwd.ln_f"), *r, p(F).value, p(F + 1).value, a.lnf, a.lnf_mean, a.lnf_rstd);
+}
+
+void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out) {
+  const size_t F = params_.size() - 2;
+  const int Lc = cfg_.n_layer;
+  const Tensor& last = Lc ? a.layers[Lc - 1].res2 : a.x0;
+  // dA: gradient of the residual stream at the current layer's output
+  Tensor* dA = &a.dres_a;
+  Tensor* dB = &a.dres_b;
+  insert_layernorm_bwd(o.named("bwd.ln_f"), d_out, last, a.lnf_mean, a.lnf_rstd, p(F).value, *dA, p(F).grad,
+                       p(F + 1).grad);
+  for (int l = Lc - 1; l >= 0; --l) {
+    Acts::Layer& L = a.layers[l];
+    const Tensor& in = l ? a.layers[l - 1].res2 : a.x0;
+    const std::string n = "bwd.h" + std::to_string(l) + ".";
+    auto P = [&](int k) -> Param& { return blk(l, k); };
+    // MLP: r2 = r1 + gelu(LN(r1) Wfc^T + bfc) Wp^T + bp
+    insert_matmul_bwd_weight(o.named(n + "mlp.c_proj.dw"), *dA, L.fcg, P(kMlpProjW).grad);
+    insert_bias_grad(o.named(n + "mlp.c_proj.db"), *dA, P(kMlpProjB).grad);
+    insert_matmul_bwd_data(o.named(n + "mlp.c_proj.dx"), *dA, P(kMlpProjW).value, a.dfcg);
+    insert_act_bwd(o.named(n + "gelu"), Activation::Gelu, L.fch, a.dfcg, a.dfch);
+    insert_matmul_bwd_weight(o.named(n + "c_fc.dw"), a.dfch, L.ln2, P(kFcW).grad);
+    insert_bias_grad(o.named(n + "c_fc.db"), a.dfch, P(kFcB).grad);
+    insert_matmul_bwd_data(o.named(n + "c_fc.dx"), a.dfch, P(kFcW).value, a.dln);
+    insert_layernorm_bwd(o.named(n + "ln_2"), a.dln, L.res1, L.ln2_mean, L.ln2_rstd, P(kLn2W).value, *dB,
+                         P(kLn2W).grad, P(kLn2B).grad);
+    insert_accumulate(o.named(n + "residual_2"), *dB, whole(*dB), *dA, whole(*dA), 1.0f);
+    // attention: r1 = r + attn(LN(r) Wqkv^T + bqkv) Wo^T + bo
+    insert_matmul_bwd_weight(o.named(n + "attn.c_proj.dw"), *dB, L.atty, P(kAttnProjW).grad);
+    insert_bias_grad(o.named(n + "attn.c_proj.db"), *dB, P(kAttnProjB).grad);
+    insert_matmul_bwd_data(o.named(n + "attn.c_proj.dx"), *dB, P(kAttnProjW).value, a.datty);
+    insert_attention_bwd(o.named(n + "attention"), a.datty, L.qkv, L.att, a.dqkv, nullptr);
+    insert_matmul_bwd_weight(o.named(n + "c_attn.dw"), a.dqkv, L.ln1, P(kAttnW).grad);
+    insert_bias_grad(o.named(n + "c_attn.db"), a.dqkv, P(kAttnB).grad);
+    insert_matmul_bwd_data(o.named(n + "c_attn.dx"), a.dqkv, P(kAttnW).value, a.dln);
+    insert_layernorm_bwd(o.named(n + "ln_1"), a.dln, in, L.ln1_mean, L.ln1_rstd, P(kLn1W).value, *dA,
+                         P(kLn1W).grad, P(kLn1B).grad);
+    insert_accumulate(o.named(n + "residual_1"), *dA, whole(*dA), *dB, whole(*dB), 1.0f);
+  }
+  insert_embedding_bwd(o.named("bwd.embedding"), tokens, *dA, p(0).grad, p(1).grad);
+}
+
+std::string describe_gpt(const GptConfig& c, size_t parameters) {
+  char b[160];
+  std::snprintf(b, sizeof b, "GPT %dx%d, %d heads, context %d, vocab %d, %zu parameters", c.n_layer, c.n_embd,
+                c.n_head, c.context, c.vocab, parameters);
+  return b;
+}
+
+// ------------------------------------------------------------------ language model
+
+struct GptLanguageModel::Head {
+  int B;
+  Tensor tokens[2], targets[2];  // (B, T) int32
+  Tensor logits, probs, dlogits;  // (B*T, V)
+};
+
+GptLanguageModel::GptLanguageModel(const GptConfig& cfg, TextSplit data, StepStatus* status)
+    : cfg_(cfg), data_(std::move(data)), status_(status), rng_(cfg.init_seed) {
+  train_src_ = {data_.train.data(), (int64_t)data_.train.size()};
+  val_src_ = {data_.val.data(), (int64_t)data_.val.size()};
+  body_ = std::make_unique<GptBody>(cfg_, rng_);
+  lm_head_ = gpt_param("lm_head.weight", {cfg_.vocab, cfg_.n_embd}, rng_, 0.02f, true);
+}
+
+GptLanguageModel::~GptLanguageModel() = default;
+
+std::string GptLanguageModel::describe() const {
+  return describe_gpt(cfg_, body_->numel() + lm_head_.value.numel()) + " (LM head untied); " + data_.description;
+}
+
+std::vector<Param*> GptLanguageModel::params() {
+  std::vector<Param*> out;
+  for (auto& p : body_->params()) out.push_back(&p);
+  out.push_back(&lm_head_);
+  return out;
+}
+
+int64_t GptLanguageModel::epoch_size() const { return ((int64_t)data_.train.size() - 1) / cfg_.context; }
+
+GptLanguageModel::Head& GptLanguageModel::head_for(int B) {
+  for (auto& h : heads_)
+    if (h->B == B) return *h;
+  auto h = std::make_unique<Head>();
+  h->B = B;
+  const int64_t T = cfg_.context, N = (int64_t)B * T, V = cfg_.vocab;
+  const std::string tag = ".b" + std::to_string(B);
+  for (int s = 0; s < 2; ++s) {
+    h->tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
+    h->targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
+  }
+  h->logits = Tensor::lazy({N, V}, "logits" + tag);
+  h->probs = Tensor::lazy({N, V}, "probs" + tag);
+  h->dlogits = Tensor::lazy({N, V}, "dlogits" + tag);
+  heads_.push_back(std::move(h));
+  return *heads_.back();
+}
+
+void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, const std::vector<int64_t>& starts,
+                                 const TextSource* src, const Tensor& stats, bool accumulate, bool backward) {
+  const int B = (int)starts.size(), T = cfg_.context;
+  Head& h = head_for(B);
+  GptBody::Acts& a = body_->acts_for(B, T);
+  const std::string pre = backward ? "" : "eval.";
+  insert_load_windows(o.named(pre + "load_windows"), src, starts, h.tokens[slot], h.targets[slot], status_);
+  body_->forward(o, a, h.tokens[slot]);
+  const Tensor& x = GptBody::out(a);
+  insert_matmul_fwd(o.named(pre + "fwd.lm_head"), x, lm_head_.value, h.logits);
+  insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.targets[slot], h.probs, stats, accumulate,
+                          status_);
+  if (!backward) return;
+  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.targets[slot], h.dlogits, 1.0f / (float)(B * T));
+  insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, lm_head_.grad);
+  insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, lm_head_.value, GptBody::d_out(a));
+  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a));
+}
+
+void GptLanguageModel::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
+                                   const Tensor& stats) {
+  std::vector<int64_t> starts(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) starts[i] = (int64_t)indices[i] * cfg_.context;
+  run_batch(rt.device(step), (int)(submitted_++ & 1), starts, &train_src_, stats, false, true);
+}
+
+std::vector<int64_t> GptLanguageModel::eval_starts() const {
+  const int64_t T = cfg_.context;
+  const int64_t n = ((int64_t)data_.val.size() - 1) / T;
+  std::vector<int64_t> s;
+  if (cfg_.eval_limit > 0 && cfg_.eval_limit < n) {
+    for (int64_t i = 0; i < cfg_.eval_limit; ++i) s.push_back(i * n / cfg_.eval_limit * T);
+  } else {
+    for (int64_t i = 0; i < n; ++i) s.push_back(i * T);
+  }
+  return s;
+}
+
+EvalResult GptLanguageModel::evaluate(Runtime& rt) {
+  Tensor stats = Tensor::home({3}, "eval.stats", sizeof(double));
+  SubmitOptions o = rt.device(-1);
+  insert_zero(o.named("eval.zero"), stats);
+  const std::vector<int64_t> all = eval_starts();
+  for (size_t i = 0; i < all.size(); i += (size_t)cfg_.eval_batch_size) {
+    const size_t e = std::min(all.size(), i + (size_t)cfg_.eval_batch_size);
+    std::vector<int64_t> starts(all.begin() + (int64_t)i, all.begin() + (int64_t)e);
+    run_batch(o, 0, starts, &val_src_, stats, true, false);
+  }
+  rt.wait_all();
+  stats.acquire_read();
+  const double* s = stats.as<double>();
+  EvalResult r{s[0] / s[2], s[1] / s[2], (int64_t)s[2]};
+  stats.release();
+  return r;
+}
+
+}  // namespace zf

@@ -1,0 +1,95 @@
+// A GPT-2-style decoder on bytes (vocabulary 256): token + position embeddings, n_layer
+// pre-LayerNorm blocks (causal multi-head self-attention, then a 4x GELU MLP, each added to the
+// residual stream), a final LayerNorm and an untied LM head (lm_head.weight (256, C), no bias).
+// Parameter names and shapes follow GPT-2 (wte, wpe, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight,
+// ...), with 2-D weights stored (out_features, in_features) like the MLP's. Initialisation as
+// GPT-2: weights normal(0, 0.02), the two residual projections per block 0.02 / sqrt(2 n_layer),
+// biases 0, LayerNorm gains 1. docs/gpt.md; the naive reference is tests/reference/gpt_ref.hpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codelets/codelets.hpp"
+#include "models/rng.hpp"
+#include "models/text.hpp"
+#include "models/workload.hpp"
+
+namespace zf {
+
+struct GptConfig {
+  int n_layer = 4, n_head = 4, n_embd = 128, context = 128;
+  int vocab = 256;
+  uint64_t init_seed = 1;
+  int batch_size = 16;
+  int eval_batch_size = 16;
+  int64_t eval_limit = 0;  // evaluation windows / examples (0: all; else evenly spaced)
+};
+
+// The transformer without its head: parameters and one batch's forward (to the final
+// LayerNorm's output) and backward (from the gradient of that output).
+class GptBody {
+ public:
+  // Parameters in GPT-2 order, initialised from rng: wte, wpe, h.0.*, ..., ln_f.*
+  GptBody(const GptConfig& cfg, Rng& rng);
+  ~GptBody();
+  struct Acts;  // activations and gradient buffers of one (B, T)
+  Acts& acts_for(int B, int T);
+  // tokens (B, T) int32 -> out(a) (B*T, C)
+  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens);
+  // d_out (B*T, C) -> gradients of every body parameter
+  void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out);
+  static const Tensor& out(const Acts& a);     // final LayerNorm output (B*T, C)
+  static const Tensor& d_out(const Acts& a);   // a buffer for its gradient (B*T, C)
+  std::vector<Param>& params() { return params_; }
+  const GptConfig& config() const { return cfg_; }
+  size_t numel() const;
+
+ private:
+  Param& p(size_t i) { return params_[i]; }
+  Param& blk(int l, int k) { return params_[2 + 12 * (size_t)l + k]; }
+  GptConfig cfg_;
+  std::vector<Param> params_;
+  std::vector<std::unique_ptr<Acts>> acts_;
+};
+
+// Shared by the language model and the classifier: "GPT 4x128, 4 heads, context 128, N parameters"
+std::string describe_gpt(const GptConfig& c, size_t parameters);
+// A parameter tensor initialised normal(0, std) (2-D) or constant (1-D).
+Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float std_or_value,
+                bool normal);
+
+// Next-byte prediction on a text: a sampling unit is a window start offset u * T (T = context),
+// epoch_size = number of non-overlapping windows of the training text; the loss is per byte (nats).
+class GptLanguageModel : public Workload {
+ public:
+  GptLanguageModel(const GptConfig& cfg, TextSplit data, StepStatus* status);
+  ~GptLanguageModel() override;
+  std::string describe() const override;
+  std::vector<Param*> params() override;
+  int64_t epoch_size() const override;
+  int batch_size() const override { return cfg_.batch_size; }
+  void submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
+                   const Tensor& stats) override;
+  EvalResult evaluate(Runtime& rt) override;
+  // Start offsets of the evaluation windows (all non-overlapping ones, or eval_limit evenly spaced).
+  std::vector<int64_t> eval_starts() const;
+
+ private:
+  struct Head;  // tokens and targets (double-buffered), logits, probs, dlogits of one batch size
+  Head& head_for(int B);
+  void run_batch(const SubmitOptions& o, int slot, const std::vector<int64_t>& starts, const TextSource* src,
+                 const Tensor& stats, bool accumulate, bool backward);
+
+  GptConfig cfg_;
+  TextSplit data_;
+  TextSource train_src_{}, val_src_{};
+  StepStatus* status_;
+  Rng rng_;
+  std::unique_ptr<GptBody> body_;
+  Param lm_head_;
+  std::vector<std::unique_ptr<Head>> heads_;
+  int64_t submitted_ = 0;
+};
+
+}  // namespace zf

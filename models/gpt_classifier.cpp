@@ -1,0 +1,158 @@
+#include "models/gpt_classifier.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace zf {
+
+void SequenceData::add(const std::string& text, int32_t label, int32_t verse_index) {
+  const size_t n = std::min(text.size(), (size_t)T);
+  table.resize(table.size() + (size_t)T, 0);
+  std::copy(text.begin(), text.begin() + (int64_t)n, table.end() - T);
+  lengths.push_back((int32_t)n);
+  labels.push_back(label);
+  verse.push_back(verse_index);
+  ++rows;
+}
+
+int32_t verse_label(const Verse& v, const std::string& labels) {
+  const BibleBook& b = bible_books().at(v.book);
+  return labels == "section" ? b.section : b.testament;
+}
+
+VerseTask make_verse_task(const std::vector<Verse>& verses, const std::string& labels, const std::string& split,
+                          int context) {
+  VerseTask t;
+  t.class_names = labels == "section" ? bible_sections() : bible_testaments();
+  t.train.T = t.eval.T = context;
+  for (size_t i = 0; i < verses.size(); ++i) {
+    const Verse& v = verses[i];
+    const bool held_out = split == "book" ? bible_books().at(v.book).validation : i % 10 == 9;
+    (held_out ? t.eval : t.train).add(v.text, verse_label(v, labels), (int32_t)i);
+  }
+  std::vector<int64_t> count(t.class_names.size(), 0);
+  for (int32_t l : t.train.labels) ++count[l];
+  t.majority = (int32_t)(std::max_element(count.begin(), count.end()) - count.begin());
+  int64_t hit = std::count(t.eval.labels.begin(), t.eval.labels.end(), t.majority);
+  t.majority_baseline = t.eval.rows ? (double)hit / (double)t.eval.rows : 0.0;
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "KJV verses by %s, %s split: %lld training, %lld held out; majority-class baseline %.2f %% (%s)",
+                labels.c_str(), split.c_str(), (long long)t.train.rows, (long long)t.eval.rows,
+                100.0 * t.majority_baseline, t.class_names[t.majority].c_str());
+  t.description = b;
+  return t;
+}
+
+struct GptClassifier::Head {
+  int B;
+  Tensor tokens[2], len[2], labels[2];  // (B, T), (B), (B) int32
+  Tensor pooled, dpooled;               // (B, C)
+  Tensor logits, probs, dlogits;        // (B, n_classes)
+};
+
+GptClassifier::GptClassifier(const GptConfig& cfg, VerseTask task, StepStatus* status)
+    : cfg_(cfg), task_(std::move(task)), status_(status), rng_(cfg.init_seed) {
+  const int32_t nc = (int32_t)task_.class_names.size();
+  train_table_ = {task_.train.table.data(), task_.train.rows, task_.train.T, task_.train.lengths.data(),
+                  task_.train.labels.data(), nc};
+  eval_table_ = {task_.eval.table.data(), task_.eval.rows, task_.eval.T, task_.eval.lengths.data(),
+                 task_.eval.labels.data(), nc};
+  body_ = std::make_unique<GptBody>(cfg_, rng_);
+  weight_ = gpt_param("classifier.weight", {nc, cfg_.n_embd}, rng_, 0.02f, true);
+  bias_ = gpt_param("classifier.bias", {nc}, rng_, 0.0f, false);
+}
+
+GptClassifier::~GptClassifier() = default;
+
+std::string GptClassifier::describe() const {
+  return describe_gpt(cfg_, body_->numel() + weight_.value.numel() + bias_.value.numel()) +
+         " + mean-pool classifier; " + task_.description;
+}
+
+std::vector<Param*> GptClassifier::params() {
+  std::vector<Param*> out;
+  for (auto& p : body_->params()) out.push_back(&p);
+  out.push_back(&weight_);
+  out.push_back(&bias_);
+  return out;
+}
+
+bool GptClassifier::optional_on_init(const std::string& name) const {
+  return name == weight_.name || name == bias_.name;
+}
+bool GptClassifier::ignorable_on_init(const std::string& name) const { return name == "lm_head.weight"; }
+
+GptClassifier::Head& GptClassifier::head_for(int B) {
+  for (auto& h : heads_)
+    if (h->B == B) return *h;
+  auto h = std::make_unique<Head>();
+  h->B = B;
+  const int64_t T = cfg_.context, C = cfg_.n_embd, K = (int64_t)task_.class_names.size();
+  const std::string tag = ".b" + std::to_string(B);
+  for (int s = 0; s < 2; ++s) {
+    const std::string n = tag + "." + std::to_string(s);
+    h->tokens[s] = Tensor::lazy({B, T}, "tokens" + n, sizeof(int32_t));
+    h->len[s] = Tensor::lazy({B}, "len" + n, sizeof(int32_t));
+    h->labels[s] = Tensor::lazy({B}, "labels" + n, sizeof(int32_t));
+  }
+  h->pooled = Tensor::lazy({B, C}, "pooled" + tag);
+  h->dpooled = Tensor::lazy({B, C}, "dpooled" + tag);
+  h->logits = Tensor::lazy({B, K}, "cls.logits" + tag);
+  h->probs = Tensor::lazy({B, K}, "cls.probs" + tag);
+  h->dlogits = Tensor::lazy({B, K}, "cls.dlogits" + tag);
+  heads_.push_back(std::move(h));
+  return *heads_.back();
+}
+
+void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vector<int32_t>& rows,
+                              const SequenceTable* table, const Tensor& stats, bool accumulate, bool backward) {
+  const int B = (int)rows.size();
+  Head& h = head_for(B);
+  GptBody::Acts& a = body_->acts_for(B, cfg_.context);
+  const std::string pre = backward ? "" : "eval.";
+  insert_load_sequences(o.named(pre + "load_sequences"), table, rows, h.tokens[slot], h.len[slot], h.labels[slot],
+                        status_);
+  body_->forward(o, a, h.tokens[slot]);
+  insert_mean_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
+  insert_matmul_fwd(o.named(pre + "fwd.classifier"), h.pooled, weight_.value, h.logits);
+  insert_bias_add(o.named(pre + "fwd.classifier.bias"), h.logits, bias_.value);
+  insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.labels[slot], h.probs, stats, accumulate, status_);
+  if (!backward) return;
+  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.labels[slot], h.dlogits, 1.0f / (float)B);
+  insert_matmul_bwd_weight(o.named("bwd.classifier.dw"), h.dlogits, h.pooled, weight_.grad);
+  insert_bias_grad(o.named("bwd.classifier.db"), h.dlogits, bias_.grad);
+  insert_matmul_bwd_data(o.named("bwd.classifier.dx"), h.dlogits, weight_.value, h.dpooled);
+  insert_mean_pool_bwd(o.named("bwd.pool"), h.dpooled, h.len[slot], GptBody::d_out(a));
+  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a));
+}
+
+void GptClassifier::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
+                                const Tensor& stats) {
+  run_batch(rt.device(step), (int)(submitted_++ & 1), indices, &train_table_, stats, false, true);
+}
+
+EvalResult GptClassifier::evaluate(Runtime& rt) {
+  Tensor stats = Tensor::home({3}, "eval.stats", sizeof(double));
+  SubmitOptions o = rt.device(-1);
+  insert_zero(o.named("eval.zero"), stats);
+  std::vector<int32_t> all;
+  const int64_t n = task_.eval.rows;
+  if (cfg_.eval_limit > 0 && cfg_.eval_limit < n)
+    for (int64_t i = 0; i < cfg_.eval_limit; ++i) all.push_back((int32_t)(i * n / cfg_.eval_limit));
+  else
+    for (int64_t i = 0; i < n; ++i) all.push_back((int32_t)i);
+  for (size_t i = 0; i < all.size(); i += (size_t)cfg_.eval_batch_size) {
+    const size_t e = std::min(all.size(), i + (size_t)cfg_.eval_batch_size);
+    std::vector<int32_t> rows(all.begin() + (int64_t)i, all.begin() + (int64_t)e);
+    run_batch(o, 0, rows, &eval_table_, stats, true, false);
+  }
+  rt.wait_all();
+  stats.acquire_read();
+  const double* s = stats.as<double>();
+  EvalResult r{s[0] / s[2], s[1] / s[2], (int64_t)s[2]};
+  stats.release();
+  return r;
+}
+
+}  // namespace zf

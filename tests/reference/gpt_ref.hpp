@@ -1,0 +1,316 @@
+// Naive double-precision reference of the GPT layers (codelets/kernels/cpu/{embedding,
+// layernorm,attention,pool}.cpp) and of the whole model of models/gpt.hpp and
+// models/gpt_classifier.hpp: same shapes and formulas, textbook loops, every intermediate in
+// double. Gradient checks (tests/test_kernels_gpt.cpp) verify the backward functions here by
+// finite differences; the kernels and the StarPU step graph are compared against this file.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/reference/reference.hpp"
+
+namespace zf::ref {
+
+using Vec = std::vector<double>;
+
+// x (B, T, C) = wte (V, C)[tok] + wpe (T, C)[t]
+inline void embedding_fwd(const int32_t* tok, const double* wte, const double* wpe, double* x, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c)
+        x[((size_t)b * T + t) * C + c] = wte[(size_t)tok[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+}
+
+// dwte (V, C), dwpe (T, C) overwritten
+inline void embedding_bwd(const int32_t* tok, const double* dx, double* dwte, double* dwpe, int B, int T, int C,
+                          int V) {
+  for (size_t i = 0; i < (size_t)V * C; ++i) dwte[i] = 0.0;
+  for (size_t i = 0; i < (size_t)T * C; ++i) dwpe[i] = 0.0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const double d = dx[((size_t)b * T + t) * C + c];
+        dwte[(size_t)tok[b * T + t] * C + c] += d;
+        dwpe[(size_t)t * C + c] += d;
+      }
+}
+
+// y (N, C) = (x - mean) / sqrt(var + eps) * w + b (biased variance); mean, rstd (N)
+inline void layernorm_fwd(const double* x, const double* w, const double* b, double* y, double* mean, double* rstd,
+                          int N, int C, double eps) {
+  for (int i = 0; i < N; ++i) {
+    double m = 0.0;
+    for (int c = 0; c < C; ++c) m += x[(size_t)i * C + c];
+    m /= C;
+    double v = 0.0;
+    for (int c = 0; c < C; ++c) v += (x[(size_t)i * C + c] - m) * (x[(size_t)i * C + c] - m);
+    v /= C;
+    const double r = 1.0 / std::sqrt(v + eps);
+    for (int c = 0; c < C; ++c) y[(size_t)i * C + c] = (x[(size_t)i * C + c] - m) * r * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = r;
+  }
+}
+
+// dx = rstd (dy w - mean(dy w) - xhat mean(dy w xhat)); dw = sum dy xhat; db = sum dy
+inline void layernorm_bwd(const double* dy, const double* x, const double* mean, const double* rstd,
+                          const double* w, double* dx, double* dw, double* db, int N, int C) {
+  for (int c = 0; c < C; ++c) dw[c] = db[c] = 0.0;
+  for (int i = 0; i < N; ++i) {
+    double s1 = 0.0, s2 = 0.0;
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[(size_t)i * C + c] - mean[i]) * rstd[i];
+      s1 += dy[(size_t)i * C + c] * w[c];
+      s2 += dy[(size_t)i * C + c] * w[c] * xhat;
+    }
+    s1 /= C;
+    s2 /= C;
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[(size_t)i * C + c] - mean[i]) * rstd[i];
+      dx[(size_t)i * C + c] = (dy[(size_t)i * C + c] * w[c] - s1 - xhat * s2) * rstd[i];
+      dw[c] += dy[(size_t)i * C + c] * xhat;
+      db[c] += dy[(size_t)i * C + c];
+    }
+  }
+}
+
+// Causal attention: qkv (B, T, 3C) = [q | k | v], head h uses columns h*hs .. h*hs+hs-1 of each;
+// att (B, NH, T, T) = softmax_j<=i(q_i . k_j / sqrt(hs)), 0 for j > i; out (B, T, C) = att v.
+inline void attention_fwd(const double* qkv, double* out, double* att, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt((double)hs);
+  auto at = [&](int b, int t, int part, int h, int d) { return qkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + d]; };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < T; ++i) {
+        double* a = att + (((size_t)b * NH + h) * T + i) * T;
+        double mx = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int d = 0; d < hs; ++d) s += at(b, i, 0, h, d) * at(b, j, 1, h, d);
+          a[j] = s * scale;
+          if (a[j] > mx) mx = a[j];
+        }
+        double sum = 0.0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(a[j] - mx);
+        for (int j = 0; j <= i; ++j) a[j] = std::exp(a[j] - mx) / sum;
+        for (int j = i + 1; j < T; ++j) a[j] = 0.0;
+        for (int d = 0; d < hs; ++d) {
+          double o = 0.0;
+          for (int j = 0; j <= i; ++j) o += a[j] * at(b, j, 2, h, d);
+          out[((size_t)b * T + i) * C + h * hs + d] = o;
+        }
+      }
+}
+
+// dqkv (B, T, 3C) overwritten, from dout (B, T, C) and the saved att
+inline void attention_bwd(const double* dout, const double* qkv, const double* att, double* dqkv, int B, int T,
+                          int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt((double)hs);
+  auto idx = [&](int b, int t, int part, int h, int d) { return ((size_t)b * T + t) * 3 * C + part * C + h * hs + d; };
+  for (size_t i = 0; i < (size_t)B * T * 3 * C; ++i) dqkv[i] = 0.0;
+  std::vector<double> datt(T);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < T; ++i) {
+        const double* a = att + (((size_t)b * NH + h) * T + i) * T;
+        const double* dO = dout + ((size_t)b * T + i) * C + h * hs;
+        // out_i = sum_j a_ij v_j
+        for (int j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int d = 0; d < hs; ++d) {
+            s += dO[d] * qkv[idx(b, j, 2, h, d)];
+            dqkv[idx(b, j, 2, h, d)] += a[j] * dO[d];
+          }
+          datt[j] = s;
+        }
+        // softmax backward: dS_ij = a_ij (datt_ij - sum_k a_ik datt_ik)
+        double dot = 0.0;
+        for (int j = 0; j <= i; ++j) dot += a[j] * datt[j];
+        for (int j = 0; j <= i; ++j) {
+          const double ds = a[j] * (datt[j] - dot) * scale;
+          for (int d = 0; d < hs; ++d) {
+            dqkv[idx(b, i, 0, h, d)] += ds * qkv[idx(b, j, 1, h, d)];
+            dqkv[idx(b, j, 1, h, d)] += ds * qkv[idx(b, i, 0, h, d)];
+          }
+        }
+      }
+}
+
+// y (B, C) = mean over t < len[b] of x (B, T, C)
+inline void mean_pool_fwd(const double* x, const int32_t* len, double* y, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < C; ++c) {
+      double s = 0.0;
+      for (int t = 0; t < len[b]; ++t) s += x[((size_t)b * T + t) * C + c];
+      y[(size_t)b * C + c] = s / len[b];
+    }
+}
+
+inline void mean_pool_bwd(const double* dy, const int32_t* len, double* dx, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) dx[((size_t)b * T + t) * C + c] = t < len[b] ? dy[(size_t)b * C + c] / len[b] : 0.0;
+}
+
+// ---- the whole model, in double. Parameters by GPT-2 name; shapes as models/gpt.hpp.
+struct GptRefConfig {
+  int n_layer, n_head, n_embd, vocab = 256;
+};
+
+class GptRef {
+ public:
+  using Params = std::map<std::string, Vec>;
+  GptRef(const GptRefConfig& c, Params p) : c_(c), p_(std::move(p)) {}
+  Params& params() { return p_; }
+
+  // Mean next-token cross-entropy over (B, T) tokens and targets; fills grads (same keys).
+  // head "lm": lm_head.weight; head "cls": mean-pooled classifier.{weight,bias} over len (B),
+  // labels (B), with targets ignored.
+  double lm_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& targets, int B, int T, Params* grads) {
+    return run(tok, B, T, grads, [&](const Vec& x, Vec& dx, Params* g) {
+      const int V = c_.vocab, C = c_.n_embd, N = B * T;
+      const Vec& W = p_.at("lm_head.weight");
+      Vec logits((size_t)N * V), probs(logits.size());
+      matmul_fwd(x.data(), W.data(), logits.data(), N, C, V);
+      double loss = softmax_xent_fwd(logits.data(), targets.data(), probs.data(), N, V, nullptr) / N;
+      if (g) {
+        Vec dl(logits.size());
+        softmax_xent_bwd(probs.data(), targets.data(), dl.data(), N, V, 1.0 / N);
+        Vec& dW = (*g)["lm_head.weight"];
+        dW.assign(W.size(), 0.0);
+        matmul_bwd_weight(dl.data(), x.data(), dW.data(), N, C, V, false);
+        matmul_bwd_data(dl.data(), W.data(), dx.data(), N, C, V);
+      }
+      return loss;
+    });
+  }
+
+  double cls_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& len, const std::vector<int32_t>& labels,
+                  int B, int T, Params* grads) {
+    return run(tok, B, T, grads, [&](const Vec& x, Vec& dx, Params* g) {
+      const int C = c_.n_embd;
+      const Vec& W = p_.at("classifier.weight");
+      const Vec& bias = p_.at("classifier.bias");
+      const int K = (int)bias.size();
+      Vec pooled((size_t)B * C), logits((size_t)B * K), probs(logits.size());
+      mean_pool_fwd(x.data(), len.data(), pooled.data(), B, T, C);
+      matmul_fwd(pooled.data(), W.data(), logits.data(), B, C, K);
+      bias_add(logits.data(), bias.data(), B, K);
+      double loss = softmax_xent_fwd(logits.data(), labels.data(), probs.data(), B, K, nullptr) / B;
+      if (g) {
+        Vec dl(logits.size()), dp(pooled.size());
+        softmax_xent_bwd(probs.data(), labels.data(), dl.data(), B, K, 1.0 / B);
+        Vec& dW = (*g)["classifier.weight"];
+        Vec& db = (*g)["classifier.bias"];
+        dW.assign(W.size(), 0.0);
+        db.assign(K, 0.0);
+        matmul_bwd_weight(dl.data(), pooled.data(), dW.data(), B, C, K, false);
+        bias_grad(dl.data(), db.data(), B, K);
+        matmul_bwd_data(dl.data(), W.data(), dp.data(), B, C, K);
+        mean_pool_bwd(dp.data(), len.data(), dx.data(), B, T, C);
+      }
+      return loss;
+    });
+  }
+
+ private:
+  const Vec& P(const std::string& n) const { return p_.at(n); }
+
+  // Forward of the body (to ln_f's output), the head's loss and d(ln_f output), then the body's
+  // backward into grads.
+  template <class HeadFn>
+  double run(const std::vector<int32_t>& tok, int B, int T, Params* g, HeadFn head) {
+    const int C = c_.n_embd, N = B * T, NH = c_.n_head, L = c_.n_layer;
+    const size_t NC = (size_t)N * C;
+    struct Layer {
+      Vec in, ln1, m1, r1, qkv, atty, att, res1, ln2, m2, r2, fch, fcg, res2;
+    };
+    std::vector<Layer> ls(L);
+    Vec x0(NC);
+    embedding_fwd(tok.data(), P("wte").data(), P("wpe").data(), x0.data(), B, T, C);
+    Vec r = x0;
+    for (int l = 0; l < L; ++l) {
+      const std::string h = "h." + std::to_string(l) + ".";
+      Layer& Y = ls[l];
+      Y.in = r;
+      Y.ln1.resize(NC), Y.m1.resize(N), Y.r1.resize(N);
+      layernorm_fwd(r.data(), P(h + "ln_1.weight").data(), P(h + "ln_1.bias").data(), Y.ln1.data(), Y.m1.data(),
+                    Y.r1.data(), N, C, 1e-5);
+      Y.qkv.resize(3 * NC);
+      matmul_fwd(Y.ln1.data(), P(h + "attn.c_attn.weight").data(), Y.qkv.data(), N, C, 3 * C);
+      bias_add(Y.qkv.data(), P(h + "attn.c_attn.bias").data(), N, 3 * C);
+      Y.atty.resize(NC), Y.att.resize((size_t)B * NH * T * T);
+      attention_fwd(Y.qkv.data(), Y.atty.data(), Y.att.data(), B, T, C, NH);
+      Y.res1.resize(NC);
+      matmul_fwd(Y.atty.data(), P(h + "attn.c_proj.weight").data(), Y.res1.data(), N, C, C);
+      bias_add(Y.res1.data(), P(h + "attn.c_proj.bias").data(), N, C);
+      for (size_t i = 0; i < NC; ++i) Y.res1[i] += r[i];
+      Y.ln2.resize(NC), Y.m2.resize(N), Y.r2.resize(N);
+      layernorm_fwd(Y.res1.data(), P(h + "ln_2.weight").data(), P(h + "ln_2.bias").data(), Y.ln2.data(),
+                    Y.m2.data(), Y.r2.data(), N, C, 1e-5);
+      Y.fch.resize(4 * NC), Y.fcg.resize(4 * NC);
+      matmul_fwd(Y.ln2.data(), P(h + "mlp.c_fc.weight").data(), Y.fch.data(), N, C, 4 * C);
+      bias_add(Y.fch.data(), P(h + "mlp.c_fc.bias").data(), N, 4 * C);
+      gelu_fwd(Y.fch.data(), Y.fcg.data(), 4 * NC);
+      Y.res2.resize(NC);
+      matmul_fwd(Y.fcg.data(), P(h + "mlp.c_proj.weight").data(), Y.res2.data(), N, 4 * C, C);
+      bias_add(Y.res2.data(), P(h + "mlp.c_proj.bias").data(), N, C);
+      for (size_t i = 0; i < NC; ++i) Y.res2[i] += Y.res1[i];
+      r = Y.res2;
+    }
+    Vec lnf(NC), mf(N), rf(N), dlnf(NC);
+    layernorm_fwd(r.data(), P("ln_f.weight").data(), P("ln_f.bias").data(), lnf.data(), mf.data(), rf.data(), N, C,
+                  1e-5);
+    const double loss = head(lnf, dlnf, g);
+    if (!g) return loss;
+    auto G = [&](const std::string& n) -> Vec& {
+      Vec& v = (*g)[n];
+      v.assign(P(n).size(), 0.0);
+      return v;
+    };
+    Vec dr(NC);
+    layernorm_bwd(dlnf.data(), r.data(), mf.data(), rf.data(), P("ln_f.weight").data(), dr.data(),
+                  G("ln_f.weight").data(), G("ln_f.bias").data(), N, C);
+    for (int l = L - 1; l >= 0; --l) {
+      const std::string h = "h." + std::to_string(l) + ".";
+      Layer& Y = ls[l];
+      Vec dfcg(4 * NC), dfch(4 * NC), dln(NC), dres1(NC), datty(NC), dqkv(3 * NC), din(NC);
+      matmul_bwd_weight(dr.data(), Y.fcg.data(), G(h + "mlp.c_proj.weight").data(), N, 4 * C, C, false);
+      bias_grad(dr.data(), G(h + "mlp.c_proj.bias").data(), N, C);
+      matmul_bwd_data(dr.data(), P(h + "mlp.c_proj.weight").data(), dfcg.data(), N, 4 * C, C);
+      gelu_bwd(Y.fch.data(), dfcg.data(), dfch.data(), 4 * NC);
+      matmul_bwd_weight(dfch.data(), Y.ln2.data(), G(h + "mlp.c_fc.weight").data(), N, C, 4 * C, false);
+      bias_grad(dfch.data(), G(h + "mlp.c_fc.bias").data(), N, 4 * C);
+      matmul_bwd_data(dfch.data(), P(h + "mlp.c_fc.weight").data(), dln.data(), N, C, 4 * C);
+      layernorm_bwd(dln.data(), Y.res1.data(), Y.m2.data(), Y.r2.data(), P(h + "ln_2.weight").data(), dres1.data(),
+                    G(h + "ln_2.weight").data(), G(h + "ln_2.bias").data(), N, C);
+      for (size_t i = 0; i < NC; ++i) dres1[i] += dr[i];
+      matmul_bwd_weight(dres1.data(), Y.atty.data(), G(h + "attn.c_proj.weight").data(), N, C, C, false);
+      bias_grad(dres1.data(), G(h + "attn.c_proj.bias").data(), N, C);
+      matmul_bwd_data(dres1.data(), P(h + "attn.c_proj.weight").data(), datty.data(), N, C, C);
+      attention_bwd(datty.data(), Y.qkv.data(), Y.att.data(), dqkv.data(), B, T, C, NH);
+      matmul_bwd_weight(dqkv.data(), Y.ln1.data(), G(h + "attn.c_attn.weight").data(), N, C, 3 * C, false);
+      bias_grad(dqkv.data(), G(h + "attn.c_attn.bias").data(), N, 3 * C);
+      matmul_bwd_data(dqkv.data(), P(h + "attn.c_attn.weight").data(), dln.data(), N, C, 3 * C);
+      layernorm_bwd(dln.data(), Y.in.data(), Y.m1.data(), Y.r1.data(), P(h + "ln_1.weight").data(), din.data(),
+                    G(h + "ln_1.weight").data(), G(h + "ln_1.bias").data(), N, C);
+      for (size_t i = 0; i < NC; ++i) dr[i] = din[i] + dres1[i];
+    }
+    Vec dwpe(P("wpe").size(), 0.0);
+    Vec dwpe_t((size_t)T * C);
+    embedding_bwd(tok.data(), dr.data(), G("wte").data(), dwpe_t.data(), B, T, C, c_.vocab);
+    for (size_t i = 0; i < dwpe_t.size(); ++i) dwpe[i] = dwpe_t[i];
+    (*g)["wpe"] = dwpe;
+    return loss;
+  }
+
+  GptRefConfig c_;
+  Params p_;
+};
+
+}  // namespace zf::ref

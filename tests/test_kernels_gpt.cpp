@@ -1,0 +1,274 @@
+// GPT layer kernels (codelets/kernels/cpu/{embedding,layernorm,attention,pool,text}.cpp):
+// 1. the double reference's backward (tests/reference/gpt_ref.hpp) against central finite
+//    differences, h = 1e-6, of L = sum(Y * R) with random R (as tests/test_gradcheck.cpp);
+// 2. each float kernel, forward and backward, against the reference on the same float inputs,
+//    with the norm-scaled residual max|x - ref| / (scale * eps) < 10 (Chameleon), scale = the
+//    operands' magnitude times the reduction length along the path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+#include "tests/reference/gpt_ref.hpp"
+
+namespace {
+
+namespace cpu = zf::kernels::cpu;
+namespace ref = zf::ref;
+using Vec = std::vector<double>;
+using FVec = std::vector<float>;
+
+constexpr double kH = 1e-6;
+constexpr double kGradRtol = 1e-6;
+constexpr double kFdRounding = 64.0;  // see test_gradcheck.cpp: rounding floor of the differences
+constexpr double kResidualMax = 10.0;
+
+FVec uniform_f(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  FVec v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+Vec widen(const FVec& a) { return Vec(a.begin(), a.end()); }
+std::vector<int32_t> random_ints(size_t n, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = lo + (int32_t)(rng() % (uint32_t)(hi - lo + 1));
+  return v;
+}
+double max_abs(const Vec& a) {
+  double m = 0.0;
+  for (double x : a) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+struct LossValue {
+  double value, abs_sum;
+};
+LossValue dot_loss(const Vec& y, const Vec& r) {
+  LossValue l{0.0, 0.0};
+  for (size_t i = 0; i < y.size(); ++i) {
+    l.value += y[i] * r[i];
+    l.abs_sum += std::fabs(y[i] * r[i]);
+  }
+  return l;
+}
+
+::testing::AssertionResult gradcheck(const std::function<LossValue()>& loss, Vec& x, const Vec& grad,
+                                     const char* what) {
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0.0, worst_num = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    const double xp = x0 + kH, xm = x0 - kH;
+    x[i] = xp;
+    LossValue lp = loss();
+    x[i] = xm;
+    LossValue lm = loss();
+    x[i] = x0;
+    const double num = (lp.value - lm.value) / (xp - xm);
+    const double err = std::fabs(num - grad[i]);
+    const double tol = kGradRtol * std::max(std::fabs(num), std::fabs(grad[i])) +
+                       kFdRounding * DBL_EPSILON * std::max(lp.abs_sum, lm.abs_sum) / kH;
+    if (!(err <= tol)) ++bad;
+    if (!(err / tol <= worst_ratio)) {
+      worst_ratio = err / tol;
+      worst = i;
+      worst_num = num;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << x.size() << " gradients off; worst ["
+                                       << worst << "] analytic " << grad[worst] << " numeric " << worst_num;
+}
+
+::testing::AssertionResult residual_ok(const FVec& x, const Vec& r, double scale, const char* what) {
+  if (x.size() != r.size()) return ::testing::AssertionFailure() << what << ": size mismatch";
+  double diff = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) diff = std::max(diff, std::fabs((double)x[i] - r[i]));
+  const double res = diff / (std::max(scale, 1e-30) * FLT_EPSILON);
+  if (res < kResidualMax) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": norm-scaled residual " << res << " (max diff " << diff << ")";
+}
+
+// ------------------------------------------------------------------ reference gradient checks
+
+TEST(GptGradCheck, Embedding) {
+  const int B = 2, T = 3, C = 4, V = 5;
+  auto tok = random_ints((size_t)B * T, 0, V - 1, 1);
+  Vec wte = widen(uniform_f((size_t)V * C, -1, 1, 2)), wpe = widen(uniform_f((size_t)T * C, -1, 1, 3));
+  Vec r = widen(uniform_f((size_t)B * T * C, -1, 1, 4));
+  auto loss = [&] {
+    Vec x((size_t)B * T * C);
+    ref::embedding_fwd(tok.data(), wte.data(), wpe.data(), x.data(), B, T, C);
+    return dot_loss(x, r);
+  };
+  Vec dwte(wte.size()), dwpe(wpe.size());
+  ref::embedding_bwd(tok.data(), r.data(), dwte.data(), dwpe.data(), B, T, C, V);
+  EXPECT_TRUE(gradcheck(loss, wte, dwte, "dwte"));
+  EXPECT_TRUE(gradcheck(loss, wpe, dwpe, "dwpe"));
+}
+
+TEST(GptGradCheck, LayerNorm) {
+  const int N = 5, C = 7;
+  Vec x = widen(uniform_f((size_t)N * C, -2, 2, 10)), w = widen(uniform_f(C, 0.5f, 1.5f, 11));
+  Vec b = widen(uniform_f(C, -1, 1, 12)), r = widen(uniform_f((size_t)N * C, -1, 1, 13));
+  auto loss = [&] {
+    Vec y(x.size()), m(N), s(N);
+    ref::layernorm_fwd(x.data(), w.data(), b.data(), y.data(), m.data(), s.data(), N, C, 1e-5);
+    return dot_loss(y, r);
+  };
+  Vec y(x.size()), m(N), s(N), dx(x.size()), dw(C), db(C);
+  ref::layernorm_fwd(x.data(), w.data(), b.data(), y.data(), m.data(), s.data(), N, C, 1e-5);
+  ref::layernorm_bwd(r.data(), x.data(), m.data(), s.data(), w.data(), dx.data(), dw.data(), db.data(), N, C);
+  EXPECT_TRUE(gradcheck(loss, x, dx, "dx"));
+  EXPECT_TRUE(gradcheck(loss, w, dw, "dw"));
+  EXPECT_TRUE(gradcheck(loss, b, db, "db"));
+}
+
+TEST(GptGradCheck, Attention) {
+  for (auto [B, T, C, NH] : {std::tuple{1, 1, 2, 1}, std::tuple{2, 5, 6, 2}, std::tuple{1, 7, 8, 4}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C));
+    Vec qkv = widen(uniform_f((size_t)B * T * 3 * C, -1.5f, 1.5f, 20 + T));
+    Vec r = widen(uniform_f((size_t)B * T * C, -1, 1, 21 + T));
+    auto loss = [&] {
+      Vec out((size_t)B * T * C), att((size_t)B * NH * T * T);
+      ref::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH);
+      return dot_loss(out, r);
+    };
+    Vec out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv(qkv.size());
+    ref::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH);
+    ref::attention_bwd(r.data(), qkv.data(), att.data(), dqkv.data(), B, T, C, NH);
+    EXPECT_TRUE(gradcheck(loss, qkv, dqkv, "dqkv"));
+  }
+}
+
+TEST(GptGradCheck, MeanPool) {
+  const int B = 3, T = 4, C = 2;
+  std::vector<int32_t> len = {1, 4, 3};
+  Vec x = widen(uniform_f((size_t)B * T * C, -1, 1, 30)), r = widen(uniform_f((size_t)B * C, -1, 1, 31));
+  auto loss = [&] {
+    Vec y((size_t)B * C);
+    ref::mean_pool_fwd(x.data(), len.data(), y.data(), B, T, C);
+    return dot_loss(y, r);
+  };
+  Vec dx(x.size());
+  ref::mean_pool_bwd(r.data(), len.data(), dx.data(), B, T, C);
+  EXPECT_TRUE(gradcheck(loss, x, dx, "dx"));
+}
+
+// ------------------------------------------------------------------ float kernels vs reference
+
+TEST(GptKernels, EmbeddingMatchesReference) {
+  for (auto [B, T, C] : {std::tuple{1, 1, 1}, std::tuple{3, 22, 55}, std::tuple{2, 64, 64}}) {
+    const int V = 256;
+    auto tok = random_ints((size_t)B * T, 0, V - 1, 40);
+    tok[0] = tok.back();  // a repeated token: its rows accumulate
+    FVec wte = uniform_f((size_t)V * C, -1, 1, 41), wpe = uniform_f((size_t)T * C, -1, 1, 42);
+    FVec dx = uniform_f((size_t)B * T * C, -1, 1, 43);
+    FVec x(dx.size()), dwte(wte.size()), dwpe(wpe.size());
+    cpu::embedding_fwd(tok.data(), wte.data(), wpe.data(), x.data(), B, T, C);
+    cpu::embedding_bwd(tok.data(), dx.data(), dwte.data(), dwpe.data(), B, T, C, V);
+    Vec xr(x.size()), dwter(wte.size()), dwper(wpe.size());
+    Vec wted = widen(wte), wped = widen(wpe), dxd = widen(dx);
+    ref::embedding_fwd(tok.data(), wted.data(), wped.data(), xr.data(), B, T, C);
+    ref::embedding_bwd(tok.data(), dxd.data(), dwter.data(), dwper.data(), B, T, C, V);
+    EXPECT_TRUE(residual_ok(x, xr, 2.0, "x"));
+    EXPECT_TRUE(residual_ok(dwte, dwter, (double)B * T, "dwte"));
+    EXPECT_TRUE(residual_ok(dwpe, dwper, (double)B, "dwpe"));
+  }
+}
+
+TEST(GptKernels, LayerNormMatchesReference) {
+  for (auto [N, C] : {std::pair{1, 1}, std::pair{22, 55}, std::pair{64, 64}, std::pair{5, 1000}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+    FVec x = uniform_f((size_t)N * C, -3, 3, 50), w = uniform_f(C, 0.5f, 1.5f, 51), b = uniform_f(C, -1, 1, 52);
+    FVec dy = uniform_f(x.size(), -1, 1, 53);
+    FVec y(x.size()), m(N), s(N), dx(x.size()), dw(C), db(C);
+    cpu::layernorm_fwd(x.data(), w.data(), b.data(), y.data(), m.data(), s.data(), N, C, 1e-5f);
+    cpu::layernorm_bwd(dy.data(), x.data(), m.data(), s.data(), w.data(), dx.data(), dw.data(), db.data(), N, C);
+    Vec xd = widen(x), wd = widen(w), bd = widen(b), dyd = widen(dy);
+    Vec yr(x.size()), mr(N), sr(N), dxr(x.size()), dwr(C), dbr(C);
+    ref::layernorm_fwd(xd.data(), wd.data(), bd.data(), yr.data(), mr.data(), sr.data(), N, C, 1e-5);
+    ref::layernorm_bwd(dyd.data(), xd.data(), mr.data(), sr.data(), wd.data(), dxr.data(), dwr.data(), dbr.data(),
+                       N, C);
+    // rstd can reach 1/sqrt(eps) for C = 1 (zero variance): errors scale with it
+    const double rs = max_abs(sr);
+    EXPECT_TRUE(residual_ok(y, yr, 1.5 * 3 * rs * 3 + 1, "y"));
+    EXPECT_TRUE(residual_ok(dx, dxr, 1.5 * rs * C * 3, "dx"));
+    EXPECT_TRUE(residual_ok(dw, dwr, 3 * rs * 3 * N, "dw"));
+    EXPECT_TRUE(residual_ok(db, dbr, (double)N, "db"));
+  }
+}
+
+TEST(GptKernels, AttentionMatchesReference) {
+  cpu::blas_single_thread();
+  for (auto [B, T, C, NH] : {std::tuple{1, 1, 4, 1}, std::tuple{2, 7, 12, 3}, std::tuple{2, 22, 64, 4},
+                             std::tuple{1, 55, 32, 2}, std::tuple{1, 64, 64, 1}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
+                 " NH=" + std::to_string(NH));
+    FVec qkv = uniform_f((size_t)B * T * 3 * C, -1, 1, 60 + T), dout = uniform_f((size_t)B * T * C, -1, 1, 61);
+    FVec out(dout.size()), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch((size_t)T * T);
+    cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH);
+    cpu::attention_bwd(dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, NH);
+    Vec q = widen(qkv), d = widen(dout), outr(out.size()), attr(att.size()), dqkvr(qkv.size());
+    ref::attention_fwd(q.data(), outr.data(), attr.data(), B, T, C, NH);
+    ref::attention_bwd(d.data(), q.data(), attr.data(), dqkvr.data(), B, T, C, NH);
+    const int hs = C / NH;
+    // scores sum hs products, the softmax T terms, the outputs T more
+    EXPECT_TRUE(residual_ok(att, attr, (double)(hs + T), "att"));
+    EXPECT_TRUE(residual_ok(out, outr, (double)(hs + 2 * T), "out"));
+    EXPECT_TRUE(residual_ok(dqkv, dqkvr, (double)(hs + 3 * T), "dqkv"));
+    // exact zeros above the diagonal
+    for (int i = 0; i < T; ++i)
+      for (int j = i + 1; j < T; ++j) ASSERT_EQ(att[(size_t)i * T + j], 0.0f);
+  }
+}
+
+TEST(GptKernels, MeanPoolMatchesReference) {
+  const int B = 3, T = 22, C = 55;
+  std::vector<int32_t> len = {1, 22, 13};
+  FVec x = uniform_f((size_t)B * T * C, -1, 1, 70), dy = uniform_f((size_t)B * C, -1, 1, 71);
+  FVec y((size_t)B * C), dx(x.size());
+  cpu::mean_pool_fwd(x.data(), len.data(), y.data(), B, T, C);
+  cpu::mean_pool_bwd(dy.data(), len.data(), dx.data(), B, T, C);
+  Vec xd = widen(x), dyd = widen(dy), yr(y.size()), dxr(dx.size());
+  ref::mean_pool_fwd(xd.data(), len.data(), yr.data(), B, T, C);
+  ref::mean_pool_bwd(dyd.data(), len.data(), dxr.data(), B, T, C);
+  EXPECT_TRUE(residual_ok(y, yr, (double)T, "y"));
+  EXPECT_TRUE(residual_ok(dx, dxr, 2.0, "dx"));
+  for (int t = 13; t < T; ++t) EXPECT_EQ(dx[((size_t)2 * T + t) * C], 0.0f);  // padding gets no gradient
+}
+
+TEST(GptKernels, GatherWindowsAndSequences) {
+  const std::string text = "In the beginning God created the heaven and the earth.";
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(text.data());
+  std::vector<int64_t> starts = {0, 7, (int64_t)text.size() - 6};
+  const int T = 5;
+  std::vector<int32_t> tok(3 * T), tgt(3 * T);
+  cpu::gather_windows(p, starts.data(), 3, T, tok.data(), tgt.data());
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < T; ++t) {
+      EXPECT_EQ(tok[b * T + t], (int32_t)(uint8_t)text[starts[b] + t]);
+      EXPECT_EQ(tgt[b * T + t], (int32_t)(uint8_t)text[starts[b] + t + 1]);
+    }
+  // a (3, 4) table: "ab", "cdef", "g"
+  const uint8_t table[] = {'a', 'b', 0, 0, 'c', 'd', 'e', 'f', 'g', 0, 0, 0};
+  const int32_t lengths[] = {2, 4, 1}, labels[] = {0, 1, 0}, rows[] = {2, 1};
+  std::vector<int32_t> out(2 * 4), len(2), lab(2);
+  cpu::gather_sequences(table, lengths, labels, 4, rows, 2, out.data(), len.data(), lab.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{'g', 0, 0, 0, 'c', 'd', 'e', 'f'}));
+  EXPECT_EQ(len, (std::vector<int32_t>{1, 4}));
+  EXPECT_EQ(lab, (std::vector<int32_t>{0, 1}));
+}
+
+}  // namespace

@@ -274,13 +274,15 @@ TEST(GptData, TextSplitAndWindows) {
   EXPECT_EQ(std::string(t.val.begin(), t.val.end()), text.substr(cut));
   GptConfig c;
   c.n_layer = 1, c.n_head = 1, c.n_embd = 4, c.context = 32, c.eval_limit = 3;
+  Runtime rt(rt_config());  // the model registers its parameters
   GptLanguageModel lm(c, t, nullptr);
   EXPECT_EQ(lm.epoch_size(), (int64_t)(cut - 1) / 32);
   const int64_t nval = ((int64_t)t.val.size() - 1) / 32;
   EXPECT_EQ(lm.eval_starts(), (std::vector<int64_t>{0, nval / 3 * 32, 2 * nval / 3 * 32}));
 }
 
-void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+void expect_input_error_at(int line, const std::function<void()>& f, const std::vector<std::string>& parts) {
+  SCOPED_TRACE("called at line " + std::to_string(line));
   try {
     f();
     ADD_FAILURE() << "no InputError";
@@ -288,6 +290,7 @@ void expect_input_error(const std::function<void()>& f, const std::vector<std::s
     for (auto& s : parts) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what() << " lacks " << s;
   }
 }
+#define expect_input_error(...) expect_input_error_at(__LINE__, __VA_ARGS__)
 
 TEST(GptData, BadTextFilesNameFieldAndFile) {
   TempDir dir;
@@ -307,8 +310,14 @@ TEST(GptData, BadTextFilesNameFieldAndFile) {
   s.source = "my-spec.json";
   Runtime rt(rt_config());
   expect_input_error([&] { make_workload(s, nullptr); }, {"my-spec.json: data.path", "missing.txt"});
-  s.data.path = short_path;
+  s.data.path = short_path;  // 90 + 10 bytes
+  s.model.context = 64;
   expect_input_error([&] { make_workload(s, nullptr); }, {"my-spec.json: data.path", "too short"});
+  s.model.context = 8;
+  s.train.batch_size = 11;  // (90 - 1) / 8 = 11 windows: fine; 12 are too many
+  EXPECT_NO_THROW(make_workload(s, nullptr));
+  s.train.batch_size = 12;
+  expect_input_error([&] { make_workload(s, nullptr); }, {"my-spec.json: train.batch_size", "11 training windows"});
 }
 
 TEST(GptData, KjvParsingAndLabels) {
@@ -413,7 +422,9 @@ TEST(GptInit, ClassifierLoadsLanguageModelBody) {
     std::vector<float> v(p->value.data(), p->value.data() + p->value.numel());
     p->value.release();
     if (p->name.rfind("classifier.", 0) == 0) {
-      if (p->name == "classifier.weight") EXPECT_EQ(v, head_before) << "the head keeps its initialisation";
+      if (p->name == "classifier.weight") {
+        EXPECT_EQ(v, head_before) << "the head keeps its initialisation";
+      }
       continue;
     }
     EXPECT_EQ(v, f.tensors.at(p->name).as_f32()) << p->name;

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Headline: the same spec under device-adam, zero-offload, zero-offload-dpu and zenflow, in one go.
+# Prints the table, writes results.csv, headline.png and summary.md into $OUT (default: ./out).
+#   bash experiments/headline/run.sh [extra zenflow-run args, e.g. --steps 500]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${OUT:-$here/out}"
+bash "$root/tools/zf" build >/dev/null
+python3 -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
+mkdir -p "$out"
+export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
+for s in device-adam zero-offload zero-offload-dpu zenflow; do
+  echo "== $s"
+  "$root/build/zenflow-run" "$here/spec.json" --strategy "$s" --metrics "$out/$s.json" "$@" | tail -n 12
+done
+python3 "$here/report.py" "$out" device-adam zero-offload zero-offload-dpu zenflow

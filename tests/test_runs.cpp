@@ -1,0 +1,262 @@
+// Whole-run behaviour: DeepSpeed config import, ZenFlow's accuracy parity with device-adam,
+// checkpoint/resume (bitwise equal to an uninterrupted run, in-flight host updates included),
+// refused checkpoints, and Paje traces accepted by pajeng's pj_dump.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "graphs/checkpoint.hpp"
+#include "graphs/spec.hpp"
+#include "test_helpers.hpp"
+
+namespace zf::test {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct TmpDir {
+  fs::path p;
+  TmpDir() {
+    std::string t = (fs::temp_directory_path() / "zf_runs_XXXXXX").string();
+    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
+    p = t;
+  }
+  ~TmpDir() {
+    std::error_code ec;
+    fs::remove_all(p, ec);
+  }
+  std::string file(const std::string& name, const std::string& text) const {
+    std::ofstream((p / name).string()) << text;
+    return (p / name).string();
+  }
+};
+
+std::string input_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------- DeepSpeed configs
+TEST(DeepSpeedConfig, ExampleConfigOfTheAlgorithmDocLoads) {
+  const std::string src = std::string(ZF_SOURCE_DIR);
+  Spec s = load_spec(src + "/graphs/specs/mlp-fashion.json", {}, src + "/graphs/specs/ds-zenflow-example.json");
+  EXPECT_EQ(s.strategy, "zenflow");
+  EXPECT_EQ(s.train.batch_size, 32);
+  EXPECT_DOUBLE_EQ(s.optimizer.lr, 2e-5);
+  EXPECT_DOUBLE_EQ(s.optimizer.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(s.zenflow.topk_ratio, 0.1);
+  EXPECT_EQ(s.zenflow.update_interval, 4);
+  EXPECT_TRUE(s.zenflow.overlap_step);
+  EXPECT_EQ(s.zenflow.staleness(), 1);  // DeepSpeed's intended one-interval lag
+  EXPECT_EQ(s.zenflow.select_strategy, "auto");
+  EXPECT_DOUBLE_EQ(s.zenflow.pt_reserved_cores_perc, 0.5);
+}
+
+TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
+  TmpDir d;
+  const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
+  const json ok = json::parse(R"({"train_batch_size": 16, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1, "update_interval": 4}}})");
+  ASSERT_EQ(input_error([&] { load_spec(spec, {}, d.file("ok.json", ok.dump())); }), "");
+  struct Case {
+    const char* pointer;  // JSON pointer into the config
+    json value;
+    const char* field;    // expected in the message
+  };
+  const Case cases[] = {
+      {"/zero_optimization/offload_optimizer/device", "none", "zero_optimization.offload_optimizer.device"},
+      {"/zero_optimization/stage", 0, "zero_optimization.stage"},
+      {"/zero_optimization/zenflow/topk_ratio", 1.5, "zero_optimization.zenflow.topk_ratio"},
+      {"/zero_optimization/zenflow/select_strategy", "sometimes", "zero_optimization.zenflow.select_strategy"},
+      {"/zero_optimization/zenflow/select_interval", 3, "zero_optimization.zenflow.select_interval"},  // int with "auto"
+      {"/zero_optimization/zenflow/update_interval", "often", "zero_optimization.zenflow.update_interval"},
+      {"/zero_optimization/zenflow/pt_reserved_cores_perc", 1, "zero_optimization.zenflow.pt_reserved_cores_perc"},
+      {"/zero_optimization/zenflow/full_warm_up_rounds", 1.5, "zero_optimization.zenflow.full_warm_up_rounds"},
+      {"/zero_optimization/zenflow/auto_ratio", -0.1, "zero_optimization.zenflow.auto_ratio"},
+      {"/zero_optimization/zenflow/typo_key", 1, "zero_optimization.zenflow.typo_key"},
+      {"/gradient_clipping", 1.0, "gradient_clipping"},
+      {"/gradient_accumulation_steps", 2, "gradient_accumulation_steps"},
+      {"/fp16", json{{"enabled", true}}, "fp16.enabled"},
+      {"/optimizer", json{{"type", "Lamb"}}, "optimizer.type"},
+      {"/scheduler", json{{"type", "WarmupLR"}}, "scheduler"},
+      {"/unknown_top_level", 1, "unknown_top_level"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.pointer);
+    json bad = ok;
+    bad[json::json_pointer(c.pointer)] = c.value;
+    const std::string path = d.file("bad.json", bad.dump());
+    const std::string msg = input_error([&] { load_spec(spec, {}, path); });
+    EXPECT_NE(msg.find(path + ": " + c.field), std::string::npos) << msg;
+  }
+  // S >= K with select_strategy "step" (DeepSpeed: "Select interval must be greater or equal to update interval")
+  json sk = ok;
+  sk["zero_optimization"]["zenflow"]["select_strategy"] = "step";
+  sk["zero_optimization"]["zenflow"]["select_interval"] = 2;
+  const std::string p = d.file("sk.json", sk.dump());
+  EXPECT_NE(input_error([&] { load_spec(spec, {}, p); }).find("select_interval"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- accuracy parity
+TEST(ZenFlowAccuracy, WithinOnePointOfDeviceAdamOnFashionMnist) {
+  // The default spec (8 epochs of the full training set). zenflow: topk 0.1, update_interval 4,
+  // overlap on (staleness 1 interval). Measured here: 87.8 vs 87.7 %.
+  Spec s = load_spec(std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json", {"log.every=0"});
+  s.strategy = "device-adam";
+  json m_dev, m_zf;
+  train_and_capture(s, &m_dev, true);
+  s.strategy = "zenflow";
+  s.zenflow.topk_ratio = 0.1;
+  s.zenflow.update_interval = 4;
+  s.zenflow.overlap_step = true;
+  train_and_capture(s, &m_zf, true);
+  const double a_dev = m_dev["final"]["eval_accuracy"], a_zf = m_zf["final"]["eval_accuracy"];
+  RecordProperty("device_adam_accuracy", std::to_string(a_dev));
+  RecordProperty("zenflow_accuracy", std::to_string(a_zf));
+  EXPECT_GE(a_dev, 0.87);
+  EXPECT_LE(std::fabs(a_zf - a_dev), 0.01) << "device-adam " << a_dev << ", zenflow " << a_zf;
+  EXPECT_EQ(m_zf["staleness"]["max_intervals"].get<int64_t>(), 1);
+}
+
+// ---------------------------------------------------------------- checkpoints
+Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, const std::string& resume) {
+  Weights w;
+  RunOptions o;
+  o.quiet = true;
+  o.evaluate = false;
+  o.checkpoint_dir = ckdir;
+  o.checkpoint_every = every;
+  o.resume_path = resume;
+  o.inspect = [&](Runtime&, Workload& wl) {
+    for (Param* p : wl.params()) {
+      p->value.acquire_read();
+      w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
+      p->value.release();
+    }
+  };
+  run_training(s, o);
+  return w;
+}
+
+struct ResumeCase {
+  const char* name;
+  std::function<void(Spec&)> set;
+};
+
+class Resume : public ::testing::TestWithParam<int> {};
+
+TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
+  const ResumeCase cases[] = {
+      {"device-adam", [](Spec& s) { s.strategy = "device-adam"; }},
+      {"zero-offload", [](Spec& s) { s.strategy = "zero-offload"; }},
+      {"zero-offload-dpu", [](Spec& s) { s.strategy = "zero-offload-dpu"; }},
+      {"zenflow-overlap", [](Spec& s) {  // host updates in flight at the checkpoint (D = 2)
+         s.strategy = "zenflow";
+         s.zenflow.update_interval = 3;
+         s.zenflow.overlap_step = true;
+         s.zenflow.max_staleness = 2;
+         s.zenflow.select_strategy = "step";
+         s.zenflow.select_interval = 9;
+       }},
+      {"zenflow-auto", [](Spec& s) {
+         s.strategy = "zenflow";
+         s.zenflow.overlap_step = true;
+         s.zenflow.full_warm_up_rounds = 2;
+       }},
+  };
+  const ResumeCase& c = cases[GetParam()];
+  SCOPED_TRACE(c.name);
+  Spec s = tiny_spec(31);
+  s.runtime.tile_elems = 1024;
+  c.set(s);
+  const Weights full = run_with(s, "", 0, "");
+  TmpDir d;
+  const std::string ck = (d.p / "ck").string();
+  s.train.steps = 17;  // checkpoints after steps 7 and 15 (every 8) and 16 (the last)
+  run_with(s, ck, 8, "");
+  ASSERT_TRUE(fs::exists(fs::path(ck) / "step-00000007"));
+  ASSERT_TRUE(fs::exists(fs::path(ck) / "step-00000016"));
+  s.train.steps = 31;
+  EXPECT_EQ(run_with(s, "", 0, ck), full) << "resumed from the latest checkpoint (step 16)";
+  EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 5));
+
+TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
+  TmpDir d;
+  const std::string ck = (d.p / "ck").string();
+  Spec s = tiny_spec(4, "zero-offload");
+  run_with(s, ck, 0, "");
+  const fs::path step = fs::path(ck) / "step-00000003";
+  s.train.steps = 8;
+  // a different model shape
+  Spec other = s;
+  other.model.hidden = {16, 16};
+  EXPECT_NE(input_error([&] { run_with(other, "", 0, ck); }).find("model"), std::string::npos);
+  // a different strategy
+  Spec dev = s;
+  dev.strategy = "device-adam";
+  EXPECT_NE(input_error([&] { run_with(dev, "", 0, ck); }).find("strategy"), std::string::npos);
+  // one flipped byte in the data section: the CRC-32 check refuses it
+  const fs::path st = step / "state.safetensors";
+  {
+    std::fstream f(st, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    char c;
+    f.get(c);
+    f.seekp(-5, std::ios::end);
+    f.put((char)(c ^ 0x40));
+  }
+  EXPECT_NE(input_error([&] { run_with(s, "", 0, ck); }).find("checksum"), std::string::npos);
+  // a truncated weights file (in an intact second checkpoint)
+  const std::string ck2 = (d.p / "ck2").string();
+  s.train.steps = 4;
+  run_with(s, ck2, 0, "");
+  s.train.steps = 8;
+  const fs::path model = fs::path(ck2) / "step-00000003" / "model.safetensors";
+  fs::resize_file(model, fs::file_size(model) - 100);
+  EXPECT_NE(input_error([&] { run_with(s, "", 0, ck2); }).find("model.safetensors"), std::string::npos);
+  // not a checkpoint
+  EXPECT_NE(input_error([&] { run_with(s, "", 0, d.p.string()); }).find("not a checkpoint"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- traces
+TEST(Trace, PjDumpAcceptsTheTraceOfEveryStrategy) {
+  if (std::system("command -v pj_dump >/dev/null 2>&1") != 0) GTEST_SKIP() << "pj_dump (Debian package pajeng) not installed";
+  TmpDir d;
+  for (const char* strat : {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"}) {
+    SCOPED_TRACE(strat);
+    Spec s = tiny_spec(12, strat);
+    s.zenflow.update_interval = 4;
+    s.zenflow.overlap_step = true;
+    const std::string paje = (d.p / (std::string(strat) + ".paje")).string();
+    RunOptions o;
+    o.quiet = true;
+    o.evaluate = false;
+    o.trace_path = paje;
+    run_training(s, o);
+    const std::string dump = (d.p / "dump.txt").string();
+    ASSERT_EQ(std::system(("pj_dump " + paje + " > " + dump + " 2>&1").c_str()), 0) << "pj_dump refused " << paje;
+    std::ifstream in(dump);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("State, device "), std::string::npos);  // states on device workers
+    EXPECT_NE(text.find("backward"), std::string::npos);
+    if (std::string(strat) != "device-adam") EXPECT_NE(text.find("adam.host"), std::string::npos);
+    if (std::string(strat) == "zenflow") {
+      EXPECT_NE(text.find("merge: host update"), std::string::npos);
+      EXPECT_NE(text.find("select"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zf::test

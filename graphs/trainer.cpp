@@ -59,7 +59,7 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
       w = std::make_unique<GptLanguageModel>(c, std::move(t), status);
     } else {
       VerseTask t = make_verse_task(load_kjv(spec.data.path, where), spec.data.labels, spec.data.split, c.context);
-      w = std::make_unique<GptClassifier>(c, std::move(t), status);
+      w = std::make_unique<GptClassifier>(c, std::move(t), spec.model.pool, status);
     }
     units = w->epoch_size();
     if (spec.train.batch_size > units)
@@ -143,6 +143,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   RuntimeConfig rc;
   rc.sched = spec.runtime.sched;
   std::tie(rc.device_workers, rc.host_workers) = worker_split(spec);
+  rc.cuda_workers = spec.runtime.cuda_workers;
   Runtime rt(rc);
   StepStatus& status = rt.tracker().status();
   std::unique_ptr<Workload> wl = make_workload(spec, &status);
@@ -284,13 +285,21 @@ json run_training(const Spec& spec, const RunOptions& opt) {
 
   if (!opt.trace_path.empty() || !opt.trace_csv_path.empty()) {
     auto recs = rt.tracker().records();
+    if (opt.trace_from >= 0)
+      recs.erase(std::remove_if(recs.begin(), recs.end(), [&](const TaskRecord& r) { return r.step < opt.trace_from; }),
+                 recs.end());
     if (!opt.trace_csv_path.empty()) write_task_csv(opt.trace_csv_path, recs);
     if (!opt.trace_path.empty()) {
       std::vector<TraceWorker> workers;
       for (int w : rt.device_workers()) workers.push_back({w, "device " + rt.worker_name(w), Side::Device});
       for (int w : rt.host_workers()) workers.push_back({w, "host " + rt.worker_name(w), Side::Host});
       std::vector<TraceEvent> ev = strat->trace_events(recs);
-      for (int64_t s = t0; s < T; ++s) {
+      if (opt.trace_from >= 0 && !recs.empty()) {  // events of the kept window only
+        double first = recs.front().start_us;
+        for (auto& r : recs) first = std::min(first, r.start_us);
+        ev.erase(std::remove_if(ev.begin(), ev.end(), [&](const TraceEvent& e) { return e.time_us < first; }), ev.end());
+      }
+      for (int64_t s = std::max(t0, opt.trace_from); s < T; ++s) {
         auto a = rt.tracker().step_agg(s);
         if (a.tasks) ev.push_back({a.last_end_us, -1, "step", "end of step " + std::to_string(s)});
       }

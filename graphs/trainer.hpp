@@ -26,6 +26,7 @@ struct RunOptions {
   std::string resume_path;     // --resume DIR (a checkpoint dir or one of its step dirs)
   std::string trace_path;      // --trace: Paje trace (ViTE, pj_dump)
   std::string trace_csv_path;  // --trace-csv: one line per task
+  int64_t trace_from = -1;     // --trace-from N: only tasks of steps >= N (-1: everything)
   bool evaluate = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
   // Called after the run with the runtime still alive (tests read weights here).

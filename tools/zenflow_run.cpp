@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   std::string spec_path;
   std::vector<std::string> sets;
   std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume, trace, trace_csv;
-  int64_t ckpt_every = 0;
+  int64_t ckpt_every = 0, trace_from = -1;
   int64_t steps = -1;
   bool quiet = false, list_policies = false, print_spec = false;
   app.add_option("spec", spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--resume", resume, "resume from a checkpoint DIR (its latest step) or a step directory; "
                                      "the spec must match the checkpoint's");
   app.add_option("--trace", trace, "write a Paje trace of every task (open it in ViTE; pj_dump reads it)");
+  app.add_option("--trace-from", trace_from, "trace only the tasks of steps >= N (skips start-up and evaluation)");
   app.add_option("--trace-csv", trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
   app.add_flag("--quiet,-q", quiet, "no progress lines and no summary");
   app.add_flag("--list-policies", list_policies, "print the StarPU policies this build knows and exit");
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
     o.resume_path = resume;
     o.trace_path = trace;
     o.trace_csv_path = trace_csv;
+    o.trace_from = trace_from;
     if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
     if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
     zf::run_training(spec, o);

@@ -181,6 +181,7 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.integer("n_head", s.model.n_head, 1, 256);
     f.integer("n_embd", s.model.n_embd, 1, 8192);
     f.integer("context", s.model.context, 1, 8192);
+    f.str("pool", s.model.pool, {"mean", "max"});
     f.finish();
     if (s.model.n_embd % s.model.n_head)
       f.fail("model.n_embd", std::to_string(s.model.n_embd) + " is not a multiple of model.n_head (" +
@@ -254,6 +255,7 @@ Spec parse_spec(const json& j, const std::string& source) {
       f.fail("runtime.device_workers", "set both device_workers and host_workers, or neither (0: from zenflow.pt_reserved_cores_perc)");
     if (s.runtime.device_workers > 0 && s.zenflow.cores_perc_given)
       f.fail("runtime.device_workers", "conflicts with zenflow.pt_reserved_cores_perc: give one way of splitting the CPU workers");
+    f.integer("cuda_workers", s.runtime.cuda_workers, -1, 64);
     f.integer("tile_elems", s.runtime.tile_elems, 16, int64_t(1) << 32);
     if (s.runtime.tile_elems % 16) f.fail("runtime.tile_elems", "must be a multiple of 16 (SIMD-aligned tiles)");
     f.integer("lookahead", s.runtime.lookahead, 1, 64);
@@ -279,7 +281,7 @@ json Spec::to_json() const {
       {"name", name},
       {"strategy", strategy},
       {"model", {{"type", model.type}, {"hidden", model.hidden}, {"activation", model.activation}, {"init_seed", model.init_seed},
-                 {"n_layer", model.n_layer}, {"n_head", model.n_head}, {"n_embd", model.n_embd}, {"context", model.context}}},
+                 {"n_layer", model.n_layer}, {"n_head", model.n_head}, {"n_embd", model.n_embd}, {"context", model.context}, {"pool", model.pool}}},
       {"data", {{"dataset", data.dataset}, {"dir", data.dir}, {"train_limit", data.train_limit}, {"eval_limit", data.eval_limit},
                 {"path", data.path}, {"labels", data.labels}, {"split", data.split}}},
       {"train", {{"batch_size", train.batch_size}, {"epochs", train.epochs}, {"steps", train.steps}, {"seed", train.seed}, {"eval_batch_size", train.eval_batch_size}}},
@@ -290,7 +292,7 @@ json Spec::to_json() const {
                    {"overlap_step", zenflow.overlap_step}, {"offload", zenflow.offload}, {"auto_ratio", zenflow.auto_ratio},
                    {"full_warm_up_rounds", zenflow.full_warm_up_rounds}, {"pt_reserved_cores_perc", zenflow.pt_reserved_cores_perc},
                    {"max_staleness", zenflow.staleness()}, {"importance", zenflow.importance}}},
-      {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}}},
+      {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}}},
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
 }

@@ -23,6 +23,7 @@ struct Spec {
     uint64_t init_seed = 1;
     // gpt | gpt-classifier (docs/gpt.md)
     int n_layer = 4, n_head = 4, n_embd = 128, context = 128;
+    std::string pool = "mean";  // gpt-classifier: mean | max over the verse
   } model;
 
   struct Data {
@@ -74,6 +75,9 @@ struct Spec {
     // sees (at most STARPU_MAXCPUS): device = clamp(floor(perc * n), 1, n - 1), host = the rest.
     int device_workers = 0;
     int host_workers = 0;
+    // CUDA workers of the device context in a CUDA build: 0 = one per GPU seen (none seen: the CPU
+    // device workers above), N = N GPUs, -1 = none (docs/gpu.md).
+    int cuda_workers = 0;
     int64_t tile_elems = 1 << 20;  // host-side tile size (elements, multiple of 16)
     int lookahead = 2;             // steps submitted ahead of the oldest unfinished one
   } runtime;

@@ -1,3 +1,6 @@
+// Verse classification on a GPT body: the padded verse tables and their split, the majority
+// baseline, and one step's graph: body forward, pooling, linear head, cross-entropy, backward
+// (models/gpt_classifier.hpp; matches ref::GptRef::cls_loss in tests/reference/gpt_ref.hpp).
 #include "models/gpt_classifier.hpp"
 
 #include <algorithm>
@@ -51,8 +54,8 @@ struct GptClassifier::Head {
   Tensor logits, probs, dlogits;        // (B, n_classes)
 };
 
-GptClassifier::GptClassifier(const GptConfig& cfg, VerseTask task, StepStatus* status)
-    : cfg_(cfg), task_(std::move(task)), status_(status), rng_(cfg.init_seed) {
+GptClassifier::GptClassifier(const GptConfig& cfg, VerseTask task, const std::string& pool, StepStatus* status)
+    : cfg_(cfg), task_(std::move(task)), max_pool_(pool == "max"), status_(status), rng_(cfg.init_seed) {
   const int32_t nc = (int32_t)task_.class_names.size();
   train_table_ = {task_.train.table.data(), task_.train.rows, task_.train.T, task_.train.lengths.data(),
                   task_.train.labels.data(), nc};
@@ -67,7 +70,7 @@ GptClassifier::~GptClassifier() = default;
 
 std::string GptClassifier::describe() const {
   return describe_gpt(cfg_, body_->numel() + weight_.value.numel() + bias_.value.numel()) +
-         " + mean-pool classifier; " + task_.description;
+         (max_pool_ ? " + max-pool classifier; " : " + mean-pool classifier; ") + task_.description;
 }
 
 std::vector<Param*> GptClassifier::params() {
@@ -114,7 +117,10 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
   insert_load_sequences(o.named(pre + "load_sequences"), table, rows, h.tokens[slot], h.len[slot], h.labels[slot],
                         status_);
   body_->forward(o, a, h.tokens[slot]);
-  insert_mean_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
+  if (max_pool_)
+    insert_max_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
+  else
+    insert_mean_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
   insert_matmul_fwd(o.named(pre + "fwd.classifier"), h.pooled, weight_.value, h.logits);
   insert_bias_add(o.named(pre + "fwd.classifier.bias"), h.logits, bias_.value);
   insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.labels[slot], h.probs, stats, accumulate, status_);
@@ -123,7 +129,10 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
   insert_matmul_bwd_weight(o.named("bwd.classifier.dw"), h.dlogits, h.pooled, weight_.grad);
   insert_bias_grad(o.named("bwd.classifier.db"), h.dlogits, bias_.grad);
   insert_matmul_bwd_data(o.named("bwd.classifier.dx"), h.dlogits, weight_.value, h.dpooled);
-  insert_mean_pool_bwd(o.named("bwd.pool"), h.dpooled, h.len[slot], GptBody::d_out(a));
+  if (max_pool_)
+    insert_max_pool_bwd(o.named("bwd.pool"), GptBody::out(a), h.dpooled, h.len[slot], GptBody::d_out(a));
+  else
+    insert_mean_pool_bwd(o.named("bwd.pool"), h.dpooled, h.len[slot], GptBody::d_out(a));
   body_->backward(o, a, h.tokens[slot], GptBody::d_out(a));
 }
 

@@ -1,7 +1,8 @@
 // Fine-tuning task: classify a KJV verse (its text, without the reference) by testament (Old /
 // New) or by section (Law, History, Poetry, Prophets, Gospels and Acts, Epistles, Revelation)
-// with a GPT body (models/gpt.hpp) and a head on the mean of the final LayerNorm's output over
-// the verse's bytes: logits = mean_t(ln_f(x)_t) W^T + b, classifier.weight (n_classes, C).
+// with a GPT body (models/gpt.hpp) and a head on the final LayerNorm's output pooled over the
+// verse's bytes (max or mean, model.pool): logits = pool_t(ln_f(x)_t) W^T + b,
+// classifier.weight (n_classes, C).
 // Verses are truncated to the context and padded with zero bytes (the causal attention never
 // lets a padded position reach a real one; the pooling skips them). docs/gpt.md.
 #pragma once
@@ -39,7 +40,8 @@ VerseTask make_verse_task(const std::vector<Verse>& verses, const std::string& l
 
 class GptClassifier : public Workload {
  public:
-  GptClassifier(const GptConfig& cfg, VerseTask task, StepStatus* status);
+  // pool: "mean" | "max" over the verse's positions
+  GptClassifier(const GptConfig& cfg, VerseTask task, const std::string& pool, StepStatus* status);
   ~GptClassifier() override;
   std::string describe() const override;
   std::vector<Param*> params() override;
@@ -61,6 +63,7 @@ class GptClassifier : public Workload {
 
   GptConfig cfg_;
   VerseTask task_;
+  bool max_pool_;
   SequenceTable train_table_{}, eval_table_{};
   StepStatus* status_;
   Rng rng_;

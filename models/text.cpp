@@ -1,8 +1,11 @@
+// KJV parsing (bible(1) output), the 66 books with testament, section and the held-out set,
+// language-model splits of the KJV or of any UTF-8 file, and their input validation (models/text.hpp).
 #include "models/text.hpp"
 
+#include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "runtime/error.hpp"
 

@@ -193,9 +193,12 @@ TEST(GptEngine, LanguageModelStepMatchesDoubleReference) {
   expect_grads_match(grads, g);
 }
 
-TEST(GptEngine, ClassifierStepMatchesDoubleReference) {
+class GptClassifierStep : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GptClassifierStep, MatchesDoubleReference) {
   TempDir dir;
   Spec s = tiny_gpt_spec("gpt-classifier", "kjv", dir.write("kjv.txt", fixture_kjv()));
+  s.model.pool = GetParam();
   s.model.context = 16;  // verses longer and shorter than the context: truncation and padding
   s.data.labels = "section";
   Runtime rt(rt_config());
@@ -221,12 +224,14 @@ TEST(GptEngine, ClassifierStepMatchesDoubleReference) {
     lab.push_back(tr.labels[i]);
   }
   ref::GptRef::Params g;
-  const double loss = model.cls_loss(tok, len, lab, 4, 16, &g);
+  const double loss = model.cls_loss(tok, len, lab, 4, 16, &g, GetParam() == "max");
   const double* st = stats.as<double>();
   EXPECT_EQ(st[2], 4.0);
   EXPECT_NEAR(st[0] / st[2], loss, 1e-5 * loss);
   expect_grads_match(grads, g);
 }
+
+INSTANTIATE_TEST_SUITE_P(Pool, GptClassifierStep, ::testing::Values("mean", "max"));
 
 TEST(GptEngine, StepsBitwiseSameUnderSchedulingPolicies) {
   TempDir dir;

@@ -166,6 +166,22 @@ TEST(GptGradCheck, MeanPool) {
   EXPECT_TRUE(gradcheck(loss, x, dx, "dx"));
 }
 
+// Max pooling is piecewise linear: away from ties (distinct random values, h far below their
+// gaps) its gradient is exact.
+TEST(GptGradCheck, MaxPool) {
+  const int B = 3, T = 4, C = 2;
+  std::vector<int32_t> len = {1, 4, 3};
+  Vec x = widen(uniform_f((size_t)B * T * C, -1, 1, 32)), r = widen(uniform_f((size_t)B * C, -1, 1, 33));
+  auto loss = [&] {
+    Vec y((size_t)B * C);
+    ref::max_pool_fwd(x.data(), len.data(), y.data(), B, T, C);
+    return dot_loss(y, r);
+  };
+  Vec dx(x.size());
+  ref::max_pool_bwd(x.data(), r.data(), len.data(), dx.data(), B, T, C);
+  EXPECT_TRUE(gradcheck(loss, x, dx, "dx"));
+}
+
 // ------------------------------------------------------------------ float kernels vs reference
 
 TEST(GptKernels, EmbeddingMatchesReference) {
@@ -247,6 +263,23 @@ TEST(GptKernels, MeanPoolMatchesReference) {
   EXPECT_TRUE(residual_ok(y, yr, (double)T, "y"));
   EXPECT_TRUE(residual_ok(dx, dxr, 2.0, "dx"));
   for (int t = 13; t < T; ++t) EXPECT_EQ(dx[((size_t)2 * T + t) * C], 0.0f);  // padding gets no gradient
+}
+
+TEST(GptKernels, MaxPoolMatchesReference) {
+  const int B = 3, T = 22, C = 55;
+  std::vector<int32_t> len = {1, 22, 13};
+  FVec x = uniform_f((size_t)B * T * C, -1, 1, 72), dy = uniform_f((size_t)B * C, -1, 1, 73);
+  x[((size_t)1 * T + 5) * C] = x[((size_t)1 * T + 9) * C] = 2.0f;  // a tie: the first position wins
+  FVec y((size_t)B * C), dx(x.size());
+  cpu::max_pool_fwd(x.data(), len.data(), y.data(), B, T, C);
+  cpu::max_pool_bwd(x.data(), dy.data(), len.data(), dx.data(), B, T, C);
+  Vec xd = widen(x), dyd = widen(dy), yr(y.size()), dxr(dx.size());
+  ref::max_pool_fwd(xd.data(), len.data(), yr.data(), B, T, C);
+  ref::max_pool_bwd(xd.data(), dyd.data(), len.data(), dxr.data(), B, T, C);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ((double)y[i], yr[i]);  // selection only: exact
+  for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ((double)dx[i], dxr[i]);
+  EXPECT_EQ(dx[((size_t)1 * T + 5) * C], dy[(size_t)1 * C]);
+  EXPECT_EQ(dx[((size_t)1 * T + 9) * C], 0.0f);
 }
 
 TEST(GptKernels, GatherWindowsAndSequences) {

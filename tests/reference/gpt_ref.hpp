@@ -4,6 +4,7 @@
 // double. Gradient checks (tests/test_kernels_gpt.cpp) verify the backward functions here by
 // finite differences; the kernels and the StarPU step graph are compared against this file.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -157,6 +158,28 @@ inline void mean_pool_bwd(const double* dy, const int32_t* len, double* dx, int 
       for (int c = 0; c < C; ++c) dx[((size_t)b * T + t) * C + c] = t < len[b] ? dy[(size_t)b * C + c] / len[b] : 0.0;
 }
 
+// y (B, C) = max over t < len[b] of x (B, T, C), feature by feature
+inline void max_pool_fwd(const double* x, const int32_t* len, double* y, int B, int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < C; ++c) {
+      double m = x[((size_t)b * T) * C + c];
+      for (int t = 1; t < len[b]; ++t) m = std::max(m, x[((size_t)b * T + t) * C + c]);
+      y[(size_t)b * C + c] = m;
+    }
+}
+
+// the gradient goes to the first position holding the maximum
+inline void max_pool_bwd(const double* x, const double* dy, const int32_t* len, double* dx, int B, int T, int C) {
+  for (size_t i = 0; i < (size_t)B * T * C; ++i) dx[i] = 0.0;
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < C; ++c) {
+      int arg = 0;
+      for (int t = 1; t < len[b]; ++t)
+        if (x[((size_t)b * T + t) * C + c] > x[((size_t)b * T + arg) * C + c]) arg = t;
+      dx[((size_t)b * T + arg) * C + c] = dy[(size_t)b * C + c];
+    }
+}
+
 // ---- the whole model, in double. Parameters by GPT-2 name; shapes as models/gpt.hpp.
 struct GptRefConfig {
   int n_layer, n_head, n_embd, vocab = 256;
@@ -191,14 +214,17 @@ class GptRef {
   }
 
   double cls_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& len, const std::vector<int32_t>& labels,
-                  int B, int T, Params* grads) {
+                  int B, int T, Params* grads, bool max_pool = false) {
     return run(tok, B, T, grads, [&](const Vec& x, Vec& dx, Params* g) {
       const int C = c_.n_embd;
       const Vec& W = p_.at("classifier.weight");
       const Vec& bias = p_.at("classifier.bias");
       const int K = (int)bias.size();
       Vec pooled((size_t)B * C), logits((size_t)B * K), probs(logits.size());
-      mean_pool_fwd(x.data(), len.data(), pooled.data(), B, T, C);
+      if (max_pool)
+        max_pool_fwd(x.data(), len.data(), pooled.data(), B, T, C);
+      else
+        mean_pool_fwd(x.data(), len.data(), pooled.data(), B, T, C);
       matmul_fwd(pooled.data(), W.data(), logits.data(), B, C, K);
       bias_add(logits.data(), bias.data(), B, K);
       double loss = softmax_xent_fwd(logits.data(), labels.data(), probs.data(), B, K, nullptr) / B;
@@ -212,7 +238,10 @@ class GptRef {
         matmul_bwd_weight(dl.data(), pooled.data(), dW.data(), B, C, K, false);
         bias_grad(dl.data(), db.data(), B, K);
         matmul_bwd_data(dl.data(), W.data(), dp.data(), B, C, K);
-        mean_pool_bwd(dp.data(), len.data(), dx.data(), B, T, C);
+        if (max_pool)
+          max_pool_bwd(x.data(), dp.data(), len.data(), dx.data(), B, T, C);
+        else
+          mean_pool_bwd(dp.data(), len.data(), dx.data(), B, T, C);
       }
       return loss;
     });

@@ -1,5 +1,6 @@
-// Mean pooling over the valid positions of padded sequences (the classifier head's input):
-// y[b] = (1/len[b]) sum_{t < len[b]} x[b, t]; positions t >= len[b] get a zero gradient.
+// Mean or max pooling over the valid positions of padded sequences (the classifier head's input):
+// y[b] = (1/len[b]) sum_{t < len[b]} x[b, t], or the per-feature maximum (its gradient goes to
+// the first position holding it); positions t >= len[b] get a zero gradient.
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
@@ -28,6 +29,31 @@ void mean_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T,
         for (int c = 0; c < C; ++c) o[c] = d[c] * inv;
       else
         for (int c = 0; c < C; ++c) o[c] = 0.0f;
+    }
+  }
+}
+
+void max_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    float* yb = y + (size_t)b * C;  // (C)
+    const float* x0 = x + (size_t)b * T * C;
+    for (int c = 0; c < C; ++c) yb[c] = x0[c];
+    for (int t = 1; t < len[b]; ++t) {
+      const float* xr = x0 + (size_t)t * C;
+      for (int c = 0; c < C; ++c) yb[c] = xr[c] > yb[c] ? xr[c] : yb[c];
+    }
+  }
+}
+
+void max_pool_bwd(const float* x, const float* dy, const int32_t* len, float* dx, int B, int T, int C) {
+  for (size_t i = 0; i < (size_t)B * T * C; ++i) dx[i] = 0.0f;
+  for (int b = 0; b < B; ++b) {
+    const float* x0 = x + (size_t)b * T * C;
+    for (int c = 0; c < C; ++c) {
+      int arg = 0;
+      for (int t = 1; t < len[b]; ++t)
+        if (x0[(size_t)t * C + c] > x0[(size_t)arg * C + c]) arg = t;
+      dx[((size_t)b * T + arg) * C + c] = dy[(size_t)b * C + c];
     }
   }
 }

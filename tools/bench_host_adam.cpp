@@ -4,7 +4,8 @@
 // use them, split on 16-element (64-byte) boundaries. Prints bytes/s and AdamW / triad at the end.
 // Bytes counted per element (docs/performance-limits.md): triad 12 (STREAM's count; 16 with the
 // write-allocate read of a), AdamW 28 (read p g m v, write p m v), fused 36 (+ read and write acc).
-//   build/bench_host_adam [--benchmark_repetitions=3 ...]   env: ZF_BENCH_N, ZF_BENCH_HUGEPAGES=1
+//   build/bench_host_adam [--benchmark_repetitions=3 ...]
+//   env: ZF_BENCH_N (1e8), ZF_BENCH_HUGEPAGES=1 (madvise), ZF_BENCH_STAGGER=1 (see alloc())
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -103,22 +104,27 @@ struct Arrays {
 };
 Arrays* A = nullptr;
 
-float* alloc(size_t n, bool huge) {
-  size_t bytes = (n * sizeof(float) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+// 2 MiB-aligned, like any large allocation page-aligned, so all arrays share their address modulo
+// 4 KiB (as the engine's tensors do). stagger: array k starts k * 320 bytes (5 cache lines) in
+// instead, as STREAM's consecutive static arrays do.
+float* alloc(size_t n, bool huge, int k, bool stagger) {
+  const size_t off = stagger ? (size_t)k * 320 : 0;
+  size_t bytes = (n * sizeof(float) + off + (2u << 20) - 1) / (2u << 20) * (2u << 20);
   void* p = std::aligned_alloc(2u << 20, bytes);
   if (!p) {
     std::fprintf(stderr, "bench_host_adam: cannot allocate %zu bytes\n", bytes);
     std::exit(1);
   }
   if (huge) madvise(p, bytes, MADV_HUGEPAGE);
-  return static_cast<float*>(p);
+  return reinterpret_cast<float*>(static_cast<char*>(p) + off);
 }
 
 // Allocate and pre-fault: every page is first written by the thread that later works on it.
-void setup(size_t n, bool huge) {
+void setup(size_t n, bool huge, bool stagger) {
   A = new Arrays;
   A->n = n;
-  for (float** x : {&A->a, &A->b, &A->c, &A->p, &A->g, &A->m, &A->v, &A->acc}) *x = alloc(n, huge);
+  int k = 0;
+  for (float** x : {&A->a, &A->b, &A->c, &A->p, &A->g, &A->m, &A->v, &A->acc}) *x = alloc(n, huge, k++, stagger);
   A->pool.run(kMaxThreads, [](int t) {
     auto [lo, hi] = part(A->n, kMaxThreads, t);
     for (size_t i = lo; i < hi; ++i) {
@@ -289,7 +295,9 @@ int main(int argc, char** argv) {
   const size_t n = ne ? (size_t)std::atof(ne) : size_t{100000000};
   const char* he = std::getenv("ZF_BENCH_HUGEPAGES");
   const bool huge = he && std::string(he) == "1";
-  setup(n, huge);
+  const char* se = std::getenv("ZF_BENCH_STAGGER");
+  const bool stagger = se && std::string(se) == "1";
+  setup(n, huge, stagger);
 
   for (int k = 1; k <= kMaxThreads; ++k) {
     benchmark::RegisterBenchmark("Triad", BM_Triad)->ArgName("threads")->Arg(k)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -304,12 +312,14 @@ int main(int argc, char** argv) {
 
   benchmark::AddCustomContext("elements", std::to_string(n));
   benchmark::AddCustomContext("hugepages", huge ? "madvise" : "no");
+  benchmark::AddCustomContext("stagger", stagger ? "yes" : "no");
   benchmark::AddCustomContext("loadavg_start", loadavg());
   Summary rep(isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_ColorTabular
                                      : benchmark::ConsoleReporter::OO_Tabular);
   benchmark::RunSpecifiedBenchmarks(&rep);
   rep.print();
-  std::printf("elements %zu, hugepages %s, loadavg at end %s\n", n, huge ? "madvise" : "no", loadavg().c_str());
+  std::printf("elements %zu, hugepages %s, stagger %s, loadavg at end %s\n", n, huge ? "madvise" : "no",
+              stagger ? "yes" : "no", loadavg().c_str());
   benchmark::Shutdown();
   return 0;
 }

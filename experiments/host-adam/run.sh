@@ -3,7 +3,8 @@
 # fused accumulate+AdamW, one run) then PyTorch's CPU AdamW (compare_torch.py), over the same N fp32
 # parameters with THREADS threads, ROUNDS times alternately; then the tile-size sweep once.
 # Raw outputs go to raw/; summarize.py writes results.csv, tiles.csv and results.md.
-#   bash experiments/host-adam/run.sh          env: ROUNDS (2), N (1e8), THREADS (2), ZF_BUILD_DIR
+#   bash experiments/host-adam/run.sh   env: ROUNDS (2), N (1e8), THREADS (torch's, 2), ZF_BUILD_DIR,
+#                                       MAX_LOAD (1.5) and WAIT_S (900): wait for a quiet machine first
 # Debian's python3-torch (about 830 MB installed with its dependencies) is installed here when
 # missing; it is deliberately not in tools/zf's package list.
 set -euo pipefail
@@ -25,6 +26,14 @@ done
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target bench_host_adam -j "$(nproc)"
+
+# The machines are shared: wait (up to WAIT_S seconds) for the 1-minute load to fall below MAX_LOAD.
+max_load="${MAX_LOAD:-1.5}" wait_s="${WAIT_S:-900}"
+for ((w = 0; w < wait_s; w += 15)); do
+  awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v m="$max_load" 'BEGIN { exit !(l < m) }' && break
+  sleep 15
+done
+echo "run.sh: starting at load $(cut -d' ' -f1-3 /proc/loadavg) (MAX_LOAD $max_load)"
 
 mkdir -p "$here/raw"
 rm -f "$here"/raw/*

@@ -51,11 +51,37 @@ void copy_cpu(void* b[], void* a) noexcept {  // buffers: src, dst
 void zero_cpu(void* b[], void*) noexcept {  // any element type: zero all bytes
   std::memset(vec_ptr(b[0]), 0, STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]));
 }
+#ifdef ZF_USE_CUDA
+void adam_step_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<AdamArgs*>(a);
+  cuda_check(kernels::cuda::adam_step(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->g_off, vec_ptr(b[2]),
+                                      vec_ptr(b[3]), p->n, p->hp, p->step, p->grad_scale, cuda_stream()));
+}
+void adam_step_accumulate_cuda(void* b[], void* a) noexcept {  // buffers: param, acc, grad, m, v
+  auto* p = static_cast<AdamAccArgs*>(a);
+  cuda_check(kernels::cuda::adam_step_accumulate(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->a_off,
+                                                 vec_ptr(b[2]) + p->g_off, vec_ptr(b[3]), vec_ptr(b[4]), p->n,
+                                                 p->hp, p->step, p->grad_scale, cuda_stream()));
+}
+void accumulate_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::accumulate(vec_ptr(b[0]) + p->dst_off, vec_ptr(b[1]) + p->src_off, p->n, p->scale,
+                                       cuda_stream()));
+}
+void copy_cuda(void* b[], void* a) noexcept {  // buffers: src, dst
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n, cuda_stream()));
+}
+void zero_cuda(void* b[], void*) noexcept {
+  cuda_check(kernels::cuda::zero_bytes(vec_ptr(b[0]), STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]),
+                                       cuda_stream()));
+}
+#endif
 
 starpu_codelet& adam_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_adam_step", adam_step_cpu, ZF_CUDA_FUNC(nullptr), 4,
+      make_codelet({"zf_adam_step", adam_step_cpu, ZF_CUDA_FUNC(adam_step_cuda), 4,
                     {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
                    &m);
   return c;
@@ -63,7 +89,7 @@ starpu_codelet& adam_cl() {
 starpu_codelet& adam_accumulate_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_adam_step_accumulate", adam_step_accumulate_cpu, ZF_CUDA_FUNC(nullptr), 5,
+      make_codelet({"zf_adam_step_accumulate", adam_step_accumulate_cpu, ZF_CUDA_FUNC(adam_step_accumulate_cuda), 5,
                     {STARPU_RW, STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
                    &m);
   return c;
@@ -71,25 +97,25 @@ starpu_codelet& adam_accumulate_cl() {
 starpu_codelet& accumulate_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_RW, STARPU_R}}, &m);
+      {"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(accumulate_cuda), 2, {STARPU_RW, STARPU_R}}, &m);
   return c;
 }
 starpu_codelet& copy_cl() {  // whole destination
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_copy", copy_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+      make_codelet({"zf_copy", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& copy_into_cl() {  // a slice of the destination
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_copy_into", copy_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_RW}}, &m);
+      make_codelet({"zf_copy_into", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& zero_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_zero", zero_cpu, ZF_CUDA_FUNC(nullptr), 1, {STARPU_W}}, &m);
+      make_codelet({"zf_zero", zero_cpu, ZF_CUDA_FUNC(zero_cuda), 1, {STARPU_W}}, &m);
   return c;
 }
 

@@ -31,16 +31,28 @@ void attention_bwd_cpu(void* b[], void* a) noexcept {
                               p->C, p->NH);
   std::free(scratch);
 }
+#ifdef ZF_USE_CUDA
+void attention_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<AttentionArgs*>(a);
+  cuda_check(kernels::cuda::attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->NH,
+                                          cublas_handle(), cuda_stream()));
+}
+void attention_bwd_cuda(void* b[], void* a) noexcept {  // (B, T, T) scratch from the stream's pool
+  auto* p = static_cast<AttentionArgs*>(a);
+  cuda_check(kernels::cuda::attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), p->B, p->T,
+                                          p->C, p->NH, cublas_handle(), cuda_stream()));
+}
+#endif
 
 starpu_codelet& attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_W, STARPU_W}}, &m);
+      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3, {STARPU_R, STARPU_W, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& attention_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(nullptr), 4,
+  static starpu_codelet c = make_codelet({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(attention_bwd_cuda), 4,
                                           {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
                                          &m);
   return c;

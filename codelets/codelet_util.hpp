@@ -13,6 +13,24 @@
 #define ZF_CUDA_FUNC(f) nullptr
 #endif
 
+#ifdef ZF_USE_CUDA
+#include <starpu.h>
+#include <starpu_cublas_v2.h>
+
+#include "codelets/kernels/cuda/kernels.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+// Inside a CUDA codelet: this worker's stream and cuBLAS handle (bound to that stream by
+// starpu_cublas_init), and the record of a failed launch (kernels::cuda::Status).
+inline cudaStream_t cuda_stream() { return starpu_cuda_get_local_stream(); }
+inline cublasHandle_t cublas_handle() { return starpu_cublas_get_local_handle(); }
+inline void cuda_check(kernels::cuda::Status st) noexcept {
+  if (st) record_task_failure(st);
+}
+}  // namespace zf
+#endif
+
 namespace zf {
 
 inline void expect(bool ok, const SubmitOptions& opt, const std::string& what) {

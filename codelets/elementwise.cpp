@@ -37,29 +37,53 @@ void act_bwd_cpu(void* b[], void* a) noexcept {
   else
     kernels::cpu::gelu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));
 }
+#ifdef ZF_USE_CUDA
+void bias_add_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<BiasArgs*>(a);
+  cuda_check(kernels::cuda::bias_add(vec_ptr(b[0]), vec_ptr(b[1]), p->B, p->N, cuda_stream()));
+}
+void bias_grad_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<BiasArgs*>(a);
+  cuda_check(kernels::cuda::bias_grad(vec_ptr(b[0]), vec_ptr(b[1]), p->B, p->N, cuda_stream()));
+}
+void act_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ActArgs*>(a);
+  if (p->act == Activation::Relu)
+    cuda_check(kernels::cuda::relu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[0]), cuda_stream()));
+  else
+    cuda_check(kernels::cuda::gelu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[0]), cuda_stream()));
+}
+void act_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ActArgs*>(a);
+  if (p->act == Activation::Relu)
+    cuda_check(kernels::cuda::relu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]), cuda_stream()));
+  else
+    cuda_check(kernels::cuda::gelu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]), cuda_stream()));
+}
+#endif
 
 starpu_codelet& bias_add_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_bias_add", bias_add_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_RW, STARPU_R}}, &m);
+      {"zf_bias_add", bias_add_cpu, ZF_CUDA_FUNC(bias_add_cuda), 2, {STARPU_RW, STARPU_R}}, &m);
   return c;
 }
 starpu_codelet& bias_grad_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_bias_grad", bias_grad_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+      {"zf_bias_grad", bias_grad_cpu, ZF_CUDA_FUNC(bias_grad_cuda), 2, {STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& act_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_act_fwd", act_fwd_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+      {"zf_act_fwd", act_fwd_cpu, ZF_CUDA_FUNC(act_fwd_cuda), 2, {STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& act_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_act_bwd", act_bwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      {"zf_act_bwd", act_bwd_cpu, ZF_CUDA_FUNC(act_bwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
   return c;
 }
 

@@ -23,17 +23,31 @@ void embedding_bwd_cpu(void* b[], void* a) noexcept {
   kernels::cpu::embedding_bwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), dwpe, p->B, p->T, p->C, p->V);
   kernels::cpu::zero(dwpe + (size_t)p->T * p->C, (size_t)(p->T_ctx - p->T) * p->C);
 }
+#ifdef ZF_USE_CUDA
+void embedding_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  cuda_check(kernels::cuda::embedding_fwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), p->B,
+                                          p->T, p->C, cuda_stream()));
+}
+void embedding_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  float* dwpe = vec_ptr(b[3]);
+  cuda_check(kernels::cuda::embedding_bwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), dwpe, p->B, p->T,
+                                          p->C, p->V, cuda_stream()));
+  cuda_check(kernels::cuda::zero(dwpe + (size_t)p->T * p->C, (size_t)(p->T_ctx - p->T) * p->C, cuda_stream()));
+}
+#endif
 
 starpu_codelet& embedding_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_embedding_fwd", embedding_fwd_cpu, ZF_CUDA_FUNC(nullptr), 4,
+  static starpu_codelet c = make_codelet({"zf_embedding_fwd", embedding_fwd_cpu, ZF_CUDA_FUNC(embedding_fwd_cuda), 4,
                                           {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
                                          &m);
   return c;
 }
 starpu_codelet& embedding_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_embedding_bwd", embedding_bwd_cpu, ZF_CUDA_FUNC(nullptr), 4,
+  static starpu_codelet c = make_codelet({"zf_embedding_bwd", embedding_bwd_cpu, ZF_CUDA_FUNC(embedding_bwd_cuda), 4,
                                           {STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
                                          &m);
   return c;

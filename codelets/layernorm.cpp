@@ -23,10 +23,22 @@ void layernorm_bwd_cpu(void* b[], void* a) noexcept {
   kernels::cpu::layernorm_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
                               vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), p->N, p->C);
 }
+#ifdef ZF_USE_CUDA
+void layernorm_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<LayerNormArgs*>(a);
+  cuda_check(kernels::cuda::layernorm_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
+                                          vec_ptr(b[5]), p->N, p->C, kLayerNormEps, cuda_stream()));
+}
+void layernorm_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<LayerNormArgs*>(a);
+  cuda_check(kernels::cuda::layernorm_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
+                                          vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), p->N, p->C, cuda_stream()));
+}
+#endif
 
 starpu_codelet& layernorm_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_layernorm_fwd", layernorm_fwd_cpu, ZF_CUDA_FUNC(nullptr), 6,
+  static starpu_codelet c = make_codelet({"zf_layernorm_fwd", layernorm_fwd_cpu, ZF_CUDA_FUNC(layernorm_fwd_cuda), 6,
                                           {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
                                          &m);
   return c;
@@ -34,7 +46,7 @@ starpu_codelet& layernorm_fwd_cl() {
 starpu_codelet& layernorm_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_layernorm_bwd", layernorm_bwd_cpu, ZF_CUDA_FUNC(nullptr), 8,
+      {"zf_layernorm_bwd", layernorm_bwd_cpu, ZF_CUDA_FUNC(layernorm_bwd_cuda), 8,
        {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
       &m);
   return c;

@@ -25,24 +25,41 @@ void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N);
 }
+#ifdef ZF_USE_CUDA
+void matmul_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  cuda_check(kernels::cuda::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
+                                       cublas_handle(), cuda_stream()));
+}
+void matmul_bwd_weight_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  cuda_check(kernels::cuda::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
+                                              false, cublas_handle(), cuda_stream()));
+}
+void matmul_bwd_data_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  cuda_check(kernels::cuda::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
+                                            cublas_handle(), cuda_stream()));
+}
+#endif
 
 starpu_codelet& matmul_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      {"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& matmul_bwd_weight_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight", matmul_bwd_weight_cpu,
-                                          ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                          ZF_CUDA_FUNC(matmul_bwd_weight_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
                                          &m);
   return c;
 }
 starpu_codelet& matmul_bwd_data_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
-                                          ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                          ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
                                          &m);
   return c;
 }

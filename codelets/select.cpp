@@ -76,53 +76,99 @@ void merge_all_cpu(void* b[], void* a) noexcept { merge_common(b, static_cast<Me
 void merge_sel_cpu(void* b[], void* a) noexcept {
   merge_common(b, static_cast<MergeArgs*>(a), vec_as<int32_t>(b[2]));
 }
+#ifdef ZF_USE_CUDA
+void importance_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  cuda_check(kernels::cuda::column_importance(vec_ptr(b[0]), p->R, p->C, p->l2 != 0, vec_ptr(b[1]), cuda_stream()));
+}
+void topk_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  cuda_check(kernels::cuda::topk_columns(vec_ptr(b[0]), p->C, p->k, vec_as<int32_t>(b[1]), cuda_stream()));
+}
+void gather_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  cuda_check(kernels::cuda::gather_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
+                                           cuda_stream()));
+}
+void scatter_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  cuda_check(kernels::cuda::scatter_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
+                                            cuda_stream()));
+}
+void selective_adam_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  cuda_check(kernels::cuda::selective_adam(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
+                                           vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, cuda_stream()));
+}
+void grad_mass_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  cuda_check(kernels::cuda::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_as<double>(b[2]),
+                                      cuda_stream()));
+}
+// The kernel runs after this function returns (asynchronous): the event records the launch time
+// as both start and end; the staleness fields are what the merge log is read for.
+void merge_common_cuda(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
+  const double t0 = starpu_timing_now();
+  cuda_check(kernels::cuda::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0,
+                                             cuda_stream()));
+  if (p->log) {
+    MergeEvent e = p->ev;
+    e.start_us = e.end_us = t0;
+    p->log->add(e);
+  }
+}
+void merge_all_cuda(void* b[], void* a) noexcept { merge_common_cuda(b, static_cast<MergeArgs*>(a), nullptr); }
+void merge_sel_cuda(void* b[], void* a) noexcept {
+  merge_common_cuda(b, static_cast<MergeArgs*>(a), vec_as<int32_t>(b[2]));
+}
+#endif
 
 starpu_codelet& importance_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_column_importance", importance_cpu, ZF_CUDA_FUNC(nullptr), 2,
+  static starpu_codelet c = make_codelet({"zf_column_importance", importance_cpu, ZF_CUDA_FUNC(importance_cuda), 2,
                                           {STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& topk_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_topk", topk_cpu, ZF_CUDA_FUNC(nullptr), 2, {STARPU_R, STARPU_W}}, &m);
+      make_codelet({"zf_topk", topk_cpu, ZF_CUDA_FUNC(topk_cuda), 2, {STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& gather_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_gather_columns", gather_cpu, ZF_CUDA_FUNC(nullptr), 3,
+  static starpu_codelet c = make_codelet({"zf_gather_columns", gather_cpu, ZF_CUDA_FUNC(gather_cuda), 3,
                                           {STARPU_R, STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& scatter_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_scatter_columns", scatter_cpu, ZF_CUDA_FUNC(nullptr), 3,
+  static starpu_codelet c = make_codelet({"zf_scatter_columns", scatter_cpu, ZF_CUDA_FUNC(scatter_cuda), 3,
                                           {STARPU_R, STARPU_R, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& selective_adam_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_selective_adam", selective_adam_cpu, ZF_CUDA_FUNC(nullptr), 5,
+      make_codelet({"zf_selective_adam", selective_adam_cpu, ZF_CUDA_FUNC(selective_adam_cuda), 5,
                     {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& grad_mass_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_grad_mass", grad_mass_cpu, ZF_CUDA_FUNC(nullptr), 3,
+  static starpu_codelet c = make_codelet({"zf_grad_mass", grad_mass_cpu, ZF_CUDA_FUNC(grad_mass_cuda), 3,
                                           {STARPU_R, STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& merge_all_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_merge", merge_all_cpu, ZF_CUDA_FUNC(nullptr), 2,
+  static starpu_codelet c = make_codelet({"zf_merge", merge_all_cpu, ZF_CUDA_FUNC(merge_all_cuda), 2,
                                           {STARPU_R, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& merge_sel_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_merge_selected", merge_sel_cpu, ZF_CUDA_FUNC(nullptr), 3,
+  static starpu_codelet c = make_codelet({"zf_merge_selected", merge_sel_cpu, ZF_CUDA_FUNC(merge_sel_cuda), 3,
                                           {STARPU_R, STARPU_RW, STARPU_R}}, &m);
   return c;
 }

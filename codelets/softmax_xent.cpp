@@ -42,17 +42,30 @@ void xent_bwd_cpu(void* b[], void* a) noexcept {
   kernels::cpu::softmax_xent_bwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->C,
                                  p->scale);
 }
+#ifdef ZF_USE_CUDA
+// Labels are not checked here (that would need the host to wait): a bad label makes the loss NaN.
+void xent_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<XentArgs*>(a);
+  cuda_check(kernels::cuda::softmax_xent_fwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->C,
+                                             vec_as<double>(b[3]), p->accumulate != 0, cuda_stream()));
+}
+void xent_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<XentArgs*>(a);
+  cuda_check(kernels::cuda::softmax_xent_bwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->C,
+                                             p->scale, cuda_stream()));
+}
+#endif
 
 starpu_codelet& xent_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_softmax_xent_fwd", xent_fwd_cpu, ZF_CUDA_FUNC(nullptr),
+  static starpu_codelet c = make_codelet({"zf_softmax_xent_fwd", xent_fwd_cpu, ZF_CUDA_FUNC(xent_fwd_cuda),
                                           4, {STARPU_R, STARPU_R, STARPU_W, STARPU_RW}},
                                          &m);
   return c;
 }
 starpu_codelet& xent_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_softmax_xent_bwd", xent_bwd_cpu, ZF_CUDA_FUNC(nullptr),
+  static starpu_codelet c = make_codelet({"zf_softmax_xent_bwd", xent_bwd_cpu, ZF_CUDA_FUNC(xent_bwd_cuda),
                                           3, {STARPU_R, STARPU_R, STARPU_W}},
                                          &m);
   return c;

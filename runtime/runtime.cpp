@@ -8,6 +8,9 @@
 #include <iostream>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#ifdef ZF_USE_CUDA
+#include "codelets/kernels/cuda/kernels.hpp"
+#endif
 
 namespace zf {
 
@@ -37,6 +40,11 @@ Tensor Tensor::home(std::vector<int64_t> shape, const std::string& name, size_t 
   t.elem_size_ = elem_size;
   t.name_ = name;
   t.ptr_ = alloc_home(t.numel_ * elem_size);
+  // Page-locked when CUDA workers run: transfers to and from the GPU are then asynchronous DMA
+  // that overlaps compute (pageable memory is staged). Pinning is a hint: a failure is ignored.
+  // STARPU_DISABLE_PINNING=1 turns it off.
+  if (starpu_cuda_worker_get_count() > 0)
+    t.pinned_ = starpu_memory_pin(t.ptr_, t.numel_ * elem_size) == 0;
   starpu_vector_data_register(&t.handle_, STARPU_MAIN_RAM, (uintptr_t)t.ptr_, t.numel_, elem_size);
   starpu_data_set_name(t.handle_, intern(name));
   return t;
@@ -56,6 +64,8 @@ Tensor Tensor::lazy(std::vector<int64_t> shape, const std::string& name, size_t 
 void Tensor::reset() {
   if (handle_) starpu_data_unregister(handle_);
   handle_ = nullptr;
+  if (pinned_) starpu_memory_unpin(ptr_, numel_ * elem_size_);
+  pinned_ = false;
   std::free(ptr_);
   ptr_ = nullptr;
 }
@@ -73,8 +83,10 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     numel_ = o.numel_;
     elem_size_ = o.elem_size_;
     name_ = std::move(o.name_);
+    pinned_ = o.pinned_;
     o.handle_ = nullptr;
     o.ptr_ = nullptr;
+    o.pinned_ = false;
   }
   return *this;
 }
@@ -99,6 +111,14 @@ bool Runtime::is_policy(const std::string& name) {
 
 int Runtime::max_cpu_workers() { return STARPU_MAXCPUS; }
 
+int Runtime::cuda_devices() {
+#ifdef ZF_USE_CUDA
+  return kernels::cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
 int Runtime::hwloc_cores() {
   hwloc_topology_t topo;
   hwloc_topology_init(&topo);
@@ -113,7 +133,21 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   if (!is_policy(cfg.sched)) throw Error("unknown StarPU scheduling policy '" + cfg.sched + "'");
   if (cfg.device_workers < 1 || cfg.host_workers < 1)
     throw Error("need at least one device worker and one host worker");
-  const int ncpu = cfg.device_workers + cfg.host_workers;
+  // CUDA workers for the device context (docs/gpu.md); with them, CPU workers are the host's only.
+  int ncuda = 0;
+  if (cfg.cuda_workers < -1) throw Error("runtime.cuda_workers must be >= -1");
+#ifdef ZF_USE_CUDA
+  const int gpus = cuda_devices();
+  ncuda = cfg.cuda_workers < 0 ? 0 : cfg.cuda_workers == 0 ? gpus : cfg.cuda_workers;
+  if (ncuda > gpus)
+    throw NoDeviceError(std::to_string(ncuda) + " CUDA workers requested, " + std::to_string(gpus) + " GPUs seen");
+#else
+  if (cfg.cuda_workers > 0)
+    throw Error("runtime.cuda_workers = " + std::to_string(cfg.cuda_workers) +
+                ": this build has no CUDA (configure with -DZF_ENABLE_CUDA=ON, docs/gpu.md)");
+#endif
+  device_is_cuda_ = ncuda > 0;
+  const int ncpu = device_is_cuda_ ? cfg.host_workers : cfg.device_workers + cfg.host_workers;
   if (ncpu > STARPU_MAXCPUS)
     throw Error(std::to_string(ncpu) + " CPU workers requested; this StarPU build starts at most " +
                 std::to_string(STARPU_MAXCPUS) + " (STARPU_MAXCPUS)");
@@ -122,7 +156,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   starpu_conf conf;
   starpu_conf_init(&conf);
   conf.ncpus = ncpu;
-  conf.ncuda = 0;
+  conf.ncuda = ncuda;
   conf.nopencl = 0;
   conf.nmic = 0;
   conf.nmpi_ms = 0;
@@ -138,8 +172,25 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     throw Error("StarPU started " + std::to_string(n) + " CPU workers, " + std::to_string(ncpu) +
                 " requested");
   }
-  device_workers_.assign(cpus, cpus + cfg.device_workers);
-  host_workers_.assign(cpus + cfg.device_workers, cpus + ncpu);
+  if (device_is_cuda_) {
+    int gpus_ids[STARPU_NMAXWORKERS];
+    int ng = starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, gpus_ids, STARPU_NMAXWORKERS);
+    if (ng < ncuda) {
+      starpu_shutdown();
+      throw NoDeviceError("StarPU started " + std::to_string(ng) + " CUDA workers, " + std::to_string(ncuda) +
+                          " requested");
+    }
+#ifdef ZF_USE_CUDA
+    starpu_cublas_init();  // one cuBLAS handle per CUDA worker, bound to its stream
+    if (const char* e = kernels::cuda::configure_memory_pools())
+      std::cerr << "zenflow: CUDA memory pools left as they are: " << e << "\n";
+#endif
+    device_workers_.assign(gpus_ids, gpus_ids + ncuda);
+    host_workers_.assign(cpus, cpus + ncpu);
+  } else {
+    device_workers_.assign(cpus, cpus + cfg.device_workers);
+    host_workers_.assign(cpus + cfg.device_workers, cpus + ncpu);
+  }
   device_ctx_ = starpu_sched_ctx_create(device_workers_.data(), (int)device_workers_.size(), "device",
                                         STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
   host_ctx_ = starpu_sched_ctx_create(host_workers_.data(), (int)host_workers_.size(), "host",
@@ -150,6 +201,9 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     std::string got = policy_;
     starpu_sched_ctx_delete(host_ctx_);
     starpu_sched_ctx_delete(device_ctx_);
+#ifdef ZF_USE_CUDA
+    if (device_is_cuda_) starpu_cublas_shutdown();
+#endif
     starpu_shutdown();
     throw Error("StarPU runs policy '" + got + "' instead of the requested '" + cfg.sched + "'");
   }
@@ -159,6 +213,9 @@ Runtime::~Runtime() {
   starpu_task_wait_for_all();
   starpu_sched_ctx_delete(host_ctx_);
   starpu_sched_ctx_delete(device_ctx_);
+#ifdef ZF_USE_CUDA
+  if (device_is_cuda_) starpu_cublas_shutdown();
+#endif
   starpu_shutdown();
 }
 

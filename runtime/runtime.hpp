@@ -20,8 +20,11 @@ namespace zf {
 
 struct RuntimeConfig {
   std::string sched = "lws";  // StarPU policy for both contexts
-  int device_workers = 1;     // CPU workers driving the device side (CUDA workers when built with CUDA)
+  int device_workers = 1;     // CPU workers driving the device side (when it has no CUDA workers)
   int host_workers = 1;       // CPU workers running the host optimizer
+  // CUDA workers of the device context (builds with ZF_USE_CUDA): 0 = one per GPU seen (none when no
+  // GPU is seen: then device_workers CPU workers, as in a CPU build), N = N GPUs, -1 = none.
+  int cuda_workers = 0;
   bool profiling = true;      // task profiling (needed for metrics and traces)
 };
 
@@ -86,6 +89,7 @@ class Tensor {
   std::vector<int64_t> shape_;
   size_t numel_ = 0, elem_size_ = 4;
   std::string name_;
+  bool pinned_ = false;  // page-locked for DMA (home tensors when CUDA workers run)
 };
 
 class Runtime {
@@ -103,6 +107,9 @@ class Runtime {
   // The policy StarPU reports for our contexts (never a silent fallback).
   const std::string& policy() const { return policy_; }
   int device_worker_count() const { return (int)device_workers_.size(); }
+  // True when the device context's workers are CUDA workers (then CPU-only operations submitted to
+  // the device context run on the host workers, see TaskBuilder::submit).
+  bool device_is_cuda() const { return device_is_cuda_; }
   int host_worker_count() const { return (int)host_workers_.size(); }
   const std::vector<int>& device_workers() const { return device_workers_; }
   const std::vector<int>& host_workers() const { return host_workers_; }
@@ -123,11 +130,14 @@ class Runtime {
   static int max_cpu_workers();
   // Physical cores seen by hwloc.
   static int hwloc_cores();
+  // CUDA devices this build can drive (0 without ZF_USE_CUDA, without a driver or without a GPU).
+  static int cuda_devices();
 
  private:
   RuntimeConfig cfg_;
   unsigned device_ctx_ = 0, host_ctx_ = 0;
   std::vector<int> device_workers_, host_workers_;
+  bool device_is_cuda_ = false;
   std::string policy_;
   Tracker tracker_;
 };

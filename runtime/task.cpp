@@ -37,6 +37,17 @@ void on_task_end(void* p) noexcept {
 
 }  // namespace
 
+void record_task_failure(const char* what) noexcept {
+  starpu_task* t = starpu_task_get_current();
+  if (!t || t->callback_func != on_task_end || !t->callback_arg) return;
+  auto* a = static_cast<CallbackArg*>(t->callback_arg);
+  try {
+    a->tracker->status().fail(std::string(t->name ? t->name : "task") + ": " + (what ? what : "failed"));
+  } catch (...) {
+    a->tracker->status().fail("a task failed (out of memory while recording why)");
+  }
+}
+
 TaskBuilder& TaskBuilder::add(const Tensor& t, starpu_data_access_mode mode) {
   if (!t.valid()) throw Error(std::string("task ") + opt_.name + ": unregistered tensor");
   handles_.push_back(t.handle());
@@ -82,6 +93,11 @@ void TaskBuilder::submit() {
   task->cl_arg_free = 1;
   arg_ = nullptr;
   task->sched_ctx = opt_.ctx;
+  // A device-side operation with no CUDA implementation (a host-side gather such as load_batch)
+  // runs on the host workers when the device context holds only CUDA workers; its output moves
+  // to the GPU with the first CUDA task that reads it. Accounting stays the device side's.
+  if (opt_.rt && opt_.ctx == opt_.rt->device_ctx() && opt_.rt->device_is_cuda() && !cl_.cuda_funcs[0])
+    task->sched_ctx = opt_.rt->host_ctx();
   task->priority = opt_.priority;
   task->name = opt_.name;
   Tracker& tr = opt_.rt->tracker();

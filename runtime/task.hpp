@@ -53,6 +53,11 @@ struct CodeletDef {
 };
 starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
 
+// Records `what` as the first failure of the run, from inside a codelet (worker thread) of a task
+// submitted by TaskBuilder; the host rethrows it at its next wait point. For failures that have no
+// StepStatus at hand (a CUDA launch error, say).
+void record_task_failure(const char* what) noexcept;
+
 // Unpack helpers for kernels side.
 inline float* vec_ptr(void* buf) { return reinterpret_cast<float*>(STARPU_VECTOR_GET_PTR(buf)); }
 template <class T>

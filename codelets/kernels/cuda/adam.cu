@@ -1,0 +1,102 @@
+// AdamW (torch.optim.AdamW) on the GPU, the CPU kernel's operation sequence element for element
+// (coefficients computed on the host in double and rounded to float once, as cpu/adam.cpp;
+// no FMA, IEEE sqrt and division): bitwise equal to kernels::cpu::adam_step. Also the fused
+// accumulate + AdamW + clear pass and selective AdamW on the selected columns of a weight.
+#include <cmath>
+
+#include "codelets/kernels/cuda/common.cuh"
+
+namespace zf::kernels::cuda {
+namespace {
+using namespace detail;
+
+struct Coef {
+  float gs, b1, ob1, b2, ob2, inv_sqrt_bc2, eps, lr_wd, step_size;
+};
+
+Coef coef(const AdamParams& hp, int64_t step, float grad_scale) {
+  const double bc1 = 1.0 - std::pow((double)hp.beta1, (double)step);
+  const double bc2 = 1.0 - std::pow((double)hp.beta2, (double)step);
+  return {grad_scale,
+          hp.beta1,
+          1.0f - hp.beta1,
+          hp.beta2,
+          1.0f - hp.beta2,
+          (float)(1.0 / std::sqrt(bc2)),
+          hp.eps,
+          hp.lr * hp.weight_decay,
+          (float)(hp.lr / bc1)};
+}
+
+__device__ inline void update(float& p, float gi, float& m, float& v, const Coef& c) {
+  gi = gi * c.gs;
+  const float mi = c.b1 * m + c.ob1 * gi;
+  const float vi = c.b2 * v + c.ob2 * (gi * gi);
+  m = mi;
+  v = vi;
+  const float denom = __fsqrt_rn(vi) * c.inv_sqrt_bc2 + c.eps;
+  p = (p - c.lr_wd * p) - c.step_size * __fdiv_rn(mi, denom);
+}
+
+__global__ void adam_k(float* p, const float* g, float* m, float* v, size_t n, Coef c) {
+  ZF_GRID_STRIDE(i, n) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    update(pi, g[i], mi, vi, c);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+__global__ void adam_acc_k(float* p, float* acc, const float* g, float* m, float* v, size_t n, Coef c) {
+  ZF_GRID_STRIDE(i, n) {
+    const float a = acc[i] + g[i];
+    acc[i] = 0.0f;
+    float pi = p[i], mi = m[i], vi = v[i];
+    update(pi, a, mi, vi, c);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// (R, k) elements: w[i, sel[c]] with g_sel, m, v [i, c]
+__global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
+                                 size_t n, Coef c) {
+  ZF_GRID_STRIDE(e, n) {
+    const size_t i = e / (size_t)k;
+    const int col = sel[e - i * k];
+    float* pw = w + i * C + col;
+    float pi = *pw, mi = m[e], vi = v[e];
+    update(pi, g[e], mi, vi, c);
+    *pw = pi;
+    m[e] = mi;
+    v[e] = vi;
+  }
+}
+
+}  // namespace
+
+Status adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp, int64_t step,
+                 float grad_scale, cudaStream_t s) {
+  if (!n) return nullptr;
+  adam_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, m, v, n, coef(hp, step, grad_scale));
+  return launched();
+}
+
+Status adam_step_accumulate(float* p, float* acc, const float* g, float* m, float* v, size_t n,
+                            const AdamParams& hp, int64_t step, float grad_scale, cudaStream_t s) {
+  if (!n) return nullptr;
+  adam_acc_k<<<blocks_for(n), kThreads, 0, s>>>(p, acc, g, m, v, n, coef(hp, step, grad_scale));
+  return launched();
+}
+
+Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g_sel, float* m, float* v,
+                      const AdamParams& hp, int64_t step, cudaStream_t s) {
+  const size_t n = (size_t)R * k;
+  if (!n) return nullptr;
+  selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g_sel, m, v, n, coef(hp, step, 1.0f));
+  return launched();
+}
+
+}  // namespace zf::kernels::cuda

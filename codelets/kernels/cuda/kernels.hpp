@@ -1,0 +1,94 @@
+// CUDA kernels: launchers on device pointers and sizes, queued on the caller's stream (StarPU's
+// starpu_cuda_get_local_stream() in the codelets) and never synchronizing. No StarPU, no
+// exceptions. Same names, argument order, layouts and semantics as kernels::cpu
+// (codelets/kernels/cpu/kernels.hpp), with the stream (and cuBLAS handle) appended. Every
+// launcher returns nullptr, or a static error text when a launch or library call failed.
+// Bitwise equal to the CPU kernel (built with --fmad=false, IEEE div/sqrt): the elementwise
+// operations (bias add, ReLU, GELU, softmax-xent backward, AdamW, selective AdamW, accumulate,
+// copy, gather/scatter, merge, embedding, mean pooling) and, for at most 64 rows, the column sums
+// (bias grad, column importance, LayerNorm dw/db). Matmuls (cuBLAS), attention, softmax and the
+// row statistics differ by rounding only. Scratch memory comes from the stream-ordered pool
+// (cudaMallocAsync).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+
+namespace zf::kernels::cuda {
+
+using cpu::AdamParams;
+using Status = const char*;  // nullptr: launched
+
+// CUDA devices seen (0 when there is no driver or no device: never an error).
+int device_count();
+// Keep freed scratch in every device's default pool (no trim at synchronizations). Call once.
+Status configure_memory_pools();
+
+// ---- dense layers: y (B, N) = x (B, K) w (N, K)^T; dw (N, K) = dy^T x; dx (B, K) = dy w
+Status matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, cublasHandle_t h,
+                  cudaStream_t s);
+Status matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate,
+                         cublasHandle_t h, cudaStream_t s);
+Status matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, cublasHandle_t h,
+                       cudaStream_t s);
+Status bias_add(float* y, const float* b, int B, int N, cudaStream_t s);
+Status bias_grad(const float* dy, float* db, int B, int N, cudaStream_t s);
+
+// ---- activations
+Status relu_fwd(const float* x, float* y, size_t n, cudaStream_t s);
+Status relu_bwd(const float* x, const float* dy, float* dx, size_t n, cudaStream_t s);
+Status gelu_fwd(const float* x, float* y, size_t n, cudaStream_t s);
+Status gelu_bwd(const float* x, const float* dy, float* dx, size_t n, cudaStream_t s);
+
+// ---- loss. stats (3 doubles, device) = {sum of row losses, correct rows, rows}, overwritten or
+// (accumulate) added to. A label outside [0, C) makes the loss NaN (the host sees a non-finite loss).
+Status softmax_xent_fwd(const float* logits, const int32_t* labels, float* probs, int B, int C, double* stats,
+                        bool accumulate, cudaStream_t s);
+Status softmax_xent_bwd(const float* probs, const int32_t* labels, float* dlogits, int B, int C, float scale,
+                        cudaStream_t s);
+
+// ---- optimizer and data movement
+Status adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp, int64_t step,
+                 float grad_scale, cudaStream_t s);
+Status adam_step_accumulate(float* p, float* acc, const float* g, float* m, float* v, size_t n,
+                            const AdamParams& hp, int64_t step, float grad_scale, cudaStream_t s);
+Status accumulate(float* acc, const float* g, size_t n, float scale, cudaStream_t s);
+Status copy(float* dst, const float* src, size_t n, cudaStream_t s);
+Status zero_bytes(void* x, size_t bytes, cudaStream_t s);
+Status zero(float* x, size_t n, cudaStream_t s);
+
+// ---- ZenFlow column operations (sel: k sorted column indices, device)
+Status column_importance(const float* g, int R, int C, bool l2, float* imp, cudaStream_t s);
+Status topk_columns(const float* imp, int C, int k, int32_t* sel, cudaStream_t s);
+Status gather_columns(const float* w, int R, int C, const int32_t* sel, int k, float* out, cudaStream_t s);
+Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, float* w, cudaStream_t s);
+Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g_sel, float* m, float* v,
+                      const AdamParams& hp, int64_t step, cudaStream_t s);
+// As cpu::merge_unselected, without the count of elements written.
+Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
+                        cudaStream_t s);
+// out (2 doubles, device) = {sum |g|, sum over the selected columns of |g|}; deterministic.
+Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s);
+
+// ---- GPT layers
+Status embedding_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x, int B, int T, int C,
+                     cudaStream_t s);
+Status embedding_bwd(const int32_t* tok, const float* dx, float* dwte, float* dwpe, int B, int T, int C, int V,
+                     cudaStream_t s);
+Status layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int N,
+                     int C, float eps, cudaStream_t s);
+Status layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
+                     float* dx, float* dw, float* db, int N, int C, cudaStream_t s);
+// Scratch (B*T*T floats) comes from the stream-ordered pool.
+Status attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, cublasHandle_t h,
+                     cudaStream_t s);
+Status attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, int B, int T, int C,
+                     int NH, cublasHandle_t h, cudaStream_t s);
+Status mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
+Status mean_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C, cudaStream_t s);
+
+}  // namespace zf::kernels::cuda

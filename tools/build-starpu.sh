@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A CUDA-enabled StarPU for zenflow's GPU build: Debian's own 1.3 source (apt-get source starpu)
+# with CUDA, FxT, 64 CPUs and 16 buffers per task, plus our two small CUDA 13 fixes
+# (tools/patches/*.patch, docs/gpu.md). Idempotent: when the prefix holds an install whose stamp
+# matches this script's configuration and patches, nothing is done.
+#   bash tools/build-starpu.sh [PREFIX]      default PREFIX: build/starpu-cuda
+# Environment: ZF_STARPU_SRC (work dir, default build/starpu-src), CUDA_DIR (default /usr/local/cuda),
+# ZF_STARPU_JOBS (make -j, default nproc). The CMake build uses it with
+#   cmake -DZF_ENABLE_CUDA=ON -DZF_STARPU_PREFIX=PREFIX ...
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+prefix="${1:-$root/build/starpu-cuda}"
+mkdir -p "$prefix"
+prefix="$(cd "$prefix" && pwd)"
+work="${ZF_STARPU_SRC:-$root/build/starpu-src}"
+cuda="${CUDA_DIR:-/usr/local/cuda}"
+jobs="${ZF_STARPU_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+patches=("$root"/tools/patches/starpu-1.3-*.patch)
+
+# MPI, Fortran and the optional libraries are off so the install needs nothing beyond CUDA,
+# hwloc and FxT at run time (a GPU machine with no network gets it carried).
+configure_flags=(
+  --enable-cuda "--with-cuda-dir=$cuda" --with-fxt
+  --enable-maxcpus=64 --enable-maxbuffers=16
+  --disable-opencl --disable-build-doc --disable-build-examples --disable-build-tests
+  --disable-socl --disable-starpufft --disable-mlr --disable-static
+  --disable-mpi --disable-fortran --disable-glpk
+)
+
+say() { echo "build-starpu: $*"; }
+die() { echo "build-starpu: error: $*" >&2; exit 1; }
+
+[ -x "$cuda/bin/nvcc" ] || die "no nvcc at $cuda/bin/nvcc (set CUDA_DIR)"
+stamp_want="$( { echo "flags: ${configure_flags[*]} prefix=$prefix"; "$cuda/bin/nvcc" --version | tail -1;
+                 sha256sum "${patches[@]}" | awk '{print $1}'; } | sha256sum | awk '{print $1}')"
+stamp="$prefix/.zenflow-starpu-stamp"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ] && [ -f "$prefix/lib/pkgconfig/starpu-1.3.pc" ]; then
+  say "up to date: $prefix"
+  exit 0
+fi
+t0=$(date +%s)
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+# 1. a deb-src entry for Debian's main component (deb822, beside debian.sources)
+has_deb_src() {
+  grep -hqsE '^\s*Types:.*deb-src' /etc/apt/sources.list.d/*.sources && return 0
+  grep -hqsE '^\s*deb-src\s.*\smain' /etc/apt/sources.list /etc/apt/sources.list.d/*.list && return 0
+  return 1
+}
+need_update=0
+if ! has_deb_src; then
+  codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
+  say "adding /etc/apt/sources.list.d/zenflow-deb-src.sources (deb-src $codename main)"
+  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$codename" | $sudo tee /etc/apt/sources.list.d/zenflow-deb-src.sources >/dev/null
+  need_update=1
+fi
+
+# 2. build tools and libraries (configure is shipped: no autotools needed)
+pkgs=(dpkg-dev patch make gcc g++ pkg-config libhwloc-dev libfxt-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})) || ((need_update)); then
+  $sudo apt-get update -qq
+fi
+if ((${#missing[@]})); then
+  say "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 3. the source, fresh (patches apply to a pristine tree); downloads are kept between runs
+mkdir -p "$work"
+cd "$work"
+if ! ls starpu_1.3.*.dsc >/dev/null 2>&1; then
+  say "apt-get source starpu into $work"
+  apt-get source --download-only -qq starpu 2>&1 | grep -v "unsandboxed" || true
+  ls starpu_1.3.*.dsc >/dev/null 2>&1 || { $sudo apt-get update -qq; apt-get source --download-only -qq starpu; }
+fi
+dsc="$(ls starpu_1.3.*.dsc | sort | tail -1)"
+rm -rf src obj
+dpkg-source --no-check -x "$dsc" src >/dev/null
+say "source $(basename "$dsc" .dsc)"
+for p in "${patches[@]}"; do
+  say "patch $(basename "$p")"
+  patch -d src -p1 --forward --quiet <"$p" || die "$(basename "$p") does not apply to $dsc"
+done
+
+# 4. configure, build, install
+mkdir obj && cd obj
+t1=$(date +%s)
+say "configure (log: $work/obj/configure.log)"
+../src/configure --prefix="$prefix" "${configure_flags[@]}" >configure.log 2>&1 ||
+  { tail -30 configure.log; die "configure failed"; }
+t2=$(date +%s)
+say "make -j$jobs (log: $work/obj/make.log)"
+make -j"$jobs" >make.log 2>&1 || { grep -E "error|Error" make.log | head -30; die "make failed"; }
+rm -rf "$prefix"/{bin,include,lib,share}
+make install >install.log 2>&1 || { tail -30 install.log; die "make install failed"; }
+t3=$(date +%s)
+
+# FxT's shared library travels with the prefix (a GPU machine may not have libfxt2)
+fxt_lib="$(ldconfig -p | awk '/libfxt\.so\.[0-9]/ {print $NF; exit}')"
+[ -n "$fxt_lib" ] && cp -L "$fxt_lib" "$prefix/lib/"
+
+# 5. what the engine relies on
+cfg="$prefix/include/starpu/1.3/starpu_config.h"
+check() { grep -qE "^#define $1 $2\b" "$cfg" || die "$cfg: expected '#define $1 $2'"; }
+check STARPU_USE_CUDA 1
+check STARPU_USE_FXT 1
+check STARPU_MAXCPUS 64
+check STARPU_NMAXBUFS 16
+[ -x "$prefix/bin/starpu_fxt_tool" ] || die "starpu_fxt_tool was not installed"
+echo "$stamp_want" >"$stamp"
+say "installed $prefix ($(du -sh "$prefix" | cut -f1)): CUDA, FxT, MAXCPUS 64, NMAXBUFS 16;" \
+  "configure $((t2 - t1)) s, make+install $((t3 - t2)) s, total $(($(date +%s) - t0)) s"

@@ -127,6 +127,13 @@ void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Te
 // y (B, C) = mean of x (B*T, C) over the first len[b] positions of sequence b; len (B) int32
 void insert_mean_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);
 void insert_mean_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);
+// y (B, C) = per-feature max of x over the first len[b] positions; the backward reads x again
+void insert_max_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);
+void insert_max_pool_bwd(const SubmitOptions& opt, const Tensor& x, const Tensor& dy, const Tensor& len,
+                         const Tensor& dx);
+// y (B, C) = x at position len[b] - 1 of sequence b; the backward writes dx (B*T, C)
+void insert_last_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);
+void insert_last_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);
 
 // ---- text data (data.cpp). The sources must outlive the tasks.
 struct TextSource {

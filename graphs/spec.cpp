@@ -181,7 +181,7 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.integer("n_head", s.model.n_head, 1, 256);
     f.integer("n_embd", s.model.n_embd, 1, 8192);
     f.integer("context", s.model.context, 1, 8192);
-    f.str("pool", s.model.pool, {"mean", "max"});
+    f.str("pool", s.model.pool, {"mean", "max", "last"});
     f.finish();
     if (s.model.n_embd % s.model.n_head)
       f.fail("model.n_embd", std::to_string(s.model.n_embd) + " is not a multiple of model.n_head (" +

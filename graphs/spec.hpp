@@ -23,7 +23,7 @@ struct Spec {
     uint64_t init_seed = 1;
     // gpt | gpt-classifier (docs/gpt.md)
     int n_layer = 4, n_head = 4, n_embd = 128, context = 128;
-    std::string pool = "mean";  // gpt-classifier: mean | max over the verse
+    std::string pool = "mean";  // gpt-classifier: mean | max | last (the verse's last byte)
   } model;
 
   struct Data {

@@ -8,6 +8,8 @@
 
 namespace zf {
 
+// ------------------------------------------------------------------ the verse task
+
 void SequenceData::add(const std::string& text, int32_t label, int32_t verse_index) {
   const size_t n = std::min(text.size(), (size_t)T);
   table.resize(table.size() + (size_t)T, 0);
@@ -55,7 +57,11 @@ struct GptClassifier::Head {
 };
 
 GptClassifier::GptClassifier(const GptConfig& cfg, VerseTask task, const std::string& pool, StepStatus* status)
-    : cfg_(cfg), task_(std::move(task)), max_pool_(pool == "max"), status_(status), rng_(cfg.init_seed) {
+    : cfg_(cfg),
+      task_(std::move(task)),
+      pool_(pool == "max" ? Pool::Max : pool == "last" ? Pool::Last : Pool::Mean),
+      status_(status),
+      rng_(cfg.init_seed) {
   const int32_t nc = (int32_t)task_.class_names.size();
   train_table_ = {task_.train.table.data(), task_.train.rows, task_.train.T, task_.train.lengths.data(),
                   task_.train.labels.data(), nc};
@@ -70,7 +76,9 @@ GptClassifier::~GptClassifier() = default;
 
 std::string GptClassifier::describe() const {
   return describe_gpt(cfg_, body_->numel() + weight_.value.numel() + bias_.value.numel()) +
-         (max_pool_ ? " + max-pool classifier; " : " + mean-pool classifier; ") + task_.description;
+         (pool_ == Pool::Max ? " + max-pool classifier; " : pool_ == Pool::Last ? " + last-byte classifier; "
+                             : " + mean-pool classifier; ") +
+         task_.description;
 }
 
 std::vector<Param*> GptClassifier::params() {
@@ -117,8 +125,10 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
   insert_load_sequences(o.named(pre + "load_sequences"), table, rows, h.tokens[slot], h.len[slot], h.labels[slot],
                         status_);
   body_->forward(o, a, h.tokens[slot]);
-  if (max_pool_)
+  if (pool_ == Pool::Max)
     insert_max_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
+  else if (pool_ == Pool::Last)
+    insert_last_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
   else
     insert_mean_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
   insert_matmul_fwd(o.named(pre + "fwd.classifier"), h.pooled, weight_.value, h.logits);
@@ -129,8 +139,10 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
   insert_matmul_bwd_weight(o.named("bwd.classifier.dw"), h.dlogits, h.pooled, weight_.grad);
   insert_bias_grad(o.named("bwd.classifier.db"), h.dlogits, bias_.grad);
   insert_matmul_bwd_data(o.named("bwd.classifier.dx"), h.dlogits, weight_.value, h.dpooled);
-  if (max_pool_)
+  if (pool_ == Pool::Max)
     insert_max_pool_bwd(o.named("bwd.pool"), GptBody::out(a), h.dpooled, h.len[slot], GptBody::d_out(a));
+  else if (pool_ == Pool::Last)
+    insert_last_pool_bwd(o.named("bwd.pool"), h.dpooled, h.len[slot], GptBody::d_out(a));
   else
     insert_mean_pool_bwd(o.named("bwd.pool"), h.dpooled, h.len[slot], GptBody::d_out(a));
   body_->backward(o, a, h.tokens[slot], GptBody::d_out(a));

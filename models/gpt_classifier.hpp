@@ -1,8 +1,9 @@
 // Fine-tuning task: classify a KJV verse (its text, without the reference) by testament (Old /
 // New) or by section (Law, History, Poetry, Prophets, Gospels and Acts, Epistles, Revelation)
 // with a GPT body (models/gpt.hpp) and a head on the final LayerNorm's output pooled over the
-// verse's bytes (max or mean, model.pool): logits = pool_t(ln_f(x)_t) W^T + b,
-// classifier.weight (n_classes, C).
+// verse's bytes (model.pool: "last", the output at the verse's last byte, which the causal
+// attention lets see the whole verse; "max", per feature; "mean"):
+// logits = pool_t(ln_f(x)_t) W^T + b, classifier.weight (n_classes, C).
 // Verses are truncated to the context and padded with zero bytes (the causal attention never
 // lets a padded position reach a real one; the pooling skips them). docs/gpt.md.
 #pragma once
@@ -40,7 +41,7 @@ VerseTask make_verse_task(const std::vector<Verse>& verses, const std::string& l
 
 class GptClassifier : public Workload {
  public:
-  // pool: "mean" | "max" over the verse's positions
+  // pool: "last" | "max" | "mean" over the verse's positions
   GptClassifier(const GptConfig& cfg, VerseTask task, const std::string& pool, StepStatus* status);
   ~GptClassifier() override;
   std::string describe() const override;
@@ -63,7 +64,7 @@ class GptClassifier : public Workload {
 
   GptConfig cfg_;
   VerseTask task_;
-  bool max_pool_;
+  enum class Pool { Mean, Max, Last } pool_;
   SequenceTable train_table_{}, eval_table_{};
   StepStatus* status_;
   Rng rng_;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "codelets/kernels/cpu/kernels.hpp"
 #include "graphs/spec.hpp"
 #include "graphs/trainer.hpp"
 #include "models/gpt.hpp"
@@ -232,6 +233,71 @@ TEST_P(GptClassifierStep, MatchesDoubleReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pool, GptClassifierStep, ::testing::Values("mean", "max"));
+
+// pool "last": the output at the verse's last byte (models/gpt_classifier.cpp's own codelet).
+TEST(GptClassifierLastPool, KernelGathersAndScattersTheLastPosition) {
+  const int B = 3, T = 5, C = 4;
+  const std::vector<int32_t> len = {5, 1, 3};
+  std::vector<float> x((size_t)B * T * C), y((size_t)B * C, -1.0f), dy((size_t)B * C), dx(x.size(), 7.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float)i;
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 100.0f + (float)i;
+  kernels::cpu::last_pool_fwd(x.data(), len.data(), y.data(), B, T, C);
+  kernels::cpu::last_pool_bwd(dy.data(), len.data(), dx.data(), B, T, C);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const size_t i = ((size_t)b * T + t) * C + c;
+        const bool last = t == len[b] - 1;
+        if (last) {
+          EXPECT_EQ(y[(size_t)b * C + c], x[i]) << b << " " << c;
+        }
+        EXPECT_EQ(dx[i], last ? dy[(size_t)b * C + c] : 0.0f) << b << " " << t << " " << c;
+      }
+}
+
+// Through StarPU: on one-byte verses "last", "mean" and "max" all pool position 0, so one step
+// gives bitwise the same loss and gradients (the mean and max paths match the double reference
+// above); on longer verses "last" differs from both.
+TEST(GptClassifierLastPool, StepWiredLikeTheOtherPools) {
+  GptConfig c;
+  c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.context = 8, c.batch_size = 3;
+  auto task = [](bool one_byte) {
+    VerseTask t;
+    t.class_names = bible_testaments();
+    t.train.T = t.eval.T = 8;
+    const char* texts[] = {"And God said", "Jesus wept.", "Amen"};
+    for (int i = 0; i < 3; ++i) {
+      const std::string s = one_byte ? std::string(1, texts[i][0]) : texts[i];
+      t.train.add(s, i % 2, i);
+      t.eval.add(s, i % 2, i);
+    }
+    return t;
+  };
+  auto step = [&](const std::string& pool, bool one_byte, double* loss) {
+    Runtime rt(rt_config());
+    GptClassifier cls(c, task(one_byte), pool, &rt.tracker().status());
+    randomize(cls, 13);
+    Tensor stats = Tensor::home({3}, "stats", sizeof(double));
+    cls.submit_step(rt, 0, {0, 1, 2}, stats);
+    auto g = read_grads(rt, cls);
+    rt.tracker().status().rethrow_if_failed();
+    *loss = stats.as<double>()[0];
+    return g;
+  };
+  double l_last, l_mean, l_max;
+  auto g_last = step("last", true, &l_last);
+  EXPECT_EQ(step("mean", true, &l_mean), g_last);
+  EXPECT_EQ(step("max", true, &l_max), g_last);
+  EXPECT_EQ(l_last, l_mean);
+  EXPECT_EQ(l_last, l_max);
+  g_last = step("last", false, &l_last);
+  auto g_mean = step("mean", false, &l_mean);
+  EXPECT_NE(l_last, l_mean);
+  EXPECT_NE(g_last.at("h.0.attn.c_attn.weight"), g_mean.at("h.0.attn.c_attn.weight"));
+  bool all_zero = true;
+  for (float v : g_last.at("h.0.attn.c_attn.weight")) all_zero = all_zero && v == 0.0f;
+  EXPECT_FALSE(all_zero);
+}
 
 TEST(GptEngine, StepsBitwiseSameUnderSchedulingPolicies) {
   TempDir dir;

@@ -37,6 +37,46 @@ print(table)
 with open(f"{out}/table.md", "w") as fh:
     fh.write(table + "\n")
 
+# Conclusions, computed from the runs (summary.md).
+def spread(s, p):  # run-to-run spread of the median step time: (max - min) / median
+    v = [m["step_time_s"]["median"] for m in runs.get((s, p), [])]
+    return (max(v) - min(v)) / statistics.median(v) if len(v) > 1 else float("nan")
+
+notes = []
+for s in ("zenflow", "zero-offload"):
+    ps = [p for p in policies if (s, p) in runs]
+    if not ps:
+        continue
+    best = min(ps, key=lambda p: med(s, p, "step"))
+    worst = max(ps, key=lambda p: med(s, p, "step"))
+    noise = statistics.median(x for x in (spread(s, p) for p in ps) if x == x) if len(ps) else float("nan")
+    notes.append(f"- {s}: fastest under **{best}** ({med(s, best, 'step'):.2f} ms, stall "
+                 f"{med(s, best, 'stall'):.3f}), slowest under **{worst}** ({med(s, worst, 'step'):.2f} ms, "
+                 f"stall {med(s, worst, 'stall'):.3f}): {med(s, worst, 'step') / med(s, best, 'step'):.2f}x apart; "
+                 f"the median run-to-run spread of one policy is {100 * noise:.0f} %, so policies closer "
+                 f"than that are not told apart by these runs.")
+both = [p for p in policies if ("zenflow", p) in runs and ("zero-offload", p) in runs]
+if both:
+    sp = {p: med("zero-offload", p, "step") / med("zenflow", p, "step") for p in both}
+    lo, hi = min(sp, key=sp.get), max(sp, key=sp.get)
+    wins = sum(1 for p in both if sp[p] > 1)
+    notes.append(f"- zenflow is faster than zero-offload under {wins} of {len(both)} policies; the speedup "
+                 f"ranges from {sp[lo]:.2f}x ({lo}) to {sp[hi]:.2f}x ({hi}).")
+    zst = [med("zenflow", p, "stall") for p in both]
+    ost = [med("zero-offload", p, "stall") for p in both]
+    notes.append(f"- stall fraction: zenflow {min(zst):.3f}-{max(zst):.3f}, zero-offload {min(ost):.3f}-{max(ost):.3f} "
+                 f"across policies.")
+    reported = {m["sched"] for ms in runs.values() for m in ms}
+    notes.append(f"- every run reported the policy it asked for ({len(reported)} distinct policies in force).")
+nrep = max(len(v) for v in runs.values())
+with open(f"{out}/summary.md", "w") as fh:
+    fh.write("# Scheduling policies: summary\n\n"
+             f"Headline spec (experiments/headline/spec.json), {nrep} run(s) per policy and strategy, "
+             "medians of the per-run median step time and stall fraction.\n\n"
+             + table + "\n\n## Conclusions\n\n" + "\n".join(notes) + "\n\n"
+             "Plots: step_time.png, stall.png (box plots over the runs); every run: results.csv.\n")
+print("\n".join(notes))
+
 try:
     import matplotlib
     matplotlib.use("Agg")
@@ -60,6 +100,6 @@ try:
         ax.set_title(f"{title} per StarPU policy (blue: zenflow, red: zero-offload)")
         fig.tight_layout()
         fig.savefig(f"{out}/{fname}", dpi=110)
-    print(f"wrote {out}/results.csv, {out}/table.md, {out}/step_time.png, {out}/stall.png")
+    print(f"wrote {out}/results.csv, {out}/table.md, {out}/summary.md, {out}/step_time.png, {out}/stall.png")
 except ImportError:
     print("no matplotlib: no plots")

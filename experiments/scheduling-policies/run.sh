@@ -12,7 +12,8 @@ steps="${STEPS:-300}"
 repeats="${REPEATS:-2}"
 policies="${POLICIES:-eager prio random ws lws dm dmda dmdar dmdas dmdasd heteroprio modular-heft modular-heft-prio}"
 bash "$root/tools/zf" build >/dev/null
-python3 -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
+py=/usr/bin/python3  # Debian's interpreter: python3-matplotlib is installed for it (not for a pyenv one)
+$py -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
 mkdir -p "$out/runs"
 export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
 run() {  # strategy policy tag [extra env]
@@ -34,4 +35,4 @@ for r in $(seq 1 "$repeats"); do
     done
   done
 done
-python3 "$here/report.py" "$out"
+$py "$here/report.py" "$out"

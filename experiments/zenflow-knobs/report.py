@@ -41,6 +41,45 @@ table = "\n".join(lines)
 print(table)
 with open(f"{out}/table.md", "w") as fh:
     fh.write(table + "\n")
+
+# Conclusions, computed from the runs (summary.md).
+import statistics
+zf = [r for r in rows if r["strategy"] == "zenflow"]
+ref = {r["strategy"]: r for r in rows if r["strategy"] != "zenflow"}
+notes = []
+if zf:
+    for knob in ("topk_ratio", "update_interval", "max_staleness"):
+        parts = []
+        for v in sorted({r[knob] for r in zf}):
+            sel = [r for r in zf if r[knob] == v]
+            parts.append(f"{v}: {statistics.mean(r['median_step_ms'] for r in sel):.2f} ms, "
+                         f"{statistics.mean(r['eval_accuracy_pct'] for r in sel):.2f} %")
+        notes.append(f"- {knob} (mean over the other knobs' settings): " + "; ".join(parts) + ".")
+    fast = min(zf, key=lambda r: r["median_step_ms"])
+    acc = max(zf, key=lambda r: r["eval_accuracy_pct"])
+    notes.append(f"- fastest zenflow setting: {fast['run']} ({fast['median_step_ms']:.2f} ms, "
+                 f"{fast['eval_accuracy_pct']:.2f} %); most accurate: {acc['run']} "
+                 f"({acc['median_step_ms']:.2f} ms, {acc['eval_accuracy_pct']:.2f} %).")
+    zfront = [r for r in front if r["strategy"] == "zenflow"]
+    notes.append(f"- Pareto front (step time vs accuracy, all runs): "
+                 + ", ".join(r["run"] for r in sorted(front, key=lambda r: r["median_step_ms"])) + ".")
+    if "device-adam" in ref:
+        da = ref["device-adam"]
+        close = [r for r in zf if r["eval_accuracy_pct"] >= da["eval_accuracy_pct"] - 1]
+        notes.append(f"- device-adam: {da['median_step_ms']:.2f} ms, {da['eval_accuracy_pct']:.2f} %; "
+                     f"{len(close)} of {len(zf)} zenflow settings are within 1 point of its accuracy.")
+    if "zero-offload" in ref:
+        zo = ref["zero-offload"]
+        faster = [r for r in zf if r["median_step_ms"] < zo["median_step_ms"]]
+        notes.append(f"- zero-offload: {zo['median_step_ms']:.2f} ms (stall {zo['stall_fraction']:.3f}), "
+                     f"{zo['eval_accuracy_pct']:.2f} %; {len(faster)} of {len(zf)} zenflow settings are faster, "
+                     f"by {min(zo['median_step_ms'] / r['median_step_ms'] for r in zf):.2f}x to "
+                     f"{max(zo['median_step_ms'] / r['median_step_ms'] for r in zf):.2f}x.")
+with open(f"{out}/summary.md", "w") as fh:
+    fh.write("# ZenFlow knobs: summary\n\nHeadline spec (experiments/headline/spec.json), one run per "
+             "setting; accuracy is the final test accuracy.\n\n" + table + "\n\n## Conclusions\n\n"
+             + "\n".join(notes) + "\n\nPlot: pareto.png; every run: results.csv.\n")
+print("\n".join(notes))
 try:
     import matplotlib
     matplotlib.use("Agg")
@@ -67,6 +106,6 @@ try:
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(f"{out}/pareto.png", dpi=110)
-    print(f"wrote {out}/results.csv, {out}/table.md, {out}/pareto.png")
+    print(f"wrote {out}/results.csv, {out}/table.md, {out}/summary.md, {out}/pareto.png")
 except ImportError:
     print("no matplotlib: no plot")

@@ -12,7 +12,8 @@ topks="${TOPKS:-0.05 0.1 0.3}"
 intervals="${INTERVALS:-1 4 8}"
 staleness="${STALENESS:-0 1 2}"
 bash "$root/tools/zf" build >/dev/null
-python3 -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
+py=/usr/bin/python3  # Debian's interpreter: python3-matplotlib is installed for it (not for a pyenv one)
+$py -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
 mkdir -p "$out/runs"
 export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
 common=(--steps "$steps" --set log.every=0 -q)
@@ -33,4 +34,4 @@ for r in $topks; do
     done
   done
 done
-python3 "$here/report.py" "$out"
+$py "$here/report.py" "$out"

@@ -115,6 +115,14 @@ void attention_bwd(const float* dout, const float* qkv, const float* att, float*
 void mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
 // dx[b, t] = dy[b] / len[b] for t < len[b], 0 after
 void mean_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C);
+// Max over the first len[b] positions, feature by feature: y (B, C) = max_{t < len[b]} x[b, t]
+void max_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
+// dx[b, t, c] = dy[b, c] at the first t < len[b] where x[b, t, c] is the maximum, 0 elsewhere
+void max_pool_bwd(const float* x, const float* dy, const int32_t* len, float* dx, int B, int T, int C);
+// y (B, C) = x[b, len[b] - 1] (the causal model's last position sees the whole sequence)
+void last_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
+// dx[b, len[b] - 1] = dy[b], 0 elsewhere
+void last_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C);
 // Language-model windows of a byte text: tokens (B, T) = text[s_b .. s_b + T), targets (B, T) =
 // text[s_b + 1 .. s_b + T] for the start offsets s (B); s_b + T < n is the caller's promise.
 void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, int32_t* tokens,

@@ -1,6 +1,6 @@
-// Mean or max pooling over the valid positions of padded sequences (the classifier head's input):
-// y[b] = (1/len[b]) sum_{t < len[b]} x[b, t], or the per-feature maximum (its gradient goes to
-// the first position holding it); positions t >= len[b] get a zero gradient.
+// Mean, max or last-position pooling over the valid positions of padded sequences (the classifier
+// head's input): y[b] = (1/len[b]) sum_{t < len[b]} x[b, t], the per-feature maximum (its gradient
+// goes to the first position holding it), or x[b, len[b] - 1]; other positions get a zero gradient.
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
@@ -55,6 +55,21 @@ void max_pool_bwd(const float* x, const float* dy, const int32_t* len, float* dx
         if (x0[(size_t)t * C + c] > x0[(size_t)arg * C + c]) arg = t;
       dx[((size_t)b * T + arg) * C + c] = dy[(size_t)b * C + c];
     }
+  }
+}
+
+void last_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    const float* xr = x + ((size_t)b * T + (size_t)(len[b] - 1)) * C;
+    for (int c = 0; c < C; ++c) y[(size_t)b * C + c] = xr[c];
+  }
+}
+
+void last_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C) {
+  for (size_t i = 0; i < (size_t)B * T * C; ++i) dx[i] = 0.0f;
+  for (int b = 0; b < B; ++b) {
+    float* o = dx + ((size_t)b * T + (size_t)(len[b] - 1)) * C;
+    for (int c = 0; c < C; ++c) o[c] = dy[(size_t)b * C + c];
   }
 }
 

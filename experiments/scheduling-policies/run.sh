@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Scheduling policies: the headline spec under StarPU's policies, for zenflow and zero-offload,
-# REPEATS runs each (default 2), after calibrating the performance models of the model-based
+# REPEATS runs each (default 3), after calibrating the performance models of the model-based
 # policies. Writes results.csv, step_time.png, stall.png and summary.md into $OUT (default ./out).
-#   bash experiments/scheduling-policies/run.sh            (about 10 minutes on 2 cores)
+#   bash experiments/scheduling-policies/run.sh            (about 6 minutes on 2 cores)
 #   STEPS=300 REPEATS=2 POLICIES="eager lws dmdas" bash experiments/scheduling-policies/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${OUT:-$here/out}"
 steps="${STEPS:-300}"
-repeats="${REPEATS:-2}"
+repeats="${REPEATS:-3}"
 policies="${POLICIES:-eager prio random ws lws dm dmda dmdar dmdas dmdasd heteroprio modular-heft modular-heft-prio}"
 bash "$root/tools/zf" build >/dev/null
 py=/usr/bin/python3  # Debian's interpreter: python3-matplotlib is installed for it (not for a pyenv one)

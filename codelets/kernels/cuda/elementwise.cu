@@ -1,6 +1,7 @@
 // Elementwise CUDA kernels: bias add and gradient, ReLU, GELU (the CPU kernel's tanh form through
 // the same Cephes exp polynomial, so results are bitwise equal), accumulate, copy, zero.
 #include "codelets/kernels/cuda/common.cuh"
+#include "codelets/kernels/gelu_math.hpp"
 
 namespace zf::kernels::cuda {
 namespace {
@@ -23,43 +24,11 @@ __global__ void relu_bwd_k(const float* x, const float* dy, float* dx, size_t n)
   ZF_GRID_STRIDE(i, n) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
-
-// cpu/elementwise.cpp's exp_poly, operation for operation.
-__device__ inline float exp_poly(float x) {
-  x = x < -80.0f ? -80.0f : x;
-  x = x > 80.0f ? 80.0f : x;
-  const int32_t k = (int32_t)(x * 1.44269504088896341f + 128.5f) - 128;
-  const float n = (float)k;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  const float z = r * r;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * z + r + 1.0f;
-  return y * __int_as_float((k + 127) << 23);
-}
-
 __global__ void gelu_fwd_k(const float* x, float* y, size_t n) {
-  ZF_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float u = kGeluC * (v + 0.044715f * v * v * v);
-    const float s = 1.0f / (1.0f + exp_poly(-2.0f * u));
-    y[i] = v * s;
-  }
+  ZF_GRID_STRIDE(i, n) y[i] = gelu_math::gelu_fwd(x[i]);
 }
 __global__ void gelu_bwd_k(const float* x, const float* dy, float* dx, size_t n) {
-  ZF_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float u = kGeluC * (v + 0.044715f * v * v * v);
-    const float s = 1.0f / (1.0f + exp_poly(-2.0f * u));
-    const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
-  }
+  ZF_GRID_STRIDE(i, n) dx[i] = gelu_math::gelu_bwd(x[i], dy[i]);
 }
 
 __global__ void accumulate_k(float* acc, const float* g, size_t n, float scale) {

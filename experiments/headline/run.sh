@@ -4,13 +4,8 @@
 #   bash experiments/headline/run.sh [extra zenflow-run args, e.g. --steps 500]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 out="${OUT:-$here/out}"
-bash "$root/tools/zf" build >/dev/null
-py=/usr/bin/python3  # Debian's interpreter: python3-matplotlib is installed for it (not for a pyenv one)
-$py -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
-mkdir -p "$out"
-export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
+source "$here/../common.sh"
 for s in device-adam zero-offload zero-offload-dpu zenflow; do
   echo "== $s"
   "$root/build/zenflow-run" "$here/spec.json" --strategy "$s" --metrics "$out/$s.json" "$@" | tail -n 12

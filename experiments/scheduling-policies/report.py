@@ -49,12 +49,14 @@ for s in ("zenflow", "zero-offload"):
         continue
     best = min(ps, key=lambda p: med(s, p, "step"))
     worst = max(ps, key=lambda p: med(s, p, "step"))
-    noise = statistics.median(x for x in (spread(s, p) for p in ps) if x == x) if len(ps) else float("nan")
+    spreads = [x for x in (spread(s, p) for p in ps) if x == x]  # NaN: a single run
+    noise_txt = (f"the median run-to-run spread of one policy is {100 * statistics.median(spreads):.0f} %, so "
+                 "policies closer than that are not told apart by these runs" if spreads
+                 else "one run per policy: the run-to-run spread is not measured (REPEATS >= 2)")
     notes.append(f"- {s}: fastest under **{best}** ({med(s, best, 'step'):.2f} ms, stall "
                  f"{med(s, best, 'stall'):.3f}), slowest under **{worst}** ({med(s, worst, 'step'):.2f} ms, "
                  f"stall {med(s, worst, 'stall'):.3f}): {med(s, worst, 'step') / med(s, best, 'step'):.2f}x apart; "
-                 f"the median run-to-run spread of one policy is {100 * noise:.0f} %, so policies closer "
-                 f"than that are not told apart by these runs.")
+                 f"{noise_txt}.")
 both = [p for p in policies if ("zenflow", p) in runs and ("zero-offload", p) in runs]
 if both:
     sp = {p: med("zero-offload", p, "step") / med("zenflow", p, "step") for p in both}

@@ -6,16 +6,12 @@
 #   STEPS=300 REPEATS=2 POLICIES="eager lws dmdas" bash experiments/scheduling-policies/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 out="${OUT:-$here/out}"
 steps="${STEPS:-300}"
 repeats="${REPEATS:-3}"
 policies="${POLICIES:-eager prio random ws lws dm dmda dmdar dmdas dmdasd heteroprio modular-heft modular-heft-prio}"
-bash "$root/tools/zf" build >/dev/null
-py=/usr/bin/python3  # Debian's interpreter: python3-matplotlib is installed for it (not for a pyenv one)
-$py -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
+source "$here/../common.sh"
 mkdir -p "$out/runs"
-export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
 run() {  # strategy policy tag [extra env]
   "$root/build/zenflow-run" "$root/experiments/headline/spec.json" --strategy "$1" --sched "$2" \
     --steps "$steps" --set log.every=0 --set data.eval_limit=1000 -q --metrics "$out/runs/$1.$2.$3.json"

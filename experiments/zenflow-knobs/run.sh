@@ -2,20 +2,16 @@
 # ZenFlow's knobs: topk_ratio x update_interval x max_staleness on the headline spec, against
 # median step time and final test accuracy / loss; device-adam and zero-offload as references.
 # Writes results.csv, pareto.png, knobs.png and summary table into $OUT (default ./out).
-#   bash experiments/zenflow-knobs/run.sh      (about 12 minutes on 2 cores)
+#   bash experiments/zenflow-knobs/run.sh      (about 7 minutes on 2 cores)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
 out="${OUT:-$here/out}"
 steps="${STEPS:-1250}"
 topks="${TOPKS:-0.05 0.1 0.3}"
 intervals="${INTERVALS:-1 4 8}"
 staleness="${STALENESS:-0 1 2}"
-bash "$root/tools/zf" build >/dev/null
-py=/usr/bin/python3  # Debian's interpreter: python3-matplotlib is installed for it (not for a pyenv one)
-$py -c "import matplotlib" 2>/dev/null || bash "$root/tools/zf" setup-plots
+source "$here/../common.sh"
 mkdir -p "$out/runs"
-export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
 common=(--steps "$steps" --set log.every=0 -q)
 for s in device-adam zero-offload; do
   echo "reference: $s"

@@ -51,28 +51,51 @@ void last_pool_bwd_cpu(void* b[], void* a) noexcept {
   kernels::cpu::last_pool_bwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->T, p->C);
 }
 
+#ifdef ZF_USE_CUDA
+void max_pool_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<PoolArgs*>(a);
+  cuda_check(kernels::cuda::max_pool_fwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->T, p->C,
+                                         cuda_stream()));
+}
+void max_pool_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<PoolArgs*>(a);
+  cuda_check(kernels::cuda::max_pool_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_as<int32_t>(b[2]), vec_ptr(b[3]), p->B,
+                                         p->T, p->C, cuda_stream()));
+}
+void last_pool_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<PoolArgs*>(a);
+  cuda_check(kernels::cuda::last_pool_fwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->T, p->C,
+                                          cuda_stream()));
+}
+void last_pool_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<PoolArgs*>(a);
+  cuda_check(kernels::cuda::last_pool_bwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->T, p->C,
+                                          cuda_stream()));
+}
+#endif
+
 starpu_codelet& last_pool_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_last_pool_fwd", last_pool_fwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      {"zf_last_pool_fwd", last_pool_fwd_cpu, ZF_CUDA_FUNC(last_pool_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& last_pool_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_last_pool_bwd", last_pool_bwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      {"zf_last_pool_bwd", last_pool_bwd_cpu, ZF_CUDA_FUNC(last_pool_bwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
   return c;
 }
 
 starpu_codelet& max_pool_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_max_pool_fwd", max_pool_fwd_cpu, ZF_CUDA_FUNC(nullptr), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      {"zf_max_pool_fwd", max_pool_fwd_cpu, ZF_CUDA_FUNC(max_pool_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& max_pool_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_max_pool_bwd", max_pool_bwd_cpu, ZF_CUDA_FUNC(nullptr), 4,
+  static starpu_codelet c = make_codelet({"zf_max_pool_bwd", max_pool_bwd_cpu, ZF_CUDA_FUNC(max_pool_bwd_cuda), 4,
                                           {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
                                          &m);
   return c;

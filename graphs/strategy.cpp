@@ -110,7 +110,7 @@ class ZeroOffload final : public Strategy {
       State& s = st_[i];
       to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, s.hgrad);
       for (size_t k = 0; k < s.master.tiles.size(); ++k)
-        insert_adam_step(rt_.host(t).named("adam.host." + p.name + "[" + std::to_string(k) + "]"), hp_,
+        insert_adam_step(rt_.host(t).named("adam.host." + p.name + "[" + std::to_string(k) + "]").prefetched(0), hp_,
                          t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]), s.hgrad.tiles[k],
                          whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
       to_device(rt_.device(t).named("h2d.param." + p.name), s.master, p.value);

@@ -273,6 +273,8 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   m["stall_fraction"] = std::max(0.0, stall);
   m["bytes"] = {{"device_to_host", (double)strat->bytes_d2h() / (double)(T - t0)},
                 {"host_to_device", (double)strat->bytes_h2d() / (double)(T - t0)}};
+  // host-to-device prefetches started the moment a host result was written (CUDA workers only)
+  m["prefetches"] = rt.prefetches();
   m["final"] = {{"train_loss", train_loss}};
   if (opt.evaluate) {
     m["final"]["eval_loss"] = ev.loss;

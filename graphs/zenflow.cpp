@@ -154,12 +154,14 @@ class ZenFlowStrategy final : public Strategy {
         Matrix& w = *wp;
         for (size_t i = 0; i < w.master.tiles.size(); ++i) {
           const std::string s = w.p->name + "[" + std::to_string(i) + "]";
-          insert_adam_step(rt_.host(t).named("adam.host." + s), hp_, t + 1, scale, w.master.tiles[i],
+          // synchronous: the merge reads the master weights next; else the result copy is what crosses
+          const SubmitOptions ho = rt_.host(t).named("adam.host." + s);
+          insert_adam_step(sync ? ho.prefetched(0) : ho, hp_, t + 1, scale, w.master.tiles[i],
                            whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
                            w.m.tiles[i], w.v.tiles[i]);
           if (!sync)
-            insert_copy(rt_.host(t).named("result." + s), w.master.tiles[i], whole(w.master.tiles[i]),
-                        w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
+            insert_copy(rt_.host(t).named("result." + s).prefetched(1), w.master.tiles[i],
+                        whole(w.master.tiles[i]), w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
         }
       }
       if (sync) {
@@ -455,7 +457,7 @@ class ZeroOffloadDpu final : public Strategy {
         insert_adam_step(rt_.host(t).named("adam.host." + nm), hp_, t + 1, 1.0f, s.master.tiles[k],
                          whole(s.master.tiles[k]), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), s.m.tiles[k],
                          s.v.tiles[k]);
-        insert_copy(rt_.host(t).named("result." + nm), s.master.tiles[k], whole(s.master.tiles[k]),
+        insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
                     s.res[b].tiles[k], whole(s.res[b].tiles[k]));
       }
       if (t >= 1) to_device(rt_.device(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);

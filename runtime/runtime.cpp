@@ -187,6 +187,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
 #endif
     device_workers_.assign(gpus_ids, gpus_ids + ncuda);
     host_workers_.assign(cpus, cpus + ncpu);
+    if (ncuda == 1) prefetch_node_ = (int)starpu_worker_get_memory_node(gpus_ids[0]);
   } else {
     device_workers_.assign(cpus, cpus + cfg.device_workers);
     host_workers_.assign(cpus + cfg.device_workers, cpus + ncpu);

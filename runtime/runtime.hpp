@@ -3,6 +3,7 @@
 // falls back to lws on an unknown name), tensors as registered data handles, and the options
 // every task is submitted with. Only runtime/ and codelets/ include <starpu.h>.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -38,6 +39,10 @@ struct SubmitOptions {
   int64_t step = -1;
   int priority = 0;
   const char* name = "task";
+  // >= 0: when the task ends, prefetch its buffer of that index (which it wrote: a host-side
+  // result that a later device task reads) to the GPU; a no-op unless the device context holds
+  // CUDA workers.
+  int prefetch_buffer = -1;
   SubmitOptions named(const std::string& n) const {
     SubmitOptions o = *this;
     o.name = intern(n);
@@ -46,6 +51,11 @@ struct SubmitOptions {
   SubmitOptions prio(int p) const {
     SubmitOptions o = *this;
     o.priority = p;
+    return o;
+  }
+  SubmitOptions prefetched(int buffer) const {
+    SubmitOptions o = *this;
+    o.prefetch_buffer = buffer;
     return o;
   }
 };
@@ -110,6 +120,12 @@ class Runtime {
   // True when the device context's workers are CUDA workers (then CPU-only operations submitted to
   // the device context run on the host workers, see TaskBuilder::submit).
   bool device_is_cuda() const { return device_is_cuda_; }
+  // The memory node that explicit prefetches target: the GPU's when the device context holds
+  // exactly one CUDA worker, else -1 (with several GPUs the scheduler's own prefetch decides).
+  int prefetch_node() const { return prefetch_node_; }
+  // Prefetches issued (SubmitOptions::prefetch_buffer), for the tests and the metrics.
+  int64_t prefetches() const { return prefetches_.load(); }
+  void count_prefetch() { prefetches_.fetch_add(1, std::memory_order_relaxed); }
   int host_worker_count() const { return (int)host_workers_.size(); }
   const std::vector<int>& device_workers() const { return device_workers_; }
   const std::vector<int>& host_workers() const { return host_workers_; }
@@ -138,6 +154,8 @@ class Runtime {
   unsigned device_ctx_ = 0, host_ctx_ = 0;
   std::vector<int> device_workers_, host_workers_;
   bool device_is_cuda_ = false;
+  int prefetch_node_ = -1;
+  std::atomic<int64_t> prefetches_{0};
   std::string policy_;
   Tracker tracker_;
 };

@@ -10,7 +10,19 @@ struct CallbackArg {
   Tracker* tracker;
   int64_t step;
   Side side;
+  Runtime* prefetch_rt = nullptr;  // set: prefetch buffer `prefetch_buffer` to prefetch_rt->prefetch_node()
+  int prefetch_buffer = -1;
 };
+
+// An explicit host-to-device prefetch of a buffer the task wrote, started the moment it is
+// written (asynchronous, so allowed in a callback): the transfer overlaps device work instead of
+// starting when the device task that reads it is scheduled.
+void prefetch_output(starpu_task* t, Runtime& rt, int buffer) noexcept {
+  const int node = rt.prefetch_node();
+  if (node < 0 || buffer >= (int)STARPU_TASK_GET_NBUFFERS(t) || !(STARPU_TASK_GET_MODE(t, buffer) & STARPU_W))
+    return;
+  if (starpu_data_prefetch_on_node(STARPU_TASK_GET_HANDLE(t, buffer), (unsigned)node, 1) == 0) rt.count_prefetch();
+}
 
 void on_task_end(void* p) noexcept {
   auto* a = static_cast<CallbackArg*>(p);
@@ -27,6 +39,7 @@ void on_task_end(void* p) noexcept {
     rec.end_us = starpu_timing_timespec_to_us(&info->end_time);
     recp = &rec;
   }
+  if (t && a->prefetch_rt) prefetch_output(t, *a->prefetch_rt, a->prefetch_buffer);
   try {
     a->tracker->complete(a->step, a->side, recp);
   } catch (...) {
@@ -102,7 +115,9 @@ void TaskBuilder::submit() {
   task->name = opt_.name;
   Tracker& tr = opt_.rt->tracker();
   task->callback_func = on_task_end;
-  task->callback_arg = new CallbackArg{&tr, opt_.step, opt_.side};
+  const bool prefetch = opt_.prefetch_buffer >= 0 && opt_.rt->prefetch_node() >= 0;
+  task->callback_arg =
+      new CallbackArg{&tr, opt_.step, opt_.side, prefetch ? opt_.rt : nullptr, opt_.prefetch_buffer};
   tr.add_pending(opt_.step, opt_.side);
   int rc = starpu_task_submit(task);
   if (rc < 0) {

@@ -152,7 +152,7 @@ class ColumnMovesAndSelectiveAdam : public Cuda {};
 class Embedding : public Cuda {};
 class LayerNorm : public Cuda {};
 class Attention : public Cuda {};
-class MeanPool : public Cuda {};
+class Pooling : public Cuda {};
 
 // (B, K, N) shapes with odd sizes and the listed ones
 std::vector<std::array<int, 3>> mm_shapes() {
@@ -473,21 +473,35 @@ TEST_F(Attention, CudaMatchesCpu) {
   }
 }
 
-TEST_F(MeanPool, CudaMatchesCpu) {
+TEST_F(Pooling, CudaMatchesCpu) {
   for (auto [B, T, C] : std::vector<std::array<int, 3>>{{1, 1, 1}, {22, 55, 64}, {3, 1000, 22}}) {
     SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(C));
     auto x = randv((size_t)B * T * C, 41), dy = randv((size_t)B * C, 42);
     auto len = randi(B, 43, T);
     for (auto& l : len) l += 1;  // [1, T]
-    std::vector<float> y((size_t)B * C), dx(x.size());
+    if (B == 22) x[(size_t)0 * C + 5] = x[(size_t)1 * C + 5] = 9.0f;  // a tie at t 0 and 1: the first wins
+    std::vector<float> y((size_t)B * C), dx(x.size()), ymax(y.size()), dxmax(x.size()), ylast(y.size()),
+        dxlast(x.size());
     cpu::mean_pool_fwd(x.data(), len.data(), y.data(), B, T, C);
     cpu::mean_pool_bwd(dy.data(), len.data(), dx.data(), B, T, C);
+    cpu::max_pool_fwd(x.data(), len.data(), ymax.data(), B, T, C);
+    cpu::max_pool_bwd(x.data(), dy.data(), len.data(), dxmax.data(), B, T, C);
+    cpu::last_pool_fwd(x.data(), len.data(), ylast.data(), B, T, C);
+    cpu::last_pool_bwd(dy.data(), len.data(), dxlast.data(), B, T, C);
     Dev<float> gx(x), gy(y.size()), gdy(dy), gdx(dx.size());
     Dev<int32_t> gl(len);
     ok(gpu::mean_pool_fwd(gx.p(), gl.p(), gy.p(), B, T, C, s));
     ok(gpu::mean_pool_bwd(gdy.p(), gl.p(), gdx.p(), B, T, C, s));
-    EXPECT_TRUE(bitwise(gy.get(), y)) << "fwd";
-    EXPECT_TRUE(bitwise(gdx.get(), dx)) << "bwd";
+    EXPECT_TRUE(bitwise(gy.get(), y)) << "mean fwd";
+    EXPECT_TRUE(bitwise(gdx.get(), dx)) << "mean bwd";
+    ok(gpu::max_pool_fwd(gx.p(), gl.p(), gy.p(), B, T, C, s));
+    ok(gpu::max_pool_bwd(gx.p(), gdy.p(), gl.p(), gdx.p(), B, T, C, s));
+    EXPECT_TRUE(bitwise(gy.get(), ymax)) << "max fwd";
+    EXPECT_TRUE(bitwise(gdx.get(), dxmax)) << "max bwd";
+    ok(gpu::last_pool_fwd(gx.p(), gl.p(), gy.p(), B, T, C, s));
+    ok(gpu::last_pool_bwd(gdy.p(), gl.p(), gdx.p(), B, T, C, s));
+    EXPECT_TRUE(bitwise(gy.get(), ylast)) << "last fwd";
+    EXPECT_TRUE(bitwise(gdx.get(), dxlast)) << "last bwd";
   }
 }
 
@@ -537,10 +551,15 @@ TEST_F(CudaEngine, MlpStepsOnCudaWorkersMatchCpuWorkers) {
       s.zenflow.given = true;
     }
     s.runtime.cuda_workers = -1;
-    const Weights ref = train_and_capture(s);
+    nlohmann::json ref_metrics;
+    const Weights ref = train_and_capture(s, &ref_metrics);
+    EXPECT_EQ(ref_metrics["prefetches"].get<int64_t>(), 0) << "no prefetch without CUDA workers";
     s.runtime.cuda_workers = 1;
-    const Weights got = train_and_capture(s);
+    nlohmann::json metrics;
+    const Weights got = train_and_capture(s, &metrics);
     EXPECT_LT(rel_norm_diff(got, ref), kEngineTol);
+    // every host result that crosses back is prefetched to the GPU when written
+    if (std::string(strategy) != "device-adam") EXPECT_GT(metrics["prefetches"].get<int64_t>(), 0);
   }
 }
 

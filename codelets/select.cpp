@@ -34,6 +34,7 @@ struct MergeArgs {
   size_t off, n;
   MergeLog* log;
   MergeEvent ev;
+  int src_bf16;  // the source tile holds bf16 values (precision "bf16")
 };
 
 void importance_cpu(void* b[], void* a) noexcept {
@@ -64,7 +65,11 @@ void grad_mass_cpu(void* b[], void* a) noexcept {
 }
 void merge_common(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   double t0 = starpu_timing_now();
-  kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0);
+  if (p->src_bf16)
+    kernels::cpu::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
+                                        sel ? p->k : 0);
+  else
+    kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0);
   if (p->log) {
     MergeEvent e = p->ev;
     e.start_us = t0;
@@ -109,8 +114,12 @@ void grad_mass_cuda(void* b[], void* a) noexcept {
 // as both start and end; the staleness fields are what the merge log is read for.
 void merge_common_cuda(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   const double t0 = starpu_timing_now();
-  cuda_check(kernels::cuda::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0,
-                                             cuda_stream()));
+  if (p->src_bf16)
+    cuda_check(kernels::cuda::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
+                                                    sel ? p->k : 0, cuda_stream()));
+  else
+    cuda_check(kernels::cuda::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel,
+                                               sel ? p->k : 0, cuda_stream()));
   if (p->log) {
     MergeEvent e = p->ev;
     e.start_us = e.end_us = t0;
@@ -227,7 +236,8 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
                   MergeLog* log, const MergeEvent& ev) {
   ColArgs d = dims(opt, w, sel);
   expect(ws.offset + ws.n <= w.numel() && ws.n == src.numel(), opt, "merge slice does not match " + shape_str(src));
-  MergeArgs a{d.C, d.k, ws.offset, ws.n, log, ev};
+  expect(src.elem_size() == 4 || src.elem_size() == 2, opt, "merge: the source must be fp32 or bf16");
+  MergeArgs a{d.C, d.k, ws.offset, ws.n, log, ev, src.elem_size() == 2};
   if (sel)
     TaskBuilder(merge_sel_cl(), opt).r(src).rw(w).r(*sel).args(a).submit();
   else

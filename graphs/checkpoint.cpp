@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "codelets/kernels/cpu/kernels.hpp"
 #include "graphs/spec.hpp"
 #include "graphs/strategy.hpp"
 #include "graphs/trainer.hpp"
@@ -34,11 +35,14 @@ void StateWriter::put(const std::string& name, const HostTensor& h) {
   s.shape = {(int64_t)n};
   s.bytes.resize(n * 4);
   size_t off = 0;
-  for (auto& t : h.tiles) {
+  for (auto& t : h.tiles) {  // bf16 tiles are saved as their exact fp32 values
     t.acquire_read();
-    std::memcpy(s.bytes.data() + off, t.data(), t.bytes());
+    if (t.elem_size() == 2)
+      kernels::cpu::unpack_bf16(t.as<uint16_t>(), reinterpret_cast<float*>(s.bytes.data() + off), t.numel());
+    else
+      std::memcpy(s.bytes.data() + off, t.data(), t.bytes());
     t.release();
-    off += t.bytes();
+    off += t.numel() * 4;
   }
   f_.tensors[name] = std::move(s);
 }
@@ -85,14 +89,17 @@ void StateReader::get(const std::string& name, const Tensor& t) const {
 
 void StateReader::get(const std::string& name, const HostTensor& h) const {
   size_t n = 0;
-  for (auto& t : h.tiles) n += t.bytes();
+  for (auto& t : h.tiles) n += t.numel() * 4;
   const StTensor& s = find(name, "F32", n);
   size_t off = 0;
   for (auto& t : h.tiles) {
     t.acquire_write();
-    std::memcpy(t.data(), s.bytes.data() + off, t.bytes());
+    if (t.elem_size() == 2)  // values written from bf16 tiles: packing them is exact
+      kernels::cpu::pack_bf16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());
+    else
+      std::memcpy(t.data(), s.bytes.data() + off, t.bytes());
     t.release();
-    off += t.bytes();
+    off += t.numel() * 4;
   }
 }
 
@@ -183,6 +190,11 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
                        "the checkpoint was written with " + a.dump() + ", this run has " + b.dump());
   };
   same("strategy");
+  // checkpoints from before the precision option are fp32
+  const std::string prec = ck.spec.is_object() ? ck.spec.value("precision", std::string("fp32")) : "fp32";
+  if (prec != spec.precision)
+    throw InputError(ck.dir + ": precision", "the checkpoint was written with \"" + prec + "\", this run has \"" +
+                                                 spec.precision + "\"");
   same("model");
   same("optimizer");
   for (const char* k : {"dataset", "dir", "train_limit"}) same("data", k);

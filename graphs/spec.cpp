@@ -159,6 +159,7 @@ Spec parse_spec(const json& j, const std::string& source) {
   Fields top(j, "", source);
   top.str("name", s.name);
   top.str("strategy", s.strategy, {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"});
+  top.str("precision", s.precision, {"fp32", "bf16"});
 
   if (auto* m = top.object("model")) {
     Fields f(*m, "model", source);
@@ -280,6 +281,7 @@ json Spec::to_json() const {
   return json{
       {"name", name},
       {"strategy", strategy},
+      {"precision", precision},
       {"model", {{"type", model.type}, {"hidden", model.hidden}, {"activation", model.activation}, {"init_seed", model.init_seed},
                  {"n_layer", model.n_layer}, {"n_head", model.n_head}, {"n_embd", model.n_embd}, {"context", model.context}, {"pool", model.pool}}},
       {"data", {{"dataset", data.dataset}, {"dir", data.dir}, {"train_limit", data.train_limit}, {"eval_limit", data.eval_limit},
@@ -377,7 +379,13 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
         enabled = e->get<bool>();
       }
       for (auto& [k, v] : p->items()) f.find(k);  // other precision knobs only matter when enabled
-      if (enabled) f.fail(f.at("enabled"), "mixed precision is not supported on this path; the engine trains in fp32");
+      if (enabled && std::string(prec) == "fp16")
+        f.fail(f.at("enabled"), "fp16 is not supported (no loss scaling); use bf16.enabled or fp32");
+      if (enabled) {
+        patch["precision"] = "bf16";
+        for (auto& [k, v] : p->items())
+          if (k != "enabled") note(std::string(prec) + "." + k + " (DeepSpeed's bf16 tuning; this engine's bf16 is docs/spec.md's)");
+      }
     }
   for (const char* k : {"steps_per_print", "wall_clock_breakdown", "dump_state", "prescale_gradients",
                         "gradient_predivide_factor", "zero_allow_untested_optimizer"})

@@ -15,6 +15,9 @@ struct Spec {
   std::string name = "run";
   // device-adam | zero-offload | zero-offload-dpu | zenflow
   std::string strategy = "device-adam";
+  // fp32 | bf16: bf16 device parameters and gradients (values rounded to bf16 on the device side,
+  // 2-byte crossings) with fp32 master weights (docs/spec.md, "precision")
+  std::string precision = "fp32";
 
   struct Model {
     std::string type = "mlp";

@@ -2,17 +2,17 @@
 
 namespace zf {
 
-HostTensor::HostTensor(const std::string& name, size_t numel, int64_t tile_elems) {
+HostTensor::HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size) {
   const size_t tile = (size_t)tile_elems;
   for (size_t off = 0, i = 0; off < numel; off += tile, ++i) {
     const size_t n = std::min(tile, numel - off);
-    tiles.push_back(Tensor::home({(int64_t)n}, name + "[" + std::to_string(i) + "]"));
+    tiles.push_back(Tensor::home({(int64_t)n}, name + "[" + std::to_string(i) + "]", elem_size));
     slices.push_back({off, n});
   }
 }
 
 Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec)
-    : rt_(rt), params_(std::move(params)), tile_elems_(spec.runtime.tile_elems) {
+    : rt_(rt), params_(std::move(params)), tile_elems_(spec.runtime.tile_elems), bf16_(spec.precision == "bf16") {
   hp_.lr = spec.optimizer.lr;
   hp_.beta1 = spec.optimizer.beta1;
   hp_.beta2 = spec.optimizer.beta2;
@@ -45,6 +45,11 @@ class DeviceAdam final : public Strategy {
     for (Param* p : params_) {
       m_.push_back(Tensor::home(p->value.shape(), p->name + ".m"));
       v_.push_back(Tensor::home(p->value.shape(), p->name + ".v"));
+      if (bf16_) {  // mixed precision without offload: fp32 master weights on the device
+        master_.push_back(Tensor::home(p->value.shape(), p->name + ".master"));
+        insert_copy(rt_.device(-1).named("init.master." + p->name), p->value, whole(p->value), master_.back(),
+                    whole(master_.back()));
+      }
     }
   }
   const char* name() const override { return "device-adam"; }
@@ -52,25 +57,30 @@ class DeviceAdam final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       w.put("device.m." + params_[i]->name, m_[i]);
       w.put("device.v." + params_[i]->name, v_[i]);
+      if (bf16_) w.put("device.master." + params_[i]->name, master_[i]);
     }
   }
   void load_state(const StateReader& r) override {
     for (size_t i = 0; i < params_.size(); ++i) {
       r.get("device.m." + params_[i]->name, m_[i]);
       r.get("device.v." + params_[i]->name, v_[i]);
+      if (bf16_) r.get("device.master." + params_[i]->name, master_[i]);
     }
   }
   void submit_update(int64_t t) override {
     SubmitOptions o = rt_.device(t);
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
-      insert_adam_step(o.named("adam.device." + p.name), hp_, t + 1, 1.0f, p.value, whole(p.value),
-                       p.grad, whole(p.grad), m_[i], v_[i]);
+      const Tensor& x = bf16_ ? master_[i] : p.value;
+      insert_adam_step(o.named("adam.device." + p.name), hp_, t + 1, 1.0f, x, whole(x), p.grad, whole(p.grad), m_[i],
+                       v_[i]);
+      // the trainer rounds the parameters to bf16 after the update (graphs/trainer.cpp)
+      if (bf16_) insert_copy(o.named("master.device." + p.name), x, whole(x), p.value, whole(p.value));
     }
   }
 
  private:
-  std::vector<Tensor> m_, v_;
+  std::vector<Tensor> m_, v_, master_;
 };
 
 // ---------------------------------------------------------------- zero-offload
@@ -78,10 +88,16 @@ class ZeroOffload final : public Strategy {
  public:
   ZeroOffload(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec) {
     for (Param* p : params_) {
-      State s{HostTensor(p->name + ".master", p->value.numel(), tile_elems_),
-              HostTensor(p->name + ".hgrad", p->value.numel(), tile_elems_),
-              HostTensor(p->name + ".m", p->value.numel(), tile_elems_),
-              HostTensor(p->name + ".v", p->value.numel(), tile_elems_)};
+      const size_t n = p->value.numel();
+      State s;
+      s.master = HostTensor(p->name + ".master", n, tile_elems_);
+      s.hgrad = HostTensor(p->name + ".hgrad", n, tile_elems_);
+      s.m = HostTensor(p->name + ".m", n, tile_elems_);
+      s.v = HostTensor(p->name + ".v", n, tile_elems_);
+      if (bf16_) {  // what crosses: bf16 gradients down, bf16 parameters up
+        s.wire_g = HostTensor(p->name + ".hgrad.bf16", n, tile_elems_, 2);
+        s.wire_p = HostTensor(p->name + ".param.bf16", n, tile_elems_, 2);
+      }
       // fp32 master weights start as the device parameters (not a per-step crossing)
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
       st_.push_back(std::move(s));
@@ -108,18 +124,27 @@ class ZeroOffload final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
       State& s = st_[i];
-      to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, s.hgrad);
-      for (size_t k = 0; k < s.master.tiles.size(); ++k)
-        insert_adam_step(rt_.host(t).named("adam.host." + p.name + "[" + std::to_string(k) + "]").prefetched(0), hp_,
-                         t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]), s.hgrad.tiles[k],
-                         whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
-      to_device(rt_.device(t).named("h2d.param." + p.name), s.master, p.value);
+      to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, bf16_ ? s.wire_g : s.hgrad);
+      for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+        const std::string nm = p.name + "[" + std::to_string(k) + "]";
+        if (bf16_)
+          insert_copy(rt_.host(t).named("unpack.grad." + nm), s.wire_g.tiles[k], whole(s.wire_g.tiles[k]),
+                      s.hgrad.tiles[k], whole(s.hgrad.tiles[k]));
+        const SubmitOptions ho = rt_.host(t).named("adam.host." + nm);
+        insert_adam_step(bf16_ ? ho : ho.prefetched(0), hp_, t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]),
+                         s.hgrad.tiles[k], whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
+        if (bf16_)
+          insert_copy(rt_.host(t).named("pack.param." + nm).prefetched(1), s.master.tiles[k],
+                      whole(s.master.tiles[k]), s.wire_p.tiles[k], whole(s.wire_p.tiles[k]));
+      }
+      to_device(rt_.device(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
     }
   }
 
  private:
   struct State {
     HostTensor master, hgrad, m, v;
+    HostTensor wire_g, wire_p;  // bf16 crossings (precision "bf16")
   };
   std::vector<State> st_;
 };

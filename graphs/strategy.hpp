@@ -22,12 +22,13 @@
 namespace zf {
 
 // A host-resident copy of a device tensor, split into SIMD-aligned tiles so host work spreads
-// over the host workers. tiles[i] mirrors device elements slices[i].
+// over the host workers. tiles[i] mirrors device elements slices[i]. elem_size 2: bf16 tiles, the
+// form in which values cross with precision "bf16" (insert_copy converts).
 struct HostTensor {
   std::vector<Tensor> tiles;
   std::vector<Slice> slices;
   HostTensor() = default;
-  HostTensor(const std::string& name, size_t numel, int64_t tile_elems);
+  HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size = 4);
 };
 
 class Strategy {
@@ -36,6 +37,10 @@ class Strategy {
   virtual const char* name() const = 0;
   // Submits the update of step t (after the workload's backward of step t).
   virtual void submit_update(int64_t step) = 0;
+  // Data-parallel runs (docs/data-parallel.md): called after the backward of step t, before the
+  // trainer all-reduces the gradients, for what must read this rank's local gradients (ZenFlow's
+  // column importance, all-reduced here instead of the gradients being gathered for selection).
+  virtual void before_gradient_allreduce(int64_t step, const Comm& comm) {}
   // Submits whatever is still needed to make the device parameters final after the last step.
   virtual void flush(int64_t last_step) {}
   virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
@@ -49,10 +54,12 @@ class Strategy {
   // Bytes that crossed between the device and host sides (copy tasks submitted).
   int64_t bytes_d2h() const { return d2h_; }
   int64_t bytes_h2d() const { return h2d_; }
+  // Bytes this rank contributed to collectives submitted by before_gradient_allreduce.
+  int64_t bytes_allreduce() const { return allreduce_; }
 
  protected:
   Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec);
-  // Crossing copies, counted.
+  // Crossing copies, counted (by the host tiles' bytes: 2 per element for bf16 tiles).
   void to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count = true);
   void to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev, bool count = true);
 
@@ -60,7 +67,9 @@ class Strategy {
   std::vector<Param*> params_;
   AdamParams hp_;
   int64_t tile_elems_;
+  bool bf16_;  // precision "bf16": crossings carry bf16 values
   int64_t d2h_ = 0, h2d_ = 0;
+  int64_t allreduce_ = 0;
 };
 
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,

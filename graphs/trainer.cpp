@@ -18,6 +18,7 @@
 #include "models/text.hpp"
 #include "models/rng.hpp"
 #include "models/safetensors.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf {
@@ -135,21 +136,105 @@ std::string fmt(const char* f, double x) {
   return b;
 }
 
+// ---- data parallelism (docs/data-parallel.md). The replicas are identical: rank 0 alone reports
+// and writes files, the others train silently.
+RunOptions rank_options(const RunOptions& o) {
+  RunOptions r = o;
+  if (o.comm && o.comm->rank() != 0) {
+    r.quiet = true;
+    r.evaluate = false;
+    r.metrics_path.clear();
+    r.save_path.clear();
+    r.checkpoint_dir.clear();
+    r.trace_path.clear();
+    r.trace_csv_path.clear();
+  }
+  return r;
+}
+
+// Each rank's workload runs B/R rows of the global batch B.
+Spec rank_spec(const Spec& spec, int ranks) {
+  if (spec.train.batch_size % ranks != 0)
+    throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) +
+                                                             " (the global batch) is not divisible by the " +
+                                                             std::to_string(ranks) + " ranks");
+  Spec s = spec;
+  s.train.batch_size /= ranks;
+  return s;
+}
+
+// Collective bytes per step, and whether every rank ended with the same weights (FNV-1a 64 of all
+// parameter bytes, gathered on rank 0). Called by every rank.
+json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat, int64_t steps) {
+  uint64_t h = kFnvOffset;
+  int64_t grad_bytes = 0, imp_per_selection = 0, matrix_bytes = 0;
+  for (Param* p : wl.params()) {
+    p->value.acquire_read();
+    h = fnv1a64(p->value.data(), p->value.bytes(), h);
+    p->value.release();
+    grad_bytes += (int64_t)p->grad.bytes();
+    if (p->is_matrix()) {
+      imp_per_selection += p->cols() * (int64_t)sizeof(float);  // C floats per 2-D weight
+      matrix_bytes += (int64_t)p->value.numel() * (int64_t)sizeof(float);
+    }
+  }
+  const std::vector<uint64_t> all = comm.gather(h);
+  json hashes = json::array();
+  for (uint64_t x : all) {  // hex strings: JSON numbers lose 64-bit integers in many readers
+    char b[24];
+    std::snprintf(b, sizeof b, "%016llx", (unsigned long long)x);
+    hashes.push_back(b);
+  }
+  const bool same = std::all_of(all.begin(), all.end(), [&](uint64_t x) { return x == all.front(); });
+  const int64_t selections = imp_per_selection ? strat.bytes_allreduce() / imp_per_selection : 0;
+  // what gathering every rank's 2-D gradients for the selection would cost instead (R x numel x 4)
+  const int64_t gather = (int64_t)comm.size() * matrix_bytes;
+  return {{"ranks", comm.size()},
+          {"allreduce_bytes_per_step",
+           {{"gradients", (double)grad_bytes}, {"importance", (double)strat.bytes_allreduce() / (double)steps}}},
+          {"selections", selections},
+          {"per_selection",
+           {{"importance_bytes", imp_per_selection},
+            {"gather_gradients_bytes", gather},
+            {"ratio", imp_per_selection ? (double)gather / (double)imp_per_selection : 0.0}}},
+          {"replicas_identical", same},
+          {"weight_hashes", hashes}};
+}
+
 }  // namespace
 
-json run_training(const Spec& spec, const RunOptions& opt) {
+json run_training(const Spec& spec, const RunOptions& opt_in) {
+  const RunOptions opt = rank_options(opt_in);
+  Comm* const comm = opt.comm && opt.comm->size() > 1 ? opt.comm : nullptr;  // null: one process
+  const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const Spec local = comm ? rank_spec(spec, ranks) : Spec();
   std::ostream& out = opt.out ? *opt.out : std::cout;
   const auto wall0 = std::chrono::steady_clock::now();
   RuntimeConfig rc;
   rc.sched = spec.runtime.sched;
   std::tie(rc.device_workers, rc.host_workers) = worker_split(spec);
   rc.cuda_workers = spec.runtime.cuda_workers;
+  if (comm && spec.runtime.cuda_workers >= 0 && Runtime::cuda_devices() > 0)
+    rc.cuda_device = rank % Runtime::cuda_devices();  // one GPU per rank
   Runtime rt(rc);
+  if (comm && rt.device_is_cuda()) comm->init_nccl(rc.cuda_device);
   StepStatus& status = rt.tracker().status();
-  std::unique_ptr<Workload> wl = make_workload(spec, &status);
+  std::unique_ptr<Workload> wl = make_workload(comm ? local : spec, &status);
+  if (comm && spec.train.batch_size > wl->epoch_size())
+    throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) + " exceeds the " +
+                                                             std::to_string(wl->epoch_size()) + " training units");
   if (!opt.init_path.empty() && !opt.resume_path.empty())
     throw InputError("--init", "cannot be combined with --resume (the checkpoint holds the weights)");
   if (!opt.init_path.empty()) load_weights(*wl, opt.init_path);
+  // precision bf16: device parameters and gradients hold bf16 values; the parameters are rounded
+  // after every update and the gradients after every backward (the fp32 masters are the
+  // strategies': host-side for the offloading ones, device-side for device-adam)
+  const bool bf16 = spec.precision == "bf16";
+  auto round_params = [&](int64_t step) {
+    if (bf16)
+      for (Param* p : wl->params()) insert_round_bf16(rt.device(step).named("bf16.param." + p->name), p->value);
+  };
+  round_params(-1);  // the masters start from the bf16 values
   const int64_t per_epoch = steps_per_epoch(spec, wl->epoch_size());
   std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params(), per_epoch);
   int64_t t0 = 0;
@@ -163,10 +248,10 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   }
 
   const int64_t T = total_steps(spec, wl->epoch_size());
-  const int B = wl->batch_size();
+  const int Bl = wl->batch_size(), B = Bl * ranks;  // this rank's rows, the global batch
   const int L = spec.runtime.lookahead;
   if (!opt.quiet)
-    out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name()
+    out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name() << (bf16 ? " (bf16)" : "")
         << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
         << rt.host_worker_count() << " host | " << T << " steps of " << B << " (" << per_epoch
         << " per epoch)\n";
@@ -180,7 +265,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   if (t0 >= T)
     throw InputError(opt.resume_path, "the checkpoint is at step " + std::to_string(t0 - 1) + ", nothing left of " +
                                           std::to_string(T) + " steps (raise train.steps)");
-  std::vector<int32_t> perm, idx(B);
+  std::vector<int32_t> perm, idx(Bl);
   int64_t epoch = -1;
   int64_t printed = t0;
   const double t_start = rt.now_us();
@@ -214,12 +299,20 @@ json run_training(const Spec& spec, const RunOptions& opt) {
       epoch = e;
       perm = permutation(wl->epoch_size(), spec.train.seed * 1000003ull + (uint64_t)e);
     }
-    const int64_t base = (t % per_epoch) * B;
-    for (int i = 0; i < B; ++i) idx[i] = perm[base + i];
+    const int64_t base = (t % per_epoch) * B + (int64_t)rank * Bl;  // rank r: rows [r Bl, (r+1) Bl)
+    for (int i = 0; i < Bl; ++i) idx[i] = perm[base + i];
     const Tensor& st = stats[t % R];
     wl->submit_step(rt, t, idx, st);
     rt.read_async(st, rec[t].stats, sizeof rec[t].stats, t);
+    if (comm) {  // the mean of the ranks' local-batch mean gradients: the global batch's
+      strat->before_gradient_allreduce(t, *comm);
+      for (Param* p : wl->params())
+        insert_allreduce(rt.device(t).named("allreduce.grad." + p->name), p->grad, 1.0f / (float)ranks, *comm);
+    }
+    if (bf16)
+      for (Param* p : wl->params()) insert_round_bf16(rt.device(t).named("bf16.grad." + p->name), p->grad);
     strat->submit_update(t);
+    round_params(t);
     if (t - t0 >= L) {
       rt.tracker().wait_device_through(t - L);
       status.rethrow_if_failed();
@@ -233,9 +326,13 @@ json run_training(const Spec& spec, const RunOptions& opt) {
     }
   }
   strat->flush(T - 1);
+  round_params(T - 1);
   rt.wait_all();
   progress(T);
   const double train_wall_s = (rt.now_us() - t_start) * 1e-6;
+  static_assert(sizeof(StepRecord) == 3 * sizeof(double));
+  if (comm && comm->allreduce_sum(rec[0].stats, 3 * rec.size()) != 0)  // global-batch losses
+    throw Error("MPI_Allreduce of the step losses failed");
 
   // ---- metrics over the measured steps [W, T)
   const int64_t W = std::min<int64_t>(spec.log.warmup_steps, T - t0 - 1);
@@ -260,6 +357,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
 
   json m;
   m["strategy"] = strat->name();
+  m["precision"] = spec.precision;
   m["sched"] = rt.policy();
   m["steps"] = T;
   if (t0 > 0) m["resumed_at_step"] = t0;
@@ -284,6 +382,7 @@ json run_training(const Spec& spec, const RunOptions& opt) {
   m["throughput"] = {{"samples_per_s", wall > 0 ? (double)(M * B) / wall : 0.0}};
   m["train_wall_s"] = train_wall_s;
   strat->add_metrics(m, T);
+  if (comm) m["data_parallel"] = data_parallel_metrics(*comm, *wl, *strat, T - t0);
 
   if (!opt.trace_path.empty() || !opt.trace_csv_path.empty()) {
     auto recs = rt.tracker().records();
@@ -329,6 +428,15 @@ json run_training(const Spec& spec, const RunOptions& opt) {
     row("stall fraction", fmt("%.3f", std::max(0.0, stall)));
     row("bytes per step d2h / h2d", fmt("%.0f", m["bytes"]["device_to_host"].get<double>()) + " / " +
                                         fmt("%.0f", m["bytes"]["host_to_device"].get<double>()));
+    if (comm) {
+      const json& dp = m["data_parallel"];
+      row("data parallel", std::to_string(ranks) + " ranks, replicas " +
+                               (dp["replicas_identical"].get<bool>() ? "identical" : "DIFFER"));
+      row("all-reduce bytes per step", fmt("%.0f", dp["allreduce_bytes_per_step"]["gradients"].get<double>()) +
+                                           " gradients / " +
+                                           fmt("%.0f", dp["allreduce_bytes_per_step"]["importance"].get<double>()) +
+                                           " importance");
+    }
     row("throughput", fmt("%.0f", wall > 0 ? (double)(M * B) / wall : 0.0) + " samples/s");
     if (m.contains("staleness") && m.contains("host_updates"))  // zenflow
       row("host updates / staleness", std::to_string(m["host_updates"].get<int64_t>()) + " / max " +

@@ -15,6 +15,7 @@ namespace zf {
 class Runtime;
 class Workload;
 class StepStatus;
+class Comm;
 
 struct RunOptions {
   bool quiet = false;
@@ -29,6 +30,9 @@ struct RunOptions {
   int64_t trace_from = -1;     // --trace-from N: only tasks of steps >= N (-1: everything)
   bool evaluate = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
+  // The ranks of a data-parallel run (zenflow-run under mpirun, docs/data-parallel.md); null or one
+  // rank: a single process. Other ranks than 0 print nothing and write no file.
+  Comm* comm = nullptr;
   // Called after the run with the runtime still alive (tests read weights here).
   std::function<void(Runtime&, Workload&)> inspect;
 };

@@ -81,10 +81,13 @@ class ZenFlowStrategy final : public Strategy {
       w.master = HostTensor(n + ".master", numel, tile_elems_);
       w.m = HostTensor(n + ".m", numel, tile_elems_);
       w.v = HostTensor(n + ".v", numel, tile_elems_);
-      w.resync = HostTensor(n + ".resync", numel, tile_elems_);
+      // with precision bf16 the parameters cross as bf16 both ways (resync down, results up); the
+      // accumulators stay fp32 (a sum of bf16 gradients needs the wider type)
+      const size_t wire = bf16_ ? 2 : 4;
+      w.resync = HostTensor(n + ".resync", numel, tile_elems_, wire);
       for (int i = 0; i < ring; ++i) {
         w.acc.emplace_back(n + ".acc" + std::to_string(i), numel, tile_elems_);
-        w.res.emplace_back(n + ".res" + std::to_string(i), numel, tile_elems_);
+        w.res.emplace_back(n + ".res" + std::to_string(i), numel, tile_elems_, wire);
       }
       to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
       mat_.push_back(std::move(mx));
@@ -100,6 +103,20 @@ class ZenFlowStrategy final : public Strategy {
     if (K_ > 0 && (t + 1 - W_) % K_ == 0) return true;
     if (K_ < 0 && last_vote_) return true;
     return S_ != 0 && (t + 1) % S_ == 0;
+  }
+
+  // Data-parallel selection: each rank's importance of its local gradient (C floats per weight),
+  // summed over the ranks; every rank then takes the same top-k of the sum (docs/data-parallel.md).
+  void before_gradient_allreduce(int64_t t, const Comm& comm) override {
+    if (!is_select(t)) return;
+    for (auto& wp : mat_) {
+      Matrix& w = *wp;
+      SubmitOptions o = rt_.device(t);
+      insert_column_importance(o.named("select.importance." + w.p->name), w.p->grad, w.imp, z_.importance == "l2");
+      insert_allreduce(o.named("select.allreduce." + w.p->name), w.imp, 1.0f, comm);
+      allreduce_ += (int64_t)w.imp.bytes();
+    }
+    imp_reduced_at_ = t;
   }
 
   void submit_update(int64_t t) override {
@@ -119,7 +136,8 @@ class ZenFlowStrategy final : public Strategy {
                         whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
         }
         SubmitOptions o = rt_.device(t);
-        insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
+        if (imp_reduced_at_ != t)  // data-parallel: already summed over the ranks
+          insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
         insert_topk(o.named("select.topk." + n), w.imp, w.sel);
         insert_zero(o.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);
         insert_zero(o.named("select.zero_v." + n), z_.offload ? w.v_sel_host : w.v_sel);
@@ -155,17 +173,20 @@ class ZenFlowStrategy final : public Strategy {
         for (size_t i = 0; i < w.master.tiles.size(); ++i) {
           const std::string s = w.p->name + "[" + std::to_string(i) + "]";
           // synchronous: the merge reads the master weights next; else the result copy is what crosses
+          // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
+          const bool copy_result = !sync || bf16_;
           const SubmitOptions ho = rt_.host(t).named("adam.host." + s);
-          insert_adam_step(sync ? ho.prefetched(0) : ho, hp_, t + 1, scale, w.master.tiles[i],
+          insert_adam_step(copy_result ? ho : ho.prefetched(0), hp_, t + 1, scale, w.master.tiles[i],
                            whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
                            w.m.tiles[i], w.v.tiles[i]);
-          if (!sync)
+          if (copy_result)
             insert_copy(rt_.host(t).named("result." + s).prefetched(1), w.master.tiles[i],
                         whole(w.master.tiles[i]), w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
         }
       }
       if (sync) {
-        merge_all(t, [&](Matrix& w) -> const HostTensor& { return w.master; }, MergeEvent{job_, t, t, 0, 0});
+        merge_all(t, [&](Matrix& w) -> const HostTensor& { return bf16_ ? w.res[slot] : w.master; },
+                  MergeEvent{job_, t, t, 0, 0});
       } else {
         if (first_async_job_ < 0) first_async_job_ = job_;
         pending_.push_back({job_, slot, t});
@@ -364,7 +385,7 @@ class ZenFlowStrategy final : public Strategy {
                      (&wp == &mat_.front() && i == 0) ? &log_ : nullptr, ev);
       }
       const int64_t cols = selected_ ? w.C - w.k : w.C;
-      h2d_ += (int64_t)w.R * cols * (int64_t)sizeof(float);
+      h2d_ += (int64_t)w.R * cols * (int64_t)h.tiles.front().elem_size();
     }
   }
 
@@ -397,6 +418,7 @@ class ZenFlowStrategy final : public Strategy {
   std::vector<Vector> vec_;
   int64_t job_ = 0, n_ = 0, first_async_job_ = -1, u_ = 0;
   bool selected_ = false, last_vote_ = false;
+  int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced
   std::deque<Pending> pending_;
   std::vector<int64_t> update_steps_;
   MergeLog log_;
@@ -413,10 +435,13 @@ class ZeroOffloadDpu final : public Strategy {
       s.master = HostTensor(p->name + ".master", n, tile_elems_);
       s.m = HostTensor(p->name + ".m", n, tile_elems_);
       s.v = HostTensor(p->name + ".v", n, tile_elems_);
+      // bf16: gradients and results cross as bf16; the host unpacks gradients into hgrad32
+      const size_t wire = bf16_ ? 2 : 4;
       for (int i = 0; i < 2; ++i) {
-        s.hgrad[i] = HostTensor(p->name + ".hgrad" + std::to_string(i), n, tile_elems_);
-        s.res[i] = HostTensor(p->name + ".res" + std::to_string(i), n, tile_elems_);
+        s.hgrad[i] = HostTensor(p->name + ".hgrad" + std::to_string(i), n, tile_elems_, wire);
+        s.res[i] = HostTensor(p->name + ".res" + std::to_string(i), n, tile_elems_, wire);
       }
+      if (bf16_) s.hgrad32 = HostTensor(p->name + ".hgrad.f32", n, tile_elems_);
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
       st_.push_back(std::move(s));
     }
@@ -454,9 +479,12 @@ class ZeroOffloadDpu final : public Strategy {
       to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
       for (size_t k = 0; k < s.master.tiles.size(); ++k) {
         const std::string nm = p.name + "[" + std::to_string(k) + "]";
+        const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
+        if (bf16_)
+          insert_copy(rt_.host(t).named("unpack.grad." + nm), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), g,
+                      whole(g));
         insert_adam_step(rt_.host(t).named("adam.host." + nm), hp_, t + 1, 1.0f, s.master.tiles[k],
-                         whole(s.master.tiles[k]), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), s.m.tiles[k],
-                         s.v.tiles[k]);
+                         whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
         insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
                     s.res[b].tiles[k], whole(s.res[b].tiles[k]));
       }
@@ -474,6 +502,7 @@ class ZeroOffloadDpu final : public Strategy {
  private:
   struct State {
     HostTensor master, m, v, hgrad[2], res[2];
+    HostTensor hgrad32;  // bf16: the unpacked gradient
   };
   std::vector<State> st_;
   int64_t last_ = -1;

@@ -141,7 +141,13 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   ncuda = cfg.cuda_workers < 0 ? 0 : cfg.cuda_workers == 0 ? gpus : cfg.cuda_workers;
   if (ncuda > gpus)
     throw NoDeviceError(std::to_string(ncuda) + " CUDA workers requested, " + std::to_string(gpus) + " GPUs seen");
+  if (cfg.cuda_device >= 0 && ncuda > 0) {
+    if (cfg.cuda_device >= gpus)
+      throw NoDeviceError("GPU " + std::to_string(cfg.cuda_device) + " requested, " + std::to_string(gpus) + " seen");
+    ncuda = 1;
+  }
 #else
+  if (cfg.cuda_device >= 0) throw Error("runtime: a GPU was requested, but this build has no CUDA");
   if (cfg.cuda_workers > 0)
     throw Error("runtime.cuda_workers = " + std::to_string(cfg.cuda_workers) +
                 ": this build has no CUDA (configure with -DZF_ENABLE_CUDA=ON, docs/gpu.md)");
@@ -157,6 +163,10 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   starpu_conf_init(&conf);
   conf.ncpus = ncpu;
   conf.ncuda = ncuda;
+  if (cfg.cuda_device >= 0 && ncuda == 1) {  // this GPU, not the first one
+    conf.use_explicit_workers_cuda_gpuid = 1;
+    conf.workers_cuda_gpuid[0] = (unsigned)cfg.cuda_device;
+  }
   conf.nopencl = 0;
   conf.nmic = 0;
   conf.nmpi_ms = 0;
@@ -212,6 +222,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
 
 Runtime::~Runtime() {
   starpu_task_wait_for_all();
+  if (comm_token_) starpu_data_unregister(comm_token_);
   starpu_sched_ctx_delete(host_ctx_);
   starpu_sched_ctx_delete(device_ctx_);
 #ifdef ZF_USE_CUDA
@@ -266,6 +277,14 @@ void on_acquired(void* p) noexcept {
   delete a;
 }
 }  // namespace
+
+starpu_data_handle_t Runtime::comm_token() {
+  if (!comm_token_) {
+    starpu_void_data_register(&comm_token_);
+    starpu_data_set_name(comm_token_, "comm_token");
+  }
+  return comm_token_;
+}
 
 void Runtime::read_async(const Tensor& t, void* dst, size_t bytes, int64_t step) {
   if (bytes > t.bytes()) throw Error("read_async: " + t.name() + " is smaller than requested");

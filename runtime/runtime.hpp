@@ -26,6 +26,9 @@ struct RuntimeConfig {
   // CUDA workers of the device context (builds with ZF_USE_CUDA): 0 = one per GPU seen (none when no
   // GPU is seen: then device_workers CPU workers, as in a CPU build), N = N GPUs, -1 = none.
   int cuda_workers = 0;
+  // >= 0: drive only this GPU (one CUDA worker): rank r of a data-parallel run drives GPU
+  // r % count (docs/data-parallel.md). -1: as cuda_workers says.
+  int cuda_device = -1;
   bool profiling = true;      // task profiling (needed for metrics and traces)
 };
 
@@ -79,6 +82,7 @@ class Tensor {
   int64_t dim(size_t i) const { return shape_.at(i); }
   size_t numel() const { return numel_; }
   size_t bytes() const { return numel_ * elem_size_; }
+  size_t elem_size() const { return elem_size_; }
   const std::string& name() const { return name_; }
   bool valid() const { return handle_ != nullptr; }
 
@@ -139,6 +143,10 @@ class Runtime {
   // (starpu_data_acquire_cb); counted as device-side work of `step`.
   void read_async(const Tensor& t, void* dst, size_t bytes, int64_t step);
 
+  // A data-less handle that every collective task takes in RW mode, so that this process runs its
+  // collectives in submission order (codelets/allreduce.cpp). Registered on first use.
+  starpu_data_handle_t comm_token();
+
   // Names StarPU accepts for STARPU_SCHED / contexts.
   static std::vector<std::string> policies();
   static bool is_policy(const std::string& name);
@@ -158,6 +166,7 @@ class Runtime {
   std::atomic<int64_t> prefetches_{0};
   std::string policy_;
   Tracker tracker_;
+  starpu_data_handle_t comm_token_ = nullptr;
 };
 
 }  // namespace zf

@@ -68,6 +68,13 @@ TaskBuilder& TaskBuilder::add(const Tensor& t, starpu_data_access_mode mode) {
   return *this;
 }
 
+TaskBuilder& TaskBuilder::add_handle(starpu_data_handle_t h, starpu_data_access_mode mode) {
+  if (!h) throw Error(std::string("task ") + opt_.name + ": unregistered handle");
+  handles_.push_back(h);
+  modes_.push_back(mode);
+  return *this;
+}
+
 TaskBuilder& TaskBuilder::args_bytes(const void* p, size_t n) {
   std::free(arg_);
   arg_ = std::malloc(n);

@@ -23,6 +23,8 @@ class TaskBuilder {
   TaskBuilder& w(const Tensor& t) { return add(t, STARPU_W); }
   TaskBuilder& rw(const Tensor& t) { return add(t, STARPU_RW); }
   TaskBuilder& add(const Tensor& t, starpu_data_access_mode mode);
+  // A handle that is not a Tensor (the runtime's comm token: a void handle, dependencies only).
+  TaskBuilder& add_handle(starpu_data_handle_t h, starpu_data_access_mode mode);
 
   template <class A>
   TaskBuilder& args(const A& a) {

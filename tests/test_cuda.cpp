@@ -23,6 +23,9 @@
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "codelets/kernels/cuda/kernels.hpp"
+#ifdef ZF_USE_NCCL
+#include "codelets/kernels/cuda/allreduce.hpp"
+#endif
 #include "models/rng.hpp"
 #include "test_helpers.hpp"
 
@@ -153,6 +156,7 @@ class Embedding : public Cuda {};
 class LayerNorm : public Cuda {};
 class Attention : public Cuda {};
 class Pooling : public Cuda {};
+class Bf16 : public Cuda {};
 
 // (B, K, N) shapes with odd sizes and the listed ones
 std::vector<std::array<int, 3>> mm_shapes() {
@@ -505,6 +509,63 @@ TEST_F(Pooling, CudaMatchesCpu) {
   }
 }
 
+TEST_F(Bf16, CudaBitwiseEqualsCpu) {
+  for (size_t n : sizes()) {
+    SCOPED_TRACE(n);
+    // random bit patterns: every exponent, NaNs and infinities included
+    Rng r(40 + n);
+    std::vector<float> x(n);
+    for (auto& v : x) {
+      const uint32_t u = (uint32_t)r.below(uint64_t(1) << 32);
+      std::memcpy(&v, &u, 4);
+    }
+    std::vector<uint16_t> h(n);
+    cpu::pack_bf16(x.data(), h.data(), n);
+    std::vector<float> back(n), rounded = x;
+    cpu::unpack_bf16(h.data(), back.data(), n);
+    cpu::round_bf16(rounded.data(), n);
+    Dev<float> gx(x), gback(n), grounded(x);
+    Dev<uint16_t> gh(n);
+    ok(gpu::pack_bf16(gx.p(), gh.p(), n, s));
+    EXPECT_EQ(gh.get(), h) << "pack";
+    ok(gpu::unpack_bf16(gh.p(), gback.p(), n, s));
+    EXPECT_TRUE(bitwise(gback.get(), back)) << "unpack";
+    ok(gpu::round_bf16(grounded.p(), n, s));
+    EXPECT_TRUE(bitwise(grounded.get(), rounded)) << "round";
+  }
+  // the merge from a bf16 source: a tile starting mid-row, with and without selected columns
+  const int R = 7, C = 1000;
+  const std::vector<int32_t> sel{2, 500, 999};
+  auto w = randv((size_t)R * C, 41), src = randv(5003, 42);
+  std::vector<uint16_t> packed(src.size());
+  cpu::pack_bf16(src.data(), packed.data(), src.size());
+  Dev<uint16_t> gsrc(packed);
+  Dev<int32_t> gsel(sel);
+  for (int k : {0, 3}) {
+    std::vector<float> want = w;
+    cpu::merge_unselected_bf16(want.data(), C, packed.data(), 1001, src.size(), sel.data(), k);
+    Dev<float> gw(w);
+    ok(gpu::merge_unselected_bf16(gw.p(), C, gsrc.p(), 1001, src.size(), gsel.p(), k, s));
+    EXPECT_TRUE(bitwise(gw.get(), want)) << "merge k=" << k;
+  }
+}
+
+#ifdef ZF_USE_NCCL
+// NCCL is loaded at run time (kernels/cuda/allreduce.hpp); loading needs no GPU, so this test
+// runs wherever libnccl.so.2 is on the loader's path (the CUDA 13 toolkit's lib/ is, here).
+TEST(Nccl, LoadsAtRunTimeWithEverySymbol) {
+  const char* err = nullptr;
+  const gpu::NcclApi* nc = gpu::nccl_api(&err);
+  if (!nc) GTEST_SKIP() << err;
+  EXPECT_NE(nc->get_unique_id, nullptr);
+  EXPECT_NE(nc->comm_init_rank, nullptr);
+  EXPECT_NE(nc->comm_destroy, nullptr);
+  EXPECT_NE(nc->all_reduce, nullptr);
+  ASSERT_NE(nc->get_error_string, nullptr);
+  EXPECT_STREQ(nc->get_error_string(ncclSuccess), "no error");
+}
+#endif
+
 // ---- the engine on CUDA workers vs the same run on CPU workers
 
 // ||a - b|| / ||b|| over all weights
@@ -559,7 +620,35 @@ TEST_F(CudaEngine, MlpStepsOnCudaWorkersMatchCpuWorkers) {
     const Weights got = train_and_capture(s, &metrics);
     EXPECT_LT(rel_norm_diff(got, ref), kEngineTol);
     // every host result that crosses back is prefetched to the GPU when written
-    if (std::string(strategy) != "device-adam") EXPECT_GT(metrics["prefetches"].get<int64_t>(), 0);
+    if (std::string(strategy) != "device-adam") {
+      EXPECT_GT(metrics["prefetches"].get<int64_t>(), 0);
+    }
+  }
+}
+
+TEST_F(CudaEngine, Bf16StepsOnCudaWorkersMatchCpuWorkers) {
+  const char* dir = std::getenv("ZF_FASHION_MNIST_DIR");
+  const std::string data_dir = dir ? dir : Spec().data.dir;
+  if (!std::filesystem::exists(data_dir + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "no Fashion-MNIST in " << data_dir << " (install dataset-fashion-mnist or set ZF_FASHION_MNIST_DIR)";
+  for (const char* strategy : {"device-adam", "zero-offload", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    Spec s = tiny_spec(4, strategy);
+    s.data.dir = data_dir;
+    s.precision = "bf16";
+    s.runtime.cuda_workers = -1;
+    const Weights ref = train_and_capture(s);
+    s.runtime.cuda_workers = 1;
+    const Weights got = train_and_capture(s);
+    // bf16 rounding can turn a last-bit matmul difference into one bf16 ulp (2^-8 relative) on a
+    // few weights, hence a tolerance above kEngineTol's
+    EXPECT_LT(rel_norm_diff(got, ref), 1e-2);
+    for (auto& [name, v] : got)
+      for (float x : v) {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        ASSERT_EQ(u & 0xffffu, 0u) << name << ": a device parameter that is not a bf16 value";
+      }
   }
 }
 

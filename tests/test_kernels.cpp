@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "tests/reference/bf16_ref.hpp"
 #include "tests/reference/reference.hpp"
 
 namespace {
@@ -630,6 +631,102 @@ TEST(Zero, IsExact) {
   std::vector<float> x = {5.0f};
   cpu::zero(x.data(), 0);
   EXPECT_EQ(x[0], 5.0f);
+}
+
+// ---------------------------------------------------------------- bf16
+float f32_of(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+TEST(Bf16, HandCheckedRounding) {
+  struct Case {
+    uint32_t in;
+    uint16_t want;
+    const char* what;
+  };
+  const Case cases[] = {
+      {0x3f800000u, 0x3f80, "1.0 exact"},
+      {0x3f808000u, 0x3f80, "1 + 2^-8: tie, to the even 1.0"},
+      {0x3f818000u, 0x3f82, "1 + 3*2^-8: tie, to the even 1 + 2^-6"},
+      {0x3f808001u, 0x3f81, "just above the tie: up"},
+      {0x3f807fffu, 0x3f80, "just below the tie: down"},
+      {0xbf818000u, 0xbf82, "negative tie to even"},
+      {0x80000000u, 0x8000, "-0"},
+      {0x000116c2u, 0x0001, "a subnormal, nearer its truncation"},
+      {0x00018000u, 0x0002, "a subnormal tie: to the even"},
+      {0x7f7f0000u, 0x7f7f, "largest finite bf16, exact"},
+      {0x7f7f7fffu, 0x7f7f, "below the overflow tie: stays finite"},
+      {0x7f7f8000u, 0x7f80, "overflow tie: to the even, infinity"},
+      {0x7f7fffffu, 0x7f80, "FLT_MAX rounds to infinity"},
+      {0xff800000u, 0xff80, "-infinity"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const float x = f32_of(c.in);
+    uint16_t h = 0;
+    cpu::pack_bf16(&x, &h, 1);
+    EXPECT_EQ(h, c.want);
+    float back = 0;
+    cpu::unpack_bf16(&h, &back, 1);
+    EXPECT_EQ(bits_of(back), (uint32_t)c.want << 16) << "unpacking is exact";
+  }
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xffffffffu}) {  // quiet and signalling NaNs stay NaN
+    const float x = f32_of(nan);
+    uint16_t h = 0;
+    cpu::pack_bf16(&x, &h, 1);
+    float back = 0;
+    cpu::unpack_bf16(&h, &back, 1);
+    EXPECT_TRUE(std::isnan(back)) << std::hex << nan;
+    EXPECT_EQ(h >> 15, nan >> 31) << "sign kept";
+  }
+}
+
+TEST(Bf16, PackAndRoundMatchNaiveOnRandomBits) {
+  std::mt19937 rng(7);
+  std::vector<float> x(1 << 16);
+  for (auto& v : x) v = f32_of(rng());
+  std::vector<uint16_t> h(x.size());
+  cpu::pack_bf16(x.data(), h.data(), x.size());
+  std::vector<float> r = x;
+  cpu::round_bf16(r.data(), r.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = ref::naive_bf16(x[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(r[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(bits_of(r[i]), bits_of(want)) << "x bits " << std::hex << bits_of(x[i]);
+    ASSERT_EQ((uint32_t)h[i] << 16, bits_of(want)) << "x bits " << std::hex << bits_of(x[i]);
+  }
+}
+
+TEST(Bf16, MergeFromBf16EqualsMergeOfUnpackedValues) {
+  // a 7 x 1000 weight, a tile starting mid-row, 3 selected columns; longer than the kernel's block
+  const int R = 7, C = 1000, k = 3;
+  const int32_t sel[k] = {2, 500, 999};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> w((size_t)R * C), src(5003);
+  for (auto& v : w) v = u(rng);
+  for (auto& v : src) v = u(rng);
+  std::vector<uint16_t> packed(src.size());
+  cpu::pack_bf16(src.data(), packed.data(), src.size());
+  std::vector<float> unpacked(src.size());
+  cpu::unpack_bf16(packed.data(), unpacked.data(), src.size());
+  for (int kk : {0, k}) {
+    std::vector<float> a = w, b = w;
+    const size_t na = cpu::merge_unselected_bf16(a.data(), C, packed.data(), 1001, src.size(), sel, kk);
+    const size_t nb = cpu::merge_unselected(b.data(), C, unpacked.data(), 1001, src.size(), sel, kk);
+    EXPECT_EQ(na, nb);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "k=" << kk;
+  }
 }
 
 }  // namespace

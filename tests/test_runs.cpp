@@ -60,6 +60,21 @@ TEST(DeepSpeedConfig, ExampleConfigOfTheAlgorithmDocLoads) {
   EXPECT_DOUBLE_EQ(s.zenflow.pt_reserved_cores_perc, 0.5);
 }
 
+TEST(DeepSpeedConfig, Bf16EnabledSelectsBf16Precision) {
+  TmpDir d;
+  const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
+  const json on = json::parse(R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu"}}})");
+  EXPECT_EQ(load_spec(spec, {}, d.file("on.json", on.dump())).precision, "bf16");
+  json off = on;
+  off["bf16"]["enabled"] = false;
+  EXPECT_EQ(load_spec(spec, {}, d.file("off.json", off.dump())).precision, "fp32");
+  json bad = on;
+  bad["bf16"]["enabled"] = "yes";
+  const std::string p = d.file("bad.json", bad.dump());
+  EXPECT_NE(input_error([&] { load_spec(spec, {}, p); }).find(p + ": bf16.enabled"), std::string::npos);
+}
+
 TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
   TmpDir d;
   const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
@@ -171,6 +186,24 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          s.zenflow.overlap_step = true;
          s.zenflow.full_warm_up_rounds = 2;
        }},
+      // bf16: device-adam's device-side master, bf16 result buffers in flight
+      {"device-adam-bf16", [](Spec& s) {
+         s.strategy = "device-adam";
+         s.precision = "bf16";
+       }},
+      {"zero-offload-dpu-bf16", [](Spec& s) {
+         s.strategy = "zero-offload-dpu";
+         s.precision = "bf16";
+       }},
+      {"zenflow-overlap-bf16", [](Spec& s) {
+         s.strategy = "zenflow";
+         s.precision = "bf16";
+         s.zenflow.update_interval = 3;
+         s.zenflow.overlap_step = true;
+         s.zenflow.max_staleness = 2;
+         s.zenflow.select_strategy = "step";
+         s.zenflow.select_interval = 9;
+       }},
   };
   const ResumeCase& c = cases[GetParam()];
   SCOPED_TRACE(c.name);
@@ -189,7 +222,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 5));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 8));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;
@@ -206,6 +239,10 @@ TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   Spec dev = s;
   dev.strategy = "device-adam";
   EXPECT_NE(input_error([&] { run_with(dev, "", 0, ck); }).find("strategy"), std::string::npos);
+  // a different precision
+  Spec b16 = s;
+  b16.precision = "bf16";
+  EXPECT_NE(input_error([&] { run_with(b16, "", 0, ck); }).find("precision"), std::string::npos);
   // one flipped byte in the data section: the CRC-32 check refuses it
   const fs::path st = step / "state.safetensors";
   {

@@ -188,6 +188,8 @@ TEST(Spec, UnknownSchedPolicy) {
 TEST(Spec, UnknownStrategy) {
   expect_spec_error(json{{"strategy", "zero"}}, "strategy", "'zero' is not one of: device-adam, zero-offload");
   EXPECT_EQ(zf::parse_spec(json{{"strategy", "zero-offload"}}, kSrc).strategy, "zero-offload");
+  expect_spec_error(json{{"precision", "fp16"}}, "precision", "'fp16' is not one of: fp32, bf16");
+  EXPECT_EQ(zf::parse_spec(json{{"precision", "bf16"}}, kSrc).precision, "bf16");
 }
 
 TEST(Spec, WorkersExceedMaxCpus) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check (docs/gpu.md), for a machine with one GPU and no network, in at most 8 minutes:
 # the CUDA tests (each CUDA kernel against the CPU kernel; the engine on CUDA workers against CPU
-# workers), then the headline experiment (device-adam, zero-offload, zero-offload-dpu, zenflow)
-# on a GPT spec sized for the GPU (experiments/headline/spec-gpu.json). Results go to OUTDIR.
+# workers), then the headline experiment (device-adam, zero-offload, zero-offload-dpu, zenflow, and
+# zenflow with precision bf16) on a GPT spec sized for the GPU (experiments/headline/spec-gpu.json). Results go to OUTDIR.
 #   bash tools/device-check.sh bundle     here (Debian, nvcc): build the CUDA variant and pack
 #                                         build-cuda/device-bundle.tar.xz (binaries, the libraries
 #                                         they need beyond glibc and CUDA, KJV text, a Fashion-MNIST
@@ -14,7 +14,7 @@
 # default from the spec), ZF_DEVICE_ARGS (more zenflow-run arguments, split on spaces, e.g.
 # "--set model.n_layer=12"), ZF_DEVICE_BUDGET_S (whole check, default 470).
 # OUTDIR gets at most 8 files: device-check.log, env.txt, cuda-tests.log, summary.md,
-# results.csv, metrics.tar.gz (the four runs' metrics JSON and output).
+# results.csv, metrics.tar.gz (the five runs' metrics JSON and output).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bundle_tar="${ZF_DEVICE_BUNDLE:-$root/build-cuda/device-bundle.tar.xz}"
@@ -152,7 +152,11 @@ mkdir -p "$runs"
 steps_arg=()
 [ -n "${ZF_DEVICE_STEPS:-}" ] && steps_arg=(--steps "$ZF_DEVICE_STEPS")
 read -r -a extra_args <<<"${ZF_DEVICE_ARGS:-}"
-for s in device-adam zero-offload zero-offload-dpu zenflow; do
+# zenflow-bf16: zenflow with precision bf16 (docs/spec.md), last so that it is the one dropped when
+# time runs short
+for s in device-adam zero-offload zero-offload-dpu zenflow zenflow-bf16; do
+  strategy_args=(--strategy "${s%-bf16}")
+  [ "$s" != "${s%-bf16}" ] && strategy_args+=(--set precision=bf16)
   l=$(left)
   if [ "$l" -lt 45 ]; then
     say "skipping $s: $l s left"
@@ -161,7 +165,7 @@ for s in device-adam zero-offload zero-offload-dpu zenflow; do
   lim=$((l - 30))
   [ "$lim" -gt 150 ] && lim=150
   say "headline $s (limit $lim s)"
-  timeout "$lim" "${launcher[@]}" "$run_bin" "$spec" --strategy "$s" --set "data.path=\"$kjv\"" \
+  timeout "$lim" "${launcher[@]}" "$run_bin" "$spec" "${strategy_args[@]}" --set "data.path=\"$kjv\"" \
     "${steps_arg[@]}" "${extra_args[@]}" --metrics "$runs/$s.json" >"$runs/$s.out" 2>&1
   rc=$?
   tail -n 14 "$runs/$s.out"
@@ -173,7 +177,7 @@ python3 - "$runs" "$out" <<'EOF' || say "summary failed"
 import csv, json, os, sys
 runs, out = sys.argv[1], sys.argv[2]
 rows = []
-for s in ["device-adam", "zero-offload", "zero-offload-dpu", "zenflow"]:
+for s in ["device-adam", "zero-offload", "zero-offload-dpu", "zenflow", "zenflow-bf16"]:
     p = f"{runs}/{s}.json"
     if not os.path.exists(p):
         rows.append({"strategy": s, "status": "not run or failed"})

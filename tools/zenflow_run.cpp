@@ -3,9 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "graphs/spec.hpp"
 #include "graphs/trainer.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 
@@ -21,13 +23,17 @@ static void check_output_path(const std::string& option, const std::string& path
   if (fs::is_directory(path)) throw zf::InputError(option + " " + path, "is a directory, expected a file name");
 }
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv, zf::Comm& comm) {
   CLI::App app{
       "zenflow-run: train a model with a StarPU task graph per step.\n"
       "Strategies: device-adam (AdamW on the device), zero-offload (host AdamW, the device waits),\n"
       "zero-offload-dpu (one-step delayed host update), zenflow (top-k columns on the device, the rest\n"
       "accumulated and applied by an asynchronous host AdamW with bounded staleness).\n"
-      "The spec format is documented in docs/spec.md; metrics in docs/metrics.md."};
+      "The spec format is documented in docs/spec.md; metrics in docs/metrics.md.\n"
+      "Data parallel: mpirun -np R zenflow-run SPEC ... runs R replicas (one process per rank, on GPU\n"
+      "r % count in a CUDA build); train.batch_size is the global batch (divisible by R); gradients\n"
+      "are all-reduced, zenflow all-reduces its column importance; rank 0 prints and writes the\n"
+      "files (docs/data-parallel.md)."};
   app.get_formatter()->column_width(34);
   std::string spec_path;
   std::vector<std::string> sets;
@@ -96,6 +102,7 @@ int main(int argc, char** argv) {
     o.trace_path = trace;
     o.trace_csv_path = trace_csv;
     o.trace_from = trace_from;
+    o.comm = &comm;
     if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
     if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
     zf::run_training(spec, o);
@@ -110,4 +117,21 @@ int main(int argc, char** argv) {
     std::cerr << "zenflow-run: failed: " << e.what() << "\n";
     return 1;
   }
+}
+
+int main(int argc, char** argv) {
+  std::unique_ptr<zf::Comm> comm;
+  try {  // under mpirun: MPI, one process per rank (docs/data-parallel.md); else one rank, no MPI
+    comm = std::make_unique<zf::Comm>(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::cerr << "zenflow-run: failed: " << e.what() << "\n";
+    return 1;
+  }
+  const int rc = run(argc, argv, *comm);
+  if (rc != 0 && comm->size() > 1) {  // the other ranks may wait in a collective: end the job
+    std::cout.flush();
+    std::cerr.flush();
+    comm->abort(rc);
+  }
+  return rc;
 }

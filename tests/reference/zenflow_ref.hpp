@@ -15,6 +15,7 @@
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "graphs/spec.hpp"
+#include "tests/reference/bf16_ref.hpp"
 #include "tests/reference/mlp_ref.hpp"
 
 namespace zf::ref {
@@ -356,27 +357,48 @@ inline int64_t ref_total_steps(const Spec& s, int64_t steps_per_epoch) {
 }
 
 // Trains the spec's MLP with the spec's strategy (device-adam, zero-offload or zenflow).
+// Precision "bf16" (docs/spec.md): the parameters are rounded to bf16 before training and after
+// every step (and the flush), the gradients after every backward; the strategies' masters stay
+// fp32 (for device-adam too: it then computes exactly what zero-offload does).
 inline RefRun run_reference(const Spec& s) {
   MlpRef mlp(s);
   const int64_t T = ref_total_steps(s, mlp.steps_per_epoch());
+  const bool bf16 = s.precision == "bf16";
   RefRun out;
   auto capture = [&] {
     for (auto& p : mlp.params()) out.weights[p.name] = p.value;
   };
+  auto round_params = [&] {
+    if (bf16)
+      for (auto& p : mlp.params())
+        for (float& x : p.value) x = naive_bf16(x);
+  };
+  std::vector<std::vector<float>> g;
+  auto grads = [&](int64_t t) -> const std::vector<std::vector<float>>& {
+    g = mlp.grads(t);
+    if (bf16)
+      for (auto& v : g)
+        for (float& x : v) x = naive_bf16(x);
+    return g;
+  };
+  round_params();
   if (s.strategy == "zenflow") {
     ZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), mlp.params());
     for (int64_t t = 0; t < T; ++t) {
-      z.step(t, mlp.grads(t));
+      z.step(t, grads(t));
+      round_params();
       out.loss.push_back(mlp.last_loss());
     }
     z.flush();
+    round_params();
     out.host_update_steps = z.host_update_steps();
     out.selection_steps = z.selection_steps();
     out.merges = z.merges();
   } else if (s.strategy == "device-adam" || s.strategy == "zero-offload") {
-    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload");
+    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16);
     for (int64_t t = 0; t < T; ++t) {
-      a.step(t, mlp.grads(t));
+      a.step(t, grads(t));
+      round_params();
       out.loss.push_back(mlp.last_loss());
     }
   } else {

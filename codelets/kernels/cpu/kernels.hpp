@@ -89,6 +89,15 @@ void copy(float* dst, const float* src, size_t n);
 // x = 0
 void zero(float* x, size_t n);
 
+// ---- bf16 (kernels/bf16.hpp: round to nearest even, NaN kept, bf16 -> fp32 exact)
+// y (n) = bf16(x); y (n) = fp32(x); x = fp32(bf16(x)) in place
+void pack_bf16(const float* x, uint16_t* y, size_t n);
+void unpack_bf16(const uint16_t* x, float* y, size_t n);
+void round_bf16(float* x, size_t n);
+// merge_unselected from a bf16 source: dst values are exactly fp32(src)
+size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
+                             int k);
+
 
 // ---- GPT layers (embedding.cpp, layernorm.cpp, attention.cpp, pool.cpp, text.cpp). Activations
 // are (B, T, C) row-major = (B*T, C); every kernel overwrites its outputs (gradients included).

@@ -60,6 +60,10 @@ Status accumulate(float* acc, const float* g, size_t n, float scale, cudaStream_
 Status copy(float* dst, const float* src, size_t n, cudaStream_t s);
 Status zero_bytes(void* x, size_t bytes, cudaStream_t s);
 Status zero(float* x, size_t n, cudaStream_t s);
+// bf16 (kernels/bf16.hpp), element by element as the CPU kernels
+Status pack_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s);
+Status unpack_bf16(const uint16_t* x, float* y, size_t n, cudaStream_t s);
+Status round_bf16(float* x, size_t n, cudaStream_t s);
 
 // ---- ZenFlow column operations (sel: k sorted column indices, device)
 Status column_importance(const float* g, int R, int C, bool l2, float* imp, cudaStream_t s);
@@ -71,6 +75,8 @@ Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const f
 // As cpu::merge_unselected, without the count of elements written.
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
                         cudaStream_t s);
+Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
+                             int k, cudaStream_t s);
 // out (2 doubles, device) = {sum |g|, sum over the selected columns of |g|}; deterministic.
 Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s);
 

@@ -4,6 +4,7 @@
 // gather/scatter, the merge of host results into unselected columns and the gradient mass.
 #include <cmath>
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cuda/common.cuh"
 
 namespace zf::kernels::cuda {
@@ -95,10 +96,14 @@ __device__ inline bool selected(const int32_t* sel, int k, int col) {
   return lo < k && sel[lo] == col;
 }
 
-__global__ void merge_k(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k) {
+__device__ inline float load(const float* src, size_t e) { return src[e]; }
+__device__ inline float load(const uint16_t* src, size_t e) { return bf16::to_float(src[e]); }
+
+template <class Src>  // float, or uint16_t for a bf16 source
+__global__ void merge_k(float* dst, int C, const Src* src, size_t off, size_t n, const int32_t* sel, int k) {
   ZF_GRID_STRIDE(e, n) {
     const size_t d = off + e;
-    if (k == 0 || !selected(sel, k, (int)(d % (size_t)C))) dst[d] = src[e];
+    if (k == 0 || !selected(sel, k, (int)(d % (size_t)C))) dst[d] = load(src, e);
   }
 }
 
@@ -165,6 +170,13 @@ Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k,
 
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
                         cudaStream_t s) {
+  if (!n) return nullptr;
+  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k);
+  return launched();
+}
+
+Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
+                             int k, cudaStream_t s) {
   if (!n) return nullptr;
   merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k);
   return launched();

@@ -1,0 +1,39 @@
+// bf16 conversions on the host (codelets/kernels/bf16.hpp holds the per-element rounding).
+#include "codelets/kernels/bf16.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+
+namespace zf::kernels::cpu {
+
+void pack_bf16(const float* x, uint16_t* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = bf16::from_float(x[i]);
+}
+
+void unpack_bf16(const uint16_t* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = bf16::to_float(x[i]);
+}
+
+void round_bf16(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = bf16::round(x[i]);
+}
+
+size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
+                             int k) {
+  // unpacked in blocks into a stack-sized buffer, then the fp32 merge (one code path for the
+  // selection logic)
+  constexpr size_t kBlock = 4096;
+  float buf[kBlock];
+  size_t written = 0;
+  for (size_t done = 0; done < n;) {
+    const size_t m = std::min(kBlock, n - done);
+    unpack_bf16(src + done, buf, m);
+    written += merge_unselected(dst, C, buf, off + done, m, sel, k);
+    done += m;
+  }
+  return written;
+}
+
+}  // namespace zf::kernels::cpu

@@ -1,0 +1,63 @@
+// Data-parallel all-reduce on the GPU: ncclAllReduce (SUM, in place) on the worker's stream, then
+// a scale kernel on the same stream (ordered after the reduction, no synchronization).
+#include "codelets/kernels/cuda/allreduce.hpp"
+
+#include <dlfcn.h>
+
+#include <string>
+#include <type_traits>
+
+#include "codelets/kernels/cuda/common.cuh"
+
+namespace zf::kernels::cuda {
+namespace {
+using namespace detail;
+
+__global__ void scale_k(float* x, size_t n, float scale) {
+  ZF_GRID_STRIDE(i, n) x[i] *= scale;
+}
+
+}  // namespace
+
+const NcclApi* nccl_api(const char** error) {
+  static std::string err;
+  static const NcclApi* api = [] () -> const NcclApi* {  // once, thread-safe (static init)
+    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* e = dlerror();
+      err = std::string("cannot load NCCL (libnccl.so.2): ") + (e ? e : "not found") +
+            "; put the CUDA toolkit's lib/ (or pip's nvidia/nccl/lib) on LD_LIBRARY_PATH";
+      return nullptr;
+    }
+    static NcclApi a{};
+    bool ok = true;
+    auto sym = [&](auto& f, const char* name) {
+      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(h, name));
+      if (!f) ok = false, err = std::string("NCCL lacks ") + name;
+    };
+    sym(a.get_unique_id, "ncclGetUniqueId");
+    sym(a.comm_init_rank, "ncclCommInitRank");
+    sym(a.comm_destroy, "ncclCommDestroy");
+    sym(a.all_reduce, "ncclAllReduce");
+    sym(a.get_error_string, "ncclGetErrorString");
+    return ok ? &a : nullptr;
+  }();
+  if (!api && error) *error = err.c_str();
+  return api;
+}
+
+Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStream_t s) {
+  if (!n) return nullptr;
+  if (!comm) return "NCCL all-reduce without a communicator (Comm::init_nccl was not called)";
+  const char* err = nullptr;
+  const NcclApi* nc = nccl_api(&err);
+  if (!nc) return err;
+  ncclResult_t r = nc->all_reduce(x, x, n, ncclFloat32, ncclSum, comm, s);
+  if (r != ncclSuccess) return nc->get_error_string(r);
+  if (scale == 1.0f) return nullptr;
+  scale_k<<<blocks_for(n), kThreads, 0, s>>>(x, n, scale);
+  return launched();
+}
+
+}  // namespace zf::kernels::cuda

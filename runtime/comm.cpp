@@ -1,0 +1,145 @@
+// The ranks of a data-parallel run and their host-side collectives (MPI), and the NCCL
+// communicator of the GPU path. docs/data-parallel.md.
+#include "runtime/comm.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/error.hpp"
+
+#ifdef ZF_USE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only: the deprecated C++ bindings need libmpi_cxx
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+#ifdef ZF_USE_NCCL
+#include <cuda_runtime_api.h>
+
+#include "codelets/kernels/cuda/allreduce.hpp"  // NCCL, loaded at run time
+#endif
+
+namespace zf {
+
+namespace {
+// Set by the launcher in every rank: Open MPI's mpirun, MPICH/Hydra (PMI), PMIx launchers (srun).
+int launcher_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  return std::getenv("PMIX_RANK") ? 1 : 0;  // launched; MPI says how many ranks
+}
+}  // namespace
+
+Comm::Comm(int* argc, char*** argv) {
+  const int launched = launcher_size();
+  if (launched == 0) return;  // not under mpirun: one rank, MPI untouched
+#ifdef ZF_USE_MPI
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    throw Error("MPI_Init_thread failed");
+  mpi_ = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  if (provided < MPI_THREAD_MULTIPLE && size_ > 1)
+    throw Error("the MPI library provides thread level " + std::to_string(provided) +
+                ", the data-parallel mode needs MPI_THREAD_MULTIPLE (" + std::to_string(MPI_THREAD_MULTIPLE) +
+                "): collectives run in StarPU worker threads");
+#else
+  if (launched > 1)
+    throw Error("started by an MPI launcher with " + std::to_string(launched) +
+                " ranks, but this build has no MPI (install libopenmpi-dev and rebuild: docs/data-parallel.md)");
+#endif
+}
+
+Comm::~Comm() {
+#ifdef ZF_USE_NCCL
+  if (nccl_) kernels::cuda::nccl_api(nullptr)->comm_destroy(static_cast<ncclComm_t>(nccl_));
+#endif
+#ifdef ZF_USE_MPI
+  if (mpi_) MPI_Finalize();
+#endif
+}
+
+// MPI counts are ints: chunks of at most 2^30 elements.
+constexpr size_t kChunk = size_t(1) << 30;
+
+int Comm::allreduce_sum(float* x, size_t n) const {
+#ifdef ZF_USE_MPI
+  if (size_ > 1)
+    for (size_t off = 0; off < n; off += kChunk)
+      if (int rc = MPI_Allreduce(MPI_IN_PLACE, x + off, (int)std::min(kChunk, n - off), MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD))
+        return rc;
+#endif
+  return 0;
+}
+
+int Comm::allreduce_sum(double* x, size_t n) const {
+#ifdef ZF_USE_MPI
+  if (size_ > 1)
+    for (size_t off = 0; off < n; off += kChunk)
+      if (int rc = MPI_Allreduce(MPI_IN_PLACE, x + off, (int)std::min(kChunk, n - off), MPI_DOUBLE, MPI_SUM,
+                                 MPI_COMM_WORLD))
+        return rc;
+#endif
+  return 0;
+}
+
+void Comm::barrier() const {
+#ifdef ZF_USE_MPI
+  if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+}
+
+std::vector<uint64_t> Comm::gather(uint64_t v) const {
+  if (size_ == 1) return {v};
+  std::vector<uint64_t> all(rank_ == 0 ? (size_t)size_ : 0);
+#ifdef ZF_USE_MPI
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
+  unsigned long long mine = v;
+  MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, rank_ == 0 ? all.data() : nullptr, 1, MPI_UNSIGNED_LONG_LONG, 0,
+             MPI_COMM_WORLD);
+#endif
+  return all;
+}
+
+void Comm::abort(int code) const {
+#ifdef ZF_USE_MPI
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::exit(code);
+}
+
+void Comm::init_nccl(int device) {
+#ifdef ZF_USE_NCCL
+  if (size_ == 1 || nccl_) return;
+  const char* err = nullptr;
+  const kernels::cuda::NcclApi* nc = kernels::cuda::nccl_api(&err);
+  if (!nc) throw Error(std::string("data parallelism across GPUs: ") + err);
+  ncclUniqueId id{};
+  if (rank_ == 0)
+    if (ncclResult_t r = nc->get_unique_id(&id); r != ncclSuccess)
+      throw Error(std::string("ncclGetUniqueId: ") + nc->get_error_string(r));
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
+    throw Error("cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(e));
+  ncclComm_t c = nullptr;
+  if (ncclResult_t r = nc->comm_init_rank(&c, size_, id, rank_); r != ncclSuccess)
+    throw Error(std::string("ncclCommInitRank: ") + nc->get_error_string(r));
+  nccl_ = c;
+#else
+  if (size_ > 1) throw Error("data parallelism across GPUs needs NCCL: this build has none (docs/data-parallel.md)");
+#endif
+}
+
+uint64_t fnv1a64(const void* p, size_t n, uint64_t h) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace zf

@@ -1,0 +1,54 @@
+// Data parallelism across processes (docs/data-parallel.md): the ranks of an MPI job, host-side
+// collectives (MPI), and under ZF_USE_NCCL the NCCL communicator that the GPU codelets all-reduce
+// with (codelets/allreduce.cpp). A process not started by an MPI launcher is a world of one rank
+// and never initialises MPI, so a plain `zenflow-run` behaves exactly as without this file.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace zf {
+
+class Comm {
+ public:
+  // Initialises MPI (MPI_THREAD_MULTIPLE: collectives run inside StarPU worker threads while the
+  // main thread may call MPI too) when the environment says an MPI launcher started us (mpirun);
+  // else a single rank. Throws zf::Error when the MPI library gives a lower thread level, or when
+  // launched with several ranks by a build without MPI.
+  Comm(int* argc, char*** argv);
+  // A world of one rank, no MPI (tests, library use).
+  Comm() = default;
+  ~Comm();  // NCCL communicator, then MPI_Finalize (when this object initialised MPI)
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // In place, on host memory, SUM over the ranks. Return an MPI error code (0: success) instead of
+  // throwing: they are called from codelets (noexcept).
+  int allreduce_sum(float* x, size_t n) const;
+  int allreduce_sum(double* x, size_t n) const;
+  void barrier() const;
+  // Rank 0 receives every rank's value (index = rank); the others get an empty vector.
+  std::vector<uint64_t> gather(uint64_t v) const;
+  // Ends the whole job with `code` (after an error on one rank: MPI_Finalize would wait for the
+  // others, which may be blocked in a collective this rank never reaches).
+  [[noreturn]] void abort(int code) const;
+
+  // NCCL (builds with ZF_USE_NCCL): a communicator over the ranks on this process's GPU `device`,
+  // from an ncclUniqueId broadcast by MPI. nccl() is the ncclComm_t (null before init_nccl).
+  void init_nccl(int device);
+  void* nccl() const { return nccl_; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  bool mpi_ = false;      // this object called MPI_Init_thread
+  void* nccl_ = nullptr;  // ncclComm_t
+};
+
+// FNV-1a, 64 bits, over n bytes, continuing from h (start with kFnvOffset).
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+uint64_t fnv1a64(const void* p, size_t n, uint64_t h = kFnvOffset);
+
+}  // namespace zf

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The data-parallel mode (docs/data-parallel.md) with real MPI: `mpirun -np 2 zenflow-run ...` on the
+# small MLP, checked by tests/dp_check.py on the saved weights and the metrics. One case per call:
+#   device_adam          2 ranks vs one process at the same global batch: weights within ATOL,
+#                        replicas identical, gradient bytes counted; the single run has no DP block
+#   zero_offload         2 ranks: replicas identical
+#   zenflow              2 ranks, topk 0.1, update_interval 4, overlap: replicas identical, importance
+#                        bytes per selection = sum over 2-D weights of C x 4
+#   zenflow_bf16         the zenflow case with precision bf16: replicas identical
+#   zenflow_topk1        2 ranks, topk 1, update_interval 1, no overlap == 2-rank device-adam (ATOL)
+#   resume               2 ranks resume from a 2-rank checkpoint: bitwise the uninterrupted run
+#   batch_not_divisible  global batch 63 on 2 ranks: exit code 2 naming train.batch_size
+# Usage: dp_test.sh ZENFLOW_RUN SOURCE_DIR MPIRUN CASE. Prints "FAIL: ..." and exits 1 on failure.
+set -u
+
+if [ $# -ne 4 ]; then
+  echo "usage: $0 ZENFLOW_RUN SOURCE_DIR MPIRUN CASE" >&2
+  exit 1
+fi
+BIN=$1
+SRC=$2
+MPIRUN=$3
+CASE=$4
+CHECK="/usr/bin/python3 $SRC/tests/dp_check.py"
+SPEC=$SRC/graphs/specs/mlp-fashion.json
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_dp_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
+trap 'rm -rf "$TMP"' EXIT
+export STARPU_HOME=${STARPU_HOME:-$TMP/starpu-home}
+export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
+mkdir -p "$STARPU_HOME"
+
+# The MLP of the engine tests (784-32-16-10, tests/test_helpers.hpp tiny_spec): 20 steps of a global
+# batch of 64, one device and one host worker per rank (2 ranks x 2 workers on the 2-core machine).
+BASE=(--set 'model.hidden=[32,16]' --set data.train_limit=2048 --set data.eval_limit=500
+  --set train.batch_size=64 --set runtime.device_workers=1 --set runtime.host_workers=1 -q)
+SMALL=("${BASE[@]}" --steps 20)
+ZENFLOW=(--strategy zenflow --set zenflow.topk_ratio=0.1 --set zenflow.update_interval=4
+  --set zenflow.overlap_step=true --set 'zenflow.select_strategy="step"' --set zenflow.select_interval=8)
+# topk 1 (every column on the device), a host update every step, no reselection within 20 steps
+# (it would reset the selective moments): the same AdamW as device-adam on the same gradients.
+ZENFLOW_ALL=(--strategy zenflow --set zenflow.topk_ratio=1 --set zenflow.update_interval=1
+  --set zenflow.overlap_step=false --set 'zenflow.select_strategy="auto"')
+# Weights of a 2-rank run vs another run: the ranks' gradients are means over 32 rows, all-reduced
+# and halved, where one process takes the mean over 64 rows; the two differ by rounding (a few ulps
+# of each gradient element). AdamW moves a weight by lr x m/(sqrt(v)+eps), insensitive to the
+# gradient's scale, so a relative gradient perturbation d changes a step by about lr x d: 20 steps
+# x lr 1e-3 x ~1e-6 ~ 2e-8 (measured 3e-8). ATOL = 1e-5 (1 % of one step's largest move) keeps a
+# wide margin and still fails on a wrong split of the batch or a missing 1/R (measured 6e-4).
+ATOL=1e-5
+
+fail() {
+  echo "FAIL: $*"
+  echo "---- command output (stdout+stderr) ----"
+  cat "$TMP/out" 2>/dev/null
+  exit 1
+}
+
+# run2 ARGS...: zenflow-run on 2 ranks; fails the test on a non-zero exit code
+run2() {
+  timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 -x STARPU_HOME -x STARPU_SILENT \
+    -x STARPU_WORKERS_NOBIND "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
+}
+
+case "$CASE" in
+  device_adam)
+    timeout 300 "$BIN" "$SPEC" "${SMALL[@]}" --save "$TMP/w1.safetensors" --metrics "$TMP/m1.json" >"$TMP/out" 2>&1 ||
+      fail "single-process run exited $?"
+    $CHECK single "$TMP/m1.json" || exit 1
+    run2 "${SMALL[@]}" --save "$TMP/w2.safetensors" --metrics "$TMP/m2.json" || fail "2-rank run exited $?"
+    $CHECK metrics "$TMP/m2.json" "$TMP/w2.safetensors" 2 || exit 1
+    $CHECK close "$TMP/w2.safetensors" "$TMP/w1.safetensors" "$ATOL" || exit 1
+    ;;
+  zero_offload)
+    run2 "${SMALL[@]}" --strategy zero-offload --save "$TMP/w.safetensors" --metrics "$TMP/m.json" ||
+      fail "2-rank run exited $?"
+    $CHECK metrics "$TMP/m.json" "$TMP/w.safetensors" 2 || exit 1
+    ;;
+  zenflow)
+    run2 "${SMALL[@]}" "${ZENFLOW[@]}" --save "$TMP/w.safetensors" --metrics "$TMP/m.json" ||
+      fail "2-rank run exited $?"
+    $CHECK metrics "$TMP/m.json" "$TMP/w.safetensors" 2 || exit 1
+    ;;
+  zenflow_topk1)
+    run2 "${SMALL[@]}" --save "$TMP/dev.safetensors" || fail "2-rank device-adam run exited $?"
+    run2 "${SMALL[@]}" "${ZENFLOW_ALL[@]}" --save "$TMP/zf.safetensors" --metrics "$TMP/m.json" ||
+      fail "2-rank zenflow run exited $?"
+    $CHECK metrics "$TMP/m.json" "$TMP/zf.safetensors" 2 || exit 1
+    $CHECK close "$TMP/zf.safetensors" "$TMP/dev.safetensors" "$ATOL" || exit 1
+    ;;
+  zenflow_bf16)
+    # precision bf16 (docs/spec.md): the all-reduced gradient is rounded to bf16 on every rank
+    run2 "${SMALL[@]}" "${ZENFLOW[@]}" --set precision=bf16 --save "$TMP/w.safetensors" --metrics "$TMP/m.json" ||
+      fail "2-rank run exited $?"
+    $CHECK metrics "$TMP/m.json" "$TMP/w.safetensors" 2 || exit 1
+    ;;
+  resume)
+    # both ranks resume from rank 0's checkpoint: the same weights as the uninterrupted run, bitwise
+    run2 "${SMALL[@]}" "${ZENFLOW[@]}" --save "$TMP/full.safetensors" || fail "2-rank run exited $?"
+    run2 "${BASE[@]}" "${ZENFLOW[@]}" --steps 12 --checkpoint-dir "$TMP/ck" --checkpoint-every 6 ||
+      fail "2-rank run with checkpoints exited $?"
+    run2 "${SMALL[@]}" "${ZENFLOW[@]}" --resume "$TMP/ck" --save "$TMP/resumed.safetensors" --metrics "$TMP/m.json" ||
+      fail "2-rank resumed run exited $?"
+    $CHECK metrics "$TMP/m.json" "$TMP/resumed.safetensors" 2 || exit 1
+    $CHECK close "$TMP/resumed.safetensors" "$TMP/full.safetensors" 0 || exit 1
+    ;;
+  batch_not_divisible)
+    run2 "${SMALL[@]}" --set train.batch_size=63
+    rc=$?
+    [ "$rc" -eq 2 ] || fail "exit code $rc, expected 2"
+    grep -qF "mlp-fashion.json: train.batch_size" "$TMP/out" || fail "the message does not name train.batch_size"
+    grep -qF "not divisible by the 2 ranks" "$TMP/out" || fail "the message does not say why"
+    echo "exit code 2: $(grep -m1 'train.batch_size' "$TMP/out")"
+    ;;
+  *)
+    echo "FAIL: unknown case '$CASE'"
+    exit 1
+    ;;
+esac
+echo "ok: data_parallel.$CASE"

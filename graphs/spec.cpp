@@ -351,7 +351,7 @@ void merge_patch(json& dst, const json& patch) {
 }
 }  // namespace
 
-json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::string>* notes) {
+json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::string>* notes, int ranks) {
   Fields top(ds, "", src);
   json patch = json::object();
   auto note = [&](const std::string& s) {
@@ -362,10 +362,12 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   top.integer("train_micro_batch_size_per_gpu", micro, 1, 1 << 20);
   top.integer("gradient_accumulation_steps", gas, 1, 1 << 20);
   if (gas != 1)
-    top.fail("gradient_accumulation_steps", "must be 1: this engine runs one process without gradient accumulation");
-  if (tbs && micro && tbs != micro)
-    top.fail("train_micro_batch_size_per_gpu", "must equal train_batch_size (one process, no gradient accumulation)");
-  if (tbs || micro) patch["train"]["batch_size"] = tbs ? tbs : micro;
+    top.fail("gradient_accumulation_steps", "must be 1: this engine has no gradient accumulation");
+  // DeepSpeed: train_batch_size = micro batch x gradient accumulation x ranks; ours is the global batch
+  if (tbs && micro && tbs != micro * ranks)
+    top.fail("train_micro_batch_size_per_gpu", "x " + std::to_string(ranks) + " rank(s) must equal train_batch_size " +
+                                                   std::to_string(tbs) + " (no gradient accumulation)");
+  if (tbs || micro) patch["train"]["batch_size"] = tbs ? tbs : micro * ranks;
   double clip = 0.0;
   top.number("gradient_clipping", clip, 0.0, 1e30);
   if (clip > 0)
@@ -462,11 +464,11 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
 }
 
 Spec load_spec(const std::string& path, const std::vector<std::string>& overrides,
-               const std::string& deepspeed_config) {
+               const std::string& deepspeed_config, int ranks) {
   json j = read_json_file(path);
   if (!deepspeed_config.empty()) {
     std::vector<std::string> notes;
-    json patch = deepspeed_patch(read_json_file(deepspeed_config), deepspeed_config, &notes);
+    json patch = deepspeed_patch(read_json_file(deepspeed_config), deepspeed_config, &notes, ranks);
     if (patch.contains("zenflow")) j.erase("zenflow");  // the DeepSpeed block replaces the spec's
     merge_patch(j, patch);
     for (auto& n : notes) std::fprintf(stderr, "zenflow-run: note: %s: %s accepted, no effect here\n", deepspeed_config.c_str(), n.c_str());

@@ -100,15 +100,17 @@ inline constexpr const char* kKjvDefaultPath = "/var/tmp/zenflow/kjv.txt";
 Spec parse_spec(const nlohmann::json& j, const std::string& source);
 // Reads a JSON file, applies "a.b=value" overrides (value parsed as JSON, else taken as a
 // string), then parses. Throws InputError.
+// ranks: the data-parallel world size (docs/data-parallel.md), for DeepSpeed's batch arithmetic.
 Spec load_spec(const std::string& path, const std::vector<std::string>& overrides,
-               const std::string& deepspeed_config = "");
+               const std::string& deepspeed_config = "", int ranks = 1);
 
 // A DeepSpeed config (train_batch_size, optimizer, gradient_clipping, zero_optimization with
 // offload_optimizer and zenflow) as a patch to a spec's JSON. What the engine cannot honour is an
 // InputError naming the config file and the field; keys that only tune DeepSpeed's own
-// communication are listed in `notes` (accepted, no effect here).
+// communication are listed in `notes` (accepted, no effect here). With `ranks` data-parallel
+// ranks, train_batch_size = train_micro_batch_size_per_gpu x ranks (no gradient accumulation).
 nlohmann::json deepspeed_patch(const nlohmann::json& ds, const std::string& source,
-                               std::vector<std::string>* notes);
+                               std::vector<std::string>* notes, int ranks = 1);
 nlohmann::json read_json_file(const std::string& path);
 void apply_override(nlohmann::json& j, const std::string& assignment, const std::string& source);
 

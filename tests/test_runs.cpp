@@ -75,6 +75,16 @@ TEST(DeepSpeedConfig, Bf16EnabledSelectsBf16Precision) {
   EXPECT_NE(input_error([&] { load_spec(spec, {}, p); }).find(p + ": bf16.enabled"), std::string::npos);
 }
 
+TEST(DeepSpeedConfig, BatchSizesCountTheDataParallelRanks) {
+  // DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu x ranks (no accumulation)
+  const json both = json::parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 16})");
+  EXPECT_EQ(deepspeed_patch(both, "ds.json", nullptr, 2)["train"]["batch_size"], 32);
+  const std::string msg = input_error([&] { deepspeed_patch(both, "ds.json", nullptr, 1); });
+  EXPECT_NE(msg.find("ds.json: train_micro_batch_size_per_gpu"), std::string::npos) << msg;
+  const json micro = json::parse(R"({"train_micro_batch_size_per_gpu": 16})");
+  EXPECT_EQ(deepspeed_patch(micro, "ds.json", nullptr, 4)["train"]["batch_size"], 64);
+}
+
 TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
   TmpDir d;
   const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";

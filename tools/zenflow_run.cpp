@@ -84,7 +84,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
     if (steps >= 0) sets.push_back("train.steps=" + std::to_string(steps));
     if (!strategy.empty()) sets.push_back("strategy=\"" + strategy + "\"");
     if (!sched.empty()) sets.push_back("runtime.sched=\"" + sched + "\"");
-    zf::Spec spec = zf::load_spec(spec_path, sets, deepspeed);
+    zf::Spec spec = zf::load_spec(spec_path, sets, deepspeed, comm.size());
     if (print_spec) {
       std::cout << spec.to_json().dump(2) << "\n";
       return 0;

@@ -61,27 +61,30 @@ Comm::~Comm() {
 #endif
 }
 
-// MPI counts are ints: chunks of at most 2^30 elements.
-constexpr size_t kChunk = size_t(1) << 30;
+#ifdef ZF_USE_MPI
+namespace {
+// In place, SUM over MPI_COMM_WORLD; MPI counts are ints: chunks of at most 2^30 elements.
+template <class T>
+int allreduce_in_place(T* x, size_t n, MPI_Datatype type) {
+  constexpr size_t kChunk = size_t(1) << 30;
+  for (size_t off = 0; off < n; off += kChunk)
+    if (int rc = MPI_Allreduce(MPI_IN_PLACE, x + off, (int)std::min(kChunk, n - off), type, MPI_SUM, MPI_COMM_WORLD))
+      return rc;
+  return 0;
+}
+}  // namespace
+#endif
 
 int Comm::allreduce_sum(float* x, size_t n) const {
 #ifdef ZF_USE_MPI
-  if (size_ > 1)
-    for (size_t off = 0; off < n; off += kChunk)
-      if (int rc = MPI_Allreduce(MPI_IN_PLACE, x + off, (int)std::min(kChunk, n - off), MPI_FLOAT, MPI_SUM,
-                                 MPI_COMM_WORLD))
-        return rc;
+  if (size_ > 1) return allreduce_in_place(x, n, MPI_FLOAT);
 #endif
   return 0;
 }
 
 int Comm::allreduce_sum(double* x, size_t n) const {
 #ifdef ZF_USE_MPI
-  if (size_ > 1)
-    for (size_t off = 0; off < n; off += kChunk)
-      if (int rc = MPI_Allreduce(MPI_IN_PLACE, x + off, (int)std::min(kChunk, n - off), MPI_DOUBLE, MPI_SUM,
-                                 MPI_COMM_WORLD))
-        return rc;
+  if (size_ > 1) return allreduce_in_place(x, n, MPI_DOUBLE);
 #endif
   return 0;
 }

@@ -69,10 +69,9 @@ void insert_zero(const SubmitOptions& opt, const Tensor& x);
 // tensor of k sorted column indices.
 void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2);
 void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel);
-void insert_gather_columns(const SubmitOptions& opt, const Tensor& w, const Tensor& sel, const Tensor& out);
-void insert_scatter_columns(const SubmitOptions& opt, const Tensor& in, const Tensor& sel, const Tensor& w);
+// AdamW on the selected columns of w with the same columns of its gradient g (w's shape); m, v (R, k)
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
-                           const Tensor& sel, const Tensor& g_sel, const Tensor& m, const Tensor& v);
+                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v);
 // Merge of a host result tile into the device weight: w[ws] = src except selected columns
 // (sel == nullptr: every column). src is fp32 or bf16 (then unpacked exactly). When log != nullptr the execution is recorded there.
 struct MergeEvent {

@@ -1,4 +1,4 @@
-// ZenFlow's codelets: column importance, top-k, gather/scatter, selective AdamW, the merge of
+// ZenFlow's codelets: column importance, top-k, selective AdamW, the merge of
 // host results into device weights, and the gradient mass read by the auto update rule.
 #include <starpu.h>
 
@@ -45,14 +45,6 @@ void topk_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   kernels::cpu::topk_columns(vec_ptr(b[0]), p->C, p->k, vec_as<int32_t>(b[1]));
 }
-void gather_cpu(void* b[], void* a) noexcept {
-  auto* p = static_cast<ColArgs*>(a);
-  kernels::cpu::gather_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]));
-}
-void scatter_cpu(void* b[], void* a) noexcept {
-  auto* p = static_cast<ColArgs*>(a);
-  kernels::cpu::scatter_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]));
-}
 void selective_adam_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   kernels::cpu::selective_adam(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
@@ -89,16 +81,6 @@ void importance_cuda(void* b[], void* a) noexcept {
 void topk_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   cuda_check(kernels::cuda::topk_columns(vec_ptr(b[0]), p->C, p->k, vec_as<int32_t>(b[1]), cuda_stream()));
-}
-void gather_cuda(void* b[], void* a) noexcept {
-  auto* p = static_cast<ColArgs*>(a);
-  cuda_check(kernels::cuda::gather_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
-                                           cuda_stream()));
-}
-void scatter_cuda(void* b[], void* a) noexcept {
-  auto* p = static_cast<ColArgs*>(a);
-  cuda_check(kernels::cuda::scatter_columns(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
-                                            cuda_stream()));
 }
 void selective_adam_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
@@ -142,18 +124,6 @@ starpu_codelet& topk_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_topk", topk_cpu, ZF_CUDA_FUNC(topk_cuda), 2, {STARPU_R, STARPU_W}}, &m);
-  return c;
-}
-starpu_codelet& gather_cl() {
-  static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_gather_columns", gather_cpu, ZF_CUDA_FUNC(gather_cuda), 3,
-                                          {STARPU_R, STARPU_R, STARPU_W}}, &m);
-  return c;
-}
-starpu_codelet& scatter_cl() {
-  static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_scatter_columns", scatter_cpu, ZF_CUDA_FUNC(scatter_cuda), 3,
-                                          {STARPU_R, STARPU_R, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& selective_adam_cl() {
@@ -209,27 +179,16 @@ void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel)
   TaskBuilder(topk_cl(), opt).r(imp).w(sel).args(a).submit();
 }
 
-void insert_gather_columns(const SubmitOptions& opt, const Tensor& w, const Tensor& sel, const Tensor& out) {
-  ColArgs a = dims(opt, w, &sel);
-  expect(out.numel() == (size_t)a.R * a.k, opt, shape_str(out) + " must be (R, k)");
-  TaskBuilder(gather_cl(), opt).r(w).r(sel).w(out).args(a).submit();
-}
-
-void insert_scatter_columns(const SubmitOptions& opt, const Tensor& in, const Tensor& sel, const Tensor& w) {
-  ColArgs a = dims(opt, w, &sel);
-  expect(in.numel() == (size_t)a.R * a.k, opt, shape_str(in) + " must be (R, k)");
-  TaskBuilder(scatter_cl(), opt).r(in).r(sel).rw(w).args(a).submit();
-}
-
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
-                           const Tensor& sel, const Tensor& g_sel, const Tensor& m, const Tensor& v) {
+                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v) {
   ColArgs a = dims(opt, w, &sel);
   const size_t rk = (size_t)a.R * a.k;
-  expect(g_sel.numel() == rk && m.numel() == rk && v.numel() == rk, opt, "g_sel, m and v must be (R, k)");
+  expect(g.shape() == w.shape(), opt, "the gradient " + shape_str(g) + " must have the weight's shape " + shape_str(w));
+  expect(m.numel() == rk && v.numel() == rk, opt, "m and v must be (R, k)");
   expect(step >= 1, opt, "adam: step counts from 1");
   a.hp = hp;
   a.step = step;
-  TaskBuilder(selective_adam_cl(), opt).rw(w).r(sel).r(g_sel).rw(m).rw(v).args(a).submit();
+  TaskBuilder(selective_adam_cl(), opt).rw(w).r(sel).r(g).rw(m).rw(v).args(a).submit();
 }
 
 void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,

@@ -260,6 +260,7 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.integer("tile_elems", s.runtime.tile_elems, 16, int64_t(1) << 32);
     if (s.runtime.tile_elems % 16) f.fail("runtime.tile_elems", "must be a multiple of 16 (SIMD-aligned tiles)");
     f.integer("lookahead", s.runtime.lookahead, 1, 64);
+    f.str("crossings", s.runtime.crossings, {"device", "host"});
     f.finish();
     if (s.runtime.device_workers + s.runtime.host_workers > Runtime::max_cpu_workers())
       f.fail("runtime.device_workers", "device_workers + host_workers = " +
@@ -294,7 +295,7 @@ json Spec::to_json() const {
                    {"overlap_step", zenflow.overlap_step}, {"offload", zenflow.offload}, {"auto_ratio", zenflow.auto_ratio},
                    {"full_warm_up_rounds", zenflow.full_warm_up_rounds}, {"pt_reserved_cores_perc", zenflow.pt_reserved_cores_perc},
                    {"max_staleness", zenflow.staleness()}, {"importance", zenflow.importance}}},
-      {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}}},
+      {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}, {"crossings", runtime.crossings}}},
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
 }

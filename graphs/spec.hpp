@@ -83,6 +83,7 @@ struct Spec {
     int cuda_workers = 0;
     int64_t tile_elems = 1 << 20;  // host-side tile size (elements, multiple of 16)
     int lookahead = 2;             // steps submitted ahead of the oldest unfinished one
+    std::string crossings = "device";  // who runs the per-step crossings: "device" | "host"
   } runtime;
 
   struct Log {

@@ -124,7 +124,7 @@ class ZeroOffload final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
       State& s = st_[i];
-      to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, bf16_ ? s.wire_g : s.hgrad);
+      to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, bf16_ ? s.wire_g : s.hgrad);
       for (size_t k = 0; k < s.master.tiles.size(); ++k) {
         const std::string nm = p.name + "[" + std::to_string(k) + "]";
         if (bf16_)
@@ -137,7 +137,7 @@ class ZeroOffload final : public Strategy {
           insert_copy(rt_.host(t).named("pack.param." + nm).prefetched(1), s.master.tiles[k],
                       whole(s.master.tiles[k]), s.wire_p.tiles[k], whole(s.wire_p.tiles[k]));
       }
-      to_device(rt_.device(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
+      to_device(rt_.crossing(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
     }
   }
 

@@ -216,7 +216,12 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   rc.cuda_workers = spec.runtime.cuda_workers;
   if (comm && spec.runtime.cuda_workers >= 0 && Runtime::cuda_devices() > 0)
     rc.cuda_device = rank % Runtime::cuda_devices();  // one GPU per rank
+  rc.crossings_on_host = spec.runtime.crossings == "host";
   Runtime rt(rc);
+  if (rc.crossings_on_host && rt.device_is_cuda())
+    throw InputError(spec.source + ": runtime.crossings",
+                     "\"host\" emulates a copy engine for CPU device workers; with CUDA workers the crossings "
+                     "are StarPU's transfers (use \"device\", or runtime.cuda_workers = -1)");
   if (comm && rt.device_is_cuda()) comm->init_nccl(rc.cuda_device);
   StepStatus& status = rt.tracker().status();
   std::unique_ptr<Workload> wl = make_workload(comm ? local : spec, &status);

@@ -19,7 +19,7 @@ namespace {
 struct Matrix {  // a 2-D weight and its ZenFlow state
   Param* p;
   int R, C, k;
-  Tensor sel, imp, g_sel, m_sel, v_sel;      // device side
+  Tensor sel, imp, m_sel, v_sel;             // device side
   Tensor m_sel_host, v_sel_host;             // offload: selective moments kept on the host
   Tensor mass;                               // {sum|g|, sum|g[:, sel]|} of the last step (auto rule)
   HostTensor master, m, v, resync;           // host side
@@ -67,7 +67,6 @@ class ZenFlowStrategy final : public Strategy {
       const size_t numel = p->value.numel();
       w.sel = Tensor::home({w.k}, n + ".sel", sizeof(int32_t));
       w.imp = Tensor::lazy({w.C}, n + ".importance");
-      w.g_sel = Tensor::lazy({w.R, w.k}, n + ".g_sel");
       if (z_.offload) {
         w.m_sel_host = Tensor::home({w.R, w.k}, n + ".m_sel.host");
         w.v_sel_host = Tensor::home({w.R, w.k}, n + ".v_sel.host");
@@ -130,7 +129,7 @@ class ZenFlowStrategy final : public Strategy {
         Matrix& w = *wp;
         const std::string& n = w.p->name;
         if (t != 0) {  // M <- P: staged so the device never waits for in-flight host jobs
-          to_host(rt_.device(t).named("d2h.resync." + n), w.p->value, w.resync);
+          to_host(rt_.crossing(t).named("d2h.resync." + n), w.p->value, w.resync);
           for (size_t i = 0; i < w.master.tiles.size(); ++i)
             insert_copy(rt_.host(t).named("resync." + n + "[" + std::to_string(i) + "]"), w.resync.tiles[i],
                         whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
@@ -155,9 +154,9 @@ class ZenFlowStrategy final : public Strategy {
       for (size_t i = 0; i < acc.tiles.size(); ++i) {
         const std::string nm = "accumulate." + w.p->name + "[" + std::to_string(i) + "]";
         if (n_ == 0)
-          insert_copy(rt_.device(t).named(nm), w.p->grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
+          insert_copy(rt_.crossing(t).named(nm), w.p->grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
         else
-          insert_accumulate(rt_.device(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), w.p->grad, acc.slices[i], 1.0f);
+          insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), w.p->grad, acc.slices[i], 1.0f);
       }
       d2h_ += (int64_t)w.p->grad.bytes();
     }
@@ -207,16 +206,15 @@ class ZenFlowStrategy final : public Strategy {
       for (auto& wp : mat_) {
         Matrix& w = *wp;
         const std::string& n = w.p->name;
-        insert_gather_columns(o.named("adam.device.gather." + n), w.p->grad, w.sel, w.g_sel);
         if (z_.offload) {
-          insert_copy(o.named("h2d.m_sel." + n), w.m_sel_host, whole(w.m_sel_host), w.m_sel, whole(w.m_sel));
-          insert_copy(o.named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
+          insert_copy(rt_.crossing(t).named("h2d.m_sel." + n), w.m_sel_host, whole(w.m_sel_host), w.m_sel, whole(w.m_sel));
+          insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
           h2d_ += 2 * (int64_t)w.m_sel.bytes();
         }
-        insert_selective_adam(o.named("adam.device." + n), hp_, t + 1, w.p->value, w.sel, w.g_sel, w.m_sel, w.v_sel);
+        insert_selective_adam(o.named("adam.device." + n), hp_, t + 1, w.p->value, w.sel, w.p->grad, w.m_sel, w.v_sel);
         if (z_.offload) {
-          insert_copy(o.named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
-          insert_copy(o.named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
+          insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
+          insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
           d2h_ += 2 * (int64_t)w.m_sel.bytes();
         }
       }
@@ -476,7 +474,7 @@ class ZeroOffloadDpu final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
       State& s = st_[i];
-      to_host(rt_.device(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
+      to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
       for (size_t k = 0; k < s.master.tiles.size(); ++k) {
         const std::string nm = p.name + "[" + std::to_string(k) + "]";
         const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
@@ -488,14 +486,14 @@ class ZeroOffloadDpu final : public Strategy {
         insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
                     s.res[b].tiles[k], whole(s.res[b].tiles[k]));
       }
-      if (t >= 1) to_device(rt_.device(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
+      if (t >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
     }
     last_ = t;
   }
   void flush(int64_t last_step) override {
     if (last_ < 0) return;
     for (size_t i = 0; i < params_.size(); ++i)
-      to_device(rt_.device(last_step).named("h2d.param." + params_[i]->name), st_[i].res[last_ & 1],
+      to_device(rt_.crossing(last_step).named("h2d.param." + params_[i]->name), st_[i].res[last_ & 1],
                 params_[i]->value);
   }
 

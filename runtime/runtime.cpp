@@ -153,6 +153,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
                 ": this build has no CUDA (configure with -DZF_ENABLE_CUDA=ON, docs/gpu.md)");
 #endif
   device_is_cuda_ = ncuda > 0;
+  crossings_on_host_ = cfg.crossings_on_host;
   const int ncpu = device_is_cuda_ ? cfg.host_workers : cfg.device_workers + cfg.host_workers;
   if (ncpu > STARPU_MAXCPUS)
     throw Error(std::to_string(ncpu) + " CPU workers requested; this StarPU build starts at most " +

@@ -30,6 +30,11 @@ struct RuntimeConfig {
   // r % count (docs/data-parallel.md). -1: as cuda_workers says.
   int cuda_device = -1;
   bool profiling = true;      // task profiling (needed for metrics and traces)
+  // Who runs the per-step crossings (copies, accumulation, merges between device and host
+  // buffers): false = the device context (a GPU's copy is then a StarPU transfer plus a device
+  // task); true = the host context, as a copy engine and the host's side of the link would, so
+  // that they are not device busy time (CPU-emulated device only; docs/spec.md).
+  bool crossings_on_host = false;
 };
 
 class Runtime;
@@ -115,6 +120,8 @@ class Runtime {
 
   SubmitOptions device(int64_t step) const;
   SubmitOptions host(int64_t step) const;
+  // Where a step's crossing task goes: device(step), or host(step) with crossings_on_host.
+  SubmitOptions crossing(int64_t step) const { return crossings_on_host_ ? host(step) : device(step); }
 
   unsigned device_ctx() const { return device_ctx_; }
   unsigned host_ctx() const { return host_ctx_; }
@@ -162,6 +169,7 @@ class Runtime {
   unsigned device_ctx_ = 0, host_ctx_ = 0;
   std::vector<int> device_workers_, host_workers_;
   bool device_is_cuda_ = false;
+  bool crossings_on_host_ = false;
   int prefetch_node_ = -1;
   std::atomic<int64_t> prefetches_{0};
   std::string policy_;

@@ -365,12 +365,12 @@ TEST_F(ColumnMovesAndSelectiveAdam, CudaMatchesCpu) {
   for (auto [R, C] : weight_shapes()) {
     const int k = std::max(1, C / 4);
     SCOPED_TRACE(std::to_string(R) + "x" + std::to_string(C) + " k " + std::to_string(k));
-    auto w = randv((size_t)R * C, 24), in = randv((size_t)R * k, 25), gsel = randv((size_t)R * k, 26),
+    auto w = randv((size_t)R * C, 24), in = randv((size_t)R * k, 25), grad = randv((size_t)R * C, 26),
          m = randv((size_t)R * k, 27, -0.1f, 0.1f), v = randv((size_t)R * k, 28, 0.0f, 0.01f);
     std::vector<int32_t> sel(k);
     cpu::topk_columns(randv(C, 29).data(), C, k, sel.data());
     Dev<int32_t> gs(sel);
-    Dev<float> gw(w), gout((size_t)R * k), gin(in), gg(gsel), gm(m), gv(v);
+    Dev<float> gw(w), gout((size_t)R * k), gin(in), gg(grad), gm(m), gv(v);
     std::vector<float> out((size_t)R * k);
     cpu::gather_columns(w.data(), R, C, sel.data(), k, out.data());
     ok(gpu::gather_columns(gw.p(), R, C, gs.p(), k, gout.p(), s));
@@ -378,7 +378,7 @@ TEST_F(ColumnMovesAndSelectiveAdam, CudaMatchesCpu) {
     cpu::scatter_columns(in.data(), R, C, sel.data(), k, w.data());
     ok(gpu::scatter_columns(gin.p(), R, C, gs.p(), k, gw.p(), s));
     EXPECT_TRUE(bitwise(gw.get(), w)) << "scatter";
-    cpu::selective_adam(w.data(), R, C, sel.data(), k, gsel.data(), m.data(), v.data(), hp, 4);
+    cpu::selective_adam(w.data(), R, C, sel.data(), k, grad.data(), m.data(), v.data(), hp, 4);
     ok(gpu::selective_adam(gw.p(), R, C, gs.p(), k, gg.p(), gm.p(), gv.p(), hp, 4, s));
     EXPECT_TRUE(bitwise(gw.get(), w)) << "selective_adam w";
     EXPECT_TRUE(bitwise(gm.get(), m)) << "selective_adam m";

@@ -122,6 +122,8 @@ std::vector<Shape> matmul_shapes() {
       {1, 22, 55},   {22, 55, 64},   {55, 64, 1000}, {64, 1000, 1},  {1000, 1, 22},
       {1, 1000, 64}, {1000, 64, 55}, {22, 1, 1000},  {55, 1000, 22}, {64, 22, 1},
       {1000, 55, 1}, {7, 17, 9},
+      // batches of 1-4 rows take the SGEMV / row-by-row paths (codelets/kernels/cpu/matmul.cpp)
+      {2, 55, 64}, {3, 1000, 22}, {4, 17, 1000}, {5, 64, 55}, {1, 784, 1000},
   };
   s.insert(s.end(), mixed.begin(), mixed.end());
   return s;

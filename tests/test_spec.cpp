@@ -170,6 +170,7 @@ TEST(Spec, ImpossibleValues) {
   expect_spec_error(json{{"runtime", {{"tile_elems", 1000}}}}, "runtime.tile_elems", "multiple of 16");
   expect_spec_error(json{{"runtime", {{"tile_elems", 8}}}}, "runtime.tile_elems", "outside");
   expect_spec_error(json{{"runtime", {{"lookahead", 0}}}}, "runtime.lookahead", "outside");
+  expect_spec_error(json{{"runtime", {{"crossings", "dma"}}}}, "runtime.crossings", "'dma' is not one of: device, host");
   expect_spec_error(json{{"runtime", {{"device_workers", -1}}}}, "runtime.device_workers", "outside");
   expect_spec_error(json{{"log", {{"every", -1}}}}, "log.every", "outside");
 }

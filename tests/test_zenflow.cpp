@@ -160,11 +160,14 @@ TEST(SelectiveAdam, EqualsAdamStepOnGatheredValuesBitwise) {
     hp.lr = 1e-2f;
     hp.weight_decay = 0.01f;
     for (int64_t step = 1; step <= 5; ++step) {
-      const std::vector<float> gs = randn((size_t)R * k, 100 + (uint32_t)step);
-      cpu::selective_adam(w.data(), R, C, sel.data(), k, gs.data(), m.data(), v.data(), hp, step);
-      std::vector<float> tmp((size_t)R * k);
+      const std::vector<float> g = randn((size_t)R * C, 100 + (uint32_t)step);  // the whole gradient
+      cpu::selective_adam(w.data(), R, C, sel.data(), k, g.data(), m.data(), v.data(), hp, step);
+      std::vector<float> tmp((size_t)R * k), gs((size_t)R * k);
       for (int i = 0; i < R; ++i)
-        for (int c = 0; c < k; ++c) tmp[(size_t)i * k + c] = w2[(size_t)i * C + sel[c]];
+        for (int c = 0; c < k; ++c) {
+          tmp[(size_t)i * k + c] = w2[(size_t)i * C + sel[c]];
+          gs[(size_t)i * k + c] = g[(size_t)i * C + sel[c]];
+        }
       cpu::adam_step(tmp.data(), gs.data(), m2.data(), v2.data(), tmp.size(), hp, step, 1.0f);
       for (int i = 0; i < R; ++i)
         for (int c = 0; c < k; ++c) w2[(size_t)i * C + sel[c]] = tmp[(size_t)i * k + c];
@@ -540,6 +543,57 @@ TEST(ZenFlowEngineSched, SameWeightsUnderEveryPolicyAndStalenessBounded) {
     if (const auto* h = find_key(m, "host_update_steps")) {
       EXPECT_EQ(h->get<std::vector<int64_t>>(), r.host_update_steps);
     }
+  }
+}
+
+// ------------------------------------------------------------------ crossings on the host side
+
+// runtime.crossings = "host" moves the per-step crossings (gradient and parameter copies, ZenFlow's
+// accumulation and resync) to the host context: the same weights bitwise, those tasks on the host
+// side (so not device busy time), ZenFlow's merges and everything else still on the device side.
+TEST(Crossings, OnTheHostSameWeightsAndHostSide) {
+  for (const char* strat : {"zero-offload", "zero-offload-dpu", "zenflow"}) {
+    SCOPED_TRACE(strat);
+    Spec s = std::string(strat) == "zenflow" ? zen_spec(30, 1, 4, 2) : tiny_spec(30, strat);
+    s.train.batch_size = 2;  // the small-batch matmul kernels too
+    s.runtime.tile_elems = 256;
+    const Weights on_device = train_and_capture(s);
+    s.runtime.crossings = "host";
+    Weights on_host;
+    std::vector<TaskRecord> recs;
+    RunOptions o;
+    o.quiet = true;
+    o.evaluate = false;
+    o.inspect = [&](Runtime& rt, Workload& wl) {
+      recs = rt.tracker().records();
+      for (Param* p : wl.params()) {
+        p->value.acquire_read();
+        on_host[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
+        p->value.release();
+      }
+    };
+    run_training(s, o);
+    EXPECT_EQ(first_difference(on_host, on_device), "");
+    std::map<std::string, std::pair<int, int>> sides;  // name prefix -> (device, host) task counts
+    for (const TaskRecord& r : recs) {
+      if (r.step < 0) continue;
+      const std::string n = r.name;
+      for (const char* pre : {"d2h.grad", "h2d.param", "accumulate.", "d2h.resync", "merge.", "fwd.", "adam.host"})
+        if (n.rfind(pre, 0) == 0) (r.side == Side::Device ? sides[pre].first : sides[pre].second)++;
+    }
+    const bool zen = std::string(strat) == "zenflow";
+    for (const char* pre : zen ? std::vector<const char*>{"accumulate.", "d2h.resync"}
+                               : std::vector<const char*>{"d2h.grad", "h2d.param"}) {
+      EXPECT_EQ(sides[pre].first, 0) << pre << " ran on the device side";
+      EXPECT_GT(sides[pre].second, 0) << pre;
+    }
+    if (zen) {
+      EXPECT_GT(sides["merge."].first, 0);
+      EXPECT_EQ(sides["merge."].second, 0) << "merges apply results on the device";
+    }
+    EXPECT_GT(sides["fwd."].first, 0);
+    EXPECT_EQ(sides["fwd."].second, 0);
+    EXPECT_GT(sides["adam.host"].second, 0);
   }
 }
 

@@ -47,7 +47,8 @@ print(verdict)
 with open(f"{out}/summary.md", "w") as f:
     f.write(f"# Headline run\n\n{table}\n\n{verdict}\n\nspec: experiments/headline/spec.json, "
             f"{zo['steps']} steps, {zo['warmup_steps_excluded']} warm-up steps excluded, "
-            f"workers {zo['workers']['device']} device + {zo['workers']['host']} host, sched {zo['sched']}\n")
+            f"workers {zo['workers']['device']} device + {zo['workers']['host']} host, sched {zo['sched']}, "
+            f"crossings run by the {zo['spec']['runtime'].get('crossings', 'device')} context\n")
 
 try:
     import matplotlib

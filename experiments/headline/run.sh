@@ -10,4 +10,9 @@ for s in device-adam zero-offload zero-offload-dpu zenflow; do
   echo "== $s"
   "$root/build/zenflow-run" "$here/spec.json" --strategy "$s" --metrics "$out/$s.json" "$@" | tail -n 12
 done
-$py "$here/report.py" "$out" device-adam zero-offload zero-offload-dpu zenflow
+# the same zenflow with ten times the columns on the device (the value the accuracy tests use):
+# an extra row, not part of the checks
+echo "== zenflow, topk_ratio 0.1"
+"$root/build/zenflow-run" "$here/spec.json" --strategy zenflow --set zenflow.topk_ratio=0.1 \
+  --metrics "$out/zenflow-topk0.1.json" "$@" | tail -n 12
+$py "$here/report.py" "$out" device-adam zero-offload zero-offload-dpu zenflow zenflow-topk0.1

@@ -73,7 +73,7 @@ if both:
 nrep = max(len(v) for v in runs.values())
 with open(f"{out}/summary.md", "w") as fh:
     fh.write("# Scheduling policies: summary\n\n"
-             f"Headline spec (experiments/headline/spec.json), {nrep} run(s) per policy and strategy, "
+             f"Headline spec (experiments/headline/spec-batch8.json), {nrep} run(s) per policy and strategy, "
              "medians of the per-run median step time and stall fraction.\n\n"
              + table + "\n\n## Conclusions\n\n" + "\n".join(notes) + "\n\n"
              "Plots: step_time.png, stall.png (box plots over the runs); every run: results.csv.\n")

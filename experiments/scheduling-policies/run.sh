@@ -13,7 +13,7 @@ policies="${POLICIES:-eager prio random ws lws dm dmda dmdar dmdas dmdasd hetero
 source "$here/../common.sh"
 mkdir -p "$out/runs"
 run() {  # strategy policy tag [extra env]
-  "$root/build/zenflow-run" "$root/experiments/headline/spec.json" --strategy "$1" --sched "$2" \
+  "$root/build/zenflow-run" "$root/experiments/headline/spec-batch8.json" --strategy "$1" --sched "$2" \
     --steps "$steps" --set log.every=0 --set data.eval_limit=1000 -q --metrics "$out/runs/$1.$2.$3.json"
 }
 # Calibration: model-based policies (dm*, modular-heft*) need STARPU_CALIBRATE_MINIMUM samples per

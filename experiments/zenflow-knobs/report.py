@@ -76,7 +76,7 @@ if zf:
                      f"by {min(zo['median_step_ms'] / r['median_step_ms'] for r in zf):.2f}x to "
                      f"{max(zo['median_step_ms'] / r['median_step_ms'] for r in zf):.2f}x.")
 with open(f"{out}/summary.md", "w") as fh:
-    fh.write("# ZenFlow knobs: summary\n\nHeadline spec (experiments/headline/spec.json), one run per "
+    fh.write("# ZenFlow knobs: summary\n\nHeadline spec (experiments/headline/spec-batch8.json), one run per "
              "setting; accuracy is the final test accuracy.\n\n" + table + "\n\n## Conclusions\n\n"
              + "\n".join(notes) + "\n\nPlot: pareto.png; every run: results.csv.\n")
 print("\n".join(notes))

@@ -15,7 +15,7 @@ mkdir -p "$out/runs"
 common=(--steps "$steps" --set log.every=0 -q)
 for s in device-adam zero-offload; do
   echo "reference: $s"
-  "$root/build/zenflow-run" "$here/../headline/spec.json" --strategy "$s" "${common[@]}" --metrics "$out/runs/$s.json"
+  "$root/build/zenflow-run" "$here/../headline/spec-batch8.json" --strategy "$s" "${common[@]}" --metrics "$out/runs/$s.json"
 done
 for r in $topks; do
   for k in $intervals; do
@@ -23,7 +23,7 @@ for r in $topks; do
       overlap=true
       [ "$d" -eq 0 ] && overlap=false
       echo "zenflow topk $r, update_interval $k, max_staleness $d"
-      "$root/build/zenflow-run" "$here/../headline/spec.json" --strategy zenflow "${common[@]}" \
+      "$root/build/zenflow-run" "$here/../headline/spec-batch8.json" --strategy zenflow "${common[@]}" \
         --set zenflow.topk_ratio="$r" --set zenflow.update_interval="$k" \
         --set zenflow.overlap_step=$overlap --set zenflow.max_staleness="$d" \
         --metrics "$out/runs/zenflow.r$r.k$k.d$d.json"

@@ -70,9 +70,9 @@ void topk_columns(const float* imp, int C, int k, int32_t* sel);
 void gather_columns(const float* w, int R, int C, const int32_t* sel, int k, float* out);
 // w[:, sel] = in (R, k)
 void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, float* w);
-// AdamW on the selected columns of w (R, C) with their gradient g_sel (R, k) and moments
-// m, v (R, k); element by element identical to adam_step on the same values.
-void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g_sel,
+// AdamW on the selected columns of w (R, C) with the same columns of the gradient g (R, C) and
+// moments m, v (R, k); element by element identical to adam_step on the gathered values.
+void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
                     float* m, float* v, const AdamParams& hp, int64_t step);
 // dst (R, C) flat elements [off, off + n) = src[0, n) except where the column is selected
 // (sel may be null with k = 0: every column is merged). Returns elements written.

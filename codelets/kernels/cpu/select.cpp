@@ -49,15 +49,21 @@ void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, f
   }
 }
 
-void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g_sel,
+void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
                     float* m, float* v, const AdamParams& hp, int64_t step) {
-  std::vector<float> tmp(k);
+  // Row by row: gather the row's selected weights and gradients into two small buffers (they stay
+  // in L1), run the vectorised adam_step on them, scatter the weights back. One pass over the
+  // scattered columns instead of a gather into an (R, k) gradient buffer first.
+  std::vector<float> tw(k), tg(k);
   for (int i = 0; i < R; ++i) {
     float* row = w + (size_t)i * C;
-    for (int c = 0; c < k; ++c) tmp[c] = row[sel[c]];
-    adam_step(tmp.data(), g_sel + (size_t)i * k, m + (size_t)i * k, v + (size_t)i * k, (size_t)k, hp,
-              step, 1.0f);
-    for (int c = 0; c < k; ++c) row[sel[c]] = tmp[c];
+    const float* grow = g + (size_t)i * C;
+    for (int c = 0; c < k; ++c) {
+      tw[c] = row[sel[c]];
+      tg[c] = grow[sel[c]];
+    }
+    adam_step(tw.data(), tg.data(), m + (size_t)i * k, v + (size_t)i * k, (size_t)k, hp, step, 1.0f);
+    for (int c = 0; c < k; ++c) row[sel[c]] = tw[c];
   }
 }
 

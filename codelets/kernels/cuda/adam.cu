@@ -60,7 +60,7 @@ __global__ void adam_acc_k(float* p, float* acc, const float* g, float* m, float
   }
 }
 
-// (R, k) elements: w[i, sel[c]] with g_sel, m, v [i, c]
+// (R, k) elements: w[i, sel[c]] with g[i, sel[c]] and m, v [i, c]
 __global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
                                  size_t n, Coef c) {
   ZF_GRID_STRIDE(e, n) {
@@ -68,7 +68,7 @@ __global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, con
     const int col = sel[e - i * k];
     float* pw = w + i * C + col;
     float pi = *pw, mi = m[e], vi = v[e];
-    update(pi, g[e], mi, vi, c);
+    update(pi, g[i * C + col], mi, vi, c);
     *pw = pi;
     m[e] = mi;
     v[e] = vi;
@@ -91,11 +91,11 @@ Status adam_step_accumulate(float* p, float* acc, const float* g, float* m, floa
   return launched();
 }
 
-Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g_sel, float* m, float* v,
+Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
                       const AdamParams& hp, int64_t step, cudaStream_t s) {
   const size_t n = (size_t)R * k;
   if (!n) return nullptr;
-  selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g_sel, m, v, n, coef(hp, step, 1.0f));
+  selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g, m, v, n, coef(hp, step, 1.0f));
   return launched();
 }
 

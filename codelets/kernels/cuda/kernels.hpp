@@ -70,7 +70,8 @@ Status column_importance(const float* g, int R, int C, bool l2, float* imp, cuda
 Status topk_columns(const float* imp, int C, int k, int32_t* sel, cudaStream_t s);
 Status gather_columns(const float* w, int R, int C, const int32_t* sel, int k, float* out, cudaStream_t s);
 Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, float* w, cudaStream_t s);
-Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g_sel, float* m, float* v,
+// g is the whole gradient (R, C); m, v are (R, k)
+Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
                       const AdamParams& hp, int64_t step, cudaStream_t s);
 // As cpu::merge_unselected, without the count of elements written.
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,

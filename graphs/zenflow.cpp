@@ -96,6 +96,12 @@ class ZenFlowStrategy final : public Strategy {
   const char* name() const override { return "zenflow"; }
 
   bool is_select(int64_t t) const { return t >= W_ && (t == W_ || (S_ != 0 && t % S_ == 0)); }
+  // The latest selection at or before step t >= W. The selective moments were zeroed there, so the
+  // selective AdamW's bias correction counts from it (docs/zenflow.md, "Deliberate differences").
+  int64_t last_select(int64_t t) const {
+    const int64_t m = S_ != 0 ? t / S_ * S_ : W_;
+    return m > W_ ? m : W_;
+  }
 
   bool is_update(int64_t t) const {
     if (t < W_) return true;
@@ -211,7 +217,8 @@ class ZenFlowStrategy final : public Strategy {
           insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
           h2d_ += 2 * (int64_t)w.m_sel.bytes();
         }
-        insert_selective_adam(o.named("adam.device." + n), hp_, t + 1, w.p->value, w.sel, w.p->grad, w.m_sel, w.v_sel);
+        insert_selective_adam(o.named("adam.device." + n), hp_, t - last_select(t) + 1, w.p->value, w.sel, w.p->grad,
+                              w.m_sel, w.v_sel);
         if (z_.offload) {
           insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
           insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));

@@ -325,6 +325,32 @@ TEST(ZenFlowRef, PredicatesByHand) {
   EXPECT_EQ(sel, (std::vector<int64_t>{2, 8, 16}));
 }
 
+TEST(ZenFlowRef, SelectiveBiasCorrectionRestartsAtEachSelection) {
+  // A constant gradient: with bias correction counted from the moments' zeroing, every AdamW step
+  // moves a value by exactly lr (m_hat = g, v_hat = g^2). Counted from step 0 (t + 1), the first
+  // selective step after the warm-up moves it by 0.58 lr; counted from the warm-up without a reset
+  // (DeepSpeed), the first step after the reselection at t = 6 does.
+  std::vector<ref::RefParam> p = {{"w", {2, 4}, std::vector<float>(8, 0.0f)}};
+  ref::ZenFlowConfig c;
+  c.topk_ratio = 0.25;  // k = 1: column 0, the largest |g|
+  c.warm_up = 3;
+  c.update_interval = 2;
+  c.select_interval = 6;
+  c.hp.lr = 0.01f;
+  c.hp.weight_decay = 0.0f;
+  ref::ZenFlowRef z(c, p);
+  const std::vector<float> g = {2.0f, 0.5f, 0.5f, 0.5f, -2.0f, 0.5f, 0.5f, 0.5f};
+  for (int64_t t = 0; t < 14; ++t) {
+    const std::vector<float> before = p[0].value;
+    z.step(t, {g});
+    if (t < c.warm_up) continue;
+    ASSERT_EQ(z.selection(0), std::vector<int32_t>{0}) << "t=" << t;
+    EXPECT_NEAR(p[0].value[0] - before[0], -0.01, 1e-8) << "t=" << t;
+    EXPECT_NEAR(p[0].value[4] - before[4], 0.01, 1e-8) << "t=" << t;
+  }
+  EXPECT_EQ(z.selection_steps(), (std::vector<int64_t>{3, 6, 12}));
+}
+
 TEST(ZenFlowRef, TopkOneUpdateOneEqualsDeviceAdam) {
   // every column selected, moments never reset within the run (S = 32 steps > 20)
   Spec s = tiny_spec(20, "zenflow");

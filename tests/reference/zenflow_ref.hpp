@@ -207,8 +207,9 @@ class ZenFlowRef {
             w[(size_t)r * k + c] = p.value[(size_t)r * C + s.sel[c]];
             gs[(size_t)r * k + c] = g[i][(size_t)r * C + s.sel[c]];
           }
-        kernels::cpu::adam_step(w.data(), gs.data(), s.msel.data(), s.vsel.data(), w.size(), c_.hp, t + 1,
-                                1.0f);
+        // bias correction counts the steps since the latest selection, which zeroed m_sel and v_sel
+        kernels::cpu::adam_step(w.data(), gs.data(), s.msel.data(), s.vsel.data(), w.size(), c_.hp,
+                                t - selections_.back() + 1, 1.0f);
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < k; ++c) p.value[(size_t)r * C + s.sel[c]] = w[(size_t)r * k + c];
       } else {

@@ -197,6 +197,10 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
                                                  spec.precision + "\"");
   same("model");
   same("optimizer");
+  const json none, was = ck.spec.is_object() ? ck.spec.value("scheduler", none) : none;
+  if (was != now.value("scheduler", none))
+    throw InputError(ck.dir + ": scheduler", "the checkpoint was written with " + was.dump() + ", this run has " +
+                                                 now.value("scheduler", none).dump());
   for (const char* k : {"dataset", "dir", "train_limit"}) same("data", k);
   for (const char* k : {"batch_size", "seed"}) same("train", k);
   if (spec.strategy == "zenflow") same("zenflow");

@@ -35,6 +35,7 @@ class Fields {
     if (!j.is_object()) fail(path_.empty() ? "(top level)" : path_, "expected an object, got " + type_name(j));
   }
   std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const std::string& source() const { return source_; }
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     throw InputError(source_ + ": " + field, what);
   }
@@ -151,6 +152,38 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
     f.fail(f.at("max_staleness"), "must be 0 without overlap_step: true (updates are synchronous)");
 }
 
+// DeepSpeed's scheduler block: {"type": ..., "params": {...}}, the two linear-warm-up schedulers.
+void parse_scheduler(Fields& f, Spec::Scheduler& c) {
+  if (!f.find("type")) f.fail(f.at("type"), "required: WarmupLR or WarmupDecayLR");
+  f.str("type", c.type);
+  if (c.type != "WarmupLR" && c.type != "WarmupDecayLR")
+    f.fail(f.at("type"), "'" + c.type + "' is not supported: WarmupLR or WarmupDecayLR (DeepSpeed's, same params)");
+  if (auto* p = f.object("params")) {
+    Fields q(*p, f.at("params"), f.source());
+    q.number("warmup_min_lr", c.warmup_min_lr, 0.0, 10.0);
+    q.number("warmup_max_lr", c.warmup_max_lr, 0.0, 10.0);
+    q.integer("warmup_num_steps", c.warmup_num_steps, 0, INT32_MAX);
+    q.str("warmup_type", c.warmup_type, {"log", "linear"});
+    if (c.type == "WarmupDecayLR") {
+      if (!q.find("total_num_steps"))
+        q.fail(q.at("total_num_steps"), "required with WarmupDecayLR (the step at which the rate reaches warmup_min_lr)");
+      q.integer("total_num_steps", c.total_num_steps, 1, INT32_MAX);
+    }
+    q.finish();
+  } else if (c.type == "WarmupDecayLR") {
+    f.fail(f.at("params"), "required with WarmupDecayLR (at least total_num_steps)");
+  }
+  f.finish();
+}
+
+// The block with every param written out; warmup_max_lr unset (-1) becomes max_lr.
+json scheduler_json(const Spec::Scheduler& c, double max_lr) {
+  json p = {{"warmup_min_lr", c.warmup_min_lr}, {"warmup_max_lr", c.warmup_max_lr < 0 ? max_lr : c.warmup_max_lr},
+            {"warmup_num_steps", c.warmup_num_steps}, {"warmup_type", c.warmup_type}};
+  if (c.type == "WarmupDecayLR") p["total_num_steps"] = c.total_num_steps;
+  return {{"type", c.type}, {"params", p}};
+}
+
 }  // namespace
 
 Spec parse_spec(const json& j, const std::string& source) {
@@ -237,6 +270,10 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.number("weight_decay", s.optimizer.weight_decay, 0.0, 1.0);
     f.finish();
   }
+  if (auto* sc = top.object("scheduler")) {
+    Fields f(*sc, "scheduler", source);
+    parse_scheduler(f, s.scheduler);
+  }
   if (auto* z = top.object("zenflow")) {
     Fields f(*z, "zenflow", source);
     s.zenflow.given = true;
@@ -278,8 +315,34 @@ Spec parse_spec(const json& j, const std::string& source) {
   return s;
 }
 
+double Spec::lr_at(int64_t t) const {
+  const Scheduler& c = scheduler;
+  if (c.type.empty()) return optimizer.lr;
+  const double lo = c.warmup_min_lr, hi = c.warmup_max_lr < 0 ? optimizer.lr : c.warmup_max_lr;
+  const int64_t W = std::max<int64_t>(2, c.warmup_num_steps);  // as DeepSpeed: at least 2
+  double gamma = 1.0;
+  if (t < W)
+    gamma = c.warmup_type == "log" ? (1.0 / std::log((double)W)) * std::log((double)t + 1.0) : (double)t / (double)W;
+  else if (c.type == "WarmupDecayLR")
+    gamma = std::max(0.0, (double)(c.total_num_steps - t) / std::max(1.0, (double)(c.total_num_steps - W)));
+  return lo + (hi - lo) * gamma;
+}
+
+std::string Spec::describe_lr() const {
+  std::ostringstream os;
+  if (scheduler.type.empty()) {
+    os << "lr " << optimizer.lr << " (constant)";
+    return os.str();
+  }
+  const Scheduler& c = scheduler;
+  os << "lr " << c.type << ": " << c.warmup_min_lr << " to " << (c.warmup_max_lr < 0 ? optimizer.lr : c.warmup_max_lr)
+     << " over " << std::max<int64_t>(2, c.warmup_num_steps) << " steps (" << c.warmup_type << ")";
+  if (c.type == "WarmupDecayLR") os << ", then linear to " << c.warmup_min_lr << " at step " << c.total_num_steps;
+  return os.str();
+}
+
 json Spec::to_json() const {
-  return json{
+  json j{
       {"name", name},
       {"strategy", strategy},
       {"precision", precision},
@@ -298,6 +361,9 @@ json Spec::to_json() const {
       {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}, {"crossings", runtime.crossings}}},
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
+  // absent without a schedule: older checkpoints' specs compare equal
+  if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, optimizer.lr);
+  return j;
 }
 
 json read_json_file(const std::string& path) {
@@ -393,7 +459,12 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   for (const char* k : {"steps_per_print", "wall_clock_breakdown", "dump_state", "prescale_gradients",
                         "gradient_predivide_factor", "zero_allow_untested_optimizer"})
     if (top.find(k)) note(std::string(k) + " (logging or multi-GPU tuning)");
-  if (top.find("scheduler")) top.fail("scheduler", "learning-rate schedulers are not supported; remove the block");
+  if (auto* sc = top.object("scheduler")) {  // DeepSpeed's defaults, warmup_max_lr 0.001 included
+    Fields f(*sc, "scheduler", src);
+    Spec::Scheduler c;
+    parse_scheduler(f, c);
+    patch["scheduler"] = scheduler_json(c, 0.001);
+  }
   if (auto* o = top.object("optimizer")) {
     Fields f(*o, "optimizer", src);
     std::string type;
@@ -470,7 +541,8 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
   if (!deepspeed_config.empty()) {
     std::vector<std::string> notes;
     json patch = deepspeed_patch(read_json_file(deepspeed_config), deepspeed_config, &notes, ranks);
-    if (patch.contains("zenflow")) j.erase("zenflow");  // the DeepSpeed block replaces the spec's
+    for (const char* k : {"zenflow", "scheduler"})  // the DeepSpeed block replaces the spec's
+      if (patch.contains(k)) j.erase(k);
     merge_patch(j, patch);
     for (auto& n : notes) std::fprintf(stderr, "zenflow-run: note: %s: %s accepted, no effect here\n", deepspeed_config.c_str(), n.c_str());
   }

@@ -53,6 +53,22 @@ struct Spec {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   } optimizer;
 
+  // DeepSpeed's "scheduler" block, same form and formulas (docs/spec.md): step t (0-based) uses
+  // the learning rate DeepSpeed's scheduler computes at last_batch_iteration = t. No block: the
+  // constant optimizer.lr.
+  struct Scheduler {
+    std::string type;             // "" (none) | WarmupLR | WarmupDecayLR
+    double warmup_min_lr = 0.0;
+    double warmup_max_lr = -1.0;  // -1: optimizer.lr (deepspeed_patch writes DeepSpeed's default, 0.001)
+    int64_t warmup_num_steps = 1000;
+    int64_t total_num_steps = 0;  // WarmupDecayLR: required
+    std::string warmup_type = "log";  // log | linear
+  } scheduler;
+  // The learning rate of step t (0-based).
+  double lr_at(int64_t t) const;
+  // One line for the run header: "constant 0.001" or the schedule with its numbers.
+  std::string describe_lr() const;
+
   // DeepSpeed's zero_optimization.zenflow block: same keys, types, defaults and constraints
   // (docs/zenflow.md), plus max_staleness and importance.
   struct ZenFlow {

@@ -12,7 +12,7 @@ HostTensor::HostTensor(const std::string& name, size_t numel, int64_t tile_elems
 }
 
 Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec)
-    : rt_(rt), params_(std::move(params)), tile_elems_(spec.runtime.tile_elems), bf16_(spec.precision == "bf16") {
+    : rt_(rt), params_(std::move(params)), spec_(spec), tile_elems_(spec.runtime.tile_elems), bf16_(spec.precision == "bf16") {
   hp_.lr = spec.optimizer.lr;
   hp_.beta1 = spec.optimizer.beta1;
   hp_.beta2 = spec.optimizer.beta2;
@@ -72,7 +72,7 @@ class DeviceAdam final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
       const Tensor& x = bf16_ ? master_[i] : p.value;
-      insert_adam_step(o.named("adam.device." + p.name), hp_, t + 1, 1.0f, x, whole(x), p.grad, whole(p.grad), m_[i],
+      insert_adam_step(o.named("adam.device." + p.name), hp(t), t + 1, 1.0f, x, whole(x), p.grad, whole(p.grad), m_[i],
                        v_[i]);
       // the trainer rounds the parameters to bf16 after the update (graphs/trainer.cpp)
       if (bf16_) insert_copy(o.named("master.device." + p.name), x, whole(x), p.value, whole(p.value));
@@ -131,7 +131,7 @@ class ZeroOffload final : public Strategy {
           insert_copy(rt_.host(t).named("unpack.grad." + nm), s.wire_g.tiles[k], whole(s.wire_g.tiles[k]),
                       s.hgrad.tiles[k], whole(s.hgrad.tiles[k]));
         const SubmitOptions ho = rt_.host(t).named("adam.host." + nm);
-        insert_adam_step(bf16_ ? ho : ho.prefetched(0), hp_, t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]),
+        insert_adam_step(bf16_ ? ho : ho.prefetched(0), hp(t), t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]),
                          s.hgrad.tiles[k], whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
         if (bf16_)
           insert_copy(rt_.host(t).named("pack.param." + nm).prefetched(1), s.master.tiles[k],

@@ -66,6 +66,13 @@ class Strategy {
   Runtime& rt_;
   std::vector<Param*> params_;
   AdamParams hp_;
+  Spec spec_;
+  // The AdamW hyper-parameters of step t: hp_ with the learning rate of the schedule (Spec::lr_at).
+  AdamParams hp(int64_t t) const {
+    AdamParams h = hp_;
+    h.lr = (float)spec_.lr_at(t);
+    return h;
+  }
   int64_t tile_elems_;
   bool bf16_;  // precision "bf16": crossings carry bf16 values
   int64_t d2h_ = 0, h2d_ = 0;

@@ -260,6 +260,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
         << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
         << rt.host_worker_count() << " host | " << T << " steps of " << B << " (" << per_epoch
         << " per epoch)\n";
+  if (!opt.quiet && !spec.scheduler.type.empty()) out << "zenflow-run: " << spec.describe_lr() << "\n";
 
   // stats ring: step t writes slot t % R; its read completes before t+R may write it
   const int R = L + 2;
@@ -292,7 +293,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       if (!opt.quiet)
         out << "step " << b << "/" << T << " | loss " << fmt("%.4f", loss / every) << " | "
             << fmt("%.2f", wall / every * 1e-3) << " ms/step | stall " << fmt("%.1f", 100 * std::max(0.0, stall))
-            << "% | " << fmt("%.1f", elapsed) << " s, eta " << fmt("%.0f", eta) << " s\n"
+            << "% | " << (spec.scheduler.type.empty() ? "" : "lr " + fmt("%.3g", spec.lr_at(b - 1)) + " | ")
+            << fmt("%.1f", elapsed) << " s, eta " << fmt("%.0f", eta) << " s\n"
             << std::flush;
       printed = b;
     }

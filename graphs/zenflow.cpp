@@ -181,7 +181,7 @@ class ZenFlowStrategy final : public Strategy {
           // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
           const bool copy_result = !sync || bf16_;
           const SubmitOptions ho = rt_.host(t).named("adam.host." + s);
-          insert_adam_step(copy_result ? ho : ho.prefetched(0), hp_, t + 1, scale, w.master.tiles[i],
+          insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(t), t + 1, scale, w.master.tiles[i],
                            whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
                            w.m.tiles[i], w.v.tiles[i]);
           if (copy_result)
@@ -217,7 +217,7 @@ class ZenFlowStrategy final : public Strategy {
           insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
           h2d_ += 2 * (int64_t)w.m_sel.bytes();
         }
-        insert_selective_adam(o.named("adam.device." + n), hp_, t - last_select(t) + 1, w.p->value, w.sel, w.p->grad,
+        insert_selective_adam(o.named("adam.device." + n), hp(t), t - last_select(t) + 1, w.p->value, w.sel, w.p->grad,
                               w.m_sel, w.v_sel);
         if (z_.offload) {
           insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
@@ -227,7 +227,7 @@ class ZenFlowStrategy final : public Strategy {
       }
     }
     for (Vector& v : vec_)
-      insert_adam_step(o.named("adam.device." + v.p->name), hp_, t + 1, 1.0f, v.p->value, whole(v.p->value),
+      insert_adam_step(o.named("adam.device." + v.p->name), hp(t), t + 1, 1.0f, v.p->value, whole(v.p->value),
                        v.p->grad, whole(v.p->grad), v.m, v.v);
 
     // the auto rule reads the gradient mass of this step when the next one is submitted
@@ -488,7 +488,7 @@ class ZeroOffloadDpu final : public Strategy {
         if (bf16_)
           insert_copy(rt_.host(t).named("unpack.grad." + nm), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), g,
                       whole(g));
-        insert_adam_step(rt_.host(t).named("adam.host." + nm), hp_, t + 1, 1.0f, s.master.tiles[k],
+        insert_adam_step(rt_.host(t).named("adam.host." + nm), hp(t), t + 1, 1.0f, s.master.tiles[k],
                          whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
         insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
                     s.res[b].tiles[k], whole(s.res[b].tiles[k]));

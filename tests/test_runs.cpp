@@ -75,6 +75,26 @@ TEST(DeepSpeedConfig, Bf16EnabledSelectsBf16Precision) {
   EXPECT_NE(input_error([&] { load_spec(spec, {}, p); }).find(p + ": bf16.enabled"), std::string::npos);
 }
 
+TEST(DeepSpeedConfig, SchedulerBlockKeepsDeepSpeedsDefaults) {
+  TmpDir d;
+  const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
+  // DeepSpeed's WarmupLR sets the rate itself: warmup_max_lr defaults to 0.001, not the optimizer's lr
+  const json ds = json::parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})");
+  const Spec s = load_spec(spec, {}, d.file("ds.json", ds.dump()));
+  EXPECT_EQ(s.scheduler.type, "WarmupLR");
+  EXPECT_DOUBLE_EQ(s.scheduler.warmup_max_lr, 0.001);
+  EXPECT_EQ(s.scheduler.warmup_type, "log");
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);  // log(1) = 0
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 0.001);
+  // it replaces a scheduler block of the spec as a whole (no merge of the two params objects)
+  const json spec_with = json::parse(R"({"name": "x", "scheduler": {"type": "WarmupDecayLR",
+      "params": {"total_num_steps": 100, "warmup_num_steps": 5}}})");
+  const Spec t = load_spec(d.file("spec.json", spec_with.dump()), {}, d.file("ds.json", ds.dump()));
+  EXPECT_EQ(t.scheduler.type, "WarmupLR");
+  EXPECT_EQ(t.scheduler.warmup_num_steps, 10);
+}
+
 TEST(DeepSpeedConfig, BatchSizesCountTheDataParallelRanks) {
   // DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu x ranks (no accumulation)
   const json both = json::parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 16})");
@@ -111,7 +131,9 @@ TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
       {"/gradient_accumulation_steps", 2, "gradient_accumulation_steps"},
       {"/fp16", json{{"enabled", true}}, "fp16.enabled"},
       {"/optimizer", json{{"type", "Lamb"}}, "optimizer.type"},
-      {"/scheduler", json{{"type", "WarmupLR"}}, "scheduler"},
+      {"/scheduler", json{{"type", "OneCycle"}}, "scheduler.type"},
+      {"/scheduler", json{{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}}}}, "scheduler.params.total_num_steps"},
+      {"/scheduler", json{{"type", "WarmupLR"}, {"params", {{"warmup_type", "cosine"}}}}, "scheduler.params.warmup_type"},
       {"/unknown_top_level", 1, "unknown_top_level"},
   };
   for (const Case& c : cases) {
@@ -179,18 +201,19 @@ struct ResumeCase {
 class Resume : public ::testing::TestWithParam<int> {};
 
 TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
+  auto zenflow_overlap = [](Spec& s) {  // host updates in flight at the checkpoint (D = 2)
+    s.strategy = "zenflow";
+    s.zenflow.update_interval = 3;
+    s.zenflow.overlap_step = true;
+    s.zenflow.max_staleness = 2;
+    s.zenflow.select_strategy = "step";
+    s.zenflow.select_interval = 9;
+  };
   const ResumeCase cases[] = {
       {"device-adam", [](Spec& s) { s.strategy = "device-adam"; }},
       {"zero-offload", [](Spec& s) { s.strategy = "zero-offload"; }},
       {"zero-offload-dpu", [](Spec& s) { s.strategy = "zero-offload-dpu"; }},
-      {"zenflow-overlap", [](Spec& s) {  // host updates in flight at the checkpoint (D = 2)
-         s.strategy = "zenflow";
-         s.zenflow.update_interval = 3;
-         s.zenflow.overlap_step = true;
-         s.zenflow.max_staleness = 2;
-         s.zenflow.select_strategy = "step";
-         s.zenflow.select_interval = 9;
-       }},
+      {"zenflow-overlap", zenflow_overlap},
       {"zenflow-auto", [](Spec& s) {
          s.strategy = "zenflow";
          s.zenflow.overlap_step = true;
@@ -205,14 +228,16 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          s.strategy = "zero-offload-dpu";
          s.precision = "bf16";
        }},
-      {"zenflow-overlap-bf16", [](Spec& s) {
-         s.strategy = "zenflow";
+      {"zenflow-overlap-decaying-lr", [&](Spec& s) {  // the schedule resumes at the checkpoint's step
+         zenflow_overlap(s);
+         s.scheduler.type = "WarmupDecayLR";
+         s.scheduler.warmup_num_steps = 4;
+         s.scheduler.warmup_type = "linear";
+         s.scheduler.total_num_steps = 31;
+       }},
+      {"zenflow-overlap-bf16", [&](Spec& s) {
+         zenflow_overlap(s);
          s.precision = "bf16";
-         s.zenflow.update_interval = 3;
-         s.zenflow.overlap_step = true;
-         s.zenflow.max_staleness = 2;
-         s.zenflow.select_strategy = "step";
-         s.zenflow.select_interval = 9;
        }},
   };
   const ResumeCase& c = cases[GetParam()];
@@ -232,7 +257,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 8));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 9));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;
@@ -249,6 +274,10 @@ TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   Spec dev = s;
   dev.strategy = "device-adam";
   EXPECT_NE(input_error([&] { run_with(dev, "", 0, ck); }).find("strategy"), std::string::npos);
+  // a different learning-rate schedule
+  Spec sch = s;
+  sch.scheduler.type = "WarmupLR";
+  EXPECT_NE(input_error([&] { run_with(sch, "", 0, ck); }).find("scheduler"), std::string::npos);
   // a different precision
   Spec b16 = s;
   b16.precision = "bf16";

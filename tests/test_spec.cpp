@@ -306,6 +306,62 @@ TEST(SpecFile, MissingFile) {
   expect_input_error([&] { zf::load_spec(p, {}); }, {p, "does-not-exist.json", "cannot open"});
 }
 
+// DeepSpeed's WarmupLR and WarmupDecayLR (deepspeed/runtime/lr_schedules.py), values worked out by
+// hand: gamma = log(t + 1) / log(W) (log) or t / W (linear) for t < W; then 1 (WarmupLR) or
+// max(0, (total - t) / (total - W)) (WarmupDecayLR); lr = min + (max - min) gamma.
+TEST(SpecScheduler, LearningRatesAsDeepSpeedComputesThem) {
+  zf::Spec none = zf::parse_spec(json{{"optimizer", {{"lr", 0.02}}}}, kSrc);
+  EXPECT_DOUBLE_EQ(none.lr_at(0), 0.02);
+  EXPECT_DOUBLE_EQ(none.lr_at(12345), 0.02);
+
+  zf::Spec w = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.02}, "scheduler": {"type": "WarmupLR",
+      "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.011, "warmup_num_steps": 100}}})"), kSrc);
+  EXPECT_DOUBLE_EQ(w.lr_at(0), 0.001);                                  // log(1) = 0
+  EXPECT_NEAR(w.lr_at(9), 0.001 + 0.010 * 0.5, 1e-15);                  // log(10) / log(100) = 1/2
+  EXPECT_NEAR(w.lr_at(99), 0.011, 1e-15);                               // log(100) / log(100)
+  EXPECT_DOUBLE_EQ(w.lr_at(100), 0.011);
+  EXPECT_DOUBLE_EQ(w.lr_at(100000), 0.011);                             // no decay
+
+  zf::Spec d = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.004}, "scheduler": {"type": "WarmupDecayLR",
+      "params": {"warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": 110}}})"), kSrc);
+  EXPECT_DOUBLE_EQ(d.lr_at(0), 0.0);
+  EXPECT_NEAR(d.lr_at(5), 0.002, 1e-15);         // warmup_max_lr defaults to optimizer.lr in a spec
+  EXPECT_NEAR(d.lr_at(10), 0.004, 1e-15);        // (110 - 10) / 100
+  EXPECT_NEAR(d.lr_at(35), 0.003, 1e-15);        // (110 - 35) / 100
+  EXPECT_NEAR(d.lr_at(109), 0.00004, 1e-15);
+  EXPECT_DOUBLE_EQ(d.lr_at(110), 0.0);
+  EXPECT_DOUBLE_EQ(d.lr_at(500), 0.0);           // never negative
+
+  // warmup_num_steps 0 or 1 count as 2 (DeepSpeed: max(2, warmup_num_steps))
+  zf::Spec one = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.01}, "scheduler": {"type": "WarmupLR",
+      "params": {"warmup_num_steps": 1, "warmup_type": "linear"}}})"), kSrc);
+  EXPECT_DOUBLE_EQ(one.lr_at(0), 0.0);
+  EXPECT_NEAR(one.lr_at(1), 0.005, 1e-15);
+  EXPECT_DOUBLE_EQ(one.lr_at(2), 0.01);
+  EXPECT_NE(one.describe_lr().find("WarmupLR"), std::string::npos);
+  // the spec round-trips with its schedule
+  EXPECT_EQ(zf::parse_spec(d.to_json(), kSrc).to_json(), d.to_json());
+  EXPECT_EQ(zf::parse_spec(w.to_json(), kSrc).to_json(), w.to_json());
+  EXPECT_FALSE(none.to_json().contains("scheduler"));
+}
+
+TEST(SpecScheduler, BadBlocksNameTheField) {
+  expect_spec_error(json{{"scheduler", {{"params", json::object()}}}}, "scheduler.type", "required");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupCosineLR"}}}}, "scheduler.type", "not supported");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupDecayLR"}}}}, "scheduler.params", "total_num_steps");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 5}}}}}},
+                    "scheduler.params.total_num_steps", "required");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"total_num_steps", 5}}}}}},
+                    "scheduler.params.total_num_steps", "unknown key");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_type", "cosine"}}}}}},
+                    "scheduler.params.warmup_type", "not one of");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", -1}}}}}},
+                    "scheduler.params.warmup_max_lr", "outside");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 2.5}}}}}},
+                    "scheduler.params.warmup_num_steps", "expected an integer");
+  expect_spec_error(json{{"scheduler", "WarmupLR"}}, "scheduler", "expected an object");
+}
+
 TEST(Spec, StepsArithmetic) {
   zf::Spec s = zf::parse_spec(json{{"train", {{"batch_size", 100}, {"epochs", 3}}}}, kSrc);
   EXPECT_EQ(zf::steps_per_epoch(s, 1050), 10);

@@ -481,6 +481,32 @@ INSTANTIATE_TEST_SUITE_P(DxKxW, ZenFlowEngine,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// A learning-rate schedule (docs/spec.md): every AdamW application of step t -- device, host,
+// selective, 1-D -- uses the rate of step t; the reference computes the rates on its own.
+TEST(ZenFlowEngineSchedule, DecayingLearningRateMatchesReferenceBitwise) {
+  auto with_schedule = [](Spec s) {
+    s.scheduler.type = "WarmupDecayLR";
+    s.scheduler.warmup_num_steps = 5;
+    s.scheduler.warmup_type = "log";
+    s.scheduler.warmup_min_lr = 1e-4;
+    s.scheduler.total_num_steps = 24;  // the last steps run at lr 0: only the host merges move weights
+    return s;
+  };
+  for (const char* strategy : {"device-adam", "zero-offload"}) {
+    SCOPED_TRACE(strategy);
+    const Spec s = with_schedule(tiny_spec(28, strategy));
+    const Weights eng = train_and_capture(s);
+    EXPECT_EQ(first_difference(eng, ref::run_reference(s).weights), "");
+    EXPECT_NE(first_difference(eng, train_and_capture(tiny_spec(28, strategy))), "") << "the schedule changed nothing";
+  }
+  for (int D : {0, 1}) {
+    SCOPED_TRACE("zenflow D=" + std::to_string(D));
+    auto make = [&](int64_t n) { return with_schedule(zen_spec(n, D, 4, 2)); };
+    const Spec s = make(28);
+    EXPECT_EQ(first_difference(train_and_capture(s), ref::run_reference(s).weights), "") << first_divergent_step(make, 28);
+  }
+}
+
 TEST(ZenFlowEngineBaselines, TopkOneUpdateOneEqualsDeviceAdam) {
   Spec s = tiny_spec(20, "zenflow");
   s.zenflow.given = true;

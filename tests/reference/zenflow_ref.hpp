@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -32,7 +33,36 @@ struct ZenFlowConfig {
   bool l2 = false;              // importance: squared L2 instead of L1
   double auto_ratio = 0.99;
   AdamParams hp;
+  std::function<float(int64_t)> lr;  // the learning rate of step t; empty: hp.lr
+  AdamParams hp_at(int64_t t) const {
+    AdamParams h = hp;
+    if (lr) h.lr = lr(t);
+    return h;
+  }
 };
+
+// The learning rate of step t under the spec's DeepSpeed scheduler block, written out from
+// DeepSpeed's WarmupLR / WarmupDecayLR (docs/spec.md) separately from Spec::lr_at.
+inline float ref_lr(const Spec& s, int64_t t) {
+  const auto& c = s.scheduler;
+  if (c.type.empty()) return (float)s.optimizer.lr;
+  const double max_lr = c.warmup_max_lr < 0 ? s.optimizer.lr : c.warmup_max_lr;
+  const double W = c.warmup_num_steps < 2 ? 2.0 : (double)c.warmup_num_steps;
+  double gamma;
+  if ((double)t < W) {
+    if (c.warmup_type == "linear")
+      gamma = (double)t / W;
+    else
+      gamma = (1.0 / std::log(W)) * std::log((double)(t + 1));
+  } else if (c.type == "WarmupLR") {
+    gamma = 1.0;
+  } else {
+    const double left = (double)c.total_num_steps - (double)t, span = (double)c.total_num_steps - W;
+    gamma = left / (span < 1.0 ? 1.0 : span);
+    if (gamma < 0.0) gamma = 0.0;
+  }
+  return (float)(c.warmup_min_lr + (max_lr - c.warmup_min_lr) * gamma);
+}
 
 inline AdamParams adam_params(const Spec& s) {
   AdamParams hp;
@@ -60,6 +90,7 @@ inline ZenFlowConfig zenflow_config(const Spec& s, int64_t steps_per_epoch) {
   c.l2 = z.importance == "l2";
   c.auto_ratio = z.auto_ratio;
   c.hp = adam_params(s);
+  c.lr = [s](int64_t t) { return ref_lr(s, t); };
   return c;
 }
 
@@ -175,7 +206,7 @@ class ZenFlowRef {
       for (size_t i = 0; i < P_.size(); ++i) {
         if (!P_[i].is_matrix()) continue;
         State& s = st_[i];
-        kernels::cpu::adam_step(s.M.data(), s.acc.data(), s.mh.data(), s.vh.data(), s.M.size(), c_.hp,
+        kernels::cpu::adam_step(s.M.data(), s.acc.data(), s.mh.data(), s.vh.data(), s.M.size(), c_.hp_at(t),
                                 t + 1, scale);
         job.result.push_back(s.M);
       }
@@ -208,12 +239,12 @@ class ZenFlowRef {
             gs[(size_t)r * k + c] = g[i][(size_t)r * C + s.sel[c]];
           }
         // bias correction counts the steps since the latest selection, which zeroed m_sel and v_sel
-        kernels::cpu::adam_step(w.data(), gs.data(), s.msel.data(), s.vsel.data(), w.size(), c_.hp,
+        kernels::cpu::adam_step(w.data(), gs.data(), s.msel.data(), s.vsel.data(), w.size(), c_.hp_at(t),
                                 t - selections_.back() + 1, 1.0f);
         for (int r = 0; r < R; ++r)
           for (int c = 0; c < k; ++c) p.value[(size_t)r * C + s.sel[c]] = w[(size_t)r * k + c];
       } else {
-        kernels::cpu::adam_step(p.value.data(), g[i].data(), s.m1.data(), s.v1.data(), p.value.size(), c_.hp,
+        kernels::cpu::adam_step(p.value.data(), g[i].data(), s.m1.data(), s.v1.data(), p.value.size(), c_.hp_at(t),
                                 t + 1, 1.0f);
       }
     }
@@ -321,7 +352,9 @@ class ZenFlowRef {
 // copies that are copied back).
 class AdamRef {
  public:
-  AdamRef(const AdamParams& hp, std::vector<RefParam>& params, bool offload) : hp_(hp), P_(params), offload_(offload) {
+  AdamRef(const AdamParams& hp, std::vector<RefParam>& params, bool offload,
+          std::function<float(int64_t)> lr = nullptr)
+      : hp_(hp), lr_(std::move(lr)), P_(params), offload_(offload) {
     for (auto& p : P_) {
       m_.emplace_back(p.value.size(), 0.0f);
       v_.emplace_back(p.value.size(), 0.0f);
@@ -329,15 +362,18 @@ class AdamRef {
     }
   }
   void step(int64_t t, const std::vector<std::vector<float>>& g) {
+    AdamParams hp = hp_;
+    if (lr_) hp.lr = lr_(t);
     for (size_t i = 0; i < P_.size(); ++i) {
       std::vector<float>& x = offload_ ? master_[i] : P_[i].value;
-      kernels::cpu::adam_step(x.data(), g[i].data(), m_[i].data(), v_[i].data(), x.size(), hp_, t + 1, 1.0f);
+      kernels::cpu::adam_step(x.data(), g[i].data(), m_[i].data(), v_[i].data(), x.size(), hp, t + 1, 1.0f);
       if (offload_) P_[i].value = master_[i];
     }
   }
 
  private:
   AdamParams hp_;
+  std::function<float(int64_t)> lr_;
   std::vector<RefParam>& P_;
   bool offload_;
   std::vector<std::vector<float>> m_, v_, master_;
@@ -396,7 +432,8 @@ inline RefRun run_reference(const Spec& s) {
     out.selection_steps = z.selection_steps();
     out.merges = z.merges();
   } else if (s.strategy == "device-adam" || s.strategy == "zero-offload") {
-    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16);
+    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16,
+              [s](int64_t t) { return ref_lr(s, t); });
     for (int64_t t = 0; t < T; ++t) {
       a.step(t, grads(t));
       round_params();

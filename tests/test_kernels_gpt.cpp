@@ -229,7 +229,10 @@ TEST(GptKernels, LayerNormMatchesReference) {
 TEST(GptKernels, AttentionMatchesReference) {
   cpu::blas_single_thread();
   for (auto [B, T, C, NH] : {std::tuple{1, 1, 4, 1}, std::tuple{2, 7, 12, 3}, std::tuple{2, 22, 64, 4},
-                             std::tuple{1, 55, 32, 2}, std::tuple{1, 64, 64, 1}}) {
+                             std::tuple{1, 55, 32, 2}, std::tuple{1, 64, 64, 1},
+                             // across the kernel's 64-row causal blocks: one row past, a partial
+                             // last block, whole blocks
+                             std::tuple{1, 65, 16, 2}, std::tuple{2, 150, 32, 4}, std::tuple{1, 256, 32, 2}}) {
     SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
                  " NH=" + std::to_string(NH));
     FVec qkv = uniform_f((size_t)B * T * 3 * C, -1, 1, 60 + T), dout = uniform_f((size_t)B * T * C, -1, 1, 61);

@@ -155,13 +155,16 @@ std::vector<Verse> load_kjv(const std::string& path, const std::string& where) {
 
 TextSplit kjv_lm_split(const std::vector<Verse>& verses) {
   TextSplit s;
-  for (const Verse& v : verses) {
-    auto& dst = kBooks.at(v.book).validation ? s.val : s.train;
+  for (size_t i = 0; i < verses.size(); ++i) {
+    const Verse& v = verses[i];
+    const bool val = kBooks.at(v.book).validation;
+    if (!val && kjv_held_out_verse(i)) continue;  // the classifier's held-out verses
+    auto& dst = val ? s.val : s.train;
     dst.insert(dst.end(), v.text.begin(), v.text.end());
     dst.push_back('\n');
   }
-  s.description = "KJV, " + std::to_string(s.train.size()) + " training bytes, " + std::to_string(s.val.size()) +
-                  " validation bytes (held-out books)";
+  s.description = "KJV, " + std::to_string(s.train.size()) + " training bytes (every 10th verse left out), " +
+                  std::to_string(s.val.size()) + " validation bytes (held-out books)";
   return s;
 }
 

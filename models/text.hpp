@@ -39,8 +39,12 @@ struct TextSplit {
   std::vector<uint8_t> train, val;
   std::string description;  // for the run header
 };
+// The verse classifier's held-out verses of the "verse" split: every 10th verse (0-based index
+// % 10 == 9, canonical order) of all 66 books. Language-model training never sees them.
+inline bool kjv_held_out_verse(size_t index) { return index % 10 == 9; }
 // KJV: verse texts, one a line ("\n"), in canonical order; validation = the books marked
-// `validation`, training = all others.
+// `validation`; training = the other books without their kjv_held_out_verse()s, so that neither
+// of the classifier's held-out sets (docs/gpt.md) is in the pretraining text.
 TextSplit kjv_lm_split(const std::vector<Verse>& verses);
 // Any UTF-8 text file: validation = the last 10% of the bytes (the split is at floor(0.9 n)).
 TextSplit load_text_split(const std::string& path, const std::string& where);

@@ -425,6 +425,12 @@ TEST(GptData, KjvParsingAndLabels) {
   EXPECT_NE(val.find("Vanity of vanities"), std::string::npos);  // Ecclesiastes
   EXPECT_NE(val.find("through Christ"), std::string::npos);  // Philippians
   EXPECT_EQ(val.find("In the beginning"), std::string::npos);
+  // the verse split's held-out verses are in neither part: index 9 = Matthew 1:1
+  const std::string train(lm.train.begin(), lm.train.end());
+  EXPECT_NE(train.find("In the beginning"), std::string::npos);
+  EXPECT_NE(train.find("Jesus wept."), std::string::npos);
+  EXPECT_EQ(train.find("The book of the generation"), std::string::npos);
+  EXPECT_EQ(val.find("The book of the generation"), std::string::npos);
   VerseTask book = make_verse_task(verses, "testament", "book", 32);
   EXPECT_EQ(book.eval.rows, 5);  // Ruth, Ecclesiastes, Jonah, Philippians, James
   VerseTask verse = make_verse_task(verses, "testament", "verse", 32);
@@ -461,8 +467,14 @@ TEST(GptData, KjvTextFromBibleKjv) {
   }
   EXPECT_EQ(checked, (int)want.size());
   TextSplit lm = kjv_lm_split(verses);
-  EXPECT_GT(lm.val.size(), 100000u);
+  EXPECT_EQ(lm.val.size(), 113245u);  // Ruth, Ecclesiastes, Lamentations, Joel, Jonah, Philippians, James, 1 John
   EXPECT_GT(lm.train.size(), 30 * lm.val.size());
+  // Genesis 1:10 (index 9) is a held-out verse of the classifier's verse split, 1:9 and 1:11 are not
+  const std::string train(lm.train.begin(), lm.train.end());
+  EXPECT_EQ(verses[9].text.rfind("And God called the dry land Earth", 0), 0u);
+  EXPECT_EQ(train.find(verses[9].text), std::string::npos);
+  EXPECT_NE(train.find(verses[8].text), std::string::npos);
+  EXPECT_NE(train.find(verses[10].text), std::string::npos);
 }
 
 // ------------------------------------------------------------------ --init from an LM checkpoint

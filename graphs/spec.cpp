@@ -318,7 +318,7 @@ Spec parse_spec(const json& j, const std::string& source) {
 double Spec::lr_at(int64_t t) const {
   const Scheduler& c = scheduler;
   if (c.type.empty()) return optimizer.lr;
-  const double lo = c.warmup_min_lr, hi = c.warmup_max_lr < 0 ? optimizer.lr : c.warmup_max_lr;
+  const double lo = c.warmup_min_lr, hi = peak_lr();
   const int64_t W = std::max<int64_t>(2, c.warmup_num_steps);  // as DeepSpeed: at least 2
   double gamma = 1.0;
   if (t < W)
@@ -335,7 +335,7 @@ std::string Spec::describe_lr() const {
     return os.str();
   }
   const Scheduler& c = scheduler;
-  os << "lr " << c.type << ": " << c.warmup_min_lr << " to " << (c.warmup_max_lr < 0 ? optimizer.lr : c.warmup_max_lr)
+  os << "lr " << c.type << ": " << c.warmup_min_lr << " to " << peak_lr()
      << " over " << std::max<int64_t>(2, c.warmup_num_steps) << " steps (" << c.warmup_type << ")";
   if (c.type == "WarmupDecayLR") os << ", then linear to " << c.warmup_min_lr << " at step " << c.total_num_steps;
   return os.str();
@@ -362,7 +362,7 @@ json Spec::to_json() const {
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
   // absent without a schedule: older checkpoints' specs compare equal
-  if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, optimizer.lr);
+  if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
   return j;
 }
 

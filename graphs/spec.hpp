@@ -66,6 +66,8 @@ struct Spec {
   } scheduler;
   // The learning rate of step t (0-based).
   double lr_at(int64_t t) const;
+  // The schedule's rate after the warm-up: warmup_max_lr, or optimizer.lr when it is unset.
+  double peak_lr() const { return scheduler.warmup_max_lr < 0 ? optimizer.lr : scheduler.warmup_max_lr; }
   // One line for the run header: "constant 0.001" or the schedule with its numbers.
   std::string describe_lr() const;
 

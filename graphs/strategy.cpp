@@ -13,7 +13,6 @@ HostTensor::HostTensor(const std::string& name, size_t numel, int64_t tile_elems
 
 Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec)
     : rt_(rt), params_(std::move(params)), spec_(spec), tile_elems_(spec.runtime.tile_elems), bf16_(spec.precision == "bf16") {
-  hp_.lr = spec.optimizer.lr;
   hp_.beta1 = spec.optimizer.beta1;
   hp_.beta2 = spec.optimizer.beta2;
   hp_.eps = spec.optimizer.eps;

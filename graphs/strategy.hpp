@@ -65,7 +65,7 @@ class Strategy {
 
   Runtime& rt_;
   std::vector<Param*> params_;
-  AdamParams hp_;
+  AdamParams hp_;  // betas, eps, weight decay; the rate comes from hp(t)
   Spec spec_;
   // The AdamW hyper-parameters of step t: hp_ with the learning rate of the schedule (Spec::lr_at).
   AdamParams hp(int64_t t) const {

@@ -140,6 +140,7 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
   f.number("pt_reserved_cores_perc", z.pt_reserved_cores_perc, 0.0, 1.0);
   f.integer("max_staleness", z.max_staleness, 0, 64);
   f.str("importance", z.importance, {"l1", "l2"});
+  boolean("reset_host_moments", z.reset_host_moments);
   f.finish();
   if (z.select_strategy == "auto" && z.select_interval != -1)
     f.fail(f.at("select_interval"), "must be \"auto\" with select_strategy \"auto\" (which reselects once per epoch)");
@@ -361,8 +362,9 @@ json Spec::to_json() const {
       {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}, {"crossings", runtime.crossings}}},
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
-  // absent without a schedule: older checkpoints' specs compare equal
+  // absent without a schedule (or without reset_host_moments): older checkpoints' specs compare equal
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
+  if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
   return j;
 }
 

@@ -72,7 +72,7 @@ struct Spec {
   std::string describe_lr() const;
 
   // DeepSpeed's zero_optimization.zenflow block: same keys, types, defaults and constraints
-  // (docs/zenflow.md), plus max_staleness and importance.
+  // (docs/zenflow.md), plus max_staleness, importance and reset_host_moments.
   struct ZenFlow {
     double topk_ratio = 0.1;
     std::string select_strategy = "auto";  // auto | step | epoch
@@ -85,6 +85,9 @@ struct Spec {
     double pt_reserved_cores_perc = 0.5;
     int max_staleness = -1;                // -1: 1 with overlap_step, else 0
     std::string importance = "l1";         // l1 | l2 (squared L2 norm)
+    // ours: at the end of full_warm_up_rounds the host AdamW's moments restart from zero, with
+    // bias correction counting host updates from there (docs/zenflow.md)
+    bool reset_host_moments = false;
     bool given = false;                    // the spec had a zenflow block
     bool cores_perc_given = false;
     int staleness() const { return max_staleness >= 0 ? max_staleness : (overlap_step ? 1 : 0); }

@@ -103,6 +103,13 @@ class ZenFlowStrategy final : public Strategy {
     return m > W_ ? m : W_;
   }
 
+  // The host AdamW's bias-correction step: t + 1 (DeepSpeed), or with reset_host_moments the host
+  // updates since the end of the warm-up, whose moments restarted there (jobs 0..W-1 are the
+  // warm-up's, one per step).
+  int64_t host_step(int64_t t) const {
+    return z_.reset_host_moments && W_ > 0 && t >= W_ ? job_ - W_ + 1 : t + 1;
+  }
+
   bool is_update(int64_t t) const {
     if (t < W_) return true;
     if (K_ > 0 && (t + 1 - W_) % K_ == 0) return true;
@@ -134,6 +141,11 @@ class ZenFlowStrategy final : public Strategy {
       for (auto& wp : mat_) {
         Matrix& w = *wp;
         const std::string& n = w.p->name;
+        if (t == W_ && W_ > 0 && z_.reset_host_moments)  // after the last warm-up update's AdamW (RAW/WAR)
+          for (size_t i = 0; i < w.m.tiles.size(); ++i) {
+            insert_zero(rt_.host(t).named("reset.m." + n + "[" + std::to_string(i) + "]"), w.m.tiles[i]);
+            insert_zero(rt_.host(t).named("reset.v." + n + "[" + std::to_string(i) + "]"), w.v.tiles[i]);
+          }
         if (t != 0) {  // M <- P: staged so the device never waits for in-flight host jobs
           to_host(rt_.crossing(t).named("d2h.resync." + n), w.p->value, w.resync);
           for (size_t i = 0; i < w.master.tiles.size(); ++i)
@@ -181,7 +193,7 @@ class ZenFlowStrategy final : public Strategy {
           // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
           const bool copy_result = !sync || bf16_;
           const SubmitOptions ho = rt_.host(t).named("adam.host." + s);
-          insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(t), t + 1, scale, w.master.tiles[i],
+          insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(t), host_step(t), scale, w.master.tiles[i],
                            whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
                            w.m.tiles[i], w.v.tiles[i]);
           if (copy_result)

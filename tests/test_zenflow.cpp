@@ -683,6 +683,22 @@ TEST(ZenFlowEngineVariants, SmallTopkStalenessThree) {
   });
 }
 
+// reset_host_moments: host m, v zeroed at the end of a 5-step warm-up, bias correction counting
+// host updates from there; the engine equals the reference, and the option changes the result.
+TEST(ZenFlowEngineVariants, ResetHostMomentsAfterWarmUp) {
+  auto set = [](bool reset) {
+    return [reset](Spec& s) {
+      s.zenflow.full_warm_up_rounds = 5;
+      s.zenflow.reset_host_moments = reset;
+    };
+  };
+  expect_variant_matches(set(true));
+  Spec a = zen_spec(40, 1, 4, 1), b = a;
+  set(true)(a);
+  set(false)(b);
+  EXPECT_NE(first_difference(ref::run_reference(a).weights, ref::run_reference(b).weights), "");
+}
+
 // ------------------------------------------------------------------ precision bf16
 
 bool all_bf16(const Weights& w) {

@@ -31,6 +31,7 @@ struct ZenFlowConfig {
   int64_t select_interval = 0;  // S in steps; 0: never reselect
   int64_t staleness = 0;        // D (0 without overlap_step)
   bool l2 = false;              // importance: squared L2 instead of L1
+  bool reset_host_moments = false;  // host m, v zeroed at t == W > 0; bias correction from there
   double auto_ratio = 0.99;
   AdamParams hp;
   std::function<float(int64_t)> lr;  // the learning rate of step t; empty: hp.lr
@@ -88,6 +89,7 @@ inline ZenFlowConfig zenflow_config(const Spec& s, int64_t steps_per_epoch) {
     c.select_interval = steps_per_epoch;
   c.staleness = z.overlap_step ? (z.max_staleness >= 0 ? z.max_staleness : 1) : 0;
   c.l2 = z.importance == "l2";
+  c.reset_host_moments = z.reset_host_moments;
   c.auto_ratio = z.auto_ratio;
   c.hp = adam_params(s);
   c.lr = [s](int64_t t) { return ref_lr(s, t); };
@@ -179,6 +181,10 @@ class ZenFlowRef {
         State& s = st_[i];
         const int R = P_[i].rows(), C = P_[i].cols();
         if (t != 0) s.M = P_[i].value;  // every earlier host job has already run (sequential)
+        if (t == c_.warm_up && c_.warm_up > 0 && c_.reset_host_moments) {
+          s.mh.assign(s.mh.size(), 0.0f);
+          s.vh.assign(s.vh.size(), 0.0f);
+        }
         std::vector<float> imp(C, 0.0f);
         for (int r = 0; r < R; ++r)
           for (int j = 0; j < C; ++j) {
@@ -206,8 +212,11 @@ class ZenFlowRef {
       for (size_t i = 0; i < P_.size(); ++i) {
         if (!P_[i].is_matrix()) continue;
         State& s = st_[i];
-        kernels::cpu::adam_step(s.M.data(), s.acc.data(), s.mh.data(), s.vh.data(), s.M.size(), c_.hp_at(t),
-                                t + 1, scale);
+        // with reset_host_moments the host's bias correction counts its updates since the warm-up
+        // (one job per warm-up step, so job j_ - W is the (j_ - W + 1)-th)
+        const int64_t hs = c_.reset_host_moments && c_.warm_up > 0 && t >= c_.warm_up ? j_ - c_.warm_up + 1 : t + 1;
+        kernels::cpu::adam_step(s.M.data(), s.acc.data(), s.mh.data(), s.vh.data(), s.M.size(), c_.hp_at(t), hs,
+                                scale);
         job.result.push_back(s.M);
       }
       update_steps_.push_back(t);

@@ -30,13 +30,26 @@ void insert_act_bwd(const SubmitOptions& opt, Activation a, const Tensor& x, con
                     const Tensor& dx);
 
 // ---- loss. stats is a home tensor of 3 doubles {sum of losses, correct, rows}; with
-// accumulate=false they are overwritten, else added to (evaluation over many batches).
+// accumulate=false they are overwritten, else added to (evaluation over many batches). With
+// ignore_negative a negative label marks a row to skip (padded targets): not counted in stats,
+// a zero gradient; otherwise a label outside [0, C) fails the run.
 void insert_softmax_xent_fwd(const SubmitOptions& opt, const Tensor& logits, const Tensor& labels,
                              const Tensor& probs, const Tensor& stats, bool accumulate,
-                             StepStatus* status);
+                             StepStatus* status, bool ignore_negative = false);
 // dlogits = (probs - onehot) * scale
 void insert_softmax_xent_bwd(const SubmitOptions& opt, const Tensor& probs, const Tensor& labels,
                              const Tensor& dlogits, float scale);
+// out[offset + b] = log-likelihood of sequence b of B: the sum over its T rows of logits (B*T, V)
+// with targets >= 0 of log softmax(row)[target] (out: a tensor of doubles, updated in place).
+void insert_sequence_logprob(const SubmitOptions& opt, const Tensor& logits, const Tensor& targets, const Tensor& out,
+                             int64_t offset, int B);
+// The generative classifier's training loss (kernels::cpu::gen_class_loss) over B chunks scored
+// under K classes (K*B rows of T positions): labels (>= B int32, the first B are the chunks' true
+// classes), log_prior (K doubles); dlogits (K*B*T, V) written; stats {sum of chunk losses,
+// correct chunks, B} overwritten.
+void insert_gen_class_loss(const SubmitOptions& opt, const Tensor& logits, const Tensor& targets, const Tensor& labels,
+                           const Tensor& log_prior, const Tensor& dlogits, const Tensor& stats, int K, float lm_weight,
+                           StepStatus* status);
 
 // ---- optimizer and data movement. A Slice is [offset, offset + n) of a tensor's elements.
 struct Slice {
@@ -120,6 +133,10 @@ void insert_embedding_fwd(const SubmitOptions& opt, const Tensor& tokens, const 
 // dwte, dwpe (overwritten) from dx (B*T, C); rows of dwpe beyond T are zero
 void insert_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& dx,
                           const Tensor& dwte, const Tensor& dwpe);
+// x (B*T, C) [b, t] += table (K, C) [ids[b]] (ids (B) int32 in [0, K)); the backward overwrites
+// dtable with the sums of dx over each class's sequences and positions
+void insert_class_embedding_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& table, const Tensor& ids);
+void insert_class_embedding_bwd(const SubmitOptions& opt, const Tensor& dx, const Tensor& ids, const Tensor& dtable);
 // y (N, C) = LayerNorm(x) * w + b, eps 1e-5; mean, rstd (N) saved
 void insert_layernorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd);
@@ -163,5 +180,10 @@ struct SequenceTable {
 // tokens (B, T), len (B), labels (B) int32 of the table rows `rows`
 void insert_load_sequences(const SubmitOptions& opt, const SequenceTable* table, const std::vector<int32_t>& rows,
                            const Tensor& tokens, const Tensor& len, const Tensor& labels, StepStatus* status);
+// tokens (B, T), targets (B*T), classes (B), labels (B) int32 of class-conditioned chunks of
+// `text` (kernels::cpu::gather_chunks); each chunk must lie inside the text and hold 1 to T bytes
+void insert_load_chunks(const SubmitOptions& opt, const TextSource* text, const std::vector<kernels::cpu::ChunkRef>& chunks,
+                        const Tensor& tokens, const Tensor& targets, const Tensor& classes, const Tensor& labels,
+                        StepStatus* status);
 
 }  // namespace zf

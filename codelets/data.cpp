@@ -105,6 +105,35 @@ void load_sequences_cpu(void* b[], void* a) noexcept {
                                  vec_as<int32_t>(b[1]), vec_as<int32_t>(b[2]));
 }
 
+struct ChunksHeader {
+  const TextSource* text;
+  StepStatus* status;
+  int32_t B, T;
+  // followed by B ChunkRefs
+};
+
+void load_chunks_cpu(void* b[], void* a) noexcept {
+  auto* h = static_cast<ChunksHeader*>(a);
+  const auto* refs = reinterpret_cast<const kernels::cpu::ChunkRef*>(h + 1);
+  for (int32_t i = 0; i < h->B; ++i)
+    if (refs[i].start < 0 || refs[i].n < 1 || refs[i].n > h->T || refs[i].start + refs[i].n > h->text->size) {
+      if (h->status)
+        h->status->fail("load_chunks: chunk at " + std::to_string(refs[i].start) + " of " +
+                        std::to_string(refs[i].n) + " bytes out of range");
+      return;
+    }
+  kernels::cpu::gather_chunks(h->text->data, refs, h->B, h->T, vec_as<int32_t>(b[0]), vec_as<int32_t>(b[1]),
+                              vec_as<int32_t>(b[2]), vec_as<int32_t>(b[3]));
+}
+
+starpu_codelet& load_chunks_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_load_chunks", load_chunks_cpu, nullptr /* host-side gather */, 4, {STARPU_W, STARPU_W, STARPU_W, STARPU_W}},
+      &m);
+  return c;
+}
+
 starpu_codelet& load_windows_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
@@ -146,6 +175,29 @@ void insert_load_sequences(const SubmitOptions& opt, const SequenceTable* table,
   std::memcpy(blob.data(), &h, sizeof h);
   std::memcpy(blob.data() + sizeof h, rows.data(), B * sizeof(int32_t));
   TaskBuilder(load_sequences_cl(), opt).w(tokens).w(len).w(labels).args_bytes(blob.data(), blob.size()).submit();
+}
+
+void insert_load_chunks(const SubmitOptions& opt, const TextSource* text, const std::vector<kernels::cpu::ChunkRef>& chunks,
+                        const Tensor& tokens, const Tensor& targets, const Tensor& classes, const Tensor& labels,
+                        StepStatus* status) {
+  const int32_t B = (int32_t)chunks.size();
+  expect(B > 0 && tokens.shape().size() == 2 && tokens.dim(0) == B, opt,
+         shape_str(tokens) + " must be (" + std::to_string(B) + ", T)");
+  expect(targets.numel() == tokens.numel(), opt, shape_str(targets) + " vs " + shape_str(tokens));
+  expect(classes.numel() == (size_t)B && labels.numel() == (size_t)B, opt,
+         shape_str(classes) + " and " + shape_str(labels) + " must hold B classes");
+  for (const auto& c : chunks)
+    expect(c.cls >= 0 && c.cls < 255 && c.label >= 0 && c.label < 255, opt,
+           "chunk class " + std::to_string(c.cls) + ", label " + std::to_string(c.label));
+  const int32_t T = (int32_t)tokens.dim(1);
+  std::vector<char> blob(sizeof(ChunksHeader) + B * sizeof(kernels::cpu::ChunkRef));
+  ChunksHeader h{text, status, B, T};
+  std::memcpy(blob.data(), &h, sizeof h);
+  std::memcpy(blob.data() + sizeof h, chunks.data(), B * sizeof(kernels::cpu::ChunkRef));
+  TaskBuilder(load_chunks_cl(), opt)
+      .w(tokens).w(targets).w(classes).w(labels)
+      .args_bytes(blob.data(), blob.size())
+      .submit();
 }
 
 }  // namespace zf

@@ -38,6 +38,51 @@ void embedding_bwd_cuda(void* b[], void* a) noexcept {
 }
 #endif
 
+struct ClassEmbArgs {
+  int B, T, C, K;
+};
+void class_emb_fwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ClassEmbArgs*>(a);
+  kernels::cpu::class_embedding_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_as<int32_t>(b[2]), p->B, p->T, p->C);
+}
+void class_emb_bwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ClassEmbArgs*>(a);
+  kernels::cpu::class_embedding_bwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->K);
+}
+#ifdef ZF_USE_CUDA
+void class_emb_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ClassEmbArgs*>(a);
+  cuda_check(kernels::cuda::class_embedding_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_as<int32_t>(b[2]), p->B, p->T,
+                                                p->C, cuda_stream()));
+}
+void class_emb_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ClassEmbArgs*>(a);
+  cuda_check(kernels::cuda::class_embedding_bwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->T,
+                                                p->C, p->K, cuda_stream()));
+}
+#endif
+starpu_codelet& class_emb_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_class_embedding_fwd", class_emb_fwd_cpu, ZF_CUDA_FUNC(class_emb_fwd_cuda),
+                                          3, {STARPU_RW, STARPU_R, STARPU_R}},
+                                         &m);
+  return c;
+}
+starpu_codelet& class_emb_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_class_embedding_bwd", class_emb_bwd_cpu, ZF_CUDA_FUNC(class_emb_bwd_cuda),
+                                          3, {STARPU_R, STARPU_R, STARPU_W}},
+                                         &m);
+  return c;
+}
+ClassEmbArgs class_dims(const SubmitOptions& opt, const Tensor& x, const Tensor& table, const Tensor& ids) {
+  expect(table.shape().size() == 2 && x.shape().size() == 2 && x.dim(1) == table.dim(1), opt,
+         "x (B*T, C) and table (K, C): " + shape_str(x) + " " + shape_str(table));
+  const int B = (int)ids.numel();
+  expect(B > 0 && x.dim(0) % B == 0, opt, shape_str(x) + " must hold B*T rows for B = " + std::to_string(B));
+  return {B, (int)(x.dim(0) / B), (int)table.dim(1), (int)table.dim(0)};
+}
+
 starpu_codelet& embedding_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_embedding_fwd", embedding_fwd_cpu, ZF_CUDA_FUNC(embedding_fwd_cuda), 4,
@@ -78,6 +123,14 @@ void insert_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const 
       .r(tokens).r(dx).w(dwte).w(dwpe)
       .args(dims(opt, tokens, dwte, dwpe, dx))
       .submit();
+}
+
+void insert_class_embedding_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& table, const Tensor& ids) {
+  TaskBuilder(class_emb_fwd_cl(), opt).rw(x).r(table).r(ids).args(class_dims(opt, x, table, ids)).submit();
+}
+
+void insert_class_embedding_bwd(const SubmitOptions& opt, const Tensor& dx, const Tensor& ids, const Tensor& dtable) {
+  TaskBuilder(class_emb_bwd_cl(), opt).r(dx).r(ids).w(dtable).args(class_dims(opt, dx, dtable, ids)).submit();
 }
 
 }  // namespace zf

@@ -1,4 +1,6 @@
-// Softmax cross-entropy forward (loss sum and correct count into a stats tensor) and backward.
+// Softmax cross-entropy forward (loss sum and correct count into a stats tensor) and backward;
+// with ignore_negative, rows with a negative label (padded targets) are skipped. The sequence
+// log-likelihoods of the generative classifier's evaluation (per-row sums of log-probabilities).
 #include <starpu.h>
 
 #include <cmath>
@@ -15,26 +17,27 @@ struct XentArgs {
   int accumulate;
   float scale;
   StepStatus* status;
+  int ignore_negative;
 };
 
 void xent_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<XentArgs*>(a);
   const int32_t* labels = vec_as<int32_t>(b[1]);
   for (int i = 0; i < p->B; ++i)
-    if (labels[i] < 0 || labels[i] >= p->C) {
+    if ((labels[i] < 0 && !p->ignore_negative) || labels[i] >= p->C) {
       if (p->status) p->status->fail("softmax_xent: label " + std::to_string(labels[i]) +
                                      " out of range [0, " + std::to_string(p->C) + ")");
       return;
     }
-  int64_t correct = 0;
+  int64_t correct = 0, counted = 0;
   double loss = kernels::cpu::softmax_xent_fwd(vec_ptr(b[0]), labels, vec_ptr(b[2]), p->B, p->C,
-                                               &correct);
+                                               &correct, &counted);
   if (!std::isfinite(loss) && p->status) p->status->fail("softmax_xent: the loss is not finite");
   double* stats = vec_as<double>(b[3]);
   if (!p->accumulate) stats[0] = stats[1] = stats[2] = 0.0;
   stats[0] += loss;
   stats[1] += (double)correct;
-  stats[2] += (double)p->B;
+  stats[2] += (double)counted;
 }
 
 void xent_bwd_cpu(void* b[], void* a) noexcept {
@@ -47,7 +50,8 @@ void xent_bwd_cpu(void* b[], void* a) noexcept {
 void xent_fwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<XentArgs*>(a);
   cuda_check(kernels::cuda::softmax_xent_fwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->C,
-                                             vec_as<double>(b[3]), p->accumulate != 0, cuda_stream()));
+                                             vec_as<double>(b[3]), p->accumulate != 0, cuda_stream(),
+                                             p->ignore_negative != 0));
 }
 void xent_bwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<XentArgs*>(a);
@@ -55,6 +59,69 @@ void xent_bwd_cuda(void* b[], void* a) noexcept {
                                              p->scale, cuda_stream()));
 }
 #endif
+
+struct SeqArgs {
+  int B, T, V;
+  int64_t offset;
+};
+void seq_logprob_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<SeqArgs*>(a);
+  kernels::cpu::sequence_logprob(vec_ptr(b[0]), vec_as<int32_t>(b[1]), p->B, p->T, p->V,
+                                 vec_as<double>(b[2]) + p->offset);
+}
+#ifdef ZF_USE_CUDA
+void seq_logprob_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<SeqArgs*>(a);
+  cuda_check(kernels::cuda::sequence_logprob(vec_ptr(b[0]), vec_as<int32_t>(b[1]), p->B, p->T, p->V,
+                                             vec_as<double>(b[2]) + p->offset, cuda_stream()));
+}
+#endif
+
+starpu_codelet& seq_logprob_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_sequence_logprob", seq_logprob_cpu, ZF_CUDA_FUNC(seq_logprob_cuda),
+                                          3, {STARPU_R, STARPU_R, STARPU_RW}},
+                                         &m);
+  return c;
+}
+
+struct GenArgs {
+  int K, B, T, V;
+  float lm_weight;
+  StepStatus* status;
+};
+void gen_loss_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<GenArgs*>(a);
+  const int32_t* labels = vec_as<int32_t>(b[2]);
+  for (int i = 0; i < p->B; ++i)
+    if (labels[i] < 0 || labels[i] >= p->K) {
+      if (p->status) p->status->fail("gen_class_loss: label " + std::to_string(labels[i]) + " out of range");
+      return;
+    }
+  int64_t correct = 0;
+  const double loss = kernels::cpu::gen_class_loss(vec_ptr(b[0]), vec_as<int32_t>(b[1]), labels, vec_as<double>(b[3]),
+                                                   p->K, p->B, p->T, p->V, p->lm_weight, vec_ptr(b[4]), &correct);
+  if (!std::isfinite(loss) && p->status) p->status->fail("gen_class_loss: the loss is not finite");
+  double* stats = vec_as<double>(b[5]);
+  stats[0] = loss;
+  stats[1] = (double)correct;
+  stats[2] = (double)p->B;
+}
+#ifdef ZF_USE_CUDA
+void gen_loss_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<GenArgs*>(a);
+  cuda_check(kernels::cuda::gen_class_loss(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_as<int32_t>(b[2]),
+                                           vec_as<double>(b[3]), p->K, p->B, p->T, p->V, p->lm_weight, vec_ptr(b[4]),
+                                           vec_as<double>(b[5]), cuda_stream()));
+}
+#endif
+starpu_codelet& gen_loss_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_gen_class_loss", gen_loss_cpu, ZF_CUDA_FUNC(gen_loss_cuda), 6,
+                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_RW}},
+                                         &m);
+  return c;
+}
 
 starpu_codelet& xent_fwd_cl() {
   static starpu_perfmodel m{};
@@ -75,7 +142,7 @@ starpu_codelet& xent_bwd_cl() {
 
 void insert_softmax_xent_fwd(const SubmitOptions& opt, const Tensor& logits, const Tensor& labels,
                              const Tensor& probs, const Tensor& stats, bool accumulate,
-                             StepStatus* status) {
+                             StepStatus* status, bool ignore_negative) {
   expect(logits.shape().size() == 2, opt, "logits must be (B, C): " + shape_str(logits));
   int B = (int)logits.dim(0), C = (int)logits.dim(1);
   expect(labels.numel() == (size_t)B, opt, shape_str(labels) + " must hold B labels");
@@ -83,7 +150,7 @@ void insert_softmax_xent_fwd(const SubmitOptions& opt, const Tensor& logits, con
   expect(stats.bytes() >= 3 * sizeof(double), opt, "stats must hold 3 doubles");
   TaskBuilder(xent_fwd_cl(), opt)
       .r(logits).r(labels).w(probs).rw(stats)
-      .args(XentArgs{B, C, accumulate ? 1 : 0, 0.0f, status})
+      .args(XentArgs{B, C, accumulate ? 1 : 0, 0.0f, status, ignore_negative ? 1 : 0})
       .submit();
 }
 
@@ -94,7 +161,36 @@ void insert_softmax_xent_bwd(const SubmitOptions& opt, const Tensor& probs, cons
   expect(labels.numel() == (size_t)B && dlogits.numel() == probs.numel(), opt, "shape mismatch");
   TaskBuilder(xent_bwd_cl(), opt)
       .r(probs).r(labels).w(dlogits)
-      .args(XentArgs{B, C, 0, scale, nullptr})
+      .args(XentArgs{B, C, 0, scale, nullptr, 0})
+      .submit();
+}
+
+void insert_sequence_logprob(const SubmitOptions& opt, const Tensor& logits, const Tensor& targets, const Tensor& out,
+                             int64_t offset, int B) {
+  expect(logits.shape().size() == 2 && B > 0 && logits.dim(0) % B == 0, opt,
+         "logits must be (B*T, V): " + shape_str(logits));
+  const int T = (int)(logits.dim(0) / B), V = (int)logits.dim(1);
+  expect(targets.numel() == (size_t)logits.dim(0), opt, shape_str(targets) + " must hold B*T targets");
+  expect(offset >= 0 && (size_t)(offset + B) * sizeof(double) <= out.bytes(), opt,
+         "out must hold doubles [" + std::to_string(offset) + ", " + std::to_string(offset + B) + ")");
+  TaskBuilder(seq_logprob_cl(), opt).r(logits).r(targets).rw(out).args(SeqArgs{B, T, V, offset}).submit();
+}
+
+void insert_gen_class_loss(const SubmitOptions& opt, const Tensor& logits, const Tensor& targets, const Tensor& labels,
+                           const Tensor& log_prior, const Tensor& dlogits, const Tensor& stats, int K, float lm_weight,
+                           StepStatus* status) {
+  expect(logits.shape().size() == 2 && K > 0, opt, "logits must be (K*B*T, V): " + shape_str(logits));
+  const int64_t KB = (int64_t)labels.numel();
+  expect(KB % K == 0 && KB > 0 && logits.dim(0) % KB == 0, opt,
+         shape_str(logits) + " must hold K*B sequences of T rows, labels " + shape_str(labels));
+  const int B = (int)(KB / K), T = (int)(logits.dim(0) / KB), V = (int)logits.dim(1);
+  expect(targets.numel() == (size_t)logits.dim(0) && dlogits.numel() == logits.numel(), opt,
+         "targets " + shape_str(targets) + ", dlogits " + shape_str(dlogits) + " vs " + shape_str(logits));
+  expect(log_prior.bytes() == (size_t)K * sizeof(double), opt, "log_prior must hold K doubles");
+  expect(stats.bytes() >= 3 * sizeof(double), opt, "stats must hold 3 doubles");
+  TaskBuilder(gen_loss_cl(), opt)
+      .r(logits).r(targets).r(labels).r(log_prior).w(dlogits).rw(stats)
+      .args(GenArgs{K, B, T, V, lm_weight, status})
       .submit();
 }
 

@@ -217,6 +217,7 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.integer("n_embd", s.model.n_embd, 1, 8192);
     f.integer("context", s.model.context, 1, 8192);
     f.str("pool", s.model.pool, {"mean", "max", "last"});
+    f.str("head", s.model.head, {"linear", "generative"});
     f.finish();
     if (s.model.n_embd % s.model.n_head)
       f.fail("model.n_embd", std::to_string(s.model.n_embd) + " is not a multiple of model.n_head (" +
@@ -362,8 +363,9 @@ json Spec::to_json() const {
       {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}, {"crossings", runtime.crossings}}},
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
-  // absent without a schedule (or without reset_host_moments): older checkpoints' specs compare equal
+  // absent without a schedule (with the default head): older checkpoints' specs compare equal
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
+  if (model.head != "linear") j["model"]["head"] = model.head;
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
   return j;
 }

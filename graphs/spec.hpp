@@ -27,6 +27,9 @@ struct Spec {
     // gpt | gpt-classifier (docs/gpt.md)
     int n_layer = 4, n_head = 4, n_embd = 128, context = 128;
     std::string pool = "mean";  // gpt-classifier: mean | max | last (the verse's last byte)
+    // gpt-classifier: linear (a classification layer on the pooled output) | generative (Bayes'
+    // rule over the language model conditioned on a class byte; docs/gpt.md)
+    std::string head = "linear";
   } model;
 
   struct Data {

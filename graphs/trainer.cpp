@@ -59,8 +59,12 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
       check_split(t, c.context, spec.data.path, where);
       w = std::make_unique<GptLanguageModel>(c, std::move(t), status);
     } else {
-      VerseTask t = make_verse_task(load_kjv(spec.data.path, where), spec.data.labels, spec.data.split, c.context);
-      w = std::make_unique<GptClassifier>(c, std::move(t), spec.model.pool, status);
+      const std::vector<Verse> verses = load_kjv(spec.data.path, where);
+      VerseTask t = make_verse_task(verses, spec.data.labels, spec.data.split, c.context);
+      if (spec.model.head == "generative")
+        w = std::make_unique<GptGenerativeClassifier>(c, std::move(t), verses, status);
+      else
+        w = std::make_unique<GptClassifier>(c, std::move(t), spec.model.pool, status);
     }
     units = w->epoch_size();
     if (spec.train.batch_size > units)

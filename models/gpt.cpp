@@ -123,8 +123,9 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
 const Tensor& GptBody::out(const Acts& a) { return a.lnf; }
 const Tensor& GptBody::d_out(const Acts& a) { return a.dlnf; }
 
-void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens) {
+void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Conditioning* cond) {
   insert_embedding_fwd(o.named("fwd.embedding"), tokens, p(0).value, p(1).value, a.x0);
+  if (cond) insert_class_embedding_fwd(o.named("fwd.class_embedding"), a.x0, *cond->table, *cond->ids);
   const Tensor* r = &a.x0;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     Acts::Layer& L = a.layers[l];
@@ -150,7 +151,8 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens) {
   insert_layernorm_fwd(o.named("fwd.ln_f"), *r, p(F).value, p(F + 1).value, a.lnf, a.lnf_mean, a.lnf_rstd);
 }
 
-void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out) {
+void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out,
+                       const Conditioning* cond) {
   const size_t F = params_.size() - 2;
   const int Lc = cfg_.n_layer;
   const Tensor& last = Lc ? a.layers[Lc - 1].res2 : a.x0;
@@ -188,6 +190,7 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     insert_accumulate(o.named(n + "residual_1"), *dA, whole(*dA), *dB, whole(*dB), 1.0f);
   }
   insert_embedding_bwd(o.named("bwd.embedding"), tokens, *dA, p(0).grad, p(1).grad);
+  if (cond) insert_class_embedding_bwd(o.named("bwd.class_embedding"), *dA, *cond->ids, *cond->grad);
 }
 
 std::string describe_gpt(const GptConfig& c, size_t parameters) {

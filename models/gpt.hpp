@@ -35,10 +35,18 @@ class GptBody {
   ~GptBody();
   struct Acts;  // activations and gradient buffers of one (B, T)
   Acts& acts_for(int B, int T);
+  // Optional conditioning: row ids[b] of table (K, C) added to the embedding of every position of
+  // sequence b (the generative classifier's class embedding); its gradient goes to grad.
+  struct Conditioning {
+    const Tensor* table;
+    const Tensor* grad;
+    const Tensor* ids;  // (B) int32
+  };
   // tokens (B, T) int32 -> out(a) (B*T, C)
-  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens);
-  // d_out (B*T, C) -> gradients of every body parameter
-  void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out);
+  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Conditioning* cond = nullptr);
+  // d_out (B*T, C) -> gradients of every body parameter (and of the conditioning table)
+  void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out,
+                const Conditioning* cond = nullptr);
   static const Tensor& out(const Acts& a);     // final LayerNorm output (B*T, C)
   static const Tensor& d_out(const Acts& a);   // a buffer for its gradient (B*T, C)
   std::vector<Param>& params() { return params_; }

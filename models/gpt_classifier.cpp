@@ -4,6 +4,7 @@
 #include "models/gpt_classifier.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace zf {
@@ -29,11 +30,13 @@ VerseTask make_verse_task(const std::vector<Verse>& verses, const std::string& l
                           int context) {
   VerseTask t;
   t.class_names = labels == "section" ? bible_sections() : bible_testaments();
+  t.labels = labels;
   t.train.T = t.eval.T = context;
   for (size_t i = 0; i < verses.size(); ++i) {
     const Verse& v = verses[i];
-    const bool held_out = split == "book" ? bible_books().at(v.book).validation : i % 10 == 9;
+    const bool held_out = split == "book" ? bible_books().at(v.book).validation : kjv_held_out_verse(i);
     (held_out ? t.eval : t.train).add(v.text, verse_label(v, labels), (int32_t)i);
+    (held_out ? t.eval_verses : t.train_verses).push_back((int32_t)i);
   }
   std::vector<int64_t> count(t.class_names.size(), 0);
   for (int32_t l : t.train.labels) ++count[l];
@@ -174,6 +177,185 @@ EvalResult GptClassifier::evaluate(Runtime& rt) {
   EvalResult r{s[0] / s[2], s[1] / s[2], (int64_t)s[2]};
   stats.release();
   return r;
+}
+
+// ------------------------------------------------------------------ the generative head
+
+VerseChunks make_verse_chunks(const std::vector<Verse>& verses, const std::vector<int32_t>& which,
+                              const std::string& labels, int T) {
+  VerseChunks c;
+  for (int32_t i : which) {
+    const Verse& v = verses.at((size_t)i);
+    const int32_t vi = (int32_t)c.offset.size();
+    c.offset.push_back((int64_t)c.text.size());
+    c.text.insert(c.text.end(), v.text.begin(), v.text.end());
+    c.text.push_back('\n');
+    const int32_t n = (int32_t)v.text.size() + 1;
+    c.size.push_back(n);
+    c.labels.push_back(verse_label(v, labels));
+    c.first_chunk.push_back((int32_t)c.chunks.size());
+    for (int32_t j = 0; j < n; j += T) {
+      c.chunks.push_back({c.offset.back() + j, std::min(T, n - j), c.labels.back(), c.labels.back()});
+      c.chunk_verse.push_back(vi);
+    }
+  }
+  return c;
+}
+
+struct GptGenerativeClassifier::Head {
+  int B;
+  Tensor tokens[2], targets[2], classes[2], labels[2];  // (B, T), (B*T), (B), (B) int32
+  Tensor logits, probs, dlogits;  // (B*T, V)
+};
+
+GptGenerativeClassifier::GptGenerativeClassifier(const GptConfig& cfg, VerseTask task, const std::vector<Verse>& verses,
+                                                 StepStatus* status)
+    : cfg_(cfg), task_(std::move(task)), status_(status), rng_(cfg.init_seed) {
+  train_ = make_verse_chunks(verses, task_.train_verses, task_.labels, cfg_.context);
+  eval_ = make_verse_chunks(verses, task_.eval_verses, task_.labels, cfg_.context);
+  train_src_ = {train_.text.data(), (int64_t)train_.text.size()};
+  eval_src_ = {eval_.text.data(), (int64_t)eval_.text.size()};
+  std::vector<int64_t> count(task_.class_names.size(), 0);
+  for (int32_t l : train_.labels) ++count[(size_t)l];
+  for (int64_t n : count) log_prior_.push_back(std::log((double)std::max<int64_t>(n, 1) / (double)train_.labels.size()));
+  prior_ = Tensor::home({(int64_t)count.size()}, "cls.log_prior", sizeof(double));
+  std::copy(log_prior_.begin(), log_prior_.end(), prior_.as<double>());
+  body_ = std::make_unique<GptBody>(cfg_, rng_);
+  lm_head_ = gpt_param("lm_head.weight", {cfg_.vocab, cfg_.n_embd}, rng_, 0.02f, true);
+  class_emb_ = gpt_param("class_embedding", {(int64_t)task_.class_names.size(), cfg_.n_embd}, rng_, 0.0f, false);
+}
+
+GptGenerativeClassifier::~GptGenerativeClassifier() = default;
+
+std::string GptGenerativeClassifier::describe() const {
+  return describe_gpt(cfg_, body_->numel() + lm_head_.value.numel() + class_emb_.value.numel()) +
+         " + generative classifier (class byte and embedding, " +
+         std::to_string(train_.chunks.size()) + " training chunks); " + task_.description;
+}
+
+std::vector<Param*> GptGenerativeClassifier::params() {
+  std::vector<Param*> out;
+  for (auto& p : body_->params()) out.push_back(&p);
+  out.push_back(&lm_head_);
+  out.push_back(&class_emb_);
+  return out;
+}
+
+GptGenerativeClassifier::Head& GptGenerativeClassifier::head_for(int B) {
+  for (auto& h : heads_)
+    if (h->B == B) return *h;
+  auto h = std::make_unique<Head>();
+  h->B = B;
+  const int64_t T = cfg_.context, N = (int64_t)B * T, V = cfg_.vocab;
+  const std::string tag = ".b" + std::to_string(B);
+  for (int s = 0; s < 2; ++s) {
+    h->tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
+    h->targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
+    h->classes[s] = Tensor::lazy({B}, "classes" + tag + "." + std::to_string(s), sizeof(int32_t));
+    h->labels[s] = Tensor::lazy({B}, "labels" + tag + "." + std::to_string(s), sizeof(int32_t));
+  }
+  h->logits = Tensor::lazy({N, V}, "logits" + tag);
+  h->probs = Tensor::lazy({N, V}, "probs" + tag);
+  h->dlogits = Tensor::lazy({N, V}, "dlogits" + tag);
+  heads_.push_back(std::move(h));
+  return *heads_.back();
+}
+
+void GptGenerativeClassifier::run_batch(const SubmitOptions& o, int slot, const std::vector<kernels::cpu::ChunkRef>& refs,
+                                        const TextSource* src, const Tensor* stats, const Tensor* out, int64_t offset) {
+  const bool backward = stats != nullptr;  // training: loss and backward; evaluation: log-likelihoods
+  const int B = (int)refs.size();
+  Head& h = head_for(B);
+  GptBody::Acts& a = body_->acts_for(B, cfg_.context);
+  const std::string pre = backward ? "" : "eval.";
+  insert_load_chunks(o.named(pre + "load_chunks"), src, refs, h.tokens[slot], h.targets[slot], h.classes[slot],
+                     h.labels[slot], status_);
+  const GptBody::Conditioning cond{&class_emb_.value, &class_emb_.grad, &h.classes[slot]};
+  body_->forward(o, a, h.tokens[slot], &cond);
+  const Tensor& x = GptBody::out(a);
+  insert_matmul_fwd(o.named(pre + "fwd.lm_head"), x, lm_head_.value, h.logits);
+  if (!backward) {
+    insert_sequence_logprob(o.named("eval.logprob"), h.logits, h.targets[slot], *out, offset, B);
+    return;
+  }
+  insert_gen_class_loss(o.named("fwd.loss"), h.logits, h.targets[slot], h.labels[slot], prior_, h.dlogits, *stats,
+                        (int)task_.class_names.size(), kLmWeight, status_);
+  insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, lm_head_.grad);
+  insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, lm_head_.value, GptBody::d_out(a));
+  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a), &cond);
+}
+
+void GptGenerativeClassifier::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
+                                          const Tensor& stats) {
+  // rows k*B + b: chunk b under class k (the loss compares each chunk's likelihoods)
+  const int K = (int)task_.class_names.size();
+  std::vector<kernels::cpu::ChunkRef> refs;
+  refs.reserve((size_t)K * indices.size());
+  for (int k = 0; k < K; ++k)
+    for (int32_t i : indices) {
+      kernels::cpu::ChunkRef r = train_.chunks.at((size_t)i);
+      r.cls = k;
+      refs.push_back(r);
+    }
+  run_batch(rt.device(step), (int)(submitted_++ & 1), refs, &train_src_, &stats, nullptr, 0);
+}
+
+EvalResult GptGenerativeClassifier::evaluate(Runtime& rt) {
+  const int64_t nv = (int64_t)eval_.offset.size();
+  scored_.clear();
+  if (cfg_.eval_limit > 0 && cfg_.eval_limit < nv)
+    for (int64_t i = 0; i < cfg_.eval_limit; ++i) scored_.push_back((int32_t)(i * nv / cfg_.eval_limit));
+  else
+    for (int64_t i = 0; i < nv; ++i) scored_.push_back((int32_t)i);
+  auto chunk_end = [&](int32_t v) {  // verse v's chunks are [first_chunk[v], chunk_end(v))
+    return (size_t)v + 1 < eval_.first_chunk.size() ? eval_.first_chunk[(size_t)v + 1] : (int32_t)eval_.chunks.size();
+  };
+  std::vector<kernels::cpu::ChunkRef> chunks;  // the scored verses' chunks, in order
+  for (int32_t v : scored_)
+    for (int32_t c = eval_.first_chunk[(size_t)v]; c < chunk_end(v); ++c) chunks.push_back(eval_.chunks[(size_t)c]);
+  const int K = (int)task_.class_names.size();
+  const int64_t nc = (int64_t)chunks.size();
+  Tensor ll = Tensor::home({K * nc}, "eval.loglik", sizeof(double));
+  SubmitOptions o = rt.device(-1);
+  insert_zero(o.named("eval.zero"), ll);
+  for (int k = 0; k < K; ++k)
+    for (int64_t i = 0; i < nc; i += cfg_.eval_batch_size) {
+      const int64_t e = std::min(nc, i + (int64_t)cfg_.eval_batch_size);
+      std::vector<kernels::cpu::ChunkRef> refs(chunks.begin() + i, chunks.begin() + e);
+      for (auto& r : refs) r.cls = k;
+      run_batch(o, 0, refs, &eval_src_, nullptr, &ll, k * nc + i);
+    }
+  rt.wait_all();
+  ll.acquire_read();
+  const double* l = ll.as<double>();
+  const int64_t n = (int64_t)scored_.size();
+  scores_.assign((size_t)K * n, 0.0);
+  for (int k = 0; k < K; ++k) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t v = scored_[(size_t)i];
+      double s = 0.0;
+      for (int32_t j = eval_.first_chunk[(size_t)v]; j < chunk_end(v); ++j) s += l[k * nc + c++];
+      scores_[(size_t)k * n + i] = s;
+    }
+  }
+  ll.release();
+  double loss = 0.0;
+  int64_t ok = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double mx = -INFINITY;
+    int arg = 0;
+    for (int k = 0; k < K; ++k) {
+      const double z = scores_[(size_t)k * n + i] + log_prior_[(size_t)k];
+      if (z > mx) { mx = z; arg = k; }
+    }
+    double sum = 0.0;
+    for (int k = 0; k < K; ++k) sum += std::exp(scores_[(size_t)k * n + i] + log_prior_[(size_t)k] - mx);
+    const int32_t y = eval_.labels[(size_t)scored_[(size_t)i]];
+    loss += -(scores_[(size_t)y * n + i] + log_prior_[(size_t)y] - mx - std::log(sum));
+    ok += arg == y;
+  }
+  return EvalResult{n ? loss / (double)n : 0.0, n ? (double)ok / (double)n : 0.0, n};
 }
 
 }  // namespace zf

@@ -431,6 +431,63 @@ TEST_F(Embedding, CudaMatchesCpu) {
   }
 }
 
+// The generative classifier's kernels: the class embedding (bitwise: the CPU's order), the
+// sequence log-likelihoods, masked cross-entropy and the generative classification loss.
+TEST_F(Embedding, ClassEmbeddingCudaMatchesCpu) {
+  for (auto [B, T, C, V, NH] : gpt_shapes()) {
+    SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(C));
+    const int K = 3;
+    auto ids = randi((size_t)B, 35, K);
+    auto x = randv((size_t)B * T * C, 36), table = randv((size_t)K * C, 37), dx = randv((size_t)B * T * C, 38);
+    std::vector<float> dt((size_t)K * C);
+    Dev<float> gx(x), gtab(table), gdx(dx), gdt(dt.size());
+    Dev<int32_t> gi(ids);
+    cpu::class_embedding_fwd(x.data(), table.data(), ids.data(), B, T, C);
+    cpu::class_embedding_bwd(dx.data(), ids.data(), dt.data(), B, T, C, K);
+    ok(gpu::class_embedding_fwd(gx.p(), gtab.p(), gi.p(), B, T, C, s));
+    ok(gpu::class_embedding_bwd(gdx.p(), gi.p(), gdt.p(), B, T, C, K, s));
+    EXPECT_TRUE(bitwise(gx.get(), x)) << "fwd";
+    EXPECT_TRUE(bitwise(gdt.get(), dt)) << "bwd";
+  }
+}
+
+TEST_F(SoftmaxXent, GenerativeLossesCudaMatchCpu) {
+  const int K = 2, B = 3, T = 5, V = 256;
+  auto z = randv((size_t)K * B * T * V, 39, -6.0f, 6.0f);
+  auto y = randi((size_t)K * B * T, 40, V);
+  for (int k = 0; k < K; ++k)  // the same targets under each class, the last two of chunk 2 padded
+    for (int i = 0; i < B * T; ++i) y[(size_t)k * B * T + i] = i % T >= 3 && i / T == 2 ? -1 : y[(size_t)i];
+  const std::vector<int32_t> labels = {1, 0, 1, 1, 0, 1};  // K*B rows: the first B are the true classes
+  const std::vector<double> prior = {std::log(0.75), std::log(0.25)};
+  // masked cross-entropy
+  std::vector<float> p(z.size()), d(z.size());
+  int64_t correct = 0, counted = 0;
+  const double loss = cpu::softmax_xent_fwd(z.data(), y.data(), p.data(), K * B * T, V, &correct, &counted);
+  Dev<float> gz(z), gp(z.size()), gd(z.size());
+  Dev<int32_t> gy(y), gl(labels);
+  Dev<double> st(3), gprior(prior), gseq((size_t)K * B);
+  ok(gpu::softmax_xent_fwd(gz.p(), gy.p(), gp.p(), K * B * T, V, st.p(), false, s, true));
+  auto stats = st.get();
+  EXPECT_NEAR(stats[0], loss, 1e-5 * std::fabs(loss));
+  EXPECT_EQ(stats[1], (double)correct);
+  EXPECT_EQ(stats[2], (double)counted);
+  // sequence log-likelihoods
+  std::vector<double> seq((size_t)K * B);
+  cpu::sequence_logprob(z.data(), y.data(), K * B, T, V, seq.data());
+  ok(gpu::sequence_logprob(gz.p(), gy.p(), K * B, T, V, gseq.p(), s));
+  auto gs = gseq.get();
+  for (size_t i = 0; i < seq.size(); ++i) EXPECT_NEAR(gs[i], seq[i], 1e-5 * std::fabs(seq[i])) << i;
+  // the generative classification loss
+  const double ce = cpu::gen_class_loss(z.data(), y.data(), labels.data(), prior.data(), K, B, T, V, 1.0f, d.data(),
+                                        &correct);
+  ok(gpu::gen_class_loss(gz.p(), gy.p(), gl.p(), gprior.p(), K, B, T, V, 1.0f, gd.p(), st.p(), s));
+  stats = st.get();
+  EXPECT_NEAR(stats[0], ce, 1e-5 * std::fabs(ce));
+  EXPECT_EQ(stats[1], (double)correct);
+  EXPECT_EQ(stats[2], (double)B);
+  EXPECT_TRUE(close(gd.get(), d, 1e-7, 1e-5)) << "dlogits";
+}
+
 TEST_F(LayerNorm, CudaMatchesCpu) {
   for (auto [N, C] : std::vector<std::pair<int, int>>{{1, 1}, {22, 55}, {64, 64}, {1000, 22}, {55, 1000}, {3, 768}}) {
     SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(C));

@@ -48,6 +48,27 @@ inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullpt
   return w;
 }
 
+// Runs the spec without evaluation, with optional checkpoints (every N steps into ckdir) or a
+// resume, and returns the final device-side weights.
+inline Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, const std::string& resume) {
+  Weights w;
+  RunOptions o;
+  o.quiet = true;
+  o.evaluate = false;
+  o.checkpoint_dir = ckdir;
+  o.checkpoint_every = every;
+  o.resume_path = resume;
+  o.inspect = [&](Runtime&, Workload& wl) {
+    for (Param* p : wl.params()) {
+      p->value.acquire_read();
+      w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
+      p->value.release();
+    }
+  };
+  run_training(s, o);
+  return w;
+}
+
 // Largest relative difference |a-b| / max(|b|, 1e-30) over all weights; +inf on shape mismatch.
 inline double max_rel_diff(const Weights& a, const Weights& b) {
   double worst = 0;

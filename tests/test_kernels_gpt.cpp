@@ -307,4 +307,150 @@ TEST(GptKernels, GatherWindowsAndSequences) {
   EXPECT_EQ(lab, (std::vector<int32_t>{0, 1}));
 }
 
+// The generative classifier's chunks: "Jesus wept." and its '\n' (12 bytes) at context 8 are two
+// chunks, bytes [0, 8) and [8, 12), each after the class byte (1 + class).
+TEST(GptKernels, GatherChunksOfAVerse) {
+  const std::string text = "Amen.\nJesus wept.\n";
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(text.data());
+  const int T = 8;
+  // class 1 (byte 2) of a label-1 verse, the same chunk... scored as class 0 (byte 1), another verse
+  const std::vector<cpu::ChunkRef> refs = {{6, 8, 1, 1}, {14, 4, 1, 1}, {0, 6, 0, 1}};
+  std::vector<int32_t> tok(3 * T, 99), tgt(3 * T, 99), cls(3, 99), lab(3, 99);
+  cpu::gather_chunks(p, refs.data(), 3, T, tok.data(), tgt.data(), cls.data(), lab.data());
+  EXPECT_EQ(cls, (std::vector<int32_t>{1, 1, 0}));
+  EXPECT_EQ(lab, (std::vector<int32_t>{1, 1, 1}));
+  auto ints = [](const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); };
+  auto row = [&](const std::vector<int32_t>& v, int b) {
+    return std::vector<int32_t>(v.begin() + b * T, v.begin() + (b + 1) * T);
+  };
+  std::vector<int32_t> t0 = ints("Jesus w"), g0 = ints("Jesus we");
+  t0.insert(t0.begin(), 2);
+  EXPECT_EQ(row(tok, 0), t0);
+  EXPECT_EQ(row(tgt, 0), g0);
+  EXPECT_EQ(row(tok, 1), (std::vector<int32_t>{2, 'p', 't', '.', 0, 0, 0, 0}));
+  EXPECT_EQ(row(tgt, 1), (std::vector<int32_t>{'p', 't', '.', '\n', -1, -1, -1, -1}));
+  EXPECT_EQ(row(tok, 2), (std::vector<int32_t>{1, 'A', 'm', 'e', 'n', '.', 0, 0}));
+  EXPECT_EQ(row(tgt, 2), (std::vector<int32_t>{'A', 'm', 'e', 'n', '.', '\n', -1, -1}));
+}
+
+// Negative labels (padded targets) are skipped by the loss and get a zero gradient; the other
+// rows are as without them (bitwise: the same per-row arithmetic).
+TEST(GptKernels, SoftmaxXentIgnoresNegativeLabels) {
+  const int B = 5, C = 7;
+  std::vector<float> z = uniform_f((size_t)B * C, -3, 3, 70);
+  const std::vector<int32_t> masked = {3, -1, 0, -1, 6}, kept = {3, 0, 6};
+  std::vector<float> zk;
+  for (int i : {0, 2, 4}) zk.insert(zk.end(), z.begin() + i * C, z.begin() + (i + 1) * C);
+  std::vector<float> p((size_t)B * C), pk((size_t)3 * C), d((size_t)B * C, 5.0f), dk((size_t)3 * C);
+  int64_t ok = -1, okk = -1, n = -1;
+  const double loss = cpu::softmax_xent_fwd(z.data(), masked.data(), p.data(), B, C, &ok, &n);
+  const double lossk = cpu::softmax_xent_fwd(zk.data(), kept.data(), pk.data(), 3, C, &okk);
+  EXPECT_EQ(n, 3);
+  EXPECT_EQ(ok, okk);
+  EXPECT_EQ(loss, lossk);
+  cpu::softmax_xent_bwd(p.data(), masked.data(), d.data(), B, C, 0.25f);
+  cpu::softmax_xent_bwd(pk.data(), kept.data(), dk.data(), 3, C, 0.25f);
+  for (int j = 0; j < C; ++j) {
+    EXPECT_EQ(d[1 * C + j], 0.0f);
+    EXPECT_EQ(d[3 * C + j], 0.0f);
+    EXPECT_EQ(d[0 * C + j], dk[0 * C + j]);
+    EXPECT_EQ(d[2 * C + j], dk[1 * C + j]);
+    EXPECT_EQ(d[4 * C + j], dk[2 * C + j]);
+  }
+}
+
+// The class embedding: row ids[b] added at every position of sequence b; the backward sums each
+// class's rows (a class with no sequence gets zeros).
+TEST(GptKernels, ClassEmbeddingAddsAndSumsPerClass) {
+  const int B = 3, T = 4, C = 5, K = 3;
+  FVec x = uniform_f((size_t)B * T * C, -1, 1, 72), x0 = x, table = uniform_f((size_t)K * C, -1, 1, 73);
+  FVec dx = uniform_f(x.size(), -1, 1, 74), dt((size_t)K * C, 9.0f);
+  const std::vector<int32_t> ids = {2, 0, 2};
+  cpu::class_embedding_fwd(x.data(), table.data(), ids.data(), B, T, C);
+  cpu::class_embedding_bwd(dx.data(), ids.data(), dt.data(), B, T, C, K);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const size_t i = ((size_t)b * T + t) * C + c;
+        EXPECT_EQ(x[i], x0[i] + table[(size_t)ids[b] * C + c]);
+      }
+  for (int k = 0; k < K; ++k)
+    for (int c = 0; c < C; ++c) {
+      double want = 0.0;
+      for (int b = 0; b < B; ++b)
+        if (ids[b] == k)
+          for (int t = 0; t < T; ++t) want += dx[((size_t)b * T + t) * C + c];
+      EXPECT_NEAR(dt[(size_t)k * C + c], want, 1e-5) << k << " " << c;
+    }
+  for (int c = 0; c < C; ++c) EXPECT_EQ(dt[(size_t)1 * C + c], 0.0f);
+}
+
+// Each sequence's log-likelihood against log softmax computed in double; padded targets add nothing.
+TEST(GptKernels, SequenceLogprobMatchesReference) {
+  const int B = 3, T = 6, V = 256;
+  std::vector<float> z = uniform_f((size_t)B * T * V, -4, 4, 71);
+  std::vector<int32_t> y((size_t)B * T);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = (int32_t)((i * 37 + 11) % V);
+  for (int t = 2; t < T; ++t) y[(size_t)1 * T + t] = -1;  // sequence 1: two targets
+  for (int t = 0; t < T; ++t) y[(size_t)2 * T + t] = -1;  // sequence 2: none
+  std::vector<double> out(B, 123.0);
+  cpu::sequence_logprob(z.data(), y.data(), B, T, V, out.data());
+  for (int b = 0; b < B; ++b) {
+    double want = 0.0;
+    for (int t = 0; t < T; ++t) {
+      const size_t r = (size_t)b * T + t;
+      if (y[r] < 0) continue;
+      double mx = -INFINITY, sum = 0.0;
+      for (int j = 0; j < V; ++j) mx = std::max(mx, (double)z[r * V + j]);
+      for (int j = 0; j < V; ++j) sum += std::exp((double)z[r * V + j] - mx);
+      want += (double)z[r * V + y[r]] - mx - std::log(sum);
+    }
+    // per row: a float sum of V exps (relative error ~V eps) and its log
+    EXPECT_NEAR(out[b], want, 1e-5 * T) << "sequence " << b;
+  }
+  EXPECT_EQ(out[2], 0.0);
+  EXPECT_LT(out[0], out[1]) << "six targets cost more than two";
+}
+
+// The generative classifier's loss: the double reference's gradient against central finite
+// differences of its loss, then the float kernel against the reference (loss and dlogits).
+TEST(GptKernels, GenClassLossMatchesReferenceAndFiniteDifferences) {
+  const int K = 3, B = 2, T = 4, V = 6;
+  FVec z = uniform_f((size_t)K * B * T * V, -2, 2, 80);
+  std::vector<int32_t> y((size_t)K * B * T);
+  for (int k = 0; k < K; ++k)  // the same bytes under every class; chunk 1 has two padded targets
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) y[((size_t)k * B + b) * T + t] = b == 1 && t >= 2 ? -1 : (b * 5 + t * 3) % V;
+  const std::vector<int32_t> labels = {2, 0};
+  const std::vector<double> prior = {std::log(0.5), std::log(0.3), std::log(0.2)};
+  const double lm = 0.7;
+  Vec zd = widen(z), d(zd.size());
+  double ce_ref = 0.0;
+  const double L = ref::gen_class_loss(zd.data(), y.data(), labels.data(), prior.data(), K, B, T, V, lm, d.data(),
+                                       &ce_ref);
+  EXPECT_GT(L, 0.0);
+  for (size_t i = 0; i < zd.size(); ++i) {
+    Vec zp = zd, zm = zd;
+    zp[i] += kH;
+    zm[i] -= kH;
+    const double num = (ref::gen_class_loss(zp.data(), y.data(), labels.data(), prior.data(), K, B, T, V, lm, nullptr,
+                                            nullptr) -
+                        ref::gen_class_loss(zm.data(), y.data(), labels.data(), prior.data(), K, B, T, V, lm, nullptr,
+                                            nullptr)) /
+                       (2 * kH);
+    ASSERT_NEAR(d[i], num, 1e-6) << "logit " << i;
+  }
+  for (int r : {1 * T + 2, 3 * T + 3, 5 * T + 2})  // padded rows (chunk 1 under classes 0, 1, 2)
+    for (int j = 0; j < V; ++j) EXPECT_EQ(d[(size_t)r * V + j], 0.0);
+  FVec dk(z.size(), 9.0f);
+  int64_t correct = -1;
+  const float lm_f = (float)lm;
+  const double ce = cpu::gen_class_loss(z.data(), y.data(), labels.data(), prior.data(), K, B, T, V, lm_f, dk.data(),
+                                        &correct);
+  EXPECT_NEAR(ce, ce_ref, 1e-5 * ce_ref);
+  EXPECT_TRUE(residual_ok(dk, d, (double)T * V, "dlogits"));
+  EXPECT_GE(correct, 0);
+  EXPECT_LE(correct, B);
+}
+
 }  // namespace

@@ -174,25 +174,6 @@ TEST(ZenFlowAccuracy, WithinOnePointOfDeviceAdamOnFashionMnist) {
 }
 
 // ---------------------------------------------------------------- checkpoints
-Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, const std::string& resume) {
-  Weights w;
-  RunOptions o;
-  o.quiet = true;
-  o.evaluate = false;
-  o.checkpoint_dir = ckdir;
-  o.checkpoint_every = every;
-  o.resume_path = resume;
-  o.inspect = [&](Runtime&, Workload& wl) {
-    for (Param* p : wl.params()) {
-      p->value.acquire_read();
-      w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
-      p->value.release();
-    }
-  };
-  run_training(s, o);
-  return w;
-}
-
 struct ResumeCase {
   const char* name;
   std::function<void(Spec&)> set;

@@ -180,6 +180,51 @@ inline void max_pool_bwd(const double* x, const double* dy, const int32_t* len, 
     }
 }
 
+// The generative classifier's training loss (kernels::cpu::gen_class_loss), in double: rows
+// (k*B + b)*T .. of logits (K*B*T, V) are chunk b under class k. Returns the whole loss
+// L = (1/B) sum_b -log softmax_k(s[k, b] + log_prior[k])[y_b] + lm_weight * mean over the scored
+// bytes of the true-class rows of -log p(byte); *cls_sum = the sum of the chunks' cross-entropies
+// (what the kernel returns); dlogits = dL/dlogits (if not null).
+inline double gen_class_loss(const double* logits, const int32_t* targets, const int32_t* labels,
+                             const double* log_prior, int K, int B, int T, int V, double lm_weight, double* dlogits,
+                             double* cls_sum) {
+  std::vector<double> s((size_t)K * B, 0.0);
+  std::vector<double> lse((size_t)K * B * T, 0.0);
+  int scored = 0;
+  for (int i = 0; i < B * T; ++i) scored += targets[i] >= 0;
+  for (int r = 0; r < K * B * T; ++r) {
+    if (targets[r] < 0) continue;
+    const double* z = logits + (size_t)r * V;
+    double mx = z[0], sum = 0.0;
+    for (int j = 1; j < V; ++j) mx = std::max(mx, z[j]);
+    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+    lse[(size_t)r] = mx + std::log(sum);
+    s[(size_t)(r / T)] += z[targets[r]] - lse[(size_t)r];
+  }
+  double ce = 0.0, lm = 0.0;
+  std::vector<double> w((size_t)K * B);
+  for (int b = 0; b < B; ++b) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int k = 0; k < K; ++k) mx = std::max(mx, s[(size_t)k * B + b] + log_prior[k]);
+    for (int k = 0; k < K; ++k) sum += std::exp(s[(size_t)k * B + b] + log_prior[k] - mx);
+    const int y = labels[b];
+    ce += -(s[(size_t)y * B + b] + log_prior[y] - mx - std::log(sum));
+    lm += -s[(size_t)y * B + b];
+    for (int k = 0; k < K; ++k)
+      w[(size_t)k * B + b] = ((k == y) - std::exp(s[(size_t)k * B + b] + log_prior[k] - mx) / sum) / B +
+                             (k == y) * lm_weight / scored;
+  }
+  if (dlogits)
+    for (int r = 0; r < K * B * T; ++r)
+      for (int j = 0; j < V; ++j) {
+        const size_t i = (size_t)r * V + j;
+        dlogits[i] = targets[r] < 0 ? 0.0
+                                    : w[(size_t)(r / T)] * (std::exp(logits[i] - lse[(size_t)r]) - (j == targets[r]));
+      }
+  if (cls_sum) *cls_sum = ce;
+  return ce / B + lm_weight * lm / scored;
+}
+
 // ---- the whole model, in double. Parameters by GPT-2 name; shapes as models/gpt.hpp.
 struct GptRefConfig {
   int n_layer, n_head, n_embd, vocab = 256;
@@ -204,6 +249,69 @@ class GptRef {
       if (g) {
         Vec dl(logits.size());
         softmax_xent_bwd(probs.data(), targets.data(), dl.data(), N, V, 1.0 / N);
+        Vec& dW = (*g)["lm_head.weight"];
+        dW.assign(W.size(), 0.0);
+        matmul_bwd_weight(dl.data(), x.data(), dW.data(), N, C, V, false);
+        matmul_bwd_data(dl.data(), W.data(), dx.data(), N, C, V);
+      }
+      return loss;
+    });
+  }
+
+  // The generative classifier's training loss: the mean over the targets >= 0 (padding is -1) of
+  // -log softmax(lm_head(x))[target]; fills grads. seq_ll (B), if given, receives each sequence's
+  // log-likelihood (the sum over its targets), the evaluation's score.
+  // cls (B): each sequence's class, whose row of class_embedding (K, C) is added to the embedding
+  // of all its positions.
+  double gen_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& targets, const std::vector<int32_t>& cls,
+                  int B, int T, Params* grads, std::vector<double>* seq_ll = nullptr) {
+    cls_ = &cls;
+    return run(tok, B, T, grads, [&](const Vec& x, Vec& dx, Params* g) {
+      const int V = c_.vocab, C = c_.n_embd, N = B * T;
+      const Vec& W = p_.at("lm_head.weight");
+      Vec logits((size_t)N * V), dl(logits.size(), 0.0);
+      matmul_fwd(x.data(), W.data(), logits.data(), N, C, V);
+      int n = 0;
+      for (int32_t y : targets) n += y >= 0;
+      double loss = 0.0;
+      if (seq_ll) seq_ll->assign(B, 0.0);
+      for (int r = 0; r < N; ++r) {
+        const int y = targets[r];
+        if (y < 0) continue;
+        const double* z = logits.data() + (size_t)r * V;
+        double mx = z[0], sum = 0.0;
+        for (int j = 1; j < V; ++j) mx = std::max(mx, z[j]);
+        for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+        const double lp = z[y] - mx - std::log(sum);
+        loss -= lp;
+        if (seq_ll) (*seq_ll)[r / T] += lp;
+        for (int j = 0; j < V; ++j) dl[(size_t)r * V + j] = (std::exp(z[j] - mx) / sum - (j == y)) / n;
+      }
+      if (g) {
+        Vec& dW = (*g)["lm_head.weight"];
+        dW.assign(W.size(), 0.0);
+        matmul_bwd_weight(dl.data(), x.data(), dW.data(), N, C, V, false);
+        matmul_bwd_data(dl.data(), W.data(), dx.data(), N, C, V);
+      }
+      return loss / n;
+    });
+  }
+
+  // The generative classifier's training step: K*B sequences (chunk b under class k at row k*B + b,
+  // cls (K*B) their classes), labels (B) the chunks' classes; the loss of gen_class_loss above.
+  double gen_cls_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& targets, const std::vector<int32_t>& cls,
+                      const std::vector<int32_t>& labels, const std::vector<double>& log_prior, int T, double lm_weight,
+                      Params* grads, double* cls_sum = nullptr) {
+    const int K = (int)log_prior.size(), B = (int)labels.size(), KB = K * B;
+    cls_ = &cls;
+    return run(tok, KB, T, grads, [&](const Vec& x, Vec& dx, Params* g) {
+      const int V = c_.vocab, C = c_.n_embd, N = KB * T;
+      const Vec& W = p_.at("lm_head.weight");
+      Vec logits((size_t)N * V), dl(logits.size());
+      matmul_fwd(x.data(), W.data(), logits.data(), N, C, V);
+      const double loss = gen_class_loss(logits.data(), targets.data(), labels.data(), log_prior.data(), K, B, T, V,
+                                         lm_weight, dl.data(), cls_sum);
+      if (g) {
         Vec& dW = (*g)["lm_head.weight"];
         dW.assign(W.size(), 0.0);
         matmul_bwd_weight(dl.data(), x.data(), dW.data(), N, C, V, false);
@@ -262,6 +370,12 @@ class GptRef {
     std::vector<Layer> ls(L);
     Vec x0(NC);
     embedding_fwd(tok.data(), P("wte").data(), P("wpe").data(), x0.data(), B, T, C);
+    const std::vector<int32_t>* cls = cls_;
+    cls_ = nullptr;
+    if (cls)
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t)
+          for (int c = 0; c < C; ++c) x0[((size_t)b * T + t) * C + c] += P("class_embedding")[(size_t)(*cls)[b] * C + c];
     Vec r = x0;
     for (int l = 0; l < L; ++l) {
       const std::string h = "h." + std::to_string(l) + ".";
@@ -335,11 +449,18 @@ class GptRef {
     embedding_bwd(tok.data(), dr.data(), G("wte").data(), dwpe_t.data(), B, T, C, c_.vocab);
     for (size_t i = 0; i < dwpe_t.size(); ++i) dwpe[i] = dwpe_t[i];
     (*g)["wpe"] = dwpe;
+    if (cls) {
+      Vec& de = G("class_embedding");
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t)
+          for (int c = 0; c < C; ++c) de[(size_t)(*cls)[b] * C + c] += dr[((size_t)b * T + t) * C + c];
+    }
     return loss;
   }
 
   GptRefConfig c_;
   Params p_;
+  const std::vector<int32_t>* cls_ = nullptr;  // gen_loss's classes, read by the next run()
 };
 
 }  // namespace zf::ref

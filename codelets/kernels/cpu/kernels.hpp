@@ -30,14 +30,33 @@ void relu_bwd(const float* x, const float* dy, float* dx, size_t n);
 void gelu_fwd(const float* x, float* y, size_t n);
 void gelu_bwd(const float* x, const float* dy, float* dx, size_t n);
 
-// Row-wise softmax + cross-entropy over logits (B, C) with integer labels (B).
-// probs (B, C) receives the softmax; returns the SUM of per-row losses (double accumulator)
-// and writes the number of rows whose argmax (lowest index on ties) equals the label.
+// Row-wise softmax + cross-entropy over logits (B, C) with integer labels (B); a negative label
+// marks a row to ignore (padded language-model targets): it adds no loss and is not counted.
+// probs (B, C) receives the softmax of every row; returns the SUM of per-row losses (double
+// accumulator) and writes the number of rows whose argmax (lowest index on ties) equals the
+// label, and the number of rows counted (labels >= 0).
 double softmax_xent_fwd(const float* logits, const int32_t* labels, float* probs, int B, int C,
-                        int64_t* correct);
-// dlogits (B, C) = (probs - onehot(labels)) * scale   (scale = 1/B for a mean loss)
+                        int64_t* correct, int64_t* counted = nullptr);
+// dlogits (B, C) = (probs - onehot(labels)) * scale   (scale = 1/B for a mean loss); 0 on the
+// rows with a negative label
 void softmax_xent_bwd(const float* probs, const int32_t* labels, float* dlogits, int B, int C,
                       float scale);
+// Log-likelihood of each of B sequences: out[b] = sum over t with targets[b*T + t] >= 0 of
+// log softmax(logits[b*T + t])[target] (logits (B*T, V); the same log-sum-exp as the loss above).
+void sequence_logprob(const float* logits, const int32_t* targets, int B, int T, int V, double* out);
+// The generative classifier's training loss. B chunks, each scored under all K classes: rows
+// [(k*B + b)*T, (k*B + b + 1)*T) of logits (K*B*T, V) and targets (K*B*T, -1 = padding, the same
+// bytes under every k) are chunk b conditioned on class k. With s[k, b] = log p(chunk b | k), the
+// posterior p[k, b] = softmax_k(s[k, b] + log_prior[k]) and labels (B) y_b, the loss is
+//   L = (1/B) sum_b -log p[y_b, b]  +  lm_weight * (mean over the scored bytes of the true-class
+//       rows of -log p(byte))
+// (classification by Bayes' rule, trained discriminatively, plus the language-model loss that keeps
+// the likelihoods anchored). Returns the SUM over b of -log p[y_b, b]; *correct = chunks whose
+// argmax (lowest class on ties) is y_b. dlogits (K*B*T, V) = dL/dlogits:
+//   w[k, b] (softmax(row) - onehot(target)), w[k, b] = ([k == y_b] - p[k, b]) / B + [k == y_b]
+//   lm_weight / scored, and 0 on padded rows.
+double gen_class_loss(const float* logits, const int32_t* targets, const int32_t* labels, const double* log_prior,
+                      int K, int B, int T, int V, float lm_weight, float* dlogits, int64_t* correct);
 
 struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
@@ -140,5 +159,23 @@ void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, in
 // len (B), labels (B).
 void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,
                       const int32_t* rows, int B, int32_t* tokens, int32_t* out_len, int32_t* out_labels);
+// Class-conditioned language-model chunks (the generative classifier, models/gpt_classifier.hpp):
+// chunk b of class c_b scores the n_b <= T bytes text[start_b .. start_b + n_b) after the class
+// byte m_b = 1 + c_b: tokens (B, T) = [m_b, text[start_b], ..., text[start_b + n_b - 2], 0, ...],
+// targets (B*T) = [text[start_b], ..., text[start_b + n_b - 1], -1, ...] (-1: padding, ignored by
+// the loss), classes (B) = c_b, labels (B) = the class of the chunk's verse (its true class; c_b
+// may be another when a chunk is scored under every class).
+struct ChunkRef {
+  int64_t start;
+  int32_t n, cls, label;
+};
+void gather_chunks(const uint8_t* text, const ChunkRef* chunks, int B, int T, int32_t* tokens, int32_t* targets,
+                   int32_t* classes, int32_t* labels);
+// A per-sequence vector added at every position (the generative classifier's class embedding):
+// x (B, T, C) [b, t] += table (K, C) [ids[b]].
+void class_embedding_fwd(float* x, const float* table, const int32_t* ids, int B, int T, int C);
+// dtable (K, C) = sum over the sequences b of class k and their positions t of dx[b, t]
+// (overwritten; fixed order).
+void class_embedding_bwd(const float* dx, const int32_t* ids, float* dtable, int B, int T, int C, int K);
 
 }  // namespace zf::kernels::cpu

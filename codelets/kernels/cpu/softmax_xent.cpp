@@ -1,14 +1,16 @@
 // Softmax cross-entropy over rows: max-subtracted softmax in float, loss accumulated in double.
+// A negative label marks a row to ignore (padding): no loss, no count, a zero gradient.
 #include <cmath>
+#include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
 
 double softmax_xent_fwd(const float* logits, const int32_t* labels, float* probs, int B, int C,
-                        int64_t* correct) {
+                        int64_t* correct, int64_t* counted) {
   double loss = 0.0;
-  int64_t ok = 0;
+  int64_t ok = 0, n = 0;
   for (int i = 0; i < B; ++i) {
     const float* z = logits + (size_t)i * C;
     float* p = probs + (size_t)i * C;
@@ -21,11 +23,14 @@ double softmax_xent_fwd(const float* logits, const int32_t* labels, float* probs
     float inv = 1.0f / sum;
     for (int j = 0; j < C; ++j) p[j] *= inv;
     int y = labels[i];
+    if (y < 0) continue;
     // log softmax of the label, computed from the logits for accuracy when p is tiny
     loss += -((double)z[y] - (double)mx - std::log((double)sum));
     ok += (arg == y);
+    ++n;
   }
   if (correct) *correct = ok;
+  if (counted) *counted = n;
   return loss;
 }
 
@@ -34,9 +39,89 @@ void softmax_xent_bwd(const float* probs, const int32_t* labels, float* dlogits,
   for (int i = 0; i < B; ++i) {
     const float* p = probs + (size_t)i * C;
     float* d = dlogits + (size_t)i * C;
+    if (labels[i] < 0) {
+      for (int j = 0; j < C; ++j) d[j] = 0.0f;
+      continue;
+    }
     for (int j = 0; j < C; ++j) d[j] = p[j] * scale;
     d[labels[i]] -= scale;
   }
+}
+
+namespace {
+// a row's max and sum of exp(z - max), in float as the loss above
+void row_max_sum(const float* z, int V, float* mx_out, float* sum_out) {
+  float mx = z[0];
+  for (int j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
+  float sum = 0.0f;
+  for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+  *mx_out = mx;
+  *sum_out = sum;
+}
+}  // namespace
+
+void sequence_logprob(const float* logits, const int32_t* targets, int B, int T, int V, double* out) {
+  for (int b = 0; b < B; ++b) {
+    double s = 0.0;
+    for (int t = 0; t < T; ++t) {
+      const size_t row = (size_t)b * T + t;
+      const int y = targets[row];
+      if (y < 0) continue;
+      const float* z = logits + row * V;
+      float mx, sum;
+      row_max_sum(z, V, &mx, &sum);
+      s += (double)z[y] - (double)mx - std::log((double)sum);
+    }
+    out[b] = s;
+  }
+}
+
+double gen_class_loss(const float* logits, const int32_t* targets, const int32_t* labels, const double* log_prior,
+                      int K, int B, int T, int V, float lm_weight, float* dlogits, int64_t* correct) {
+  std::vector<double> s((size_t)K * B);  // s[k*B + b] = log p(chunk b | class k)
+  int64_t scored = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) scored += targets[(size_t)b * T + t] >= 0;  // the same under every class
+  sequence_logprob(logits, targets, K * B, T, V, s.data());
+  double loss = 0.0;
+  int64_t ok = 0;
+  std::vector<float> w((size_t)K * B);  // the weight of each row's (softmax - onehot)
+  for (int b = 0; b < B; ++b) {
+    double mx = -INFINITY;
+    int arg = 0;
+    for (int k = 0; k < K; ++k) {
+      const double q = s[(size_t)k * B + b] + log_prior[k];
+      if (q > mx) { mx = q; arg = k; }
+    }
+    double sum = 0.0;
+    for (int k = 0; k < K; ++k) sum += std::exp(s[(size_t)k * B + b] + log_prior[k] - mx);
+    const int y = labels[b];
+    loss += -(s[(size_t)y * B + b] + log_prior[y] - mx - std::log(sum));
+    ok += arg == y;
+    for (int k = 0; k < K; ++k) {
+      const double p = std::exp(s[(size_t)k * B + b] + log_prior[k] - mx) / sum;
+      const double lm = k == y && scored ? (double)lm_weight / (double)scored : 0.0;
+      w[(size_t)k * B + b] = (float)(((k == y ? 1.0 : 0.0) - p) / B + lm);
+    }
+  }
+  for (int r = 0; r < K * B; ++r)
+    for (int t = 0; t < T; ++t) {
+      const size_t row = (size_t)r * T + t;
+      float* d = dlogits + row * V;
+      const int y = targets[row];
+      if (y < 0) {
+        for (int j = 0; j < V; ++j) d[j] = 0.0f;
+        continue;
+      }
+      const float* z = logits + row * V;
+      float mx, sum;
+      row_max_sum(z, V, &mx, &sum);
+      const float inv = 1.0f / sum, wr = w[(size_t)r];
+      for (int j = 0; j < V; ++j) d[j] = wr * std::exp(z[j] - mx) * inv;
+      d[y] -= wr;
+    }
+  if (correct) *correct = ok;
+  return loss;
 }
 
 }  // namespace zf::kernels::cpu

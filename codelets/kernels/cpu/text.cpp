@@ -1,5 +1,6 @@
 // Batches of bytes as tokens (byte-level vocabulary of 256): language-model windows of a text and
-// rows of a padded sequence table (the classifier's verses).
+// rows of a padded sequence table (the classifier's verses), class-conditioned chunks of verses
+// (the generative classifier).
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
@@ -25,6 +26,23 @@ void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_
     for (int t = 0; t < T; ++t) tk[t] = r[t];
     out_len[b] = lengths[rows[b]];
     out_labels[b] = labels[rows[b]];
+  }
+}
+
+void gather_chunks(const uint8_t* text, const ChunkRef* chunks, int B, int T, int32_t* tokens, int32_t* targets,
+                   int32_t* classes, int32_t* labels) {
+  for (int b = 0; b < B; ++b) {
+    const ChunkRef& c = chunks[b];
+    const uint8_t* s = text + c.start;
+    int32_t* tk = tokens + (size_t)b * T;
+    int32_t* tg = targets + (size_t)b * T;
+    tk[0] = 1 + c.cls;
+    classes[b] = c.cls;
+    labels[b] = c.label;
+    for (int t = 1; t < c.n; ++t) tk[t] = s[t - 1];
+    for (int t = c.n; t < T; ++t) tk[t] = 0;
+    for (int t = 0; t < c.n; ++t) tg[t] = s[t];
+    for (int t = c.n; t < T; ++t) tg[t] = -1;
   }
 }
 

@@ -1,7 +1,7 @@
 // Token + position embedding on the GPU. The backward adds, for each output element, the
 // contributions in position order (b = 0.., t = 0..), as the CPU scatter-add does: dwte row v is
 // one block that scans the tokens for v; dwpe[t, c] is one thread summing over b. Bitwise equal
-// to the CPU kernel, with no atomics.
+// to the CPU kernel, with no atomics. The class embedding (the generative classifier's) likewise.
 #include "codelets/kernels/cuda/common.cuh"
 
 namespace zf::kernels::cuda {
@@ -47,7 +47,42 @@ __global__ void embedding_bwd_wpe_k(const float* dx, float* dwpe, int B, int T, 
   }
 }
 
+__global__ void class_emb_fwd_k(float* x, const float* table, const int32_t* ids, int T, int C, size_t n) {
+  ZF_GRID_STRIDE(e, n) {
+    const size_t pos = e / (size_t)C;
+    const int c = (int)(e - pos * C);
+    x[e] += table[(size_t)ids[pos / (size_t)T] * C + c];
+  }
+}
+
+// dtable[k, c] = sum over b with ids[b] == k, then t, of dx[b, t, c] (the CPU kernel's order)
+__global__ void class_emb_bwd_k(const float* dx, const int32_t* ids, float* dtable, int B, int T, int C, int K) {
+  ZF_GRID_STRIDE(e, (size_t)K * C) {
+    const int k = (int)(e / (size_t)C), c = (int)(e - (size_t)k * C);
+    float acc = 0.0f;
+    for (int b = 0; b < B; ++b)
+      if (ids[b] == k)
+        for (int t = 0; t < T; ++t) acc += dx[((size_t)b * T + t) * C + c];
+    dtable[e] = acc;
+  }
+}
+
 }  // namespace
+
+Status class_embedding_fwd(float* x, const float* table, const int32_t* ids, int B, int T, int C, cudaStream_t s) {
+  const size_t n = (size_t)B * T * C;
+  if (!n) return nullptr;
+  class_emb_fwd_k<<<blocks_for(n), kThreads, 0, s>>>(x, table, ids, T, C, n);
+  return launched();
+}
+
+Status class_embedding_bwd(const float* dx, const int32_t* ids, float* dtable, int B, int T, int C, int K,
+                           cudaStream_t s) {
+  const size_t n = (size_t)K * C;
+  if (!n) return nullptr;
+  class_emb_bwd_k<<<blocks_for(n), kThreads, 0, s>>>(dx, ids, dtable, B, T, C, K);
+  return launched();
+}
 
 Status embedding_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x, int B, int T, int C,
                      cudaStream_t s) {

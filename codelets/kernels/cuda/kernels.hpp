@@ -44,12 +44,20 @@ Status relu_bwd(const float* x, const float* dy, float* dx, size_t n, cudaStream
 Status gelu_fwd(const float* x, float* y, size_t n, cudaStream_t s);
 Status gelu_bwd(const float* x, const float* dy, float* dx, size_t n, cudaStream_t s);
 
-// ---- loss. stats (3 doubles, device) = {sum of row losses, correct rows, rows}, overwritten or
-// (accumulate) added to. A label outside [0, C) makes the loss NaN (the host sees a non-finite loss).
+// ---- loss. stats (3 doubles, device) = {sum of row losses, correct rows, rows counted}, overwritten
+// or (accumulate) added to. A label outside [0, C) makes the loss NaN (the host sees a non-finite
+// loss), except a negative label with ignore_negative: that row is skipped (padded targets).
 Status softmax_xent_fwd(const float* logits, const int32_t* labels, float* probs, int B, int C, double* stats,
-                        bool accumulate, cudaStream_t s);
+                        bool accumulate, cudaStream_t s, bool ignore_negative = false);
 Status softmax_xent_bwd(const float* probs, const int32_t* labels, float* dlogits, int B, int C, float scale,
                         cudaStream_t s);
+// out[b] (device doubles) = sum over t with targets[b*T + t] >= 0 of log softmax(logits row)[target]
+Status sequence_logprob(const float* logits, const int32_t* targets, int B, int T, int V, double* out,
+                        cudaStream_t s);
+// The generative classifier's training loss (cpu::gen_class_loss; labels and log_prior on the
+// device): dlogits written, stats {sum of chunk losses, correct chunks, B} overwritten.
+Status gen_class_loss(const float* logits, const int32_t* targets, const int32_t* labels, const double* log_prior,
+                      int K, int B, int T, int V, float lm_weight, float* dlogits, double* stats, cudaStream_t s);
 
 // ---- optimizer and data movement
 Status adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp, int64_t step,
@@ -86,6 +94,11 @@ Status embedding_fwd(const int32_t* tok, const float* wte, const float* wpe, flo
                      cudaStream_t s);
 Status embedding_bwd(const int32_t* tok, const float* dx, float* dwte, float* dwpe, int B, int T, int C, int V,
                      cudaStream_t s);
+// x (B, T, C) [b, t] += table[ids[b]]; dtable (K, C) = per-class sums of dx over sequences and
+// positions, in the CPU kernel's order (one thread per (k, c)), overwritten
+Status class_embedding_fwd(float* x, const float* table, const int32_t* ids, int B, int T, int C, cudaStream_t s);
+Status class_embedding_bwd(const float* dx, const int32_t* ids, float* dtable, int B, int T, int C, int K,
+                           cudaStream_t s);
 Status layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int N,
                      int C, float eps, cudaStream_t s);
 Status layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,

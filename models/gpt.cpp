@@ -202,10 +202,20 @@ std::string describe_gpt(const GptConfig& c, size_t parameters) {
 
 // ------------------------------------------------------------------ language model
 
-struct GptLanguageModel::Head {
-  int B;
-  Tensor tokens[2], targets[2];  // (B, T) int32
-  Tensor logits, probs, dlogits;  // (B*T, V)
+LmBuffers::LmBuffers(int b, int64_t T, int64_t V) : B(b) {
+  const int64_t N = (int64_t)B * T;
+  const std::string tag = ".b" + std::to_string(B);
+  for (int s = 0; s < 2; ++s) {
+    tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
+    targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
+  }
+  logits = Tensor::lazy({N, V}, "logits" + tag);
+  probs = Tensor::lazy({N, V}, "probs" + tag);
+  dlogits = Tensor::lazy({N, V}, "dlogits" + tag);
+}
+
+struct GptLanguageModel::Head : LmBuffers {
+  using LmBuffers::LmBuffers;
 };
 
 GptLanguageModel::GptLanguageModel(const GptConfig& cfg, TextSplit data, StepStatus* status)
@@ -234,18 +244,7 @@ int64_t GptLanguageModel::epoch_size() const { return ((int64_t)data_.train.size
 GptLanguageModel::Head& GptLanguageModel::head_for(int B) {
   for (auto& h : heads_)
     if (h->B == B) return *h;
-  auto h = std::make_unique<Head>();
-  h->B = B;
-  const int64_t T = cfg_.context, N = (int64_t)B * T, V = cfg_.vocab;
-  const std::string tag = ".b" + std::to_string(B);
-  for (int s = 0; s < 2; ++s) {
-    h->tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
-    h->targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
-  }
-  h->logits = Tensor::lazy({N, V}, "logits" + tag);
-  h->probs = Tensor::lazy({N, V}, "probs" + tag);
-  h->dlogits = Tensor::lazy({N, V}, "dlogits" + tag);
-  heads_.push_back(std::move(h));
+  heads_.push_back(std::make_unique<Head>(B, cfg_.context, cfg_.vocab));
   return *heads_.back();
 }
 

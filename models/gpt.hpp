@@ -67,6 +67,16 @@ std::string describe_gpt(const GptConfig& c, size_t parameters);
 Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float std_or_value,
                 bool normal);
 
+// The next-byte head's buffers for one batch size B (the language model's and the generative
+// classifier's): tokens (B, T) and targets (B*T) int32, double-buffered by step slot; logits,
+// probs and dlogits (B*T, V).
+struct LmBuffers {
+  LmBuffers(int B, int64_t T, int64_t V);
+  int B;
+  Tensor tokens[2], targets[2];
+  Tensor logits, probs, dlogits;
+};
+
 // Next-byte prediction on a text: a sampling unit is a window start offset u * T (T = context),
 // epoch_size = number of non-overlapping windows of the training text; the loss is per byte (nats).
 class GptLanguageModel : public Workload {

@@ -202,10 +202,15 @@ VerseChunks make_verse_chunks(const std::vector<Verse>& verses, const std::vecto
   return c;
 }
 
-struct GptGenerativeClassifier::Head {
-  int B;
-  Tensor tokens[2], targets[2], classes[2], labels[2];  // (B, T), (B*T), (B), (B) int32
-  Tensor logits, probs, dlogits;  // (B*T, V)
+struct GptGenerativeClassifier::Head : LmBuffers {
+  Head(int B, int64_t T, int64_t V) : LmBuffers(B, T, V) {
+    const std::string tag = ".b" + std::to_string(B);
+    for (int s = 0; s < 2; ++s) {
+      classes[s] = Tensor::lazy({B}, "classes" + tag + "." + std::to_string(s), sizeof(int32_t));
+      labels[s] = Tensor::lazy({B}, "labels" + tag + "." + std::to_string(s), sizeof(int32_t));
+    }
+  }
+  Tensor classes[2], labels[2];  // (B) int32: each chunk's conditioning class and true label
 };
 
 GptGenerativeClassifier::GptGenerativeClassifier(const GptConfig& cfg, VerseTask task, const std::vector<Verse>& verses,
@@ -244,20 +249,7 @@ std::vector<Param*> GptGenerativeClassifier::params() {
 GptGenerativeClassifier::Head& GptGenerativeClassifier::head_for(int B) {
   for (auto& h : heads_)
     if (h->B == B) return *h;
-  auto h = std::make_unique<Head>();
-  h->B = B;
-  const int64_t T = cfg_.context, N = (int64_t)B * T, V = cfg_.vocab;
-  const std::string tag = ".b" + std::to_string(B);
-  for (int s = 0; s < 2; ++s) {
-    h->tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
-    h->targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
-    h->classes[s] = Tensor::lazy({B}, "classes" + tag + "." + std::to_string(s), sizeof(int32_t));
-    h->labels[s] = Tensor::lazy({B}, "labels" + tag + "." + std::to_string(s), sizeof(int32_t));
-  }
-  h->logits = Tensor::lazy({N, V}, "logits" + tag);
-  h->probs = Tensor::lazy({N, V}, "probs" + tag);
-  h->dlogits = Tensor::lazy({N, V}, "dlogits" + tag);
-  heads_.push_back(std::move(h));
+  heads_.push_back(std::make_unique<Head>(B, cfg_.context, cfg_.vocab));
   return *heads_.back();
 }
 

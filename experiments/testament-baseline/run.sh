@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Word-level baselines for the GPT's testament task (naive Bayes and logistic regression on words and
-# word bigrams), on the engine's splits and input lengths: what a verse's first N bytes can tell.
-#   bash experiments/testament-baseline/run.sh     -> out/table.md (about 2 minutes on 2 cores)
+# Count-model baselines for the GPT's testament task (naive Bayes and logistic regression on words and
+# word bigrams; a character 6-gram language model per class on whole verses), on the engine's splits
+# and input lengths: what a verse's first N bytes can tell.
+#   bash experiments/testament-baseline/run.sh     -> out/table.md (16 minutes on the 2-core VM with other jobs running)
 # Debian's python3-torch (for the logistic regression) is installed for /usr/bin/python3 when missing.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

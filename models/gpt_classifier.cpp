@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "codelets/kernels/class_posterior.hpp"
+
 namespace zf {
 
 // ------------------------------------------------------------------ the verse task
@@ -199,6 +201,7 @@ VerseChunks make_verse_chunks(const std::vector<Verse>& verses, const std::vecto
       c.chunk_verse.push_back(vi);
     }
   }
+  c.first_chunk.push_back((int32_t)c.chunks.size());
   return c;
 }
 
@@ -299,12 +302,9 @@ EvalResult GptGenerativeClassifier::evaluate(Runtime& rt) {
     for (int64_t i = 0; i < cfg_.eval_limit; ++i) scored_.push_back((int32_t)(i * nv / cfg_.eval_limit));
   else
     for (int64_t i = 0; i < nv; ++i) scored_.push_back((int32_t)i);
-  auto chunk_end = [&](int32_t v) {  // verse v's chunks are [first_chunk[v], chunk_end(v))
-    return (size_t)v + 1 < eval_.first_chunk.size() ? eval_.first_chunk[(size_t)v + 1] : (int32_t)eval_.chunks.size();
-  };
   std::vector<kernels::cpu::ChunkRef> chunks;  // the scored verses' chunks, in order
   for (int32_t v : scored_)
-    for (int32_t c = eval_.first_chunk[(size_t)v]; c < chunk_end(v); ++c) chunks.push_back(eval_.chunks[(size_t)c]);
+    for (int32_t c = eval_.first_chunk[(size_t)v]; c < eval_.first_chunk[(size_t)v + 1]; ++c) chunks.push_back(eval_.chunks[(size_t)c]);
   const int K = (int)task_.class_names.size();
   const int64_t nc = (int64_t)chunks.size();
   Tensor ll = Tensor::home({K * nc}, "eval.loglik", sizeof(double));
@@ -327,25 +327,19 @@ EvalResult GptGenerativeClassifier::evaluate(Runtime& rt) {
     for (int64_t i = 0; i < n; ++i) {
       const int32_t v = scored_[(size_t)i];
       double s = 0.0;
-      for (int32_t j = eval_.first_chunk[(size_t)v]; j < chunk_end(v); ++j) s += l[k * nc + c++];
+      for (int32_t j = eval_.first_chunk[(size_t)v]; j < eval_.first_chunk[(size_t)v + 1]; ++j) s += l[k * nc + c++];
       scores_[(size_t)k * n + i] = s;
     }
   }
   ll.release();
   double loss = 0.0;
   int64_t ok = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double mx = -INFINITY;
-    int arg = 0;
-    for (int k = 0; k < K; ++k) {
-      const double z = scores_[(size_t)k * n + i] + log_prior_[(size_t)k];
-      if (z > mx) { mx = z; arg = k; }
-    }
-    double sum = 0.0;
-    for (int k = 0; k < K; ++k) sum += std::exp(scores_[(size_t)k * n + i] + log_prior_[(size_t)k] - mx);
+  for (int64_t i = 0; i < n; ++i) {  // Bayes' rule as in the training loss
+    const double* s = scores_.data() + i;
+    const kernels::posterior::Posterior p = kernels::posterior::of(s, n, log_prior_.data(), K);
     const int32_t y = eval_.labels[(size_t)scored_[(size_t)i]];
-    loss += -(scores_[(size_t)y * n + i] + log_prior_[(size_t)y] - mx - std::log(sum));
-    ok += arg == y;
+    loss += kernels::posterior::loss(p, s, n, log_prior_.data(), y);
+    ok += p.arg == y;
   }
   return EvalResult{n ? loss / (double)n : 0.0, n ? (double)ok / (double)n : 0.0, n};
 }

@@ -90,7 +90,7 @@ struct VerseChunks {
   std::vector<int32_t> size, labels;           // per verse: bytes (with '\n'), class
   std::vector<kernels::cpu::ChunkRef> chunks;  // class: the verse's (the evaluation sets each class in turn)
   std::vector<int32_t> chunk_verse;            // the verse (index into offset) of each chunk
-  std::vector<int32_t> first_chunk;            // per verse: its first chunk (chunks are in verse order)
+  std::vector<int32_t> first_chunk;            // verse v's chunks: [first_chunk[v], first_chunk[v + 1])
 };
 VerseChunks make_verse_chunks(const std::vector<Verse>& verses, const std::vector<int32_t>& which,
                               const std::string& labels, int T);

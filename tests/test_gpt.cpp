@@ -310,7 +310,7 @@ TEST(GptGenerative, ChunksOfHandCheckedVerses) {
   ASSERT_EQ(c.offset.size(), 2u);
   EXPECT_EQ(c.size, (std::vector<int32_t>{55, 12}));
   EXPECT_EQ(c.labels, (std::vector<int32_t>{0, 1}));
-  EXPECT_EQ(c.first_chunk, (std::vector<int32_t>{0, 4}));
+  EXPECT_EQ(c.first_chunk, (std::vector<int32_t>{0, 4, 5}));  // and the end: 5 chunks
   ASSERT_EQ(c.chunks.size(), 5u);
   const std::vector<int32_t> n = {16, 16, 16, 7, 12}, v = {0, 0, 0, 0, 1};
   for (size_t i = 0; i < 5; ++i) {

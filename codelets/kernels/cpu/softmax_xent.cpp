@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "codelets/kernels/class_posterior.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
@@ -49,18 +50,9 @@ void softmax_xent_bwd(const float* probs, const int32_t* labels, float* dlogits,
 }
 
 namespace {
-// a row's max and sum of exp(z - max), in float as the loss above
-void row_max_sum(const float* z, int V, float* mx_out, float* sum_out) {
-  float mx = z[0];
-  for (int j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
-  float sum = 0.0f;
-  for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
-  *mx_out = mx;
-  *sum_out = sum;
-}
-}  // namespace
-
-void sequence_logprob(const float* logits, const int32_t* targets, int B, int T, int V, double* out) {
+// out[b] = sequence b's log-likelihood; with mx_sum, each scored row's max and sum of
+// exp(z - max) (in float, as the loss above) are kept there (2 floats a row) for the gradient
+void logprob_rows(const float* logits, const int32_t* targets, int B, int T, int V, double* out, float* mx_sum) {
   for (int b = 0; b < B; ++b) {
     double s = 0.0;
     for (int t = 0; t < T; ++t) {
@@ -68,58 +60,51 @@ void sequence_logprob(const float* logits, const int32_t* targets, int B, int T,
       const int y = targets[row];
       if (y < 0) continue;
       const float* z = logits + row * V;
-      float mx, sum;
-      row_max_sum(z, V, &mx, &sum);
+      float mx = z[0];
+      for (int j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
+      float sum = 0.0f;
+      for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+      if (mx_sum) {
+        mx_sum[2 * row] = mx;
+        mx_sum[2 * row + 1] = sum;
+      }
       s += (double)z[y] - (double)mx - std::log((double)sum);
     }
     out[b] = s;
   }
 }
+}  // namespace
+
+void sequence_logprob(const float* logits, const int32_t* targets, int B, int T, int V, double* out) {
+  logprob_rows(logits, targets, B, T, V, out, nullptr);
+}
 
 double gen_class_loss(const float* logits, const int32_t* targets, const int32_t* labels, const double* log_prior,
                       int K, int B, int T, int V, float lm_weight, float* dlogits, int64_t* correct) {
+  const size_t rows = (size_t)K * B * T;
   std::vector<double> s((size_t)K * B);  // s[k*B + b] = log p(chunk b | class k)
+  std::vector<float> mx_sum(2 * rows);
+  logprob_rows(logits, targets, K * B, T, V, s.data(), mx_sum.data());
   int64_t scored = 0;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) scored += targets[(size_t)b * T + t] >= 0;  // the same under every class
-  sequence_logprob(logits, targets, K * B, T, V, s.data());
   double loss = 0.0;
-  int64_t ok = 0;
-  std::vector<float> w((size_t)K * B);  // the weight of each row's (softmax - onehot)
-  for (int b = 0; b < B; ++b) {
-    double mx = -INFINITY;
-    int arg = 0;
-    for (int k = 0; k < K; ++k) {
-      const double q = s[(size_t)k * B + b] + log_prior[k];
-      if (q > mx) { mx = q; arg = k; }
+  long long ok = 0;
+  std::vector<float> w((size_t)K * B);  // the weight of each sequence's (softmax - onehot)
+  for (int b = 0; b < B; ++b)
+    posterior::chunk_loss(s.data(), log_prior, K, B, b, labels[b], scored, lm_weight, w.data(), &loss, &ok);
+  for (size_t row = 0; row < rows; ++row) {
+    float* d = dlogits + row * V;
+    const int y = targets[row];
+    if (y < 0) {
+      for (int j = 0; j < V; ++j) d[j] = 0.0f;
+      continue;
     }
-    double sum = 0.0;
-    for (int k = 0; k < K; ++k) sum += std::exp(s[(size_t)k * B + b] + log_prior[k] - mx);
-    const int y = labels[b];
-    loss += -(s[(size_t)y * B + b] + log_prior[y] - mx - std::log(sum));
-    ok += arg == y;
-    for (int k = 0; k < K; ++k) {
-      const double p = std::exp(s[(size_t)k * B + b] + log_prior[k] - mx) / sum;
-      const double lm = k == y && scored ? (double)lm_weight / (double)scored : 0.0;
-      w[(size_t)k * B + b] = (float)(((k == y ? 1.0 : 0.0) - p) / B + lm);
-    }
+    const float* z = logits + row * V;
+    const float mx = mx_sum[2 * row], inv = 1.0f / mx_sum[2 * row + 1], wr = w[row / (size_t)T];
+    for (int j = 0; j < V; ++j) d[j] = wr * std::exp(z[j] - mx) * inv;
+    d[y] -= wr;
   }
-  for (int r = 0; r < K * B; ++r)
-    for (int t = 0; t < T; ++t) {
-      const size_t row = (size_t)r * T + t;
-      float* d = dlogits + row * V;
-      const int y = targets[row];
-      if (y < 0) {
-        for (int j = 0; j < V; ++j) d[j] = 0.0f;
-        continue;
-      }
-      const float* z = logits + row * V;
-      float mx, sum;
-      row_max_sum(z, V, &mx, &sum);
-      const float inv = 1.0f / sum, wr = w[(size_t)r];
-      for (int j = 0; j < V; ++j) d[j] = wr * std::exp(z[j] - mx) * inv;
-      d[y] -= wr;
-    }
   if (correct) *correct = ok;
   return loss;
 }

@@ -3,6 +3,7 @@
 // per-row losses and hits in row order into the stats buffer (deterministic, no atomics). Rows
 // with a negative label are skipped when ignore_negative is set. Sequence log-likelihoods: one
 // block per sequence, its rows in order, summed in double by thread 0.
+#include "codelets/kernels/class_posterior.hpp"
 #include "codelets/kernels/cuda/common.cuh"
 
 namespace zf::kernels::cuda {
@@ -132,24 +133,8 @@ __global__ void gen_posterior_k(const double* sll, const int32_t* targets, const
   for (int i = 0; i < B * T; ++i) scored += targets[i] >= 0;
   double loss = 0.0;
   long long ok = 0;
-  for (int b = 0; b < B; ++b) {
-    double mx = -INFINITY;
-    int arg = 0;
-    for (int k = 0; k < K; ++k) {
-      const double q = sll[(size_t)k * B + b] + log_prior[k];
-      if (q > mx) { mx = q; arg = k; }
-    }
-    double sum = 0.0;
-    for (int k = 0; k < K; ++k) sum += exp(sll[(size_t)k * B + b] + log_prior[k] - mx);
-    const int y = labels[b];
-    loss += -(sll[(size_t)y * B + b] + log_prior[y] - mx - log(sum));
-    ok += arg == y;
-    for (int k = 0; k < K; ++k) {
-      const double p = exp(sll[(size_t)k * B + b] + log_prior[k] - mx) / sum;
-      const double lm = k == y && scored ? (double)lm_weight / (double)scored : 0.0;
-      w[(size_t)k * B + b] = (float)(((k == y ? 1.0 : 0.0) - p) / B + lm);
-    }
-  }
+  for (int b = 0; b < B; ++b)
+    posterior::chunk_loss(sll, log_prior, K, B, b, labels[b], scored, lm_weight, w, &loss, &ok);
   stats[0] = loss;
   stats[1] = (double)ok;
   stats[2] = (double)B;

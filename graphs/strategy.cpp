@@ -62,7 +62,7 @@ class DeviceAdam final : public Strategy {
   void load_state(const StateReader& r) override {
     for (size_t i = 0; i < params_.size(); ++i) {
       r.get("device.m." + params_[i]->name, m_[i]);
-      r.get("device.v." + params_[i]->name, v_[i]);
+      r.get("device.v." + params_[i]->name, v_[i], StateReader::Values::NonNegative);
       if (bf16_) r.get("device.master." + params_[i]->name, master_[i]);
     }
   }
@@ -116,7 +116,7 @@ class ZeroOffload final : public Strategy {
       const std::string& n = params_[i]->name;
       r.get("host.master." + n, st_[i].master);
       r.get("host.m." + n, st_[i].m);
-      r.get("host.v." + n, st_[i].v);
+      r.get("host.v." + n, st_[i].v, StateReader::Values::NonNegative);
     }
   }
   void submit_update(int64_t t) override {

@@ -214,6 +214,11 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const Spec local = comm ? rank_spec(spec, ranks) : Spec();
   std::ostream& out = opt.out ? *opt.out : std::cout;
   const auto wall0 = std::chrono::steady_clock::now();
+  // the checkpoint directory, locked for the whole run before anything is loaded
+  // (graphs/checkpoint.hpp: one writer, stale temporaries, another run's checkpoints)
+  std::unique_ptr<CheckpointDir> ckdir;
+  if (!opt.checkpoint_dir.empty())
+    ckdir = std::make_unique<CheckpointDir>(opt.checkpoint_dir, spec, opt.checkpoint_overwrite);
   RuntimeConfig rc;
   rc.sched = spec.runtime.sched;
   std::tie(rc.device_workers, rc.host_workers) = worker_split(spec);
@@ -332,7 +337,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     if (!opt.checkpoint_dir.empty() &&
         (t == T - 1 || (opt.checkpoint_every > 0 && (t + 1) % opt.checkpoint_every == 0))) {
       rt.wait_all();  // the state after step t, in-flight host updates included
-      std::string d = write_checkpoint(opt.checkpoint_dir, t, spec, *wl, *strat);
+      std::string d = ckdir->write(t, spec, *wl, *strat);
       if (!opt.quiet) out << "checkpoint: " << d << "\n" << std::flush;
     }
   }

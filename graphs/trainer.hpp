@@ -24,6 +24,7 @@ struct RunOptions {
   std::string init_path;     // --init (safetensors)
   std::string checkpoint_dir;  // --checkpoint-dir: full training state
   int64_t checkpoint_every = 0; // --checkpoint-every N steps (and after the last step)
+  bool checkpoint_overwrite = false;  // --checkpoint-overwrite: write into a directory holding another run's
   std::string resume_path;     // --resume DIR (a checkpoint dir or one of its step dirs)
   std::string trace_path;      // --trace: Paje trace (ViTE, pj_dump)
   std::string trace_csv_path;  // --trace-csv: one line per task

@@ -300,25 +300,83 @@ class ZenFlowStrategy final : public Strategy {
     w.put_i64("zenflow.update_steps", update_steps_);
   }
 
+  // Every value is checked against the others and the checkpoint's step (docs/checkpoints.md): the
+  // counters, the ring slots and the selected columns index buffers, so nothing unchecked reaches a
+  // kernel or a ring, whether or not the file's checksum matched.
   void load_state(const StateReader& r) override {
+    using V = StateReader::Values;
+    const int64_t s = r.step();
     auto c = r.i64("zenflow.counters");
-    if (c.size() != 7) r.fail("zenflow.counters", "expected 7 counters");
-    if (c[6] != D_) r.fail("zenflow.counters", "written with max_staleness " + std::to_string(c[6]));
+    if (c.size() != 7) r.fail("zenflow.counters", std::to_string(c.size()) + " values, expected 7");
+    if (c[6] != D_) r.fail("zenflow.counters", "written with max_staleness " + std::to_string(c[6]) + ", this run has " +
+                                                   std::to_string(D_));
+    const int64_t job = c[0], acc_n = c[1], first_async = c[2], u = c[3];
+    auto counter = [&](int idx, const char* what, int64_t v, int64_t want_lo, int64_t want_hi) {
+      if (v < want_lo || v > want_hi)
+        r.fail("zenflow.counters[" + std::to_string(idx) + "]",
+               std::string(what) + " " + std::to_string(v) + ", expected " +
+                   (want_lo == want_hi ? std::to_string(want_lo)
+                                       : "[" + std::to_string(want_lo) + ", " + std::to_string(want_hi) + "]") +
+                   " (the checkpoint is at step " + std::to_string(s) + ")");
+    };
+    counter(0, "host jobs", job, 0, s + 1);
+    counter(3, "auto-rule updates", u, 0, s + 1);
+    counter(4, "selected flag", c[4], 0, 1);
+    counter(5, "vote flag", c[5], 0, 1);
+    if ((c[4] != 0) != (s >= W_))
+      r.fail("zenflow.counters[4]", "selected flag " + std::to_string(c[4]) + " at step " + std::to_string(s) +
+                                        " with full_warm_up_rounds " + std::to_string(W_));
+    const std::vector<int64_t> us = r.i64("zenflow.update_steps");
+    if ((int64_t)us.size() != job)
+      r.fail("zenflow.update_steps", std::to_string(us.size()) + " steps for " + std::to_string(job) + " host jobs");
+    for (size_t i = 0; i < us.size(); ++i)
+      if (us[i] < 0 || us[i] > s || (i > 0 && us[i] <= us[i - 1]))
+        r.fail("zenflow.update_steps", "element " + std::to_string(i) + " is " + std::to_string(us[i]) +
+                                           " (expected increasing steps in [0, " + std::to_string(s) + "])");
+    const int64_t want_n = us.empty() ? s + 1 : s - us.back();  // gradients since the last update
+    if (acc_n != want_n) counter(1, "accumulated steps", acc_n, want_n, want_n);
+    // the first asynchronous job: the first update at or after the warm-up (none with staleness 0)
+    const int64_t sync_jobs = std::count_if(us.begin(), us.end(), [&](int64_t t) { return t < W_; });
+    const int64_t want_first = D_ > 0 && sync_jobs < job ? sync_jobs : -1;
+    if (first_async != want_first) counter(2, "first asynchronous job", first_async, want_first, want_first);
+    auto pend = r.i64("zenflow.pending");
+    if (pend.size() % 3) r.fail("zenflow.pending", std::to_string(pend.size()) + " values, expected (job, slot, step) triples");
+    // in flight: the last min(D, async jobs) jobs, each in its ring slot
+    const int64_t in_flight = first_async < 0 ? 0 : std::min<int64_t>(D_, job - first_async);
+    if ((int64_t)pend.size() / 3 != in_flight)
+      r.fail("zenflow.pending", std::to_string(pend.size() / 3) + " host jobs in flight, expected " +
+                                    std::to_string(in_flight));
+    std::deque<Pending> pending;
+    for (size_t i = 0; i < pend.size(); i += 3) {
+      const int64_t j = job - in_flight + (int64_t)(i / 3);
+      if (pend[i] != j || pend[i + 1] != j % (D_ + 1) || pend[i + 2] != us[(size_t)j])
+        r.fail("zenflow.pending", "entry " + std::to_string(i / 3) + " is (job " + std::to_string(pend[i]) + ", slot " +
+                                      std::to_string(pend[i + 1]) + ", step " + std::to_string(pend[i + 2]) +
+                                      "), expected (" + std::to_string(j) + ", " + std::to_string(j % (D_ + 1)) + ", " +
+                                      std::to_string(us[(size_t)j]) + ")");
+      pending.push_back({pend[i], pend[i + 1], pend[i + 2]});
+    }
+    const bool selected = c[4] != 0;
     for (auto& wp : mat_) {
       Matrix& m = *wp;
       const std::string& n = m.p->name;
       r.get("host.master." + n, m.master);
       r.get("host.m." + n, m.m);
-      r.get("host.v." + n, m.v);
+      r.get("host.v." + n, m.v, V::NonNegative);
       for (int i = 0; i <= D_; ++i) {
         r.get("host.acc" + std::to_string(i) + "." + n, m.acc[i]);
         r.get("host.res" + std::to_string(i) + "." + n, m.res[i]);
       }
-      r.get("device.sel." + n, m.sel);
+      if (selected)  // before the first selection the buffer is unused (and overwritten by it)
+        r.get_indices("device.sel." + n, m.sel, m.C);
       r.get("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel);
-      r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel);
+      r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, V::NonNegative);
       auto an = r.f64("auto.AN." + n);
-      if (an.size() != 4) r.fail("auto.AN." + n, "expected 4 values");
+      if (an.size() != 4) r.fail("auto.AN." + n, std::to_string(an.size()) + " values, expected 4");
+      for (int i = 0; i < 4; ++i)
+        if (!std::isfinite(an[i]) || (i != 1 && an[i] < 0))
+          r.fail("auto.AN." + n, "element " + std::to_string(i) + " is " + std::to_string(an[i]) +
+                                     (i != 1 ? " (expected a finite number >= 0)" : " (expected a finite number)"));
       m.A = an[0];
       m.N = an[1];
       m.mass_host[0] = an[2];  // gradient mass of the last step: its vote is taken on resume
@@ -326,19 +384,16 @@ class ZenFlowStrategy final : public Strategy {
     }
     for (Vector& v : vec_) {
       r.get("device.m." + v.p->name, v.m);
-      r.get("device.v." + v.p->name, v.v);
+      r.get("device.v." + v.p->name, v.v, V::NonNegative);
     }
-    job_ = c[0];
-    n_ = c[1];
-    first_async_job_ = c[2];
-    u_ = c[3];
-    selected_ = c[4] != 0;
+    job_ = job;
+    n_ = acc_n;
+    first_async_job_ = first_async;
+    u_ = u;
+    selected_ = selected;
     last_vote_ = c[5] != 0;
-    auto pend = r.i64("zenflow.pending");
-    if (pend.size() % 3) r.fail("zenflow.pending", "expected triples");
-    pending_.clear();
-    for (size_t i = 0; i < pend.size(); i += 3) pending_.push_back({pend[i], pend[i + 1], pend[i + 2]});
-    update_steps_ = r.i64("zenflow.update_steps");
+    pending_ = std::move(pending);
+    update_steps_ = us;
   }
 
   void flush(int64_t last_step) override {
@@ -476,16 +531,18 @@ class ZeroOffloadDpu final : public Strategy {
     w.put_i64("dpu.last", {last_});
   }
   void load_state(const StateReader& r) override {
+    auto l = r.i64("dpu.last");
+    if (l.size() != 1) r.fail("dpu.last", std::to_string(l.size()) + " values, expected one counter");
+    if (l[0] != r.step())  // the step of the last host update: every step has one
+      r.fail("dpu.last", std::to_string(l[0]) + ", expected the checkpoint's step " + std::to_string(r.step()));
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& n = params_[i]->name;
       r.get("host.master." + n, st_[i].master);
       r.get("host.m." + n, st_[i].m);
-      r.get("host.v." + n, st_[i].v);
+      r.get("host.v." + n, st_[i].v, StateReader::Values::NonNegative);
       r.get("host.res0." + n, st_[i].res[0]);
       r.get("host.res1." + n, st_[i].res[1]);
     }
-    auto l = r.i64("dpu.last");
-    if (l.size() != 1) r.fail("dpu.last", "expected one counter");
     last_ = l[0];
   }
   void submit_update(int64_t t) override {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
+#include "runtime/json_depth.hpp"
 
 namespace zf {
 namespace {
@@ -46,7 +47,17 @@ StTensor st_f32(const std::vector<int64_t>& shape, const float* data) {
   return t;
 }
 
-void write_safetensors(const std::string& path, const StFile& f, bool checksum) {
+// CRC-32 of the header as nlohmann::json dumps it after parsing (sorted keys, one number and
+// string syntax) without the zf_header_crc32 entry itself: what the reader computes from the parsed
+// header, whatever the writer's key order or spacing.
+static std::string header_crc(nlohmann::json header) {
+  if (header.contains("__metadata__") && header["__metadata__"].is_object())
+    header["__metadata__"].erase("zf_header_crc32");
+  const std::string text = header.dump();
+  return std::to_string(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), (uInt)text.size()));
+}
+
+std::vector<uint8_t> encode_safetensors(const std::string& path, const StFile& f, bool checksum) {
   nlohmann::ordered_json hdr = nlohmann::ordered_json::object();
   if (!f.metadata.empty() || checksum) {
     nlohmann::ordered_json md = nlohmann::ordered_json::object();
@@ -67,6 +78,8 @@ void write_safetensors(const std::string& path, const StFile& f, bool checksum) 
     hdr[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
     off += t.bytes.size();
   }
+  // the header's own checksum covers __metadata__ (zf_crc32 included) and the tensor table
+  if (checksum) hdr["__metadata__"]["zf_header_crc32"] = header_crc(nlohmann::json::parse(hdr.dump()));
   std::string h = hdr.dump();
   while ((8 + h.size()) % 8) h.push_back(' ');  // align the data to 8 bytes, as the reference writer does
   std::vector<uint8_t> out(8 + h.size() + off);
@@ -78,15 +91,29 @@ void write_safetensors(const std::string& path, const StFile& f, bool checksum) 
     if (!t.bytes.empty()) std::memcpy(out.data() + pos, t.bytes.data(), t.bytes.size());
     pos += t.bytes.size();
   }
+  return out;
+}
+
+void write_safetensors(const std::string& path, const StFile& f, bool checksum) {
+  const std::vector<uint8_t> out = encode_safetensors(path, f, checksum);
   write_file_atomic(path, out.data(), out.size());
 }
 
-StFile read_safetensors(const std::string& path) {
+namespace {
+
+// The parsed header of a safetensors file, its checksum verified when it carries one.
+struct Header {
+  nlohmann::json j;
+  uint64_t fsize = 0, hlen = 0;
+};
+
+Header read_header(const std::string& path, std::ifstream& in) {
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     throw InputError(path, "not a regular file (expected a safetensors file)");
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   if (!in) throw InputError(path, "cannot open safetensors file");
+  Header hd;
   in.seekg(0, std::ios::end);
   const uint64_t fsize = (uint64_t)in.tellg();
   in.seekg(0);
@@ -99,24 +126,64 @@ StFile read_safetensors(const std::string& path) {
     throw InputError(path, "header length " + std::to_string(hlen) + " is impossible for a " +
                                std::to_string(fsize) + "-byte file (truncated or not safetensors)");
   std::string h(hlen, '\0');
-  in.read(h.data(), (std::streamsize)hlen);
-  nlohmann::json j;
+  if (!in.read(h.data(), (std::streamsize)hlen)) throw InputError(path, "cannot read the header");
+  // a safetensors header nests 3 levels (tensor table, tensor, shape); deeper is not one, and a
+  // very deep one would overflow the stack in nlohmann::json's recursive dump and comparison
+  constexpr int kMaxDepth = 16;
+  if (json_nesting_depth(h, kMaxDepth) > kMaxDepth)
+    throw InputError(path, "header nests arrays/objects more than " + std::to_string(kMaxDepth) +
+                               " levels deep (a safetensors header has 3)");
   try {
-    j = nlohmann::json::parse(h);
+    hd.j = nlohmann::json::parse(h);
   } catch (const std::exception& e) {
     throw InputError(path, std::string("header is not valid JSON: ") + e.what());
   }
-  if (!j.is_object()) throw InputError(path, "header must be a JSON object");
+  if (!hd.j.is_object()) throw InputError(path, "header must be a JSON object");
+  // the header's checksum (zf_header_crc32, written with checksum = true) before any of it is used
+  auto md = hd.j.find("__metadata__");
+  if (md != hd.j.end() && md->is_object() && md->contains("zf_header_crc32")) {
+    const nlohmann::json& want = (*md)["zf_header_crc32"];
+    const std::string got = header_crc(hd.j);
+    if (!want.is_string() || want.get<std::string>() != got)
+      throw InputError(path + ": __metadata__.zf_header_crc32",
+                       "header checksum mismatch: the header (metadata or tensor table) is corrupted (CRC-32 " +
+                           got + ", the header records " + (want.is_string() ? want.get<std::string>() : want.dump()) +
+                           ")");
+  }
+  hd.fsize = fsize;
+  hd.hlen = hlen;
+  return hd;
+}
+
+void read_metadata(const std::string& path, const nlohmann::json& v, StFile& f) {
+  if (!v.is_object()) throw InputError(path, "__metadata__ must be an object of strings");
+  for (auto& [k, s] : v.items()) {
+    if (!s.is_string()) throw InputError(path, "__metadata__." + k + ": expected a string");
+    f.metadata[k] = s.get<std::string>();
+  }
+}
+
+}  // namespace
+
+StFile read_safetensors_metadata(const std::string& path) {
+  std::ifstream in;
+  const Header hd = read_header(path, in);
+  StFile f;
+  if (hd.j.contains("__metadata__")) read_metadata(path, hd.j["__metadata__"], f);
+  return f;
+}
+
+StFile read_safetensors(const std::string& path) {
+  std::ifstream in;
+  const Header hd = read_header(path, in);
+  const nlohmann::json& j = hd.j;
+  const uint64_t fsize = hd.fsize, hlen = hd.hlen;
   const uint64_t data_len = fsize - 8 - hlen;
   StFile f;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto& [name, v] : j.items()) {
     if (name == "__metadata__") {
-      if (!v.is_object()) throw InputError(path, "__metadata__ must be an object of strings");
-      for (auto& [k, s] : v.items()) {
-        if (!s.is_string()) throw InputError(path, "__metadata__." + k + ": expected a string");
-        f.metadata[k] = s.get<std::string>();
-      }
+      read_metadata(path, v, f);
       continue;
     }
     const std::string where = path + ": tensor '" + name + "'";

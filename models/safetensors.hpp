@@ -27,9 +27,15 @@ struct StFile {
 
 // Throws zf::InputError naming the file and the tensor/field on any malformed content.
 StFile read_safetensors(const std::string& path);
-// checksum: store the CRC-32 of the data section as __metadata__["zf_crc32"]; readers verify it
-// when present, so a corrupted (not only truncated) file is refused.
+// Only the __metadata__ of a file (its header checksum verified when it has one); the data is not read.
+StFile read_safetensors_metadata(const std::string& path);
+// checksum: store the CRC-32 of the data section as __metadata__["zf_crc32"] and the CRC-32 of the
+// header (metadata and tensor table, canonically dumped, without this entry) as
+// __metadata__["zf_header_crc32"]; readers verify each when present, so a corrupted (not only
+// truncated) file is refused.
 void write_safetensors(const std::string& path, const StFile& f, bool checksum = false);
+// The bytes write_safetensors writes (`path` names the file in errors).
+std::vector<uint8_t> encode_safetensors(const std::string& path, const StFile& f, bool checksum = false);
 
 StTensor st_f32(const std::vector<int64_t>& shape, const float* data);
 

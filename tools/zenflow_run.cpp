@@ -40,7 +40,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
   std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume, trace, trace_csv;
   int64_t ckpt_every = 0, trace_from = -1;
   int64_t steps = -1;
-  bool quiet = false, list_policies = false, print_spec = false;
+  bool quiet = false, list_policies = false, print_spec = false, ckpt_overwrite = false;
   app.add_option("spec", spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
   app.add_option("--set", sets, "override a spec field: --set train.batch_size=256 (repeatable; "
                                 "the value is JSON, or a string)");
@@ -58,6 +58,10 @@ static int run(int argc, char** argv, zf::Comm& comm) {
   app.add_option("--checkpoint-dir", ckpt_dir, "write full training-state checkpoints into DIR "
                                               "(after the last step, and every --checkpoint-every steps)");
   app.add_option("--checkpoint-every", ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)");
+  app.add_flag("--checkpoint-overwrite", ckpt_overwrite,
+               "write into a --checkpoint-dir that holds another run's checkpoints (other spec, strategy or "
+               "seed; refused without this flag): they are deleted after this run's first checkpoint "
+               "(docs/checkpoints.md)");
   app.add_option("--resume", resume, "resume from a checkpoint DIR (its latest step) or a step directory; "
                                      "the spec must match the checkpoint's");
   app.add_option("--trace", trace, "write a Paje trace of every task (open it in ViTE; pj_dump reads it)");
@@ -98,6 +102,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
     o.init_path = init;
     o.checkpoint_dir = ckpt_dir;
     o.checkpoint_every = ckpt_every;
+    o.checkpoint_overwrite = ckpt_overwrite;
     o.resume_path = resume;
     o.trace_path = trace;
     o.trace_csv_path = trace_csv;
@@ -105,6 +110,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
     o.comm = &comm;
     if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
     if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
+    if (ckpt_overwrite && ckpt_dir.empty()) throw zf::InputError("--checkpoint-overwrite", "needs --checkpoint-dir");
     zf::run_training(spec, o);
     return 0;
   } catch (const zf::InputError& e) {

@@ -26,12 +26,18 @@ configure_flags=(
   --disable-socl --disable-starpufft --disable-mlr --disable-static
   --disable-mpi --disable-fortran --disable-glpk
 )
+# StarPU's libraries and tools load libcudart, libcublas and libcusparse: a run path to CUDA's
+# library folder lets them link (starpu_fxt_tool) and load without any loader configuration for
+# CUDA (NVIDIA's toolkit at /usr/local/cuda adds none).
+cuda_libdir="$cuda/lib64"
+[ -d "$cuda_libdir" ] || cuda_libdir="$cuda/lib"
+ldflags="-Wl,-rpath,$cuda_libdir"
 
 say() { echo "build-starpu: $*"; }
 die() { echo "build-starpu: error: $*" >&2; exit 1; }
 
 [ -x "$cuda/bin/nvcc" ] || die "no nvcc at $cuda/bin/nvcc (set CUDA_DIR)"
-stamp_want="$( { echo "flags: ${configure_flags[*]} prefix=$prefix"; "$cuda/bin/nvcc" --version | tail -1;
+stamp_want="$( { echo "flags: ${configure_flags[*]} LDFLAGS=$ldflags prefix=$prefix"; "$cuda/bin/nvcc" --version | tail -1;
                  sha256sum "${patches[@]}" | awk '{print $1}'; } | sha256sum | awk '{print $1}')"
 stamp="$prefix/.zenflow-starpu-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ] && [ -f "$prefix/lib/pkgconfig/starpu-1.3.pc" ]; then
@@ -93,7 +99,7 @@ done
 mkdir obj && cd obj
 t1=$(date +%s)
 say "configure (log: $work/obj/configure.log)"
-../src/configure --prefix="$prefix" "${configure_flags[@]}" >configure.log 2>&1 ||
+../src/configure --prefix="$prefix" "${configure_flags[@]}" LDFLAGS="$ldflags" >configure.log 2>&1 ||
   { tail -30 configure.log; die "configure failed"; }
 t2=$(date +%s)
 say "make -j$jobs (log: $work/obj/make.log)"
@@ -114,6 +120,9 @@ check STARPU_USE_FXT 1
 check STARPU_MAXCPUS 64
 check STARPU_NMAXBUFS 16
 [ -x "$prefix/bin/starpu_fxt_tool" ] || die "starpu_fxt_tool was not installed"
+# every library the install loads is found without loader configuration (LD_LIBRARY_PATH unset)
+unresolved="$(env -u LD_LIBRARY_PATH ldd "$prefix/bin/starpu_fxt_tool" "$prefix"/lib/libstarpu-1.3.so 2>&1 | grep 'not found' | sort -u || true)"
+[ -z "$unresolved" ] || die "the installed StarPU cannot load: $unresolved"
 echo "$stamp_want" >"$stamp"
 say "installed $prefix ($(du -sh "$prefix" | cut -f1)): CUDA, FxT, MAXCPUS 64, NMAXBUFS 16;" \
   "configure $((t2 - t1)) s, make+install $((t3 - t2)) s, total $(($(date +%s) - t0)) s"

@@ -58,9 +58,13 @@ has_deb_src() {
 need_update=0
 if ! has_deb_src; then
   codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
-  say "adding /etc/apt/sources.list.d/zenflow-deb-src.sources (deb-src $codename main)"
-  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$codename" | $sudo tee /etc/apt/sources.list.d/zenflow-deb-src.sources >/dev/null
+  # the mirror of the existing deb entry (deb822 or one-line form)
+  mirror="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+  [ -n "$mirror" ] || mirror="$(awk '$1 == "deb" && $0 ~ / main/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+  [ -n "$mirror" ] || die "no Debian mirror found in /etc/apt to add a deb-src entry for"
+  say "adding /etc/apt/sources.list.d/zenflow-deb-src.sources (deb-src $mirror $codename main)"
+  printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$mirror" "$codename" | $sudo tee /etc/apt/sources.list.d/zenflow-deb-src.sources >/dev/null
   need_update=1
 fi
 

@@ -1,0 +1,188 @@
+// Input reliability (issue 17): user files that are not regular files (FIFOs, directories,
+// symbolic link loops) are refused without blocking; JSON numbers out of range and other JSON
+// errors name the file and the field, with short excerpts; spec values that would overflow or that
+// the build cannot honour are refused; DeepSpeed-config errors name the DeepSpeed file.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <string>
+
+#include "graphs/spec.hpp"
+#include "models/idx.hpp"
+#include "models/text.hpp"
+#include "runtime/error.hpp"
+#include "runtime/input_file.hpp"
+#include "runtime/json_input.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "zf_input_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name, const std::string& content) const {
+    std::string p = path(name);
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  std::string path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InputError thrown (expected a message with '" << *parts.begin() << "')";
+  } catch (const zf::InputError& e) {
+    const std::string msg = e.what();
+    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
+  }
+}
+
+// ---- files that are not regular files: an error at once, never a blocked open() or read()
+TEST(InputFile, FifoIsRefusedWithoutBlocking) {
+  TempDir d;
+  const std::string p = d.path("pipe");
+  ASSERT_EQ(mkfifo(p.c_str(), 0600), 0);
+  // without the checks, open() of a FIFO with no writer blocks forever (the test would hang)
+  expect_input_error([&] { zf::read_input_file(p, p); }, {p, "FIFO", "expected a regular file"});
+  expect_input_error([&] { zf::load_text_split(p, "spec.json: data.path"); }, {"data.path", p, "FIFO"});
+  expect_input_error([&] { zf::load_kjv(p, "spec.json: data.path"); }, {"data.path", p, "FIFO"});
+  const std::string lab = d.file("labels", "");
+  expect_input_error([&] { zf::load_idx_pair(p, lab, 0, 10); }, {p, "FIFO"});
+}
+
+TEST(InputFile, DirectoryAndSymlinkLoop) {
+  TempDir d;
+  fs::create_directory(d.path("dir"));
+  expect_input_error([&] { zf::read_input_file(d.path("dir"), d.path("dir")); }, {"a directory"});
+  fs::create_symlink(d.path("loop-a"), d.path("loop-b"));
+  fs::create_symlink(d.path("loop-b"), d.path("loop-a"));
+  // std::filesystem::exists() throws filesystem_error on a loop (an internal error, exit 1)
+  expect_input_error([&] { zf::load_text_split(d.path("loop-a"), "s.json: data.path"); }, {"loop-a", "symbolic links"});
+  expect_input_error([&] { zf::load_idx_pair(d.path("loop-a"), d.path("loop-b"), 0, 10); }, {"loop-a", "symbolic links"});
+  expect_input_error([&] { zf::read_input_file(d.path("none"), d.path("none")); }, {"none", "file not found"});
+}
+
+TEST(InputFile, RegularFileReads) {
+  TempDir d;
+  const std::string p = d.file("t.txt", "hello\n");
+  auto v = zf::read_input_file(p, p);
+  EXPECT_EQ(std::string(v.begin(), v.end()), "hello\n");
+}
+
+// ---- JSON: field paths, numbers out of range, short excerpts, depth
+TEST(JsonInput, NumberOutOfRangeNamesFileAndField) {
+  expect_input_error([] { zf::parse_json_input(R"({"optimizer": {"lr": 1e400}})", "a.json"); },
+                     {"a.json: optimizer.lr", "1e400", "out of range"});
+  expect_input_error([] { zf::parse_json_input(R"({"o": {"betas": [0.9, -1e999]}})", "b.json"); },
+                     {"b.json: o.betas[1]", "out of range"});
+  expect_input_error([] { zf::parse_json_input(R"([1, [2, 3], {"x": [4, 1e400]}])", "c.json"); },
+                     {"c.json: [2].x[1]"});
+}
+
+TEST(JsonInput, SpecFileWithOutOfRangeNumber) {
+  TempDir d;
+  const std::string p = d.file("s.json", R"({"optimizer": {"lr": 1e400}})");
+  expect_input_error([&] { zf::load_spec(p, {}); }, {"s.json: optimizer.lr", "out of range"});
+}
+
+TEST(JsonInput, LongInputIsNotEchoed) {
+  const std::string text = "{\"name\": \"" + std::string(1 << 20, 'a');  // unterminated string
+  try {
+    zf::parse_json_input(text, "long.json");
+    ADD_FAILURE() << "no error";
+  } catch (const zf::InputError& e) {
+    const std::string m = e.what();
+    EXPECT_LT(m.size(), 600u) << m.substr(0, 600);
+    EXPECT_NE(m.find("long.json: name"), std::string::npos) << m;
+    EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+  }
+  EXPECT_EQ(zf::excerpt("abc", 80), "abc");
+  EXPECT_EQ(zf::excerpt(std::string(100, 'x'), 10), std::string(10, 'x') + "... (100 characters)");
+}
+
+TEST(JsonInput, DepthLimit) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_input_error([&] { zf::parse_json_input(deep, "deep.json"); }, {"deep.json", "nested deeper than 256"});
+  EXPECT_NO_THROW(zf::parse_json_input(std::string(200, '[') + std::string(200, ']'), "ok.json"));
+}
+
+TEST(JsonInput, ValidDocumentParses) {
+  json j = zf::parse_json_input(R"({"a": [1, 2.5, "x", null, true, {"b": {}}], "c": -3})", "ok.json");
+  EXPECT_EQ(j["a"][1].get<double>(), 2.5);
+  EXPECT_EQ(j["c"].get<int>(), -3);
+  EXPECT_TRUE(j["a"][5]["b"].is_object());
+}
+
+// ---- spec values
+TEST(SpecInput, CudaWorkersOnCpuBuild) {
+#ifdef ZF_USE_CUDA
+  GTEST_SKIP() << "a CUDA build accepts runtime.cuda_workers > 0";
+#else
+  expect_input_error([] { zf::parse_spec(json{{"runtime", {{"cuda_workers", 1}}}}, "s.json"); },
+                     {"s.json: runtime.cuda_workers", "no CUDA"});
+  EXPECT_NO_THROW(zf::parse_spec(json{{"runtime", {{"cuda_workers", -1}}}}, "s.json"));
+  EXPECT_NO_THROW(zf::parse_spec(json{{"runtime", {{"cuda_workers", 0}}}}, "s.json"));
+#endif
+}
+
+TEST(SpecInput, HugeIntervalsAreRefusedNotOverflowed) {
+  const json base = {{"strategy", "zenflow"}};
+  for (const char* k : {"select_interval", "update_interval"}) {
+    json j = base;
+    j["zenflow"] = {{"select_strategy", "epoch"}, {k, 4611686018427387904ull}};
+    if (std::string(k) == "update_interval") j["zenflow"]["select_interval"] = 1;
+    expect_input_error([&] { zf::parse_spec(j, "s.json"); }, {std::string("s.json: zenflow.") + k, "outside [1, 2147483647]"});
+  }
+  json ok = base;
+  ok["zenflow"] = {{"select_strategy", "epoch"}, {"select_interval", 2147483647}};
+  zf::Spec s = zf::parse_spec(ok, "s.json");
+  // the largest interval times a large epoch still fits an int64
+  EXPECT_EQ(zf::select_interval_steps(s, 1 << 30), int64_t(2147483647) << 30);
+}
+
+// ---- DeepSpeed: errors about its values name the DeepSpeed file
+TEST(DeepSpeedInput, BetasNameTheDeepSpeedFile) {
+  TempDir d;
+  const std::string spec = d.file("spec.json", R"({"name": "x"})");
+  const std::string ds = d.file("ds.json", R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}})");
+  expect_input_error([&] { zf::load_spec(spec, {}, ds); }, {"ds.json: optimizer.params.betas[1]", "[0, 1)"});
+  const std::string ds2 = d.file("ds2.json", R"({"optimizer": {"type": "AdamW", "params": {"betas": "x"}}})");
+  expect_input_error([&] { zf::load_spec(spec, {}, ds2); }, {"ds2.json: optimizer.params.betas"});
+}
+
+TEST(DeepSpeedInput, BatchSizeOriginIsTheDeepSpeedFile) {
+  TempDir d;
+  const std::string spec = d.file("spec.json", R"({"name": "x"})");
+  const std::string ds = d.file("ds.json", R"({"train_batch_size": 4096})");
+  zf::Spec s = zf::load_spec(spec, {}, ds);
+  EXPECT_EQ(s.train.batch_size, 4096);
+  EXPECT_EQ(s.where("train.batch_size"), ds + ": train_batch_size (train.batch_size)");
+  EXPECT_EQ(s.where("train.steps"), spec + ": train.steps");
+  // a --set of the field makes the spec file its origin again
+  zf::Spec o = zf::load_spec(spec, {"train.batch_size=8"}, ds);
+  EXPECT_EQ(o.where("train.batch_size"), spec + ": train.batch_size");
+}
+
+}  // namespace

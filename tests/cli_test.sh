@@ -17,7 +17,7 @@ DATA=/usr/share/datasets/fashion-mnist
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_cli_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
 trap 'rm -rf "$TMP"' EXIT
-export STARPU_HOME=${STARPU_HOME:-$TMP/starpu-home}
+export STARPU_HOME=$TMP/starpu-home  # this test's own calibration home (never shared)
 export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
 mkdir -p "$STARPU_HOME"
 
@@ -140,6 +140,68 @@ if [ -d "$DATA" ]; then
   head -c $(($(stat -c %s "$TMP/small.safetensors") - 16)) "$TMP/small.safetensors" >"$TMP/cut.safetensors"
   expect 2 "--init with a truncated weights file" "cut.safetensors" "truncated" \
     -- "$SPEC" --set 'model.hidden=[8]' --init "$TMP/cut.safetensors" --steps 2 "${SMALL[@]}"
+
+  # ---- issue 17, input reliability: non-regular data files, numbers out of range, overflow,
+  # non-finite weights, empty evaluation sets, outputs checked before the run
+  mkdir -p "$TMP/fifo"
+  for f in "$DATA"/*.gz; do ln -s "$f" "$TMP/fifo/"; done
+  rm "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  mkfifo "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  expect 2 "a FIFO as an IDX file (no hang)" "train-labels-idx1-ubyte.gz" "FIFO" \
+    -- "$SPEC" --set data.dir="$TMP/fifo" --steps 2 "${SMALL[@]}"
+  rm "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  ln -s "$TMP/fifo/loop-b" "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  ln -s "$TMP/fifo/train-labels-idx1-ubyte.gz" "$TMP/fifo/loop-b"
+  expect 2 "a symlink loop as an IDX file" "train-labels-idx1-ubyte.gz" "symbolic links" \
+    -- "$SPEC" --set data.dir="$TMP/fifo" --steps 2 "${SMALL[@]}"
+  mkfifo "$TMP/text-fifo"
+  expect 2 "a FIFO as a text data file (no hang)" "data.path" "text-fifo" "FIFO" \
+    -- "$SPEC" --set model.type=gpt --set data.dataset=text --set data.path="$TMP/text-fifo" --steps 2 -q
+  printf 'Ge1:1 In the beginning God created the heaven and the earth.\nGe1:2 And the earth was without form.\n' >"$TMP/genesis.txt"
+  expect 2 "a classifier split with no held-out verses" "data.path" "no held-out verses" \
+    -- "$SPEC" --set model.type=gpt-classifier --set data.dataset=kjv --set data.path="$TMP/genesis.txt" \
+    --set data.split=book --set train.batch_size=1 --steps 2 -q
+  printf '{"optimizer": {"lr": 1e400}}\n' >"$TMP/big-number.json"
+  expect 2 "a JSON number out of range (1e400)" "big-number.json: optimizer.lr" "out of range" -- "$TMP/big-number.json"
+  { printf '{"name": "'; head -c 20000000 /dev/zero | tr '\0' a; } >"$TMP/unterminated.json"
+  expect 2 "an unterminated 20 MB string" "unterminated.json: name" "not valid JSON" -- "$TMP/unterminated.json"
+  [ "$(wc -c <"$TMP/out")" -lt 1000 ] || fail "the error message echoes the 20 MB string ($(wc -c <"$TMP/out") bytes)"
+  expect 2 "runtime.cuda_workers on a CPU build" "runtime.cuda_workers" "no CUDA" \
+    -- "$SPEC" --set runtime.cuda_workers=1 --steps 2 "${SMALL[@]}"
+  expect 2 "zenflow.select_interval beyond INT32_MAX" "zenflow.select_interval" "outside" \
+    -- "$SPEC" --strategy zenflow --set zenflow.select_strategy=epoch \
+    --set zenflow.select_interval=4611686018427387904 --steps 2 "${SMALL[@]}"
+  printf '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}}\n' >"$TMP/ds-betas.json"
+  expect 2 "DeepSpeed betas: the DeepSpeed file is named" "ds-betas.json: optimizer.params.betas[1]" \
+    -- "$SPEC" --deepspeed "$TMP/ds-betas.json" --steps 2 "${SMALL[@]}"
+  printf '{"train_batch_size": 100000}\n' >"$TMP/ds-batch.json"
+  expect 2 "DeepSpeed batch size: the DeepSpeed file is named" "ds-batch.json: train_batch_size" "exceeds" \
+    -- "$SPEC" --deepspeed "$TMP/ds-batch.json" --steps 2 "${SMALL[@]}"
+  python3 - "$TMP/small.safetensors" "$TMP/nan.safetensors" <<'PY' || fail "writing nan.safetensors"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if k != "__metadata__")[0]
+off = 8 + n + h[name]["data_offsets"][0]
+b[off:off + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)
+PY
+  expect 2 "--init weights holding a NaN" "nan.safetensors" "NaN" \
+    -- "$SPEC" --set 'model.hidden=[8]' --init "$TMP/nan.safetensors" --steps 2 "${SMALL[@]}"
+  for o in --trace --trace-csv --metrics --save; do
+    expect 2 "$o into a missing directory" "$o $TMP/no-such-dir/out" "does not exist" \
+      -- "$SPEC" "$o" "$TMP/no-such-dir/out" --steps 2 "${SMALL[@]}"
+    expect 2 "$o at a directory" "$o $TMP" "is a directory" -- "$SPEC" "$o" "$TMP" --steps 2 "${SMALL[@]}"
+  done
+  expect 2 "--trace at a FIFO" "--trace $TMP/text-fifo" "not a regular file" \
+    -- "$SPEC" --trace "$TMP/text-fifo" --steps 2 "${SMALL[@]}"
+  expect 2 "--checkpoint-dir at a file" "--checkpoint-dir $SPEC" "not a directory" \
+    -- "$SPEC" --checkpoint-dir "$SPEC" --steps 2 "${SMALL[@]}"
+  expect 2 "--checkpoint-dir under a file" "--checkpoint-dir $SPEC/ck" \
+    -- "$SPEC" --checkpoint-dir "$SPEC/ck" --steps 2 "${SMALL[@]}"
+  expect 0 "--checkpoint-dir created where missing" -- "$SPEC" --checkpoint-dir "$TMP/new/ck" --steps 2 "${SMALL[@]}"
+  [ -d "$TMP/new/ck" ] || fail "--checkpoint-dir $TMP/new/ck was not created"
 
   # ---- a tiny valid run and its metrics
   M=$TMP/metrics.json

@@ -207,6 +207,18 @@ PY
   M=$TMP/metrics.json
   expect 0 "tiny valid run" -- "$SPEC" --steps 5 "${SMALL[@]}" --metrics "$M"
   [ -s "$M" ] || fail "tiny valid run: no metrics file $M"
+  # damaged StarPU calibration files (a run killed while writing them): redone, not an abort (134)
+  bus=$STARPU_HOME/.starpu/sampling/bus
+  ls "$bus"/*.affinity >/dev/null 2>&1 || fail "no calibration files in $bus after a run"
+  for f in "$bus"/*.affinity; do : >"$f"; done
+  for f in "$bus"/*.config; do echo garbage >"$f"; done
+  expect 0 "damaged StarPU calibration files are removed and redone" "calibration file" "damaged" \
+    -- "$SPEC" --steps 2 "${SMALL[@]}" --sched dmda
+  for f in "$STARPU_HOME"/.starpu/sampling/codelets/*/*; do echo "xx yy" >"$f"; done
+  expect 0 "damaged StarPU performance models are removed" "does not start with the model version" \
+    -- "$SPEC" --steps 2 "${SMALL[@]}" --sched dmda
+  expect 0 "a run after the repair" -- "$SPEC" --steps 2 "${SMALL[@]}"
+  [ ! -s "$TMP/out" ] || fail "the calibration files were not redone: $(cat "$TMP/out")"
   [ ! -s "$TMP/out" ] || fail "tiny valid run: -q printed output"
   KEYS="strategy sched steps step_time_s.median device_busy_s_per_step stall_fraction bytes.device_to_host final.eval_accuracy throughput.samples_per_s"
   if command -v python3 >/dev/null 2>&1; then

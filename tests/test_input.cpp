@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <initializer_list>
 #include <string>
 
 #include "graphs/spec.hpp"
 #include "models/idx.hpp"
 #include "models/text.hpp"
+#include "runtime/calibration.hpp"
 #include "runtime/error.hpp"
 #include "runtime/input_file.hpp"
 #include "runtime/json_input.hpp"
@@ -183,6 +185,75 @@ TEST(DeepSpeedInput, BatchSizeOriginIsTheDeepSpeedFile) {
   // a --set of the field makes the spec file its origin again
   zf::Spec o = zf::load_spec(spec, {"train.batch_size=8"}, ds);
   EXPECT_EQ(o.where("train.batch_size"), spec + ": train.batch_size");
+}
+
+// ---- StarPU's calibration files: damaged ones are removed before starpu_init (which aborts on them)
+class Calibration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(d_.path("s/bus"));
+    fs::create_directories(d_.path("s/codelets/45"));
+    put("bus/vm.affinity", "# GPU\tNUMA0\t\n");
+    put("bus/vm.config", "# Current configuration\n2 # Number of CPUs\n1 # NUMA\n0 # CUDA\n0 # OpenCL\n0 # MIC\n0 # MPI\n");
+    put("bus/vm.bandwidth", "# to 0\t\tto 1\n0.000000e+00\tnan\nnan\tnan\n");
+    put("bus/vm.latency", "# to 0\t\tto 1\n0.000000e+00\tnan\nnan\tnan\n");
+    put("bus/vm.platform.xml", "<?xml version='1.0'?>\n<platform/>\n");
+    put("bus/other.config", "# Current configuration\n4\n1\n0\n0\n0\n0\n");
+    put("codelets/45/zf_matmul_fwd.vm", "##################\n# Performance Model Version\n45\n\n# COMBs\n1\n");
+  }
+  void put(const std::string& rel, const std::string& text) { d_.file("s/" + rel, text); }
+  bool has(const std::string& rel) const { return fs::exists(d_.path("s/" + rel)); }
+  int repair(std::string* log = nullptr) {
+    std::ostringstream os;
+    const int n = zf::repair_calibration(d_.path("s"), os);
+    if (log) *log = os.str();
+    return n;
+  }
+  TempDir d_;
+};
+
+TEST_F(Calibration, IntactFilesAreKept) {
+  EXPECT_EQ(repair(), 0);
+  EXPECT_TRUE(has("bus/vm.affinity") && has("bus/vm.config") && has("codelets/45/zf_matmul_fwd.vm"));
+  EXPECT_EQ(zf::repair_calibration(d_.path("no-such-dir"), std::cerr), 0);
+}
+
+TEST_F(Calibration, EmptyAffinityRemovesThatHostsBusFiles) {
+  put("bus/vm.affinity", "");  // StarPU: check_bus_affinity_file assertion, exit 134
+  std::string log;
+  EXPECT_EQ(repair(&log), 5);
+  for (const char* f : {"vm.affinity", "vm.config", "vm.bandwidth", "vm.latency", "vm.platform.xml"})
+    EXPECT_FALSE(has(std::string("bus/") + f)) << f;
+  EXPECT_TRUE(has("bus/other.config"));  // another host's set stays
+  EXPECT_NE(log.find("vm.affinity is damaged (empty)"), std::string::npos) << log;
+}
+
+TEST_F(Calibration, GarbledFilesAreFound) {
+  for (auto [file, text] : std::vector<std::pair<std::string, std::string>>{
+           {"bus/vm.config", "garbage xyz\n"},   // StarPU: check_bus_config_file assertion
+           {"bus/vm.config", "2\n1\n"},          // cut short
+           {"bus/vm.affinity", "0 1\n"},         // no header
+           {"bus/vm.affinity", "# GPU\nx y\n"},
+           {"bus/vm.bandwidth", "# to 0\n0.1 zz\n"},
+           {"bus/vm.latency", std::string("# to 0\n\0\0", 10)},
+           {"bus/vm.platform.xml", "junk"},
+       }) {
+    SetUp();
+    put(file, text);
+    EXPECT_GE(repair(), 1) << file << ": " << text;
+    EXPECT_FALSE(has(file)) << file;
+  }
+}
+
+TEST_F(Calibration, PerformanceModelOfAnotherVersionOrEmpty) {
+  put("codelets/45/zf_matmul_fwd.vm", "xx yy\n");  // StarPU: parse_model_file version assertion
+  put("codelets/45/zf_adam_step.vm", "");
+  put("codelets/45/zf_softmax.vm", "# Performance Model Version\n45\n");
+  EXPECT_EQ(repair(), 2);
+  EXPECT_FALSE(has("codelets/45/zf_matmul_fwd.vm"));
+  EXPECT_FALSE(has("codelets/45/zf_adam_step.vm"));
+  EXPECT_TRUE(has("codelets/45/zf_softmax.vm"));
+  EXPECT_TRUE(has("bus/vm.affinity"));
 }
 
 }  // namespace

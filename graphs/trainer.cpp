@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "graphs/checkpoint.hpp"
+#include "graphs/memory_estimate.hpp"
 #include "graphs/strategy.hpp"
 #include "runtime/trace.hpp"
 #include "models/gpt.hpp"
@@ -112,7 +113,8 @@ void load_weights(Workload& w, const std::string& path) {
       throw InputError(path + ": " + p->name, "shape " + str(t.shape) + ", the model needs " + str(p->value.shape()));
     }
   }
-  for (auto& [name, t] : f.tensors) {
+  for (auto& entry : f.tensors) {  // (clang 14 cannot capture a structured binding in a lambda)
+    const std::string& name = entry.first;
     bool known = std::any_of(params.begin(), params.end(), [&](Param* p) { return p->name == name; });
     if (!known && !w.ignorable_on_init(name))
       throw InputError(path + ": " + name, "tensor not in this model (different architecture?)");
@@ -225,6 +227,10 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const Spec local = comm ? rank_spec(spec, ranks) : Spec();
   std::ostream& out = opt.out ? *opt.out : std::cout;
   const auto wall0 = std::chrono::steady_clock::now();
+  // the memory the run will need, checked before anything is allocated (memory_estimate.hpp); the
+  // per-step records once the step count is known (train.epochs needs the data's size)
+  MemoryEstimate mem = estimate_memory(spec, spec.train.steps > 0 ? spec.train.steps : -1, ranks);
+  check_memory(spec, mem);
   RuntimeConfig rc;
   rc.sched = spec.runtime.sched;
   std::tie(rc.device_workers, rc.host_workers) = worker_split(spec);
@@ -270,12 +276,19 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const int64_t T = total_steps(spec, wl->epoch_size());
   const int Bl = wl->batch_size(), B = Bl * ranks;  // this rank's rows, the global batch
   const int L = spec.runtime.lookahead;
+  if (mem.steps != T) {
+    mem = estimate_memory(spec, T, ranks);
+    check_memory(spec, mem);
+  }
   if (!opt.quiet)
     out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name() << (bf16 ? " (bf16)" : "")
         << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
         << rt.host_worker_count() << " host | " << T << " steps of " << B << " (" << per_epoch
         << " per epoch)\n";
   if (!opt.quiet && !spec.scheduler.type.empty()) out << "zenflow-run: " << spec.describe_lr() << "\n";
+  if (!opt.quiet)
+    out << "zenflow-run: memory estimate " << mem.describe() << " of " << fmt("%.1f", (double)available_memory() / (1 << 30))
+        << " GiB available\n";
 
   // stats ring: step t writes slot t % R; its read completes before t+R may write it
   const int R = L + 2;

@@ -93,6 +93,12 @@ expect 2 "unknown --strategy" "strategy" "no-such-strategy" "device-adam, zero-o
 expect 2 "--metrics into a missing directory" "--metrics $TMP/no-such-dir/m.json" "does not exist" \
   -- "$SPEC" --metrics "$TMP/no-such-dir/m.json" --steps 2 "${SMALL[@]}"
 expect 2 "--save onto a directory" "--save $TMP" "is a directory" -- "$SPEC" --save "$TMP" --steps 2 "${SMALL[@]}"
+# ---- sizes that cannot fit: refused at once (exit 2, the fields named), not std::bad_alloc (exit 1)
+expect 2 "2^31 - 1 steps of per-step records" "train.steps" "memory" -- "$SPEC" --steps 2147483647 -q
+expect 2 "an MLP 65536 x 65536 x 65536" "model.hidden" "GiB" -- "$SPEC" --set 'model.hidden=[65536,65536,65536]' -q
+expect 2 "a GPT 64 x 8192 with context 8192" "model.n_layer" "model.n_embd" "GiB" \
+  -- "$SPEC" --set model.type=gpt --set data.dataset=kjv --set model.n_layer=64 --set model.n_embd=8192 \
+  --set model.n_head=64 --set model.context=8192 -q
 expect 0 "--print-spec with overrides" '"batch_size": 64' '"zero-offload"' \
   -- "$SPEC" --set train.batch_size=64 --strategy zero-offload --sched eager --print-spec
 

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "graphs/memory_estimate.hpp"
 #include "graphs/spec.hpp"
 #include "models/idx.hpp"
 #include "models/text.hpp"
@@ -185,6 +186,62 @@ TEST(DeepSpeedInput, BatchSizeOriginIsTheDeepSpeedFile) {
   // a --set of the field makes the spec file its origin again
   zf::Spec o = zf::load_spec(spec, {"train.batch_size=8"}, ds);
   EXPECT_EQ(o.where("train.batch_size"), spec + ": train.batch_size");
+}
+
+// ---- the memory estimate: absurd sizes are refused before anything is allocated
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+TEST(MemoryEstimate, ShippedSpecsAreSmall) {
+  for (const char* name : {"mlp-fashion.json", "gpt-kjv.json", "gpt-kjv-main.json", "gpt-kjv-testament.json"}) {
+    zf::Spec s = zf::load_spec(std::string(ZF_SOURCE_DIR) + "/graphs/specs/" + name, {});
+    zf::MemoryEstimate e = zf::estimate_memory(s, 100000);
+    EXPECT_LT(e.total(), 4 * kGiB) << name << ": " << e.describe();
+    EXPECT_GT(e.params, 0) << name;
+    EXPECT_GT(e.activations, 0) << name;
+  }
+}
+
+TEST(MemoryEstimate, CountsParametersExactly) {
+  zf::Spec mlp = zf::parse_spec(json{{"model", {{"hidden", {8}}}}}, "s.json");
+  EXPECT_EQ(zf::estimate_memory(mlp, -1).param_count, 784 * 8 + 8 + 8 * 10 + 10);
+  zf::Spec gpt = zf::parse_spec(json{{"model", {{"type", "gpt"}, {"n_layer", 2}, {"n_embd", 16}, {"n_head", 2}, {"context", 8}}},
+                                     {"data", {{"dataset", "kjv"}}}},
+                                "s.json");
+  // wte, wpe, per block 12 C^2 + 13 C, ln_f, lm_head
+  EXPECT_EQ(zf::estimate_memory(gpt, -1).param_count, 256 * 16 + 8 * 16 + 2 * (12 * 16 * 16 + 13 * 16) + 2 * 16 + 256 * 16);
+}
+
+// the estimate exceeds what any machine here has; the check names the fields behind it
+void expect_refused(const zf::Spec& s, int64_t steps, std::initializer_list<std::string> parts) {
+  zf::MemoryEstimate e = zf::estimate_memory(s, steps);
+  ASSERT_GT(e.total(), 100 * kGiB) << e.describe();
+  ASSERT_LT((double)zf::available_memory(), e.total()) << "a machine with more memory than " << e.describe();
+  expect_input_error([&] { zf::check_memory(s, e); }, parts);
+}
+
+TEST(MemoryEstimate, AbsurdSpecsAreRefused) {
+  zf::Spec gpt = zf::parse_spec(json{{"model", {{"type", "gpt"}, {"n_layer", 64}, {"n_embd", 8192}, {"n_head", 64}, {"context", 8192}}},
+                                     {"data", {{"dataset", "kjv"}}}},
+                                "big.json");
+  // its activations (the attention's B x H x T x T per layer) are the largest part
+  expect_refused(gpt, -1, {"big.json: ", "model.n_layer", "model.n_embd", "model.context", "GiB", "MemAvailable"});
+  zf::Spec mlp = zf::parse_spec(json{{"model", {{"hidden", {65536, 65536, 65536}}}}}, "wide.json");
+  expect_refused(mlp, -1, {"wide.json: model.hidden", "parameters"});
+  zf::Spec steps = zf::parse_spec(json{{"train", {{"steps", 2147483647}}}}, "long.json");
+  expect_refused(steps, 2147483647, {"long.json: train.steps", "2147483647 steps", "per-step records"});
+  zf::Spec acts = zf::parse_spec(json{{"model", {{"type", "gpt"}, {"n_layer", 8}, {"n_embd", 64}, {"n_head", 64}, {"context", 8192}}},
+                                      {"data", {{"dataset", "kjv"}}},
+                                      {"train", {{"batch_size", 1 << 20}}}},
+                                 "acts.json");
+  expect_refused(acts, -1, {"acts.json: train.batch_size", "model.context"});
+}
+
+TEST(MemoryEstimate, SkipVariable) {
+  zf::Spec mlp = zf::parse_spec(json{{"model", {{"hidden", {65536, 65536, 65536}}}}}, "wide.json");
+  setenv("ZF_SKIP_MEMORY_CHECK", "1", 1);
+  EXPECT_NO_THROW(zf::check_memory(mlp, zf::estimate_memory(mlp, -1)));
+  unsetenv("ZF_SKIP_MEMORY_CHECK");
+  EXPECT_THROW(zf::check_memory(mlp, zf::estimate_memory(mlp, -1)), zf::InputError);
 }
 
 // ---- StarPU's calibration files: damaged ones are removed before starpu_init (which aborts on them)

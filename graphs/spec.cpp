@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "runtime/error.hpp"
+#include "runtime/json_input.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf {
@@ -113,6 +114,9 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
         if (v->get<std::string>() != "auto") f.fail(f.at(key), "expected \"auto\" or a positive integer");
         out = -1;
       } else if (v->is_number_integer()) {
+        // at most INT32_MAX (no run is longer): interval x steps per epoch cannot overflow
+        if (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT32_MAX)
+          f.fail(f.at(key), v->dump() + " is outside [1, " + std::to_string(INT32_MAX) + "]");
         if (v->get<int64_t>() < 1) f.fail(f.at(key), "expected \"auto\" or a positive integer, got " + std::to_string(v->get<int64_t>()));
         out = v->get<int64_t>();
       } else {
@@ -296,6 +300,11 @@ Spec parse_spec(const json& j, const std::string& source) {
     if (s.runtime.device_workers > 0 && s.zenflow.cores_perc_given)
       f.fail("runtime.device_workers", "conflicts with zenflow.pt_reserved_cores_perc: give one way of splitting the CPU workers");
     f.integer("cuda_workers", s.runtime.cuda_workers, -1, 64);
+#ifndef ZF_USE_CUDA
+    if (s.runtime.cuda_workers > 0)
+      f.fail("runtime.cuda_workers", std::to_string(s.runtime.cuda_workers) +
+                                         ": this build has no CUDA (-1 or 0; configure with -DZF_ENABLE_CUDA=ON, docs/gpu.md)");
+#endif
     f.integer("tile_elems", s.runtime.tile_elems, 16, int64_t(1) << 32);
     if (s.runtime.tile_elems % 16) f.fail("runtime.tile_elems", "must be a multiple of 16 (SIMD-aligned tiles)");
     f.integer("lookahead", s.runtime.lookahead, 1, 64);
@@ -375,11 +384,7 @@ json read_json_file(const std::string& path) {
   if (!in) throw InputError(path, "cannot open (file not found or unreadable)");
   std::stringstream ss;
   ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(path, std::string("not valid JSON: ") + e.what());
-  }
+  return parse_json_input(ss.str(), path);  // errors name the field, excerpts are short
 }
 
 void apply_override(json& j, const std::string& assignment, const std::string& source) {
@@ -481,7 +486,15 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
       q.number("lr", lr, 0.0, 10.0, true);
       q.number("eps", eps, 0.0, 1.0, true);
       q.number("weight_decay", wd, 0.0, 1.0);
-      if (auto* b = q.find("betas")) patch["optimizer"]["betas"] = *b;  // validated by parse_spec
+      if (auto* b = q.find("betas")) {  // validated here too, so that errors name the DeepSpeed file
+        if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
+          q.fail("optimizer.params.betas", "expected [beta1, beta2], two numbers in [0, 1)");
+        for (int i = 0; i < 2; ++i) {
+          const double x = (*b)[i].get<double>();
+          if (!(x >= 0 && x < 1)) q.fail("optimizer.params.betas[" + std::to_string(i) + "]", "must be in [0, 1)");
+        }
+        patch["optimizer"]["betas"] = *b;
+      }
       if (auto* m = q.find("adam_w_mode"))
         if (!m->is_boolean() || !m->get<bool>()) q.fail("optimizer.params.adam_w_mode", "only AdamW (adam_w_mode: true) is supported");
       if (auto* a = q.find("amsgrad"))
@@ -551,7 +564,25 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
     for (auto& n : notes) std::fprintf(stderr, "zenflow-run: note: %s: %s accepted, no effect here\n", deepspeed_config.c_str(), n.c_str());
   }
   for (auto& o : overrides) apply_override(j, o, path);
-  return parse_spec(j, path);
+  Spec s = parse_spec(j, path);
+  if (!deepspeed_config.empty()) {  // later messages about these fields name the DeepSpeed file
+    auto overridden = [&](const std::string& field) {
+      return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) {
+        return o.rfind(field + "=", 0) == 0 || o.rfind(field.substr(0, field.find('.')) + "=", 0) == 0;
+      });
+    };
+    const json ds = read_json_file(deepspeed_config);
+    if ((ds.contains("train_batch_size") || ds.contains("train_micro_batch_size_per_gpu")) &&
+        !overridden("train.batch_size"))
+      s.field_origin["train.batch_size"] =
+          deepspeed_config + ": " + (ds.contains("train_batch_size") ? "train_batch_size" : "train_micro_batch_size_per_gpu");
+    if (ds.contains("zero_optimization") && ds["zero_optimization"].is_object() &&
+        ds["zero_optimization"].contains("zenflow"))
+      for (const char* k : {"select_interval", "update_interval", "topk_ratio", "select_strategy", "full_warm_up_rounds"})
+        if (!overridden(std::string("zenflow.") + k))
+          s.field_origin[std::string("zenflow.") + k] = deepspeed_config + ": zero_optimization.zenflow." + k;
+  }
+  return s;
 }
 
 int64_t steps_per_epoch(const Spec& s, int64_t epoch_size) {

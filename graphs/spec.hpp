@@ -3,6 +3,7 @@
 // InputError naming the file and the field path. Documented in docs/spec.md.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,15 @@ struct Spec {
     int every = 50;         // progress line every N steps (0: none)
     int warmup_steps = 5;   // excluded from step-time and stall metrics
   } log;
+
+  // Fields that came from another file than `source` (a --deepspeed config): field path ->
+  // "ds.json: train_batch_size". Not part of the spec's identity (to_json leaves it out).
+  std::map<std::string, std::string> field_origin;
+  // "FILE: FIELD" for error messages about a field: the file the value came from.
+  std::string where(const std::string& field) const {
+    auto it = field_origin.find(field);
+    return it != field_origin.end() ? it->second + " (" + field + ")" : source + ": " + field;
+  }
 
   nlohmann::json to_json() const;
 };

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "graphs/checkpoint.hpp"
+#include "graphs/memory_estimate.hpp"
 #include "graphs/strategy.hpp"
 #include "runtime/trace.hpp"
 #include "models/gpt.hpp"
@@ -29,7 +30,7 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
   if (spec.model.type == "mlp") {
     FashionMnist d = load_fashion_mnist(spec.data.dir, spec.data.train_limit, spec.data.eval_limit);
     if (spec.train.batch_size > d.train.rows)
-      throw InputError(spec.source + ": train.batch_size",
+      throw InputError(spec.where("train.batch_size"),
                        std::to_string(spec.train.batch_size) + " exceeds the " +
                            std::to_string(d.train.rows) + " training examples");
     MlpConfig c;
@@ -61,6 +62,12 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
     } else {
       const std::vector<Verse> verses = load_kjv(spec.data.path, where);
       VerseTask t = make_verse_task(verses, spec.data.labels, spec.data.split, c.context);
+      if (t.eval.rows == 0)  // nothing to evaluate: an accuracy of 0 / 0 is no result
+        throw InputError(where + ": " + spec.data.path,
+                         "no held-out verses for data.split \"" + spec.data.split + "\" (" +
+                             (spec.data.split == "book" ? "the held-out books are absent from the file"
+                                                        : "every 10th verse is held out; the file has too few") +
+                             "): the run would have no evaluation rows");
       if (spec.model.head == "generative")
         w = std::make_unique<GptGenerativeClassifier>(c, std::move(t), verses, status);
       else
@@ -68,7 +75,7 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
     }
     units = w->epoch_size();
     if (spec.train.batch_size > units)
-      throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) + " exceeds the " +
+      throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) + " exceeds the " +
                                                                std::to_string(units) + " training " +
                                                                (spec.model.type == "gpt" ? "windows" : "verses"));
     return w;
@@ -106,7 +113,8 @@ void load_weights(Workload& w, const std::string& path) {
       throw InputError(path + ": " + p->name, "shape " + str(t.shape) + ", the model needs " + str(p->value.shape()));
     }
   }
-  for (auto& [name, t] : f.tensors) {
+  for (auto& entry : f.tensors) {  // (clang 14 cannot capture a structured binding in a lambda)
+    const std::string& name = entry.first;
     bool known = std::any_of(params.begin(), params.end(), [&](Param* p) { return p->name == name; });
     if (!known && !w.ignorable_on_init(name))
       throw InputError(path + ": " + name, "tensor not in this model (different architecture?)");
@@ -114,6 +122,11 @@ void load_weights(Workload& w, const std::string& path) {
   for (Param* p : params) {
     if (!f.tensors.count(p->name)) continue;  // optional_on_init
     auto v = f.tensors[p->name].as_f32();
+    for (size_t i = 0; i < v.size(); ++i)  // a NaN or Inf weight would train to NaN silently
+      if (!std::isfinite(v[i]))
+        throw InputError(path + ": " + p->name, "element " + std::to_string(i) + " is " +
+                                                    (std::isnan(v[i]) ? "NaN" : "infinite") +
+                                                    ", expected finite weights");
     p->value.acquire_write();
     std::copy(v.begin(), v.end(), p->value.data());
     p->value.release();
@@ -159,7 +172,7 @@ RunOptions rank_options(const RunOptions& o) {
 // Each rank's workload runs B/R rows of the global batch B.
 Spec rank_spec(const Spec& spec, int ranks) {
   if (spec.train.batch_size % ranks != 0)
-    throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) +
+    throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) +
                                                              " (the global batch) is not divisible by the " +
                                                              std::to_string(ranks) + " ranks");
   Spec s = spec;
@@ -214,6 +227,10 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const Spec local = comm ? rank_spec(spec, ranks) : Spec();
   std::ostream& out = opt.out ? *opt.out : std::cout;
   const auto wall0 = std::chrono::steady_clock::now();
+  // the memory the run will need, checked before anything is allocated (memory_estimate.hpp); the
+  // per-step records once the step count is known (train.epochs needs the data's size)
+  MemoryEstimate mem = estimate_memory(spec, spec.train.steps > 0 ? spec.train.steps : -1, ranks);
+  check_memory(spec, mem);
   RuntimeConfig rc;
   rc.sched = spec.runtime.sched;
   std::tie(rc.device_workers, rc.host_workers) = worker_split(spec);
@@ -230,7 +247,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   StepStatus& status = rt.tracker().status();
   std::unique_ptr<Workload> wl = make_workload(comm ? local : spec, &status);
   if (comm && spec.train.batch_size > wl->epoch_size())
-    throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) + " exceeds the " +
+    throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) + " exceeds the " +
                                                              std::to_string(wl->epoch_size()) + " training units");
   if (!opt.init_path.empty() && !opt.resume_path.empty())
     throw InputError("--init", "cannot be combined with --resume (the checkpoint holds the weights)");
@@ -259,12 +276,19 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const int64_t T = total_steps(spec, wl->epoch_size());
   const int Bl = wl->batch_size(), B = Bl * ranks;  // this rank's rows, the global batch
   const int L = spec.runtime.lookahead;
+  if (mem.steps != T) {
+    mem = estimate_memory(spec, T, ranks);
+    check_memory(spec, mem);
+  }
   if (!opt.quiet)
     out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name() << (bf16 ? " (bf16)" : "")
         << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
         << rt.host_worker_count() << " host | " << T << " steps of " << B << " (" << per_epoch
         << " per epoch)\n";
   if (!opt.quiet && !spec.scheduler.type.empty()) out << "zenflow-run: " << spec.describe_lr() << "\n";
+  if (!opt.quiet)
+    out << "zenflow-run: memory estimate " << mem.describe() << " of " << fmt("%.1f", (double)available_memory() / (1 << 30))
+        << " GiB available\n";
 
   // stats ring: step t writes slot t % R; its read completes before t+R may write it
   const int R = L + 2;
@@ -456,7 +480,10 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     row("train loss (last steps)", fmt("%.4f", train_loss));
     if (opt.evaluate) {
       row("eval loss", fmt("%.4f", ev.loss));
-      row("eval accuracy", fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count));
+      if (ev.count > 0)
+        row("eval accuracy", fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count));
+      else
+        row("eval accuracy", "no evaluation rows");
     }
     row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
     if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);

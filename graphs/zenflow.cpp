@@ -47,7 +47,7 @@ class ZenFlowStrategy final : public Strategy {
     K_ = z_.update_interval;  // -1: auto
     S_ = select_interval_steps(spec, spe);
     if (K_ > 0 && S_ != 0 && S_ < K_)
-      throw InputError(spec.source + ": zenflow.select_interval",
+      throw InputError(spec.where("zenflow.select_interval"),
                        "the select interval (" + std::to_string(S_) + " steps) must be >= update_interval (" +
                            std::to_string(K_) + ")");
     const int ring = D_ + 1;

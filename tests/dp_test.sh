@@ -26,7 +26,7 @@ SPEC=$SRC/graphs/specs/mlp-fashion.json
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_dp_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
 trap 'rm -rf "$TMP"' EXIT
-export STARPU_HOME=${STARPU_HOME:-$TMP/starpu-home}
+export STARPU_HOME=$TMP/starpu-home  # this test's own calibration home (never shared); ranks: run2
 export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
 mkdir -p "$STARPU_HOME"
 
@@ -57,9 +57,11 @@ fail() {
 }
 
 # run2 ARGS...: zenflow-run on 2 ranks; fails the test on a non-zero exit code
+# (each rank its own STARPU_HOME: two StarPUs calibrating into one home at once can abort)
 run2() {
   timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 -x STARPU_HOME -x STARPU_SILENT \
-    -x STARPU_WORKERS_NOBIND "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
+    -x STARPU_WORKERS_NOBIND bash -c 'export STARPU_HOME="$STARPU_HOME/rank-${OMPI_COMM_WORLD_RANK:-0}"
+      mkdir -p "$STARPU_HOME" && exec "$@"' rank "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
 }
 
 case "$CASE" in

@@ -9,6 +9,7 @@
 #     --cuda DIR     add NVIDIA's CUDA toolkit folder DIR (e.g. /usr/local/cuda-13.0) at
 #                    /usr/local/cuda, read-only, with no loader configuration for it (as NVIDIA's
 #                    toolkit installs it); `bash tools/zf test` then also builds the CUDA variant
+#     --no-test      `bash tools/zf build` instead of `bash tools/zf test` (with --deb: the packages only)
 #     --deb          after the tests, `cpack -G DEB` in the root's build/, then install the packages
 #                    with apt on another fresh copy of the root and run `zenflow-run --help` there
 #     --keep         keep the roots after the run (default: removed, the debootstrapped one is kept)
@@ -16,12 +17,13 @@
 # WORKDIR/logs-<time>/: one log per command and summary.txt. Exit code: the first failure's.
 set -euo pipefail
 root_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-main=0 cuda="" deb=0 keep=0 work=""
+main=0 cuda="" deb=0 keep=0 test=1 work=""
 while (($#)); do
   case "$1" in
     --main) main=1 ;;
     --cuda) cuda="$(cd "$2" && pwd -P)"; shift ;;
     --deb) deb=1 ;;
+    --no-test) test=0 ;;
     --keep) keep=1 ;;
     -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fresh-root-check: unknown option $1" >&2; exit 2 ;;
@@ -100,7 +102,9 @@ if ((main)); then
   in_root "$r" zf-main "cd /root/zenflow && bash tools/zf main" || rc=$?
   grep -E '^zf \[|eval loss|eval accuracy|wall' "$logs/zf-main.log" | tee -a "$logs/summary.txt" || true
 fi
-if ((rc == 0)); then
+if ((rc == 0 && test == 0)); then
+  in_root "$r" zf-build "cd /root/zenflow && bash tools/zf build" || rc=$?
+elif ((rc == 0)); then
   in_root "$r" zf-test "cd /root/zenflow && bash tools/zf test" || rc=$?
   grep -E '^zf \[|tests passed|tests failed|zf_cuda_tests' "$logs/zf-test.log" | tee -a "$logs/summary.txt" || true
 fi

@@ -126,7 +126,6 @@ class ZenFlowStrategy final : public Strategy {
       SubmitOptions o = rt_.device(u.t);
       insert_column_importance(o.named("select.importance." + w.p->name), w.p->grad, w.imp, z_.importance == "l2");
       insert_allreduce(o.named("select.allreduce." + w.p->name), w.imp, 1.0f, comm);
-      allreduce_ += (int64_t)w.imp.bytes();
     }
     imp_reduced_at_ = u.t;
   }
@@ -163,7 +162,9 @@ class ZenFlowStrategy final : public Strategy {
                         whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
         }
         SubmitOptions o = rt_.device(t);
-        if (imp_reduced_at_ != t)  // data-parallel: already summed over the ranks (this step's gradient)
+        if (imp_reduced_at_ == t)  // data-parallel: already summed over the ranks (this step's gradient);
+          allreduce_ += (int64_t)w.imp.bytes();  // counted here: a step skipped for an fp16 overflow selects nothing
+        else
           insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
         insert_topk(o.named("select.topk." + n), w.imp, w.sel);
         insert_zero(o.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);

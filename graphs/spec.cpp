@@ -189,6 +189,29 @@ json scheduler_json(const Spec::Scheduler& c, double max_lr) {
   return {{"type", c.type}, {"params", p}};
 }
 
+// DeepSpeed's fp16 keys (deepspeed/runtime/precision_config.py) other than enabled, auto_cast and
+// fp16_master_weights_and_grads.
+void parse_fp16(Fields& f, Spec::Fp16& c) {
+  if (auto* v = f.find("loss_scale")) {
+    if (v->is_boolean()) f.fail(f.at("loss_scale"), "expected a number (0: dynamic loss scaling), got a boolean");
+  }
+  f.number("loss_scale", c.loss_scale, 0.0, 3.0e38);
+  f.integer("initial_scale_power", c.initial_scale_power, 0, 126);
+  f.integer("loss_scale_window", c.loss_scale_window, 1, INT32_MAX);
+  f.integer("hysteresis", c.hysteresis, 1, INT32_MAX);
+  if (auto* v = f.find("consecutive_hysteresis")) {
+    if (!v->is_boolean()) f.fail(f.at("consecutive_hysteresis"), "expected true or false, got " + type_name(*v));
+    c.consecutive_hysteresis = v->get<bool>();
+  }
+  f.integer("min_loss_scale", c.min_loss_scale, 1, int64_t(1) << 62);
+}
+
+json fp16_json(const Spec::Fp16& c) {
+  return {{"loss_scale", c.loss_scale},          {"initial_scale_power", c.initial_scale_power},
+          {"loss_scale_window", c.loss_scale_window}, {"hysteresis", c.hysteresis},
+          {"consecutive_hysteresis", c.consecutive_hysteresis}, {"min_loss_scale", c.min_loss_scale}};
+}
+
 }  // namespace
 
 Spec parse_spec(const json& j, const std::string& source) {
@@ -197,7 +220,15 @@ Spec parse_spec(const json& j, const std::string& source) {
   Fields top(j, "", source);
   top.str("name", s.name);
   top.str("strategy", s.strategy, {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"});
-  top.str("precision", s.precision, {"fp32", "bf16"});
+  top.str("precision", s.precision, {"fp32", "bf16", "fp16"});
+  if (auto* b = top.object("fp16")) {
+    Fields f(*b, "fp16", source);
+    parse_fp16(f, s.fp16);
+    f.finish();
+    s.fp16.given = true;
+    if (s.precision != "fp16")
+      top.fail("fp16", "the loss-scaling block needs precision \"fp16\" (precision is \"" + s.precision + "\")");
+  }
 
   if (auto* m = top.object("model")) {
     Fields f(*m, "model", source);
@@ -376,6 +407,7 @@ json Spec::to_json() const {
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
   if (model.head != "linear") j["model"]["head"] = model.head;
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
+  if (precision == "fp16") j["fp16"] = fp16_json(fp16);
   return j;
 }
 
@@ -448,6 +480,7 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   top.number("gradient_clipping", clip, 0.0, 1e30);
   if (clip > 0)
     top.fail("gradient_clipping", "gradient clipping is not implemented by this engine; remove it or set 0");
+  bool fp16_on = false;
   for (const char* prec : {"fp16", "bf16"})
     if (auto* p = top.object(prec)) {
       Fields f(*p, prec, src);
@@ -456,9 +489,24 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
         if (!e->is_boolean()) f.fail(f.at("enabled"), "expected true or false");
         enabled = e->get<bool>();
       }
+      if (enabled && std::string(prec) == "fp16") {  // DeepSpeed's loss scaling (docs/spec.md)
+        Spec::Fp16 c;
+        parse_fp16(f, c);  // validated here so errors name the DeepSpeed file
+        if (auto* a = f.find("auto_cast"))
+          if (!a->is_boolean() || a->get<bool>())
+            f.fail(f.at("auto_cast"), "only false: the engine's model computes in its own precision (docs/spec.md)");
+        if (auto* m = f.find("fp16_master_weights_and_grads"))
+          if (!m->is_boolean() || m->get<bool>())
+            f.fail(f.at("fp16_master_weights_and_grads"), "only false: the master weights are fp32");
+        f.finish();
+        fp16_on = true;
+        patch["precision"] = "fp16";
+        patch["fp16"] = fp16_json(c);
+        continue;
+      }
       for (auto& [k, v] : p->items()) f.find(k);  // other precision knobs only matter when enabled
-      if (enabled && std::string(prec) == "fp16")
-        f.fail(f.at("enabled"), "fp16 is not supported (no loss scaling); use bf16.enabled or fp32");
+      if (enabled && fp16_on)
+        f.fail(f.at("enabled"), "fp16 and bf16 cannot both be enabled (as DeepSpeed)");
       if (enabled) {
         patch["precision"] = "bf16";
         for (auto& [k, v] : p->items())
@@ -558,7 +606,7 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
   if (!deepspeed_config.empty()) {
     std::vector<std::string> notes;
     json patch = deepspeed_patch(read_json_file(deepspeed_config), deepspeed_config, &notes, ranks);
-    for (const char* k : {"zenflow", "scheduler"})  // the DeepSpeed block replaces the spec's
+    for (const char* k : {"zenflow", "scheduler", "fp16"})  // the DeepSpeed block replaces the spec's
       if (patch.contains(k)) j.erase(k);
     merge_patch(j, patch);
     for (auto& n : notes) std::fprintf(stderr, "zenflow-run: note: %s: %s accepted, no effect here\n", deepspeed_config.c_str(), n.c_str());

@@ -16,9 +16,22 @@ struct Spec {
   std::string name = "run";
   // device-adam | zero-offload | zero-offload-dpu | zenflow
   std::string strategy = "device-adam";
-  // fp32 | bf16: bf16 device parameters and gradients (values rounded to bf16 on the device side,
-  // 2-byte crossings) with fp32 master weights (docs/spec.md, "precision")
+  // fp32 | bf16 | fp16: bf16 (fp16) device parameters and gradients (values rounded on the device
+  // side, 2-byte crossings) with fp32 master weights (docs/spec.md, "precision"); fp16 with
+  // DeepSpeed's loss scaling (the fp16 block below)
   std::string precision = "fp32";
+
+  // DeepSpeed's "fp16" block without "enabled" (precision "fp16" is that): same keys, types and
+  // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/loss_scaler.hpp.
+  struct Fp16 {
+    double loss_scale = 0.0;        // 0: dynamic loss scaling; > 0: this static scale
+    int initial_scale_power = 16;   // dynamic: the first scale is 2^this
+    int64_t loss_scale_window = 1000;  // good steps before the scale doubles
+    int hysteresis = 2;             // overflows tolerated before the scale halves (DeepSpeed's delayed_shift)
+    bool consecutive_hysteresis = false;  // refill the hysteresis after every good step
+    int64_t min_loss_scale = 1;     // the scale never goes below this
+    bool given = false;             // the spec had an fp16 block
+  } fp16;
 
   struct Model {
     std::string type = "mlp";

@@ -84,6 +84,7 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     shape_ = std::move(o.shape_);
     numel_ = o.numel_;
     elem_size_ = o.elem_size_;
+    half_ = o.half_;
     name_ = std::move(o.name_);
     pinned_ = o.pinned_;
     o.handle_ = nullptr;

@@ -6,7 +6,8 @@ set -euo pipefail
 build="$1" src="$2"
 work="$build/consumer-test"
 rm -rf "$work"
-mkdir -p "$work"
+mkdir -p "$work/starpu-home"
+export STARPU_HOME="$work/starpu-home"  # this test's own calibration files
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
 echo "consumer_test: installed $(find "$work/prefix" -type f | wc -l) files into $work/prefix"
 for f in bin/zenflow-run lib/cmake/zenflow/zenflowConfig.cmake include/zenflow/graphs/trainer.hpp share/zenflow/specs/mlp-fashion.json; do

@@ -48,9 +48,11 @@ void StateWriter::put(const std::string& name, const HostTensor& h) {
   s.shape = {(int64_t)n};
   s.bytes.resize(n * 4);
   size_t off = 0;
-  for (auto& t : h.tiles) {  // bf16 tiles are saved as their exact fp32 values
+  for (auto& t : h.tiles) {  // bf16 and fp16 tiles are saved as their exact fp32 values
     t.acquire_read();
-    if (t.elem_size() == 2)
+    if (t.elem_size() == 2 && t.half() == Half::Fp16)
+      kernels::cpu::unpack_fp16(t.as<uint16_t>(), reinterpret_cast<float*>(s.bytes.data() + off), t.numel());
+    else if (t.elem_size() == 2)
       kernels::cpu::unpack_bf16(t.as<uint16_t>(), reinterpret_cast<float*>(s.bytes.data() + off), t.numel());
     else
       std::memcpy(s.bytes.data() + off, t.data(), t.bytes());
@@ -129,7 +131,9 @@ void StateReader::get(const std::string& name, const HostTensor& h, Values v) co
   size_t off = 0;
   for (auto& t : h.tiles) {
     t.acquire_write();
-    if (t.elem_size() == 2)  // values written from bf16 tiles: packing them is exact
+    if (t.elem_size() == 2 && t.half() == Half::Fp16)  // values written from fp16 tiles: packing is exact
+      kernels::cpu::pack_fp16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());
+    else if (t.elem_size() == 2)  // values written from bf16 tiles: packing them is exact
       kernels::cpu::pack_bf16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());
     else
       std::memcpy(t.data(), s.bytes.data() + off, t.bytes());
@@ -476,7 +480,14 @@ CheckpointDir::~CheckpointDir() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock; the file stays (unlinking it would race)
 }
 
-std::string CheckpointDir::write(int64_t step, const Spec& spec, Workload& wl, const Strategy& strat) {
+std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& spec, Workload& wl,
+                             const Strategy& strat, const std::function<void(StateWriter&)>& extra) {
+  CheckpointDir d(dir, spec, false);
+  return d.write(step, spec, wl, strat, extra);
+}
+
+std::string CheckpointDir::write(int64_t step, const Spec& spec, Workload& wl, const Strategy& strat,
+                                 const std::function<void(StateWriter&)>& extra) {
   const fs::path d(dir_);
   const std::string name = step_name(step), pid = std::to_string(::getpid());
   const fs::path final_dir = d / name, tmp = d / (".tmp-" + name + "-" + pid);
@@ -491,6 +502,7 @@ std::string CheckpointDir::write(int64_t step, const Spec& spec, Workload& wl, c
   }
   StateWriter w;
   strat.save_state(w);
+  if (extra) extra(w);
   w.file().metadata["format"] = "zenflow-state";
   w.file().metadata["step"] = std::to_string(step);
   w.file().metadata["strategy"] = strat.name();
@@ -620,9 +632,11 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
   for (const char* k : {"dataset", "dir", "train_limit"}) differ(std::string("data.") + k, at(ck.spec, "data", k), at(now, "data", k));
   for (const char* k : {"batch_size", "seed"}) differ(std::string("train.") + k, at(ck.spec, "train", k), at(now, "train", k));
   if (spec.strategy == "zenflow") differ("zenflow", at(ck.spec, "zenflow"), at(now, "zenflow"));
+  if (spec.precision == "fp16") differ("fp16", at(ck.spec, "fp16"), at(now, "fp16"));  // the loss scaler's settings
 }
 
-void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat) {
+void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat,
+                     const std::function<void(const StateReader&)>& extra) {
   const std::string model = ck.dir + "/model.safetensors", st = ck.dir + "/state.safetensors";
   const StFile mm = read_safetensors_metadata(model);
   auto ms = mm.metadata.find("step");  // absent in checkpoints written before it was added
@@ -637,7 +651,18 @@ void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat) {
   if (f.metadata["strategy"] != strat.name())
     throw InputError(st + ": __metadata__.strategy", "'" + f.metadata["strategy"].substr(0, 40) + "', this run uses '" +
                                                          strat.name() + "'");
-  strat.load_state(StateReader(f, st, ck.step));
+  // the strategies' counters run on applied updates: with fp16, the checkpoint's step less the
+  // steps skipped for an overflow (the trainer's extra state checks applied + skipped = step + 1)
+  int64_t last_update = ck.step;
+  if (f.tensors.count("trainer.fp16.applied")) {
+    const std::vector<int64_t> a = StateReader(f, st, ck.step).i64("trainer.fp16.applied");
+    if (a.size() != 1 || a[0] < 0 || a[0] > ck.step + 1)
+      throw InputError(st + ": trainer.fp16.applied", "expected one count in [0, " + std::to_string(ck.step + 1) + "]");
+    last_update = a[0] - 1;
+  }
+  const StateReader r(f, st, last_update);
+  strat.load_state(r);
+  if (extra) extra(r);
 }
 
 }  // namespace zf

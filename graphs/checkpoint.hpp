@@ -10,6 +10,7 @@
 // matches, and refuses anything else with an InputError naming the file and the field.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -50,7 +51,9 @@ class StateReader {
   std::vector<int64_t> i64(const std::string& name) const;
   std::vector<double> f64(const std::string& name) const;
   bool has(const std::string& name) const { return f_.tensors.count(name) != 0; }
-  // The last step the state is the state after (validated against the strategy's counters).
+  // The last applied update the state is the state after: the checkpoint's step, less the steps
+  // skipped for an fp16 overflow (which change no optimizer state); -1 when none was applied. The
+  // strategies validate their counters against it.
   int64_t step() const { return step_; }
   [[noreturn]] void fail(const std::string& field, const std::string& what) const;
 
@@ -74,7 +77,9 @@ class CheckpointDir {
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
   // Writes the checkpoint of the state after `step` (all tasks must be finished). Returns its dir.
-  std::string write(int64_t step, const Spec& spec, Workload& wl, const Strategy& strat);
+  // `extra` adds the trainer's own state (the fp16 loss scaler) to state.safetensors.
+  std::string write(int64_t step, const Spec& spec, Workload& wl, const Strategy& strat,
+                    const std::function<void(StateWriter&)>& extra = nullptr);
   const std::string& path() const { return dir_; }
 
  private:
@@ -82,6 +87,10 @@ class CheckpointDir {
   int lock_fd_ = -1;
   std::set<std::string> foreign_;  // step directories of another run (deleted after our first write)
 };
+
+// One checkpoint into `dir` through a CheckpointDir held for this call only (tests, fuzzing).
+std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& spec, Workload& wl,
+                             const Strategy& strat, const std::function<void(StateWriter&)>& extra = nullptr);
 
 // Removes what a dead writer left in `dir` (.tmp-step-*, .old-step-*, .latest.tmp.*, and
 // .pin-step-* unless `latest` names it). Only call while holding the directory's lock.
@@ -104,6 +113,8 @@ CheckpointInfo find_checkpoint(const std::string& path);
 // Refuses a checkpoint whose model, data, optimizer or strategy differ from `spec`.
 void check_compatible(const CheckpointInfo& ck, const Spec& spec);
 // Loads weights and strategy state (before any step is submitted).
-void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat);
+// `extra` reads what write_checkpoint's `extra` wrote.
+void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat,
+                     const std::function<void(const StateReader&)>& extra = nullptr);
 
 }  // namespace zf

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "graphs/spec.hpp"
 #include "tests/reference/bf16_ref.hpp"
+#include "tests/reference/fp16_ref.hpp"
 #include "tests/reference/mlp_ref.hpp"
 
 namespace zf::ref {
@@ -396,6 +398,8 @@ struct RefRun {
   std::vector<int64_t> selection_steps;
   std::vector<MergeRecord> merges;
   std::vector<double> loss;  // per step
+  std::vector<int64_t> skipped;  // precision fp16: the steps skipped for an overflow
+  double loss_scale = 1.0;       // precision fp16: the scale after the last step
 };
 
 inline int64_t ref_total_steps(const Spec& s, int64_t steps_per_epoch) {
@@ -406,34 +410,60 @@ inline int64_t ref_total_steps(const Spec& s, int64_t steps_per_epoch) {
 // Precision "bf16" (docs/spec.md): the parameters are rounded to bf16 before training and after
 // every step (and the flush), the gradients after every backward; the strategies' masters stay
 // fp32 (for device-adam too: it then computes exactly what zero-offload does).
-inline RefRun run_reference(const Spec& s) {
+// Precision "fp16": the same with fp16 rounding, and DeepSpeed's loss scaling: the gradient of
+// step t is fp16(S g) with S the scale of step t (the engine scales the loss, which for a power of
+// two S gives exactly S g in fp32); an inf or NaN in it (or t in forced_overflow) skips the step:
+// no optimizer call, no rounding, and the optimizer's step count o does not advance; the scaler
+// updates; else the strategy steps on o with the gradient times 1/S.
+inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overflow = {}) {
   MlpRef mlp(s);
   const int64_t T = ref_total_steps(s, mlp.steps_per_epoch());
-  const bool bf16 = s.precision == "bf16";
+  const bool bf16 = s.precision == "bf16", fp16 = s.precision == "fp16";
   RefRun out;
   auto capture = [&] {
     for (auto& p : mlp.params()) out.weights[p.name] = p.value;
   };
   auto round_params = [&] {
-    if (bf16)
-      for (auto& p : mlp.params())
-        for (float& x : p.value) x = naive_bf16(x);
+    for (auto& p : mlp.params())
+      for (float& x : p.value) x = bf16 ? naive_bf16(x) : fp16 ? naive_fp16(x) : x;
   };
+  const auto& c16 = s.fp16;
+  RefLossScaler scaler(c16.loss_scale == 0 ? std::ldexp(1.0, c16.initial_scale_power) : c16.loss_scale,
+                       c16.loss_scale_window, (double)c16.min_loss_scale, c16.hysteresis,
+                       c16.consecutive_hysteresis);
+  const bool dynamic = c16.loss_scale == 0;
   std::vector<std::vector<float>> g;
+  bool overflow = false;
   auto grads = [&](int64_t t) -> const std::vector<std::vector<float>>& {
     g = mlp.grads(t);
+    overflow = false;
     if (bf16)
       for (auto& v : g)
         for (float& x : v) x = naive_bf16(x);
+    if (fp16) {
+      const float S = (float)scaler.cur_scale, inv = (float)(1.0 / scaler.cur_scale);
+      for (auto& v : g)
+        for (float& x : v) {
+          x = naive_fp16(S * x);
+          overflow |= !std::isfinite(x);
+          x *= inv;
+        }
+      overflow |= forced_overflow.count(t) != 0;
+      if (dynamic) scaler.update_scale(overflow);
+      if (overflow) out.skipped.push_back(t);
+    }
     return g;
   };
+  int64_t o = 0;  // applied steps
   round_params();
   if (s.strategy == "zenflow") {
     ZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), mlp.params());
     for (int64_t t = 0; t < T; ++t) {
-      z.step(t, grads(t));
-      round_params();
+      grads(t);
       out.loss.push_back(mlp.last_loss());
+      if (overflow) continue;
+      z.step(o++, g);
+      round_params();
     }
     z.flush();
     round_params();
@@ -441,17 +471,20 @@ inline RefRun run_reference(const Spec& s) {
     out.selection_steps = z.selection_steps();
     out.merges = z.merges();
   } else if (s.strategy == "device-adam" || s.strategy == "zero-offload") {
-    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16,
+    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16 || fp16,
               [s](int64_t t) { return ref_lr(s, t); });
     for (int64_t t = 0; t < T; ++t) {
-      a.step(t, grads(t));
-      round_params();
+      grads(t);
       out.loss.push_back(mlp.last_loss());
+      if (overflow) continue;
+      a.step(o++, g);
+      round_params();
     }
   } else {
     throw std::invalid_argument("run_reference: no reference for strategy '" + s.strategy + "'");
   }
   capture();
+  out.loss_scale = fp16 ? scaler.cur_scale : 1.0;
   return out;
 }
 

@@ -124,6 +124,16 @@ for s, st in (("zenflow", "1"), ("zenflow", "2"), ("zero-offload", "na")):
                      f"{' (' + ', '.join(lower) + ')' if lower else ''}; on minus off ranges "
                      f"{min(d for _, d in diffs):+.3f} to {max(d for _, d in diffs):+.3f}.")
 
+# policies whose priority range is [0, 0] (eager): priorities on and off are the same schedule, so
+# their difference measures the noise of these runs
+for s, st in (("zenflow", "1"), ("zenflow", "2"), ("zero-offload", "na")):
+    on, off = (s, "eager", "true", st), (s, "eager", "false", st)
+    if on in runs and off in runs:
+        notes.append(f"- noise floor: eager ignores priorities (its range is [0, 0], so every priority is clamped to "
+                     f"0), yet its median stall differs by {abs(med(on, stall) - med(off, stall)):.3f} between "
+                     f"'priorities on' and 'off' for {s}{'' if st == 'na' else ' at max_staleness ' + st} "
+                     f"({med(on, stall):.3f} vs {med(off, stall):.3f}): differences of that size are noise.")
+
 zo = [k for k in runs if k[0] == "zero-offload"]
 zf1 = [k for k in runs if k[0] == "zenflow" and k[3] == "1"]
 if zo and zf1:

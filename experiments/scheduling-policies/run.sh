@@ -6,7 +6,7 @@
 # (seeded by the repeat number), after calibrating the performance models of the model-based
 # policies. Writes results.csv, table.md, summary.md and step_time.png, stall.png, staleness.png
 # into $OUT (default ./out); the order of every repeat goes to $OUT/order.txt.
-#   bash experiments/scheduling-policies/run.sh       (about 40 minutes on the shared 2-core machine)
+#   bash experiments/scheduling-policies/run.sh       (21 minutes on the shared 2-core machine)
 #   STEPS=50 REPEATS=3 POLICIES="lws zf-deadline" bash experiments/scheduling-policies/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -83,6 +83,12 @@ class Fields {
       out = x;
     }
   }
+  void boolean(const std::string& key, bool& out) {
+    if (auto* v = find(key)) {
+      if (!v->is_boolean()) fail(at(key), "expected true or false, got " + type_name(*v));
+      out = v->get<bool>();
+    }
+  }
   const json* object(const std::string& key) {
     const json* v = find(key);
     if (v && !v->is_object()) fail(at(key), "expected an object, got " + type_name(*v));
@@ -340,6 +346,7 @@ Spec parse_spec(const json& j, const std::string& source) {
     if (s.runtime.tile_elems % 16) f.fail("runtime.tile_elems", "must be a multiple of 16 (SIMD-aligned tiles)");
     f.integer("lookahead", s.runtime.lookahead, 1, 64);
     f.str("crossings", s.runtime.crossings, {"device", "host"});
+    f.boolean("priorities", s.runtime.priorities);
     f.finish();
     if (s.runtime.device_workers + s.runtime.host_workers > Runtime::max_cpu_workers())
       f.fail("runtime.device_workers", "device_workers + host_workers = " +
@@ -400,7 +407,7 @@ json Spec::to_json() const {
                    {"overlap_step", zenflow.overlap_step}, {"offload", zenflow.offload}, {"auto_ratio", zenflow.auto_ratio},
                    {"full_warm_up_rounds", zenflow.full_warm_up_rounds}, {"pt_reserved_cores_perc", zenflow.pt_reserved_cores_perc},
                    {"max_staleness", zenflow.staleness()}, {"importance", zenflow.importance}}},
-      {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}, {"crossings", runtime.crossings}}},
+      {"runtime", {{"sched", runtime.sched}, {"device_workers", runtime.device_workers}, {"host_workers", runtime.host_workers}, {"cuda_workers", runtime.cuda_workers}, {"tile_elems", runtime.tile_elems}, {"lookahead", runtime.lookahead}, {"crossings", runtime.crossings}, {"priorities", runtime.priorities}}},
       {"log", {{"every", log.every}, {"warmup_steps", log.warmup_steps}}},
   };
   // absent without a schedule (with the default head): older checkpoints' specs compare equal

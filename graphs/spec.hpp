@@ -122,6 +122,7 @@ struct Spec {
     int64_t tile_elems = 1 << 20;  // host-side tile size (elements, multiple of 16)
     int lookahead = 2;             // steps submitted ahead of the oldest unfinished one
     std::string crossings = "device";  // who runs the per-step crossings: "device" | "host"
+    bool priorities = true;  // task priorities from the graph's structure (RuntimeConfig::priorities)
   } runtime;
 
   struct Log {

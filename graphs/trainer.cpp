@@ -244,6 +244,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   if (comm && spec.runtime.cuda_workers >= 0 && Runtime::cuda_devices() > 0)
     rc.cuda_device = rank % Runtime::cuda_devices();  // one GPU per rank
   rc.crossings_on_host = spec.runtime.crossings == "host";
+  rc.priorities = spec.runtime.priorities;
   Runtime rt(rc);
   if (rc.crossings_on_host && rt.device_is_cuda())
     throw InputError(spec.source + ": runtime.crossings",

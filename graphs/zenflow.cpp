@@ -110,6 +110,18 @@ class ZenFlowStrategy final : public Strategy {
     return z_.reset_host_moments && W_ > 0 && t >= W_ ? job_ - W_ + 1 : t + 1;
   }
 
+  // The step whose forward first needs the result of the asynchronous host update submitted at
+  // update step t: the one after the step that merges it, D update boundaries later. Exact with a
+  // fixed update_interval; under the auto rule the earliest possible (D steps later).
+  int64_t merge_due(int64_t t) const {
+    if (K_ < 0) return t + D_ + 1;
+    int64_t u = t;
+    for (int d = 0; d < D_; ++d)
+      do ++u;
+      while (!((u + 1 - W_) % K_ == 0 || (S_ != 0 && (u + 1) % S_ == 0)));
+    return u + 1;
+  }
+
   bool is_update(int64_t t) const {
     if (t < W_) return true;
     if (K_ > 0 && (t + 1 - W_) % K_ == 0) return true;
@@ -196,6 +208,9 @@ class ZenFlowStrategy final : public Strategy {
       update_steps_.push_back(o);
       const float scale = 1.0f / (float)n_;
       const bool sync = o < W_ || D_ == 0;
+      // priority and zf-deadline's deadline, a step: merge_due counts applied updates (o); skipped
+      // fp16 steps, not known in advance, only make the deadline earlier than the real merge
+      const int64_t due = sync ? t + 1 : t + (merge_due(o) - o);
       for (auto& wp : mat_) {
         Matrix& w = *wp;
         for (size_t i = 0; i < w.master.tiles.size(); ++i) {
@@ -203,12 +218,12 @@ class ZenFlowStrategy final : public Strategy {
           // synchronous: the merge reads the master weights next; else the result copy is what crosses
           // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
           const bool copy_result = !sync || bf16_;
-          const SubmitOptions ho = rt_.host(t).named("adam.host." + s);
+          const SubmitOptions ho = rt_.host(t).due_at(due).named("adam.host." + s);
           insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(o), host_step(o), scale, w.master.tiles[i],
                            whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
                            w.m.tiles[i], w.v.tiles[i]);
           if (copy_result)
-            insert_copy(rt_.host(t).named("result." + s).prefetched(1), w.master.tiles[i],
+            insert_copy(rt_.host(t).due_at(due).named("result." + s).prefetched(1), w.master.tiles[i],
                         whole(w.master.tiles[i]), w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
         }
       }
@@ -569,11 +584,11 @@ class ZeroOffloadDpu final : public Strategy {
         const std::string nm = p.name + "[" + std::to_string(k) + "]";
         const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
         if (bf16_)
-          insert_copy(rt_.host(t).named("unpack.grad." + nm), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), g,
+          insert_copy(rt_.host(t).due_at(t + 2).named("unpack.grad." + nm), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), g,
                       whole(g));
-        insert_adam_step(rt_.host(t).named("adam.host." + nm), hp(u.o), u.o + 1, u.grad_scale, s.master.tiles[k],
+        insert_adam_step(rt_.host(t).due_at(t + 2).named("adam.host." + nm), hp(u.o), u.o + 1, u.grad_scale, s.master.tiles[k],
                          whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
-        insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
+        insert_copy(rt_.host(t).due_at(t + 2).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
                     s.res[b].tiles[k], whole(s.res[b].tiles[k]));
       }
       if (u.o >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);

@@ -5,11 +5,13 @@
 #include <hwloc.h>
 #include <starpu.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/sched_deadline.hpp"
 #ifdef ZF_USE_CUDA
 #include "codelets/kernels/cuda/kernels.hpp"
 #endif
@@ -103,6 +105,7 @@ std::vector<std::string> Runtime::policies() {
   std::vector<std::string> out;
   for (starpu_sched_policy** p = starpu_sched_get_predefined_policies(); p && *p; ++p)
     out.emplace_back((*p)->policy_name);
+  out.emplace_back(deadline_policy()->policy_name);
   return out;
 }
 
@@ -207,10 +210,20 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     device_workers_.assign(cpus, cpus + cfg.device_workers);
     host_workers_.assign(cpus + cfg.device_workers, cpus + ncpu);
   }
-  device_ctx_ = starpu_sched_ctx_create(device_workers_.data(), (int)device_workers_.size(), "device",
+  // Our policy is passed as a struct (StarPU looks names up among its own only); each context
+  // gets its own instance of its state. The host context orders by deadline.
+  if (cfg.sched == deadline_policy()->policy_name) {
+    device_ctx_ = starpu_sched_ctx_create(device_workers_.data(), (int)device_workers_.size(), "device",
+                                          STARPU_SCHED_CTX_POLICY_STRUCT, deadline_policy(), 0);
+    host_ctx_ = starpu_sched_ctx_create(host_workers_.data(), (int)host_workers_.size(), "host",
+                                        STARPU_SCHED_CTX_POLICY_STRUCT, deadline_policy(), 0);
+    deadline_policy_order_by_deadline(host_ctx_);
+  } else {
+    device_ctx_ = starpu_sched_ctx_create(device_workers_.data(), (int)device_workers_.size(), "device",
+                                          STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
+    host_ctx_ = starpu_sched_ctx_create(host_workers_.data(), (int)host_workers_.size(), "host",
                                         STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
-  host_ctx_ = starpu_sched_ctx_create(host_workers_.data(), (int)host_workers_.size(), "host",
-                                      STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
+  }
   starpu_sched_policy* pol = starpu_sched_ctx_get_sched_policy(device_ctx_);
   policy_ = pol && pol->policy_name ? pol->policy_name : "?";
   if (policy_ != cfg.sched) {
@@ -249,7 +262,23 @@ SubmitOptions Runtime::host(int64_t step) const {
   SubmitOptions o = device(step);
   o.ctx = host_ctx_;
   o.side = Side::Host;
+  o.role = Role::Host;
   return o;
+}
+
+int Runtime::priority_of(const SubmitOptions& o, unsigned ctx) const {
+  if (!cfg_.priorities || o.step < 0) return 0;
+  int p = 0;
+  switch (o.role) {
+    case Role::Compute: p = kPrioCompute; break;
+    case Role::Crossing: p = kPrioCrossing; break;
+    case Role::Host: {
+      const int64_t lead = std::max<int64_t>(1, o.deadline() - o.step);
+      p = (int)std::max<int64_t>(1, kPrioHost - lead);
+      break;
+    }
+  }
+  return std::clamp(p, starpu_sched_ctx_get_min_priority(ctx), starpu_sched_ctx_get_max_priority(ctx));
 }
 
 std::string Runtime::worker_name(int id) const {

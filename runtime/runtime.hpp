@@ -35,17 +35,36 @@ struct RuntimeConfig {
   // task); true = the host context, as a copy engine and the host's side of the link would, so
   // that they are not device busy time (CPU-emulated device only; docs/spec.md).
   bool crossings_on_host = false;
+  // Task priorities from the graph's structure (SubmitOptions::role and due); false: every task
+  // priority 0 (for studies). Never changes a result, only the order among ready tasks.
+  bool priorities = true;
 };
 
 class Runtime;
 
-// Where and how a task is submitted: its context, the step it belongs to, priority, name.
+// What a task is to the step graph, for its priority (Runtime::priority_of):
+//   Compute   device work on the path to the next forward (forward, backward, device updates, merges)
+//   Crossing  a copy or accumulation between device and host buffers (Runtime::crossing)
+//   Host      host optimizer work, ranked by how soon its result is needed (SubmitOptions::due)
+enum class Role : uint8_t { Compute, Crossing, Host };
+
+// Priority levels (within StarPU's int range; clamped to each context's [min, max] priority, so
+// policies without priorities see 0). Host tasks get kPrioHost - (due - step), at least 1.
+inline constexpr int kPrioCompute = 100;
+inline constexpr int kPrioCrossing = 50;
+inline constexpr int kPrioHost = 40;
+
+// Where and how a task is submitted: its context, the step it belongs to, its role and the step
+// by which its result is needed (priority and the zf-deadline policy's deadline), name.
 struct SubmitOptions {
   Runtime* rt = nullptr;
   unsigned ctx = 0;
   Side side = Side::Device;
   int64_t step = -1;
-  int priority = 0;
+  Role role = Role::Compute;
+  // The step whose forward needs this task's result (for a ZenFlow host update: the step after
+  // the merge that reads it). -1: step + 1, the next forward.
+  int64_t due = -1;
   const char* name = "task";
   // >= 0: when the task ends, prefetch its buffer of that index (which it wrote: a host-side
   // result that a later device task reads) to the GPU; a no-op unless the device context holds
@@ -56,11 +75,13 @@ struct SubmitOptions {
     o.name = intern(n);
     return o;
   }
-  SubmitOptions prio(int p) const {
+  SubmitOptions due_at(int64_t step_needed) const {
     SubmitOptions o = *this;
-    o.priority = p;
+    o.due = step_needed;
     return o;
   }
+  // The deadline: due, or step + 1 (the next forward); -1 for set-up and evaluation tasks.
+  int64_t deadline() const { return step < 0 ? -1 : due >= 0 ? due : step + 1; }
   SubmitOptions prefetched(int buffer) const {
     SubmitOptions o = *this;
     o.prefetch_buffer = buffer;
@@ -128,7 +149,15 @@ class Runtime {
   SubmitOptions device(int64_t step) const;
   SubmitOptions host(int64_t step) const;
   // Where a step's crossing task goes: device(step), or host(step) with crossings_on_host.
-  SubmitOptions crossing(int64_t step) const { return crossings_on_host_ ? host(step) : device(step); }
+  SubmitOptions crossing(int64_t step) const {
+    SubmitOptions o = crossings_on_host_ ? host(step) : device(step);
+    o.role = Role::Crossing;
+    return o;
+  }
+  // The StarPU priority of a task submitted with `o` (0 with priorities off or before step 0),
+  // clamped to the priority range of the context it goes to.
+  int priority_of(const SubmitOptions& o, unsigned ctx) const;
+  bool priorities() const { return cfg_.priorities; }
 
   unsigned device_ctx() const { return device_ctx_; }
   unsigned host_ctx() const { return host_ctx_; }
@@ -161,7 +190,7 @@ class Runtime {
   // collectives in submission order (codelets/allreduce.cpp). Registered on first use.
   starpu_data_handle_t comm_token();
 
-  // Names StarPU accepts for STARPU_SCHED / contexts.
+  // Names StarPU accepts for STARPU_SCHED / contexts, then ours (zf-deadline, runtime/sched_deadline.hpp).
   static std::vector<std::string> policies();
   static bool is_policy(const std::string& name);
   // CPU workers this StarPU build can start (STARPU_MAXCPUS).

@@ -1,5 +1,6 @@
 #include "runtime/task.hpp"
 
+#include <atomic>
 #include <cassert>
 #include <new>
 
@@ -12,7 +13,11 @@ struct CallbackArg {
   Side side;
   Runtime* prefetch_rt = nullptr;  // set: prefetch buffer `prefetch_buffer` to prefetch_rt->prefetch_node()
   int prefetch_buffer = -1;
+  int64_t deadline = -1;  // SubmitOptions::deadline(), read by the zf-deadline policy
+  uint64_t seq = 0;       // submission order (StarPU's job ids are 0 without FxT)
 };
+
+std::atomic<uint64_t> submitted{0};
 
 // An explicit host-to-device prefetch of a buffer the task wrote, started the moment it is
 // written (asynchronous, so allowed in a callback): the transfer overlaps device work instead of
@@ -49,6 +54,14 @@ void on_task_end(void* p) noexcept {
 }
 
 }  // namespace
+
+bool task_deadline(const starpu_task* t, int64_t* deadline, uint64_t* seq) noexcept {
+  if (!t || t->callback_func != on_task_end || !t->callback_arg) return false;
+  const auto* a = static_cast<const CallbackArg*>(t->callback_arg);
+  *deadline = a->deadline;
+  *seq = a->seq;
+  return true;
+}
 
 void record_task_failure(const char* what) noexcept {
   starpu_task* t = starpu_task_get_current();
@@ -118,13 +131,14 @@ void TaskBuilder::submit() {
   // to the GPU with the first CUDA task that reads it. Accounting stays the device side's.
   if (opt_.rt && opt_.ctx == opt_.rt->device_ctx() && opt_.rt->device_is_cuda() && !cl_.cuda_funcs[0])
     task->sched_ctx = opt_.rt->host_ctx();
-  task->priority = opt_.priority;
+  task->priority = opt_.rt ? opt_.rt->priority_of(opt_, task->sched_ctx) : 0;
   task->name = opt_.name;
   Tracker& tr = opt_.rt->tracker();
   task->callback_func = on_task_end;
   const bool prefetch = opt_.prefetch_buffer >= 0 && opt_.rt->prefetch_node() >= 0;
   task->callback_arg =
-      new CallbackArg{&tr, opt_.step, opt_.side, prefetch ? opt_.rt : nullptr, opt_.prefetch_buffer};
+      new CallbackArg{&tr, opt_.step, opt_.side, prefetch ? opt_.rt : nullptr, opt_.prefetch_buffer, opt_.deadline(),
+                                       submitted.fetch_add(1, std::memory_order_relaxed)};
   tr.add_pending(opt_.step, opt_.side);
   int rc = starpu_task_submit(task);
   if (rc < 0) {

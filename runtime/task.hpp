@@ -55,6 +55,11 @@ struct CodeletDef {
 };
 starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
 
+// The deadline (SubmitOptions::deadline()) and submission number of a task submitted by
+// TaskBuilder: false for any other task (StarPU's own). For the zf-deadline policy
+// (runtime/sched_deadline.cpp).
+bool task_deadline(const starpu_task* t, int64_t* deadline, uint64_t* seq) noexcept;
+
 // Records `what` as the first failure of the run, from inside a codelet (worker thread) of a task
 // submitted by TaskBuilder; the host rethrows it at its next wait point. For failures that have no
 // StepStatus at hand (a CUDA launch error, say).

@@ -89,6 +89,9 @@ expect 2 "unsupported scheduler type" "mlp-fashion.json: scheduler.type" "Warmup
 expect 2 "WarmupDecayLR without total_num_steps" "scheduler.params.total_num_steps" "required" \
   -- "$SPEC" --set scheduler.type=WarmupDecayLR --set scheduler.params.warmup_num_steps=5
 expect 2 "unknown --sched policy" "runtime.sched" "no-such-policy" -- "$SPEC" --sched no-such-policy
+expect 0 "--list-policies lists StarPU's and ours" "lws" "dmdas" "zf-deadline" -- --list-policies
+expect 2 "runtime.priorities must be a boolean" "runtime.priorities" "expected true or false" \
+  -- "$SPEC" --set runtime.priorities=1 --print-spec
 expect 2 "unknown --strategy" "strategy" "no-such-strategy" "device-adam, zero-offload" -- "$SPEC" --strategy no-such-strategy
 expect 2 "--metrics into a missing directory" "--metrics $TMP/no-such-dir/m.json" "does not exist" \
   -- "$SPEC" --metrics "$TMP/no-such-dir/m.json" --steps 2 "${SMALL[@]}"

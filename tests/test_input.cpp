@@ -244,6 +244,17 @@ TEST(MemoryEstimate, SkipVariable) {
   EXPECT_THROW(zf::check_memory(mlp, zf::estimate_memory(mlp, -1)), zf::InputError);
 }
 
+// every test process has a StarPU calibration home of its own (tests/test_main.cpp)
+TEST(TestMain, PrivateStarpuHome) {
+  const char* shared = std::getenv("ZF_TEST_SHARED_STARPU_HOME");
+  if (shared && std::string(shared) == "1") GTEST_SKIP() << "ZF_TEST_SHARED_STARPU_HOME=1";
+  const char* home = std::getenv("STARPU_HOME");
+  ASSERT_NE(home, nullptr);
+  EXPECT_NE(std::string(home).find("/starpu-home-"), std::string::npos) << home;
+  EXPECT_TRUE(fs::is_directory(home)) << home;
+  EXPECT_EQ(std::getenv("STARPU_PERF_MODEL_DIR"), nullptr);
+}
+
 // ---- StarPU's calibration files: damaged ones are removed before starpu_init (which aborts on them)
 class Calibration : public ::testing::Test {
  protected:

@@ -172,7 +172,16 @@ TEST(Spec, ImpossibleValues) {
   expect_spec_error(json{{"runtime", {{"lookahead", 0}}}}, "runtime.lookahead", "outside");
   expect_spec_error(json{{"runtime", {{"crossings", "dma"}}}}, "runtime.crossings", "'dma' is not one of: device, host");
   expect_spec_error(json{{"runtime", {{"device_workers", -1}}}}, "runtime.device_workers", "outside");
+  expect_spec_error(json{{"runtime", {{"priorities", "yes"}}}}, "runtime.priorities", "expected true or false, got a string");
   expect_spec_error(json{{"log", {{"every", -1}}}}, "log.every", "outside");
+}
+
+TEST(Spec, OurPolicyAndPrioritiesParse) {
+  zf::Spec s = zf::parse_spec(json{{"runtime", {{"sched", "zf-deadline"}, {"priorities", false}}}}, kSrc);
+  EXPECT_EQ(s.runtime.sched, "zf-deadline");
+  EXPECT_FALSE(s.runtime.priorities);
+  EXPECT_TRUE(zf::parse_spec(json::object(), kSrc).runtime.priorities);
+  EXPECT_FALSE(zf::parse_spec(s.to_json(), kSrc).runtime.priorities);  // round trip
 }
 
 TEST(Spec, UnknownSchedPolicy) {

@@ -567,7 +567,7 @@ TEST(ZenFlowEngineSched, SameWeightsUnderEveryPolicyAndStalenessBounded) {
   const int D = 1;
   const int64_t K = 4;
   const ref::RefRun r = ref::run_reference(zen_spec(30, D, K, 0));
-  for (const char* pol : {"eager", "lws", "prio", "dmda", "dmdas", "ws"}) {
+  for (const char* pol : {"eager", "lws", "prio", "dmda", "dmdas", "ws", "zf-deadline"}) {
     SCOPED_TRACE(pol);
     Spec s = zen_spec(30, D, K, 0, pol);
     s.runtime.tile_elems = 1024;  // several host tiles per weight

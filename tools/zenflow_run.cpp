@@ -93,7 +93,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
       ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));  // as train.steps; negative is an error
   app.add_option("--strategy", strategy, "device-adam | zero-offload | zero-offload-dpu | zenflow (overrides the spec)");
   app.add_option("--sched", sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "
-                                   "prio, dmda, dmdas (see --list-policies)");
+                                   "prio, dmda, dmdas, or ours: zf-deadline (see --list-policies)");
   app.add_option("--deepspeed", deepspeed, "read a DeepSpeed config (train_batch_size, optimizer, "
                                            "zero_optimization with offload_optimizer and zenflow); "
                                            "what cannot be honoured is an error");
@@ -113,7 +113,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
   app.add_option("--trace-from", trace_from, "trace only the tasks of steps >= N (skips start-up and evaluation)");
   app.add_option("--trace-csv", trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
   app.add_flag("--quiet,-q", quiet, "no progress lines and no summary");
-  app.add_flag("--list-policies", list_policies, "print the StarPU policies this build knows and exit");
+  app.add_flag("--list-policies", list_policies, "print the StarPU policies this build knows, then ours (zf-deadline), and exit");
   app.add_flag("--print-spec", print_spec, "print the effective spec (defaults and overrides applied) and exit");
   try {
     app.parse(argc, argv);

@@ -1,34 +1,50 @@
 #!/usr/bin/env bash
-# Scheduling policies: the headline spec under StarPU's policies, for zenflow and zero-offload,
-# REPEATS runs each (default 3), after calibrating the performance models of the model-based
-# policies. Writes results.csv, step_time.png, stall.png and summary.md into $OUT (default ./out).
-#   bash experiments/scheduling-policies/run.sh            (about 6 minutes on 2 cores)
-#   STEPS=300 REPEATS=2 POLICIES="eager lws dmdas" bash experiments/scheduling-policies/run.sh
+# Scheduling policies on the headline spec (experiments/headline/spec.json, where zero-offload
+# stalls): StarPU's policies and ours (zf-deadline), task priorities on and off, zenflow at
+# max_staleness 1 and 2 and zero-offload (which has no staleness: run once per policy and
+# priority setting), REPEATS interleaved repeats with the configuration order shuffled per repeat
+# (seeded by the repeat number), after calibrating the performance models of the model-based
+# policies. Writes results.csv, table.md, summary.md and step_time.png, stall.png, staleness.png
+# into $OUT (default ./out); the order of every repeat goes to $OUT/order.txt.
+#   bash experiments/scheduling-policies/run.sh       (21 minutes on the shared 2-core machine)
+#   STEPS=50 REPEATS=3 POLICIES="lws zf-deadline" bash experiments/scheduling-policies/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/out}"
-steps="${STEPS:-300}"
+steps="${STEPS:-50}"
 repeats="${REPEATS:-3}"
-policies="${POLICIES:-eager prio random ws lws dm dmda dmdar dmdas dmdasd heteroprio modular-heft modular-heft-prio}"
+policies="${POLICIES:-eager prio lws dmdas modular-heft-prio zf-deadline}"
 source "$here/../common.sh"
 mkdir -p "$out/runs"
-run() {  # strategy policy tag [extra env]
-  "$root/build/zenflow-run" "$root/experiments/headline/spec-batch8.json" --strategy "$1" --sched "$2" \
-    --steps "$steps" --set log.every=0 --set data.eval_limit=1000 -q --metrics "$out/runs/$1.$2.$3.json"
+start=$(date +%s)
+run() {  # strategy policy priorities staleness tag
+  local st=()
+  [ "$1" = zenflow ] && st=(--set "zenflow.max_staleness=$4")
+  "$root/build/zenflow-run" "$root/experiments/headline/spec.json" --strategy "$1" --sched "$2" \
+    --steps "$steps" --set log.every=0 --set data.eval_limit=100 --set "runtime.priorities=$3" "${st[@]}" \
+    -q --metrics "$out/runs/$1.$2.prio-$3.stale-$4.$5.json"
 }
 # Calibration: model-based policies (dm*, modular-heft*) need STARPU_CALIBRATE_MINIMUM samples per
 # codelet and size; two calibrating runs per strategy fill the history models in $STARPU_HOME.
 for s in zenflow zero-offload; do
-  for i in 1 2; do STARPU_CALIBRATE=1 run "$s" dmda "calibrate$i"; done
+  for i in 1 2; do STARPU_CALIBRATE=1 run "$s" dmda true 1 "calibrate$i"; done
 done
 rm -f "$out"/runs/*calibrate*.json
 export STARPU_CALIBRATE=0
-for r in $(seq 1 "$repeats"); do
-  for p in $policies; do
-    for s in zenflow zero-offload; do
-      echo "repeat $r: $s under $p"
-      run "$s" "$p" "r$r"
-    done
+configs=()
+for p in $policies; do
+  for pr in true false; do
+    configs+=("zenflow $p $pr 1" "zenflow $p $pr 2" "zero-offload $p $pr na")
   done
 done
+: >"$out/order.txt"
+for r in $(seq 1 "$repeats"); do
+  mapfile -t order < <(printf '%s\n' "${configs[@]}" | $py -c "import random,sys; l=sys.stdin.read().splitlines(); random.Random($r).shuffle(l); print('\n'.join(l))")
+  for c in "${order[@]}"; do
+    echo "repeat $r: $c" | tee -a "$out/order.txt"
+    # shellcheck disable=SC2086
+    run $c "r$r"
+  done
+done
+echo "measured runs took $(( ($(date +%s) - start) / 60 )) minutes (calibration included)" | tee -a "$out/order.txt"
 $py "$here/report.py" "$out"

@@ -145,6 +145,8 @@ std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& s
   w.file().metadata["step"] = std::to_string(step);
   w.file().metadata["strategy"] = strat.name();
   w.file().metadata["spec"] = spec.to_json().dump();
+  // the schedule's timing (docs/spec.md): checkpoints without this key ran step t at lr(t)
+  w.file().metadata["lr_timing"] = "deepspeed";
   write_safetensors((tmp / "state.safetensors").string(), w.file(), true);
   fs::remove_all(final_dir);  // a checkpoint of the same step from an earlier run
   fs::rename(tmp, final_dir);
@@ -174,6 +176,7 @@ CheckpointInfo find_checkpoint(const std::string& path) {
   try {
     ck.step = std::stoll(f.metadata.at("step"));
     ck.spec = json::parse(f.metadata.at("spec"));
+    ck.lr_timing = f.metadata.count("lr_timing") ? f.metadata.at("lr_timing") : "step";
   } catch (const std::exception&) {
     throw InputError(st.string(), "__metadata__ lacks a valid step and spec");
   }
@@ -201,6 +204,9 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
   if (was != now.value("scheduler", none))
     throw InputError(ck.dir + ": scheduler", "the checkpoint was written with " + was.dump() + ", this run has " +
                                                  now.value("scheduler", none).dump());
+  if (!spec.scheduler.type.empty() && ck.lr_timing != "deepspeed")
+    throw InputError(ck.dir + ": scheduler", "the checkpoint ran step t at the schedule's lr(t) (before 2026-12-01); "
+                                             "this engine runs it at lr(t - 1) as DeepSpeed does: restart the run");
   for (const char* k : {"dataset", "dir", "train_limit"}) same("data", k);
   for (const char* k : {"batch_size", "seed"}) same("train", k);
   if (spec.strategy == "zenflow") same("zenflow");

@@ -57,6 +57,7 @@ struct CheckpointInfo {
   std::string dir;   // the step directory
   int64_t step = -1; // last completed step
   nlohmann::json spec;
+  std::string lr_timing;  // "deepspeed" (step t at the schedule's iteration t - 1), or "step" (older: lr(t))
 };
 // `path` is a checkpoint directory (its `latest` is followed) or a step directory.
 CheckpointInfo find_checkpoint(const std::string& path);

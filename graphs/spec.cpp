@@ -153,35 +153,52 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
     f.fail(f.at("max_staleness"), "must be 0 without overlap_step: true (updates are synchronous)");
 }
 
-// DeepSpeed's scheduler block: {"type": ..., "params": {...}}, the two linear-warm-up schedulers.
+// DeepSpeed's scheduler block: {"type": ..., "params": {...}}, its three warm-up schedulers
+// (deepspeed/runtime/lr_schedules.py: the same params, defaults and checks; a param the class does
+// not take is an unknown key, as DeepSpeed's constructor would raise a TypeError).
 void parse_scheduler(Fields& f, Spec::Scheduler& c) {
-  if (!f.find("type")) f.fail(f.at("type"), "required: WarmupLR or WarmupDecayLR");
+  if (!f.find("type")) f.fail(f.at("type"), "required: WarmupLR, WarmupDecayLR or WarmupCosineLR");
   f.str("type", c.type);
-  if (c.type != "WarmupLR" && c.type != "WarmupDecayLR")
-    f.fail(f.at("type"), "'" + c.type + "' is not supported: WarmupLR or WarmupDecayLR (DeepSpeed's, same params)");
+  if (c.type != "WarmupLR" && c.type != "WarmupDecayLR" && c.type != "WarmupCosineLR")
+    f.fail(f.at("type"), "'" + c.type + "' is not supported: WarmupLR, WarmupDecayLR or WarmupCosineLR (DeepSpeed's, same params)");
+  const bool cosine = c.type == "WarmupCosineLR", needs_total = c.type != "WarmupLR";
   if (auto* p = f.object("params")) {
     Fields q(*p, f.at("params"), f.source());
-    q.number("warmup_min_lr", c.warmup_min_lr, 0.0, 10.0);
-    q.number("warmup_max_lr", c.warmup_max_lr, 0.0, 10.0);
-    q.integer("warmup_num_steps", c.warmup_num_steps, 0, INT32_MAX);
+    if (cosine) {
+      q.number("warmup_min_ratio", c.warmup_min_ratio, 0.0, 1.0);
+      q.number("cos_min_ratio", c.cos_min_ratio, 0.0, 1.0);
+    } else {
+      q.number("warmup_min_lr", c.warmup_min_lr, 0.0, 10.0);
+      q.number("warmup_max_lr", c.warmup_max_lr, 0.0, 10.0);
+    }
+    // DeepSpeed: "warmup_num_steps must be a positive integer" (then max(2, it))
+    q.integer("warmup_num_steps", c.warmup_num_steps, 1, INT32_MAX);
     q.str("warmup_type", c.warmup_type, {"log", "linear"});
-    if (c.type == "WarmupDecayLR") {
+    if (needs_total) {
       if (!q.find("total_num_steps"))
-        q.fail(q.at("total_num_steps"), "required with WarmupDecayLR (the step at which the rate reaches warmup_min_lr)");
+        q.fail(q.at("total_num_steps"), "required with " + c.type + " (the step at which the decay ends)");
       q.integer("total_num_steps", c.total_num_steps, 1, INT32_MAX);
     }
     q.finish();
-  } else if (c.type == "WarmupDecayLR") {
-    f.fail(f.at("params"), "required with WarmupDecayLR (at least total_num_steps)");
+  } else if (needs_total) {
+    f.fail(f.at("params"), "required with " + c.type + " (at least total_num_steps)");
   }
   f.finish();
 }
 
-// The block with every param written out; warmup_max_lr unset (-1) becomes max_lr.
+// The block with every param written out; warmup_max_lr unset (-1) becomes max_lr (-1: stays
+// unset, the optimizer's rate).
 json scheduler_json(const Spec::Scheduler& c, double max_lr) {
-  json p = {{"warmup_min_lr", c.warmup_min_lr}, {"warmup_max_lr", c.warmup_max_lr < 0 ? max_lr : c.warmup_max_lr},
-            {"warmup_num_steps", c.warmup_num_steps}, {"warmup_type", c.warmup_type}};
-  if (c.type == "WarmupDecayLR") p["total_num_steps"] = c.total_num_steps;
+  json p = {{"warmup_num_steps", c.warmup_num_steps}, {"warmup_type", c.warmup_type}};
+  if (c.type == "WarmupCosineLR") {
+    p["warmup_min_ratio"] = c.warmup_min_ratio;
+    p["cos_min_ratio"] = c.cos_min_ratio;
+  } else {
+    p["warmup_min_lr"] = c.warmup_min_lr;
+    const double mx = c.warmup_max_lr < 0 ? max_lr : c.warmup_max_lr;
+    if (mx >= 0) p["warmup_max_lr"] = mx;
+  }
+  if (c.type != "WarmupLR") p["total_num_steps"] = c.total_num_steps;
   return {{"type", c.type}, {"params", p}};
 }
 
@@ -317,16 +334,32 @@ Spec parse_spec(const json& j, const std::string& source) {
   return s;
 }
 
-double Spec::lr_at(int64_t t) const {
+double Spec::schedule_at(int64_t it) const {
   const Scheduler& c = scheduler;
   if (c.type.empty()) return optimizer.lr;
-  const double lo = c.warmup_min_lr, hi = peak_lr();
   const int64_t W = std::max<int64_t>(2, c.warmup_num_steps);  // as DeepSpeed: at least 2
+  auto warm = [&] {  // the warm-up's fraction at it < W
+    return c.warmup_type == "log" ? (1.0 / std::log((double)W)) * std::log((double)it + 1.0) : (double)it / (double)W;
+  };
+  if (c.type == "WarmupCosineLR") {
+    if (it < 0) return 0.0;  // get_lr before the first step(): [0.0 for each group]
+    double ratio;
+    if (it < W) {
+      ratio = c.warmup_min_ratio + warm() * (1.0 - c.warmup_min_ratio);
+    } else {
+      const double real_last = (double)(it - W + 1), real_total = (double)std::max<int64_t>(1, c.total_num_steps - W);
+      const double progress = std::min(1.0, real_last / real_total);
+      ratio = std::max(0.0, c.cos_min_ratio + (1.0 - c.cos_min_ratio) * ((1.0 + std::cos(M_PI * progress)) / 2.0));
+    }
+    return optimizer.lr * ratio;
+  }
+  const double lo = c.warmup_min_lr, hi = peak_lr();
+  if (it < 0) return lo;  // get_lr before the first step(): min_lrs
   double gamma = 1.0;
-  if (t < W)
-    gamma = c.warmup_type == "log" ? (1.0 / std::log((double)W)) * std::log((double)t + 1.0) : (double)t / (double)W;
+  if (it < W)
+    gamma = warm();
   else if (c.type == "WarmupDecayLR")
-    gamma = std::max(0.0, (double)(c.total_num_steps - t) / std::max(1.0, (double)(c.total_num_steps - W)));
+    gamma = std::max(0.0, (double)(c.total_num_steps - it) / std::max(1.0, (double)(c.total_num_steps - W)));
   return lo + (hi - lo) * gamma;
 }
 
@@ -337,9 +370,16 @@ std::string Spec::describe_lr() const {
     return os.str();
   }
   const Scheduler& c = scheduler;
-  os << "lr " << c.type << ": " << c.warmup_min_lr << " to " << peak_lr()
-     << " over " << std::max<int64_t>(2, c.warmup_num_steps) << " steps (" << c.warmup_type << ")";
-  if (c.type == "WarmupDecayLR") os << ", then linear to " << c.warmup_min_lr << " at step " << c.total_num_steps;
+  const int64_t W = std::max<int64_t>(2, c.warmup_num_steps);
+  if (c.type == "WarmupCosineLR") {
+    os << "lr WarmupCosineLR: " << c.warmup_min_ratio << " to 1 x " << optimizer.lr << " over " << W << " steps ("
+       << c.warmup_type << "), then cosine to " << c.cos_min_ratio << " x at step " << c.total_num_steps;
+  } else {
+    os << "lr " << c.type << ": " << c.warmup_min_lr << " to " << peak_lr() << " over " << W << " steps ("
+       << c.warmup_type << ")";
+    if (c.type == "WarmupDecayLR") os << ", then linear to " << c.warmup_min_lr << " at step " << c.total_num_steps;
+  }
+  os << "; step t runs at the scheduler's iteration t - 1 (DeepSpeed's timing)";
   return os.str();
 }
 
@@ -467,7 +507,9 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
     Fields f(*sc, "scheduler", src);
     Spec::Scheduler c;
     parse_scheduler(f, c);
-    patch["scheduler"] = scheduler_json(c, 0.001);
+    // WarmupDecayLR's warmup_max_lr defaults to 0.001; WarmupLR's to the optimizer's rate (None in
+    // lr_schedules.py: the param group's lr); WarmupCosineLR scales the optimizer's rate
+    patch["scheduler"] = scheduler_json(c, c.type == "WarmupDecayLR" ? 0.001 : -1.0);
   }
   if (auto* o = top.object("optimizer")) {
     Fields f(*o, "optimizer", src);

@@ -56,21 +56,31 @@ struct Spec {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   } optimizer;
 
-  // DeepSpeed's "scheduler" block, same form and formulas (docs/spec.md): step t (0-based) uses
-  // the learning rate DeepSpeed's scheduler computes at last_batch_iteration = t. No block: the
-  // constant optimizer.lr.
+  // DeepSpeed's "scheduler" block, same form and formulas (docs/spec.md), on DeepSpeed's timing:
+  // the engine steps the scheduler after the optimizer, so optimizer step t (0-based) runs at the
+  // rate the scheduler holds at last_batch_iteration = t - 1 (-1: the value its constructor set).
+  // No block: the constant optimizer.lr.
   struct Scheduler {
-    std::string type;             // "" (none) | WarmupLR | WarmupDecayLR
+    std::string type;             // "" (none) | WarmupLR | WarmupDecayLR | WarmupCosineLR
     double warmup_min_lr = 0.0;
-    double warmup_max_lr = -1.0;  // -1: optimizer.lr (deepspeed_patch writes DeepSpeed's default, 0.001)
+    // -1: optimizer.lr (WarmupLR's default, the optimizer's rate; deepspeed_patch writes
+    // WarmupDecayLR's default, 0.001)
+    double warmup_max_lr = -1.0;
     int64_t warmup_num_steps = 1000;
-    int64_t total_num_steps = 0;  // WarmupDecayLR: required
+    int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR: required
     std::string warmup_type = "log";  // log | linear
+    // WarmupCosineLR: ratios of optimizer.lr (its peak is the optimizer's rate)
+    double warmup_min_ratio = 0.0, cos_min_ratio = 0.0001;
   } scheduler;
-  // The learning rate of step t (0-based).
-  double lr_at(int64_t t) const;
-  // The schedule's rate after the warm-up: warmup_max_lr, or optimizer.lr when it is unset.
-  double peak_lr() const { return scheduler.warmup_max_lr < 0 ? optimizer.lr : scheduler.warmup_max_lr; }
+  // The rate DeepSpeed's scheduler holds at last_batch_iteration `it` (>= -1).
+  double schedule_at(int64_t it) const;
+  // The learning rate of optimizer step t (0-based): schedule_at(t - 1).
+  double lr_at(int64_t t) const { return schedule_at(t - 1); }
+  // The schedule's rate after the warm-up: warmup_max_lr, or optimizer.lr when it is unset (and
+  // for WarmupCosineLR, whose peak is always optimizer.lr).
+  double peak_lr() const {
+    return scheduler.warmup_max_lr < 0 || scheduler.type == "WarmupCosineLR" ? optimizer.lr : scheduler.warmup_max_lr;
+  }
   // One line for the run header: "constant 0.001" or the schedule with its numbers.
   std::string describe_lr() const;
 

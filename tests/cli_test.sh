@@ -84,8 +84,8 @@ expect 2 "--set into a non-object" "--set name.first=1" "'name' is not an object
 expect 2 "--set without =" "--set train.batch_size" "FIELD.PATH=VALUE" -- "$SPEC" --set train.batch_size
 printf '{"name": "x",\n "train": {"batch_size": 8,}}\n' >"$TMP/broken.json"
 expect 2 "spec not valid JSON" "broken.json" "not valid JSON" -- "$TMP/broken.json"
-expect 2 "unsupported scheduler type" "mlp-fashion.json: scheduler.type" "WarmupCosineLR" "not supported" \
-  -- "$SPEC" --set scheduler.type=WarmupCosineLR
+expect 2 "unsupported scheduler type" "mlp-fashion.json: scheduler.type" "OneCycle" "not supported" \
+  -- "$SPEC" --set scheduler.type=OneCycle
 expect 2 "WarmupDecayLR without total_num_steps" "scheduler.params.total_num_steps" "required" \
   -- "$SPEC" --set scheduler.type=WarmupDecayLR --set scheduler.params.warmup_num_steps=5
 expect 2 "unknown --sched policy" "runtime.sched" "no-such-policy" -- "$SPEC" --sched no-such-policy

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -78,15 +79,27 @@ TEST(DeepSpeedConfig, Bf16EnabledSelectsBf16Precision) {
 TEST(DeepSpeedConfig, SchedulerBlockKeepsDeepSpeedsDefaults) {
   TmpDir d;
   const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
-  // DeepSpeed's WarmupLR sets the rate itself: warmup_max_lr defaults to 0.001, not the optimizer's lr
+  // DeepSpeed's WarmupLR: warmup_max_lr None = the optimizer's rate (lr_schedules.py)
   const json ds = json::parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
       "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})");
   const Spec s = load_spec(spec, {}, d.file("ds.json", ds.dump()));
   EXPECT_EQ(s.scheduler.type, "WarmupLR");
-  EXPECT_DOUBLE_EQ(s.scheduler.warmup_max_lr, 0.001);
+  EXPECT_DOUBLE_EQ(s.peak_lr(), 0.02);
   EXPECT_EQ(s.scheduler.warmup_type, "log");
-  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);  // log(1) = 0
-  EXPECT_DOUBLE_EQ(s.lr_at(10), 0.001);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);  // i = -1: min_lr
+  EXPECT_DOUBLE_EQ(s.lr_at(1), 0.0);  // log(1) = 0
+  EXPECT_DOUBLE_EQ(s.lr_at(11), 0.02);
+  // WarmupDecayLR's warmup_max_lr defaults to 0.001, whatever the optimizer's rate
+  const json dd = json::parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10, "total_num_steps": 50}}})");
+  EXPECT_DOUBLE_EQ(load_spec(spec, {}, d.file("dd.json", dd.dump())).peak_lr(), 0.001);
+  // WarmupCosineLR scales the optimizer's rate
+  const json dc = json::parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
+      "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 50, "warmup_num_steps": 10}}})");
+  const Spec c = load_spec(spec, {}, d.file("dc.json", dc.dump()));
+  EXPECT_EQ(c.scheduler.type, "WarmupCosineLR");
+  EXPECT_DOUBLE_EQ(c.lr_at(0), 0.0);
+  EXPECT_NEAR(c.lr_at(11), 0.02 * (0.0001 + 0.9999 * (1 + std::cos(M_PI / 40)) / 2), 1e-15);
   // it replaces a scheduler block of the spec as a whole (no merge of the two params objects)
   const json spec_with = json::parse(R"({"name": "x", "scheduler": {"type": "WarmupDecayLR",
       "params": {"total_num_steps": 100, "warmup_num_steps": 5}}})");

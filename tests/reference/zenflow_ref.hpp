@@ -42,23 +42,41 @@ struct ZenFlowConfig {
   }
 };
 
-// The learning rate of step t under the spec's DeepSpeed scheduler block, written out from
-// DeepSpeed's WarmupLR / WarmupDecayLR (docs/spec.md) separately from Spec::lr_at.
+// The learning rate of optimizer step t under the spec's DeepSpeed scheduler block, written out
+// from DeepSpeed's engine and lr_schedules.py (docs/spec.md) separately from Spec::lr_at: the
+// scheduler is stepped after the optimizer, so step t runs at last_batch_iteration i = t - 1, and
+// at i = -1 (step 0) the rate is what the constructor set: min_lr (WarmupLR, WarmupDecayLR) or 0
+// (WarmupCosineLR).
 inline float ref_lr(const Spec& s, int64_t t) {
   const auto& c = s.scheduler;
   if (c.type.empty()) return (float)s.optimizer.lr;
-  const double max_lr = c.warmup_max_lr < 0 ? s.optimizer.lr : c.warmup_max_lr;
+  const int64_t i = t - 1;
   const double W = c.warmup_num_steps < 2 ? 2.0 : (double)c.warmup_num_steps;
+  auto warm = [&] { return c.warmup_type == "linear" ? (double)i / W : (1.0 / std::log(W)) * std::log((double)(i + 1)); };
+  if (c.type == "WarmupCosineLR") {
+    if (i < 0) return 0.0f;
+    double ratio;
+    if ((double)i < W) {
+      ratio = c.warmup_min_ratio + warm() * (1.0 - c.warmup_min_ratio);
+    } else {
+      double total = (double)c.total_num_steps - W;
+      if (total < 1.0) total = 1.0;
+      double progress = ((double)i - W + 1.0) / total;
+      if (progress > 1.0) progress = 1.0;
+      ratio = c.cos_min_ratio + (1.0 - c.cos_min_ratio) * (1.0 + std::cos(3.14159265358979323846 * progress)) / 2.0;
+      if (ratio < 0.0) ratio = 0.0;
+    }
+    return (float)(s.optimizer.lr * ratio);
+  }
+  const double max_lr = c.warmup_max_lr < 0 ? s.optimizer.lr : c.warmup_max_lr;
+  if (i < 0) return (float)c.warmup_min_lr;
   double gamma;
-  if ((double)t < W) {
-    if (c.warmup_type == "linear")
-      gamma = (double)t / W;
-    else
-      gamma = (1.0 / std::log(W)) * std::log((double)(t + 1));
+  if ((double)i < W) {
+    gamma = warm();
   } else if (c.type == "WarmupLR") {
     gamma = 1.0;
   } else {
-    const double left = (double)c.total_num_steps - (double)t, span = (double)c.total_num_steps - W;
+    const double left = (double)c.total_num_steps - (double)i, span = (double)c.total_num_steps - W;
     gamma = left / (span < 1.0 ? 1.0 : span);
     if (gamma < 0.0) gamma = 0.0;
   }

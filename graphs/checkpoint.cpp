@@ -200,6 +200,10 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
                                                  spec.precision + "\"");
   same("model");
   same("optimizer");
+  if (ck.spec.value("gradient_clipping", 0.0) != spec.gradient_clipping)
+    throw InputError(ck.dir + ": gradient_clipping", "the checkpoint was written with " +
+                                                         std::to_string(ck.spec.value("gradient_clipping", 0.0)) +
+                                                         ", this run has " + std::to_string(spec.gradient_clipping));
   const json none, was = ck.spec.is_object() ? ck.spec.value("scheduler", none) : none;
   if (was != now.value("scheduler", none))
     throw InputError(ck.dir + ": scheduler", "the checkpoint was written with " + was.dump() + ", this run has " +
@@ -209,6 +213,11 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
                                              "this engine runs it at lr(t - 1) as DeepSpeed does: restart the run");
   for (const char* k : {"dataset", "dir", "train_limit"}) same("data", k);
   for (const char* k : {"batch_size", "seed"}) same("train", k);
+  const int64_t ga = ck.spec.contains("train") ? ck.spec["train"].value("gradient_accumulation_steps", (int64_t)1) : 1;
+  if (ga != spec.train.gradient_accumulation_steps)
+    throw InputError(ck.dir + ": train.gradient_accumulation_steps",
+                     "the checkpoint was written with " + std::to_string(ga) + ", this run has " +
+                         std::to_string(spec.train.gradient_accumulation_steps));
   if (spec.strategy == "zenflow") same("zenflow");
 }
 

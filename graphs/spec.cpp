@@ -211,6 +211,7 @@ Spec parse_spec(const json& j, const std::string& source) {
   top.str("name", s.name);
   top.str("strategy", s.strategy, {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"});
   top.str("precision", s.precision, {"fp32", "bf16"});
+  top.number("gradient_clipping", s.gradient_clipping, 0.0, 1e9);
 
   if (auto* m = top.object("model")) {
     Fields f(*m, "model", source);
@@ -270,7 +271,12 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.integer("steps", s.train.steps, 0, INT32_MAX);
     f.integer("seed", s.train.seed, 0, INT64_MAX);
     f.integer("eval_batch_size", s.train.eval_batch_size, 1, 1 << 20);
+    f.integer("gradient_accumulation_steps", s.train.gradient_accumulation_steps, 1, 1 << 16);
     f.finish();
+    if (s.train.batch_size % s.train.gradient_accumulation_steps)
+      f.fail("train.gradient_accumulation_steps", std::to_string(s.train.gradient_accumulation_steps) +
+                                                      " does not divide train.batch_size " +
+                                                      std::to_string(s.train.batch_size) + " into equal micro-batches");
   }
   if (auto* o = top.object("optimizer")) {
     Fields f(*o, "optimizer", source);
@@ -331,6 +337,10 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.finish();
   }
   top.finish();
+  if (s.strategy == "zenflow" && s.train.gradient_accumulation_steps > 1)
+    top.fail("train.gradient_accumulation_steps", "must be 1 with strategy zenflow: DeepSpeed's ZenFlow engine replaces the "
+                                                  "accumulation steps by zenflow.update_interval (the host accumulates "
+                                                  "update_interval steps; docs/zenflow.md)");
   return s;
 }
 
@@ -407,6 +417,8 @@ json Spec::to_json() const {
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
   if (model.head != "linear") j["model"]["head"] = model.head;
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
+  if (gradient_clipping > 0) j["gradient_clipping"] = gradient_clipping;
+  if (train.gradient_accumulation_steps != 1) j["train"]["gradient_accumulation_steps"] = train.gradient_accumulation_steps;
   return j;
 }
 
@@ -468,21 +480,58 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   auto note = [&](const std::string& s) {
     if (notes) notes->push_back(s);
   };
-  int64_t tbs = 0, micro = 0, gas = 1;
+  // DeepSpeed's batch arithmetic (runtime/config.py _configure_train_batch_size):
+  // train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks; any
+  // two give the third (train_batch_size alone: accumulation 1).
+  int64_t tbs = 0, micro = 0, gas = 0;
   top.integer("train_batch_size", tbs, 1, 1 << 20);
   top.integer("train_micro_batch_size_per_gpu", micro, 1, 1 << 20);
-  top.integer("gradient_accumulation_steps", gas, 1, 1 << 20);
-  if (gas != 1)
-    top.fail("gradient_accumulation_steps", "must be 1: this engine has no gradient accumulation");
-  // DeepSpeed: train_batch_size = micro batch x gradient accumulation x ranks; ours is the global batch
-  if (tbs && micro && tbs != micro * ranks)
-    top.fail("train_micro_batch_size_per_gpu", "x " + std::to_string(ranks) + " rank(s) must equal train_batch_size " +
-                                                   std::to_string(tbs) + " (no gradient accumulation)");
-  if (tbs || micro) patch["train"]["batch_size"] = tbs ? tbs : micro * ranks;
+  top.integer("gradient_accumulation_steps", gas, 1, 1 << 16);
+  const std::string rk = std::to_string(ranks) + " rank(s)";
+  if (tbs && micro && gas) {
+    if (tbs != micro * gas * ranks)
+      top.fail("train_batch_size", std::to_string(tbs) + " != train_micro_batch_size_per_gpu " + std::to_string(micro) +
+                                       " x gradient_accumulation_steps " + std::to_string(gas) + " x " + rk);
+  } else if (tbs && micro) {
+    if (tbs % (micro * ranks))
+      top.fail("train_batch_size", std::to_string(tbs) + " is not a multiple of train_micro_batch_size_per_gpu " +
+                                       std::to_string(micro) + " x " + rk);
+    gas = tbs / (micro * ranks);
+  } else if (tbs && gas) {
+    if (tbs % (gas * ranks))
+      top.fail("train_batch_size", std::to_string(tbs) + " is not a multiple of gradient_accumulation_steps " +
+                                       std::to_string(gas) + " x " + rk);
+    micro = tbs / (gas * ranks);
+  } else if (micro) {
+    gas = gas ? gas : 1;
+    tbs = micro * gas * ranks;
+  } else if (tbs) {
+    if (tbs % ranks) top.fail("train_batch_size", std::to_string(tbs) + " is not a multiple of the " + rk);
+    gas = 1;
+    micro = tbs / ranks;
+  } else if (gas) {
+    top.fail("gradient_accumulation_steps", "needs train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed's rule)");
+  }
+  const bool ds_zenflow = ds.contains("zero_optimization") && ds["zero_optimization"].is_object() &&
+                          ds["zero_optimization"].contains("zenflow");
+  if (tbs) {
+    if (ds_zenflow) {
+      // DeepSpeed's ZenFlow engine (runtime/zenflow/engine.py configure_zenflow) sets the
+      // accumulation steps to update_interval: every step is one micro-batch of every rank, and
+      // the host accumulates update_interval of them (docs/zenflow.md)
+      patch["train"]["batch_size"] = micro * ranks;
+      if (gas > 1)
+        note("gradient_accumulation_steps " + std::to_string(gas) +
+             " (DeepSpeed's ZenFlow replaces it by zenflow.update_interval: each step is one micro-batch of " +
+             std::to_string(micro) + " per rank)");
+    } else {
+      patch["train"]["batch_size"] = tbs;
+      if (gas > 1) patch["train"]["gradient_accumulation_steps"] = gas;
+    }
+  }
   double clip = 0.0;
-  top.number("gradient_clipping", clip, 0.0, 1e30);
-  if (clip > 0)
-    top.fail("gradient_clipping", "gradient clipping is not implemented by this engine; remove it or set 0");
+  top.number("gradient_clipping", clip, 0.0, 1e9);
+  if (clip > 0) patch["gradient_clipping"] = clip;
   for (const char* prec : {"fp16", "bf16"})
     if (auto* p = top.object(prec)) {
       Fields f(*p, prec, src);

@@ -18,6 +18,9 @@ struct Spec {
   // fp32 | bf16: bf16 device parameters and gradients (values rounded to bf16 on the device side,
   // 2-byte crossings) with fp32 master weights (docs/spec.md, "precision")
   std::string precision = "fp32";
+  // DeepSpeed's gradient_clipping: the global L2 norm of the step's gradients is clipped to it,
+  // with DeepSpeed's coefficient (graphs/clip.hpp, docs/spec.md); 0: off
+  double gradient_clipping = 0.0;
 
   struct Model {
     std::string type = "mlp";
@@ -44,7 +47,10 @@ struct Spec {
   } data;
 
   struct Train {
+    // the global batch of one optimizer step (DeepSpeed's train_batch_size); with
+    // gradient_accumulation_steps A and R ranks, each rank runs A micro-batches of batch_size / (A R)
     int batch_size = 128;
+    int gradient_accumulation_steps = 1;
     int64_t epochs = 1;
     int64_t steps = 0;  // > 0 overrides epochs
     uint64_t seed = 42;

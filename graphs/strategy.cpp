@@ -50,6 +50,7 @@ class DeviceAdam final : public Strategy {
                     whole(master_.back()));
       }
     }
+    make_clip(true);
   }
   const char* name() const override { return "device-adam"; }
   void save_state(StateWriter& w) const override {
@@ -68,6 +69,11 @@ class DeviceAdam final : public Strategy {
   }
   void submit_update(int64_t t) override {
     SubmitOptions o = rt_.device(t);
+    if (clip_) {  // the device gradients, in place, before the AdamW reads them
+      std::vector<ClipPart> parts;
+      for (Param* p : params_) parts.push_back({&p->grad, whole(p->grad)});
+      clip_->submit(t, o, parts);
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
       const Tensor& x = bf16_ ? master_[i] : p.value;
@@ -101,6 +107,7 @@ class ZeroOffload final : public Strategy {
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
       st_.push_back(std::move(s));
     }
+    make_clip(false);
   }
   const char* name() const override { return "zero-offload"; }
   void save_state(StateWriter& w) const override {
@@ -120,27 +127,48 @@ class ZeroOffload final : public Strategy {
     }
   }
   void submit_update(int64_t t) override {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = *params_[i];
-      State& s = st_[i];
-      to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, bf16_ ? s.wire_g : s.hgrad);
-      for (size_t k = 0; k < s.master.tiles.size(); ++k) {
-        const std::string nm = p.name + "[" + std::to_string(k) + "]";
-        if (bf16_)
-          insert_copy(rt_.host(t).named("unpack.grad." + nm), s.wire_g.tiles[k], whole(s.wire_g.tiles[k]),
-                      s.hgrad.tiles[k], whole(s.hgrad.tiles[k]));
-        const SubmitOptions ho = rt_.host(t).named("adam.host." + nm);
-        insert_adam_step(bf16_ ? ho : ho.prefetched(0), hp(t), t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]),
-                         s.hgrad.tiles[k], whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
-        if (bf16_)
-          insert_copy(rt_.host(t).named("pack.param." + nm).prefetched(1), s.master.tiles[k],
-                      whole(s.master.tiles[k]), s.wire_p.tiles[k], whole(s.wire_p.tiles[k]));
+    // without clipping, each parameter's host AdamW starts as soon as its own gradient has crossed;
+    // with it, after every gradient has crossed and the clip (over all of them) scaled them
+    if (clip_) {
+      for (size_t i = 0; i < params_.size(); ++i) gradient_down(t, i);
+      std::vector<ClipPart> parts;
+      for (const State& s : st_)
+        for (const Tensor& tile : s.hgrad.tiles) parts.push_back({&tile, whole(tile)});
+      clip_->submit(t, rt_.host(t), parts);
+      for (size_t i = 0; i < params_.size(); ++i) update(t, i);
+    } else {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        gradient_down(t, i);
+        update(t, i);
       }
-      to_device(rt_.crossing(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
     }
   }
 
  private:
+  void gradient_down(int64_t t, size_t i) {
+    Param& p = *params_[i];
+    State& s = st_[i];
+    to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, bf16_ ? s.wire_g : s.hgrad);
+    if (bf16_)
+      for (size_t k = 0; k < s.master.tiles.size(); ++k)
+        insert_copy(rt_.host(t).named("unpack.grad." + p.name + "[" + std::to_string(k) + "]"), s.wire_g.tiles[k],
+                    whole(s.wire_g.tiles[k]), s.hgrad.tiles[k], whole(s.hgrad.tiles[k]));
+  }
+  void update(int64_t t, size_t i) {
+    Param& p = *params_[i];
+    State& s = st_[i];
+    for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+      const std::string nm = p.name + "[" + std::to_string(k) + "]";
+      const SubmitOptions ho = rt_.host(t).named("adam.host." + nm);
+      insert_adam_step(bf16_ ? ho : ho.prefetched(0), hp(t), t + 1, 1.0f, s.master.tiles[k], whole(s.master.tiles[k]),
+                       s.hgrad.tiles[k], whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
+      if (bf16_)
+        insert_copy(rt_.host(t).named("pack.param." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
+                    s.wire_p.tiles[k], whole(s.wire_p.tiles[k]));
+    }
+    to_device(rt_.crossing(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
+  }
+
   struct State {
     HostTensor master, hgrad, m, v;
     HostTensor wire_g, wire_p;  // bf16 crossings (precision "bf16")

@@ -91,6 +91,7 @@ class ZenFlowStrategy final : public Strategy {
       to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
       mat_.push_back(std::move(mx));
     }
+    make_clip(false);
   }
 
   const char* name() const override { return "zenflow"; }
@@ -183,8 +184,18 @@ class ZenFlowStrategy final : public Strategy {
     // 3. host update at the interval's boundary, merge of the job D intervals back
     if (is_update(t)) {
       update_steps_.push_back(t);
-      const float scale = 1.0f / (float)n_;
+      float scale = 1.0f / (float)n_;
       const bool sync = t < W_ || D_ == 0;
+      if (clip_) {
+        // DeepSpeed's ZenFlow clips here: the host step's gradient (the interval's, on the host
+        // side, at its boundary) by its global norm; the selective and 1-D device steps are not
+        // clipped (docs/zenflow.md). Norm of the mean acc/n; the factor folds the 1/n in.
+        std::vector<ClipPart> parts;
+        for (auto& wp : mat_)
+          for (const Tensor& tile : wp->acc[slot].tiles) parts.push_back({&tile, whole(tile)});
+        clip_->submit(t, rt_.host(t), parts, (double)n_ * (double)n_, scale);
+        scale = 1.0f;
+      }
       for (auto& wp : mat_) {
         Matrix& w = *wp;
         for (size_t i = 0; i < w.master.tiles.size(); ++i) {
@@ -462,6 +473,7 @@ class ZeroOffloadDpu final : public Strategy {
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
       st_.push_back(std::move(s));
     }
+    make_clip(false);
   }
   const char* name() const override { return "zero-offload-dpu"; }
   void save_state(StateWriter& w) const override {
@@ -489,25 +501,48 @@ class ZeroOffloadDpu final : public Strategy {
     last_ = l[0];
   }
   void submit_update(int64_t t) override {
-    const int b = (int)(t & 1);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = *params_[i];
-      State& s = st_[i];
-      to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
-      for (size_t k = 0; k < s.master.tiles.size(); ++k) {
-        const std::string nm = p.name + "[" + std::to_string(k) + "]";
-        const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
-        if (bf16_)
-          insert_copy(rt_.host(t).named("unpack.grad." + nm), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), g,
-                      whole(g));
-        insert_adam_step(rt_.host(t).named("adam.host." + nm), hp(t), t + 1, 1.0f, s.master.tiles[k],
-                         whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
-        insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
-                    s.res[b].tiles[k], whole(s.res[b].tiles[k]));
+    // with clipping: every gradient down, the clip over their host copies, then the updates
+    if (clip_) {
+      for (size_t i = 0; i < params_.size(); ++i) gradient_down(t, i);
+      std::vector<ClipPart> parts;
+      for (const State& s : st_)
+        for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+          const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[t & 1].tiles[k];
+          parts.push_back({&g, whole(g)});
+        }
+      clip_->submit(t, rt_.host(t), parts);
+      for (size_t i = 0; i < params_.size(); ++i) update(t, i);
+    } else {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        gradient_down(t, i);
+        update(t, i);
       }
-      if (t >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
     }
     last_ = t;
+  }
+  void gradient_down(int64_t t, size_t i) {
+    const int b = (int)(t & 1);
+    Param& p = *params_[i];
+    State& s = st_[i];
+    to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
+    if (bf16_)
+      for (size_t k = 0; k < s.master.tiles.size(); ++k)
+        insert_copy(rt_.host(t).named("unpack.grad." + p.name + "[" + std::to_string(k) + "]"), s.hgrad[b].tiles[k],
+                    whole(s.hgrad[b].tiles[k]), s.hgrad32.tiles[k], whole(s.hgrad32.tiles[k]));
+  }
+  void update(int64_t t, size_t i) {
+    const int b = (int)(t & 1);
+    Param& p = *params_[i];
+    State& s = st_[i];
+    for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+      const std::string nm = p.name + "[" + std::to_string(k) + "]";
+      const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
+      insert_adam_step(rt_.host(t).named("adam.host." + nm), hp(t), t + 1, 1.0f, s.master.tiles[k],
+                       whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
+      insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
+                  s.res[b].tiles[k], whole(s.res[b].tiles[k]));
+    }
+    if (t >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
   }
   void flush(int64_t last_step) override {
     if (last_ < 0) return;

@@ -109,13 +109,41 @@ TEST(DeepSpeedConfig, SchedulerBlockKeepsDeepSpeedsDefaults) {
 }
 
 TEST(DeepSpeedConfig, BatchSizesCountTheDataParallelRanks) {
-  // DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu x ranks (no accumulation)
+  // DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
+  // ranks, any two giving the third (runtime/config.py)
   const json both = json::parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 16})");
-  EXPECT_EQ(deepspeed_patch(both, "ds.json", nullptr, 2)["train"]["batch_size"], 32);
-  const std::string msg = input_error([&] { deepspeed_patch(both, "ds.json", nullptr, 1); });
-  EXPECT_NE(msg.find("ds.json: train_micro_batch_size_per_gpu"), std::string::npos) << msg;
+  json p = deepspeed_patch(both, "ds.json", nullptr, 2);
+  EXPECT_EQ(p["train"]["batch_size"], 32);
+  EXPECT_FALSE(p["train"].contains("gradient_accumulation_steps"));
+  p = deepspeed_patch(both, "ds.json", nullptr, 1);  // 2 micro-batches of 16
+  EXPECT_EQ(p["train"]["batch_size"], 32);
+  EXPECT_EQ(p["train"]["gradient_accumulation_steps"], 2);
+  const std::string msg = input_error([&] { deepspeed_patch(both, "ds.json", nullptr, 3); });
+  EXPECT_NE(msg.find("ds.json: train_batch_size"), std::string::npos) << msg;
   const json micro = json::parse(R"({"train_micro_batch_size_per_gpu": 16})");
   EXPECT_EQ(deepspeed_patch(micro, "ds.json", nullptr, 4)["train"]["batch_size"], 64);
+  const json mg = json::parse(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})");
+  p = deepspeed_patch(mg, "ds.json", nullptr, 2);
+  EXPECT_EQ(p["train"]["batch_size"], 32);
+  EXPECT_EQ(p["train"]["gradient_accumulation_steps"], 4);
+  const json tg = json::parse(R"({"train_batch_size": 64, "gradient_accumulation_steps": 4})");
+  EXPECT_EQ(deepspeed_patch(tg, "ds.json", nullptr, 2)["train"]["gradient_accumulation_steps"], 4);
+  const json all3 = json::parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})");
+  EXPECT_NE(input_error([&] { deepspeed_patch(all3, "ds.json", nullptr, 1); }).find("ds.json: train_batch_size"), std::string::npos);
+  EXPECT_EQ(deepspeed_patch(all3, "ds.json", nullptr, 2)["train"]["batch_size"], 32);
+  const json gas_only = json::parse(R"({"gradient_accumulation_steps": 4})");
+  EXPECT_NE(input_error([&] { deepspeed_patch(gas_only, "ds.json", nullptr, 1); }).find("gradient_accumulation_steps"),
+            std::string::npos);
+  // ZenFlow: DeepSpeed's engine replaces the accumulation steps by update_interval, so a step is
+  // one micro-batch per rank (runtime/zenflow/engine.py), said in a note
+  const json zf = json::parse(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 4}}})");
+  std::vector<std::string> notes;
+  p = deepspeed_patch(zf, "ds.json", &notes, 1);
+  EXPECT_EQ(p["train"]["batch_size"], 4);
+  EXPECT_FALSE(p["train"].contains("gradient_accumulation_steps"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("update_interval"), std::string::npos);
 }
 
 TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
@@ -140,8 +168,9 @@ TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
       {"/zero_optimization/zenflow/full_warm_up_rounds", 1.5, "zero_optimization.zenflow.full_warm_up_rounds"},
       {"/zero_optimization/zenflow/auto_ratio", -0.1, "zero_optimization.zenflow.auto_ratio"},
       {"/zero_optimization/zenflow/typo_key", 1, "zero_optimization.zenflow.typo_key"},
-      {"/gradient_clipping", 1.0, "gradient_clipping"},
-      {"/gradient_accumulation_steps", 2, "gradient_accumulation_steps"},
+      {"/gradient_clipping", -1.0, "gradient_clipping"},
+      {"/gradient_accumulation_steps", 3, "train_batch_size"},  // 16 is not 3 micro-batches
+      {"/gradient_accumulation_steps", 0, "gradient_accumulation_steps"},
       {"/fp16", json{{"enabled", true}}, "fp16.enabled"},
       {"/optimizer", json{{"type", "Lamb"}}, "optimizer.type"},
       {"/scheduler", json{{"type", "OneCycle"}}, "scheduler.type"},
@@ -233,6 +262,19 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          zenflow_overlap(s);
          s.precision = "bf16";
        }},
+      // gradient_clipping (norms here are 0.3 to 1.3: some steps clip) and accumulation
+      {"device-adam-clip-accumulate", [](Spec& s) {
+         s.gradient_clipping = 0.6;
+         s.train.gradient_accumulation_steps = 4;
+       }},
+      {"zero-offload-dpu-clip", [](Spec& s) {
+         s.strategy = "zero-offload-dpu";
+         s.gradient_clipping = 0.6;
+       }},
+      {"zenflow-overlap-clip", [&](Spec& s) {
+         zenflow_overlap(s);
+         s.gradient_clipping = 0.45;
+       }},
   };
   const ResumeCase& c = cases[GetParam()];
   SCOPED_TRACE(c.name);
@@ -251,7 +293,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 9));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 12));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;

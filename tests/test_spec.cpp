@@ -399,6 +399,27 @@ TEST(SpecScheduler, BadBlocksNameTheField) {
   expect_spec_error(json{{"scheduler", "WarmupLR"}}, "scheduler", "expected an object");
 }
 
+// gradient_clipping and gradient accumulation (DeepSpeed's keys; docs/spec.md)
+TEST(Spec, ClippingAndAccumulationFields) {
+  zf::Spec s = zf::parse_spec(json::parse(R"({"gradient_clipping": 1.0,
+      "train": {"batch_size": 16, "gradient_accumulation_steps": 4}})"), kSrc);
+  EXPECT_DOUBLE_EQ(s.gradient_clipping, 1.0);
+  EXPECT_EQ(s.train.gradient_accumulation_steps, 4);
+  EXPECT_EQ(zf::parse_spec(s.to_json(), kSrc).to_json(), s.to_json());
+  zf::Spec d = zf::parse_spec(json::object(), kSrc);  // defaults: off, 1, and absent from to_json
+  EXPECT_EQ(d.gradient_clipping, 0.0);
+  EXPECT_EQ(d.train.gradient_accumulation_steps, 1);
+  EXPECT_FALSE(d.to_json().contains("gradient_clipping"));
+  EXPECT_FALSE(d.to_json()["train"].contains("gradient_accumulation_steps"));
+  expect_spec_error(json{{"gradient_clipping", -1}}, "gradient_clipping", "outside");
+  expect_spec_error(json{{"gradient_clipping", "1"}}, "gradient_clipping", "expected a number");
+  expect_spec_error(json{{"train", {{"batch_size", 10}, {"gradient_accumulation_steps", 4}}}},
+                    "train.gradient_accumulation_steps", "does not divide");
+  expect_spec_error(json{{"train", {{"gradient_accumulation_steps", 0}}}}, "train.gradient_accumulation_steps", "outside");
+  expect_spec_error(json{{"strategy", "zenflow"}, {"train", {{"batch_size", 16}, {"gradient_accumulation_steps", 2}}}},
+                    "train.gradient_accumulation_steps", "update_interval");
+}
+
 TEST(Spec, StepsArithmetic) {
   zf::Spec s = zf::parse_spec(json{{"train", {{"batch_size", 100}, {"epochs", 3}}}}, kSrc);
   EXPECT_EQ(zf::steps_per_epoch(s, 1050), 10);

@@ -163,8 +163,10 @@ Spec rank_spec(const Spec& spec, int ranks) {
   if (spec.train.batch_size % (ranks * A) != 0)
     throw InputError(spec.source + ": train.batch_size",
                      std::to_string(spec.train.batch_size) + " (the global batch) is not divisible by the " +
-                         std::to_string(ranks) + " rank(s) x " + std::to_string(A) +
-                         " gradient accumulation step(s) (DeepSpeed: train_batch_size = micro batch x accumulation x ranks)");
+                         std::to_string(ranks) + " ranks" +
+                         (A > 1 ? " x " + std::to_string(A) + " gradient accumulation steps (DeepSpeed: train_batch_size "
+                                                              "= micro batch x accumulation x ranks)"
+                                : std::string()));
   Spec s = spec;
   s.train.batch_size /= ranks * A;
   return s;

@@ -117,9 +117,9 @@ if [ -d "$DATA" ]; then
   expect 2 "data dir that does not exist" "$TMP/no-such-dir" "data.dir" \
     -- "$SPEC" --set data.dir="$TMP/no-such-dir" --steps 2 "${SMALL[@]}"
 
-  expect 0 "a schedule is printed in the header and the progress lines" "lr WarmupDecayLR: 0 to 0.001 over 2 steps (linear)" \
+  expect 0 "a schedule is printed in the header and the progress lines (step 3 at iteration 1: 0.0005)" "lr WarmupDecayLR: 0 to 0.001 over 2 steps (linear)" \
     "| lr 0.0005 |" -- "$SPEC" --set scheduler.type=WarmupDecayLR --set scheduler.params.warmup_num_steps=2 \
-    --set scheduler.params.warmup_type=linear --set scheduler.params.total_num_steps=4 --set log.every=2 --steps 4 \
+    --set scheduler.params.warmup_type=linear --set scheduler.params.total_num_steps=4 --set log.every=1 --steps 4 \
     --set data.train_limit=512 --set data.eval_limit=500
 
   # ---- weights files

@@ -146,6 +146,23 @@ TEST(DeepSpeedConfig, BatchSizesCountTheDataParallelRanks) {
   EXPECT_NE(notes[0].find("update_interval"), std::string::npos);
 }
 
+// DeepSpeedExamples' ZenFlow fine-tuning config (training/DeepSpeed-ZenFlow/finetuning/zf_config.json,
+// its keys in graphs/specs/ds-zenflow-finetune.json) on the GPT spec: accepted unchanged
+TEST(DeepSpeedConfig, DeepSpeedExamplesZenFlowConfigLoadsOnTheGptSpec) {
+  const std::string src = ZF_SOURCE_DIR;
+  const Spec s = load_spec(src + "/graphs/specs/gpt-kjv.json", {}, src + "/graphs/specs/ds-zenflow-finetune.json");
+  EXPECT_EQ(s.strategy, "zenflow");
+  EXPECT_EQ(s.precision, "bf16");
+  EXPECT_DOUBLE_EQ(s.gradient_clipping, 1.0);
+  EXPECT_EQ(s.train.batch_size, 32);
+  EXPECT_EQ(s.train.gradient_accumulation_steps, 1);
+  EXPECT_DOUBLE_EQ(s.optimizer.lr, 2e-5);
+  EXPECT_EQ(s.zenflow.update_interval, 4);
+  EXPECT_TRUE(s.zenflow.overlap_step);
+  EXPECT_EQ(s.zenflow.full_warm_up_rounds, 0);
+  EXPECT_DOUBLE_EQ(s.zenflow.topk_ratio, 0.1);
+}
+
 TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
   TmpDir d;
   const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";

@@ -1,7 +1,7 @@
 // Optimizer and data-movement codelets: AdamW (kernels/cpu/adam.cpp) and its fused
 // accumulate + AdamW + clear variant (ZenFlow's last accumulation and host update), gradient accumulation,
-// copies between tensors or slices of them (device <-> host crossings, fp32 or bf16), bf16 rounding,
-// zeroing.
+// copies between tensors or slices of them (device <-> host crossings, fp32, bf16 or fp16), bf16 and
+// fp16 rounding (the latter with the loss scaler's overflow flag), scaling, zeroing.
 #include <starpu.h>
 
 #include <cstring>
@@ -58,6 +58,20 @@ void unpack_bf16_cpu(void* b[], void* a) noexcept {  // buffers: src (bf16), dst
   kernels::cpu::unpack_bf16(vec_as<uint16_t>(b[0]) + p->src_off, vec_ptr(b[1]) + p->dst_off, p->n);
 }
 void round_bf16_cpu(void* b[], void*) noexcept { kernels::cpu::round_bf16(vec_ptr(b[0]), vec_n(b[0])); }
+void pack_fp16_cpu(void* b[], void* a) noexcept {  // buffers: src (fp32), dst (fp16)
+  auto* p = static_cast<MoveArgs*>(a);
+  kernels::cpu::pack_fp16(vec_ptr(b[0]) + p->src_off, vec_as<uint16_t>(b[1]) + p->dst_off, p->n);
+}
+void unpack_fp16_cpu(void* b[], void* a) noexcept {  // buffers: src (fp16), dst (fp32)
+  auto* p = static_cast<MoveArgs*>(a);
+  kernels::cpu::unpack_fp16(vec_as<uint16_t>(b[0]) + p->src_off, vec_ptr(b[1]) + p->dst_off, p->n);
+}
+void round_fp16_cpu(void* b[], void*) noexcept {  // buffers: x, overflow flag (uint32)
+  if (kernels::cpu::round_fp16(vec_ptr(b[0]), vec_n(b[0])) != 0) vec_as<uint32_t>(b[1])[0] = 1;
+}
+void scale_cpu(void* b[], void* a) noexcept {
+  kernels::cpu::scale(vec_ptr(b[0]), vec_n(b[0]), static_cast<MoveArgs*>(a)->scale);
+}
 void zero_cpu(void* b[], void*) noexcept {  // any element type: zero all bytes
   std::memset(vec_ptr(b[0]), 0, STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]));
 }
@@ -94,6 +108,22 @@ void unpack_bf16_cuda(void* b[], void* a) noexcept {
 }
 void round_bf16_cuda(void* b[], void*) noexcept {
   cuda_check(kernels::cuda::round_bf16(vec_ptr(b[0]), vec_n(b[0]), cuda_stream()));
+}
+void pack_fp16_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::pack_fp16(vec_ptr(b[0]) + p->src_off, vec_as<uint16_t>(b[1]) + p->dst_off, p->n,
+                                      cuda_stream()));
+}
+void unpack_fp16_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::unpack_fp16(vec_as<uint16_t>(b[0]) + p->src_off, vec_ptr(b[1]) + p->dst_off, p->n,
+                                        cuda_stream()));
+}
+void round_fp16_cuda(void* b[], void*) noexcept {
+  cuda_check(kernels::cuda::round_fp16(vec_ptr(b[0]), vec_n(b[0]), vec_as<uint32_t>(b[1]), cuda_stream()));
+}
+void scale_cuda(void* b[], void* a) noexcept {
+  cuda_check(kernels::cuda::scale(vec_ptr(b[0]), vec_n(b[0]), static_cast<MoveArgs*>(a)->scale, cuda_stream()));
 }
 void zero_cuda(void* b[], void*) noexcept {
   cuda_check(kernels::cuda::zero_bytes(vec_ptr(b[0]), STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]),
@@ -137,7 +167,7 @@ starpu_codelet& copy_into_cl() {  // a slice of the destination
 }
 // Conversions between fp32 and bf16 buffers (insert_copy picks them by element size); as the
 // copies, a W variant for a whole destination and an RW one for a slice of it.
-starpu_codelet& convert_cl(bool pack, bool whole_dst) {
+starpu_codelet& convert_bf16_cl(bool pack, bool whole_dst) {
   static starpu_perfmodel m[4]{};
   auto make = [&](int i, const char* name, starpu_cpu_func_t cpu, starpu_cuda_func_t cuda) {
     return make_codelet({name, cpu, cuda, 2, {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}}, &m[i]);
@@ -149,6 +179,31 @@ starpu_codelet& convert_cl(bool pack, bool whole_dst) {
       make(3, "zf_pack_bf16", pack_bf16_cpu, ZF_CUDA_FUNC(pack_bf16_cuda)),
   };
   return c[(pack ? 2 : 0) + (whole_dst ? 1 : 0)];
+}
+// The same between fp32 and fp16 buffers.
+starpu_codelet& convert_fp16_cl(bool pack, bool whole_dst) {
+  static starpu_perfmodel m[4]{};
+  auto make = [&](int i, const char* name, starpu_cpu_func_t cpu, starpu_cuda_func_t cuda) {
+    return make_codelet({name, cpu, cuda, 2, {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}}, &m[i]);
+  };
+  static starpu_codelet c[4] = {
+      make(0, "zf_unpack_fp16_into", unpack_fp16_cpu, ZF_CUDA_FUNC(unpack_fp16_cuda)),
+      make(1, "zf_unpack_fp16", unpack_fp16_cpu, ZF_CUDA_FUNC(unpack_fp16_cuda)),
+      make(2, "zf_pack_fp16_into", pack_fp16_cpu, ZF_CUDA_FUNC(pack_fp16_cuda)),
+      make(3, "zf_pack_fp16", pack_fp16_cpu, ZF_CUDA_FUNC(pack_fp16_cuda)),
+  };
+  return c[(pack ? 2 : 0) + (whole_dst ? 1 : 0)];
+}
+starpu_codelet& round_fp16_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_round_fp16", round_fp16_cpu, ZF_CUDA_FUNC(round_fp16_cuda), 2, {STARPU_RW, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& scale_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_scale", scale_cpu, ZF_CUDA_FUNC(scale_cuda), 1, {STARPU_RW}}, &m);
+  return c;
 }
 starpu_codelet& round_bf16_cl() {
   static starpu_perfmodel m{};
@@ -216,9 +271,12 @@ void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Te
   expect(ss.n == ds.n, opt, "copy: slices differ in length");
   const bool whole_dst = ds.offset == 0 && ds.n == dst.numel();
   const size_t es = src.elem_size(), ed = dst.elem_size();
-  expect((es == 4 || es == 2) && (ed == 4 || ed == 2), opt, "copy: fp32 or bf16 tensors only");
-  starpu_codelet& cl = es == ed ? (whole_dst ? copy_cl() : copy_into_cl()) : convert_cl(ed == 2, whole_dst);
-  expect(es == 4 || ed == 4, opt, "copy: bf16 to bf16 is not a conversion this engine needs");
+  expect((es == 4 || es == 2) && (ed == 4 || ed == 2), opt, "copy: fp32, bf16 or fp16 tensors only");
+  expect(es == 4 || ed == 4, opt, "copy: between two 2-byte tensors is not a conversion this engine needs");
+  const Half half = es == 2 ? src.half() : dst.half();
+  starpu_codelet& cl = es == ed                ? (whole_dst ? copy_cl() : copy_into_cl())
+                       : half == Half::Fp16 ? convert_fp16_cl(ed == 2, whole_dst)
+                                            : convert_bf16_cl(ed == 2, whole_dst);
   TaskBuilder(cl, opt)
       .r(src)
       .add(dst, whole_dst ? STARPU_W : STARPU_RW)
@@ -229,6 +287,17 @@ void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Te
 void insert_round_bf16(const SubmitOptions& opt, const Tensor& x) {
   expect(x.elem_size() == 4, opt, "round_bf16: " + shape_str(x) + " is not fp32");
   TaskBuilder(round_bf16_cl(), opt).rw(x).submit();
+}
+
+void insert_round_fp16(const SubmitOptions& opt, const Tensor& x, const Tensor& overflow) {
+  expect(x.elem_size() == 4, opt, "round_fp16: " + shape_str(x) + " is not fp32");
+  expect(overflow.elem_size() == 4 && overflow.numel() == 1, opt, "round_fp16: the flag is one 4-byte word");
+  TaskBuilder(round_fp16_cl(), opt).rw(x).rw(overflow).submit();
+}
+
+void insert_scale(const SubmitOptions& opt, const Tensor& x, float s) {
+  expect(x.elem_size() == 4, opt, "scale: " + shape_str(x) + " is not fp32");
+  TaskBuilder(scale_cl(), opt).rw(x).args(MoveArgs{0, 0, x.numel(), s}).submit();
 }
 
 void insert_zero(const SubmitOptions& opt, const Tensor& x) {

@@ -71,10 +71,16 @@ void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp,
 void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
                        Slice gs, float scale);
 // dst[ds] = src[ss]; when ds is all of dst the task writes (W) it, else updates it (RW). Between an
-// fp32 and a bf16 (2-byte) tensor the copy converts (round to nearest even; bf16 -> fp32 exact).
+// fp32 and a 2-byte tensor the copy converts by the latter's Tensor::half() (bf16 or fp16: round to
+// nearest even; back to fp32 exact).
 void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Tensor& dst, Slice ds);
 // x = fp32(bf16(x)) (precision "bf16": device parameters and gradients hold bf16 values)
 void insert_round_bf16(const SubmitOptions& opt, const Tensor& x);
+// x = fp32(fp16(x)) (precision "fp16"); overflow (one uint32, RW) is set to 1 when a rounded value is
+// inf or NaN, else left as it is (the loss scaler's overflow check, graphs/loss_scaler.hpp)
+void insert_round_fp16(const SubmitOptions& opt, const Tensor& x, const Tensor& overflow);
+// x *= s
+void insert_scale(const SubmitOptions& opt, const Tensor& x, float s);
 // x = 0
 void insert_zero(const SubmitOptions& opt, const Tensor& x);
 
@@ -86,7 +92,7 @@ void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel)
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
                            const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v);
 // Merge of a host result tile into the device weight: w[ws] = src except selected columns
-// (sel == nullptr: every column). src is fp32 or bf16 (then unpacked exactly). When log != nullptr the execution is recorded there.
+// (sel == nullptr: every column). src is fp32, bf16 or fp16 (then unpacked exactly). When log != nullptr the execution is recorded there.
 struct MergeEvent {
   int64_t job;          // host update index
   int64_t newest_step;  // last step whose gradient the update contains

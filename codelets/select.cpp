@@ -34,7 +34,7 @@ struct MergeArgs {
   size_t off, n;
   MergeLog* log;
   MergeEvent ev;
-  int src_bf16;  // the source tile holds bf16 values (precision "bf16")
+  int src_half;  // 0: fp32 source; 1: bf16 (precision "bf16"); 2: fp16 (precision "fp16")
 };
 
 void importance_cpu(void* b[], void* a) noexcept {
@@ -57,8 +57,11 @@ void grad_mass_cpu(void* b[], void* a) noexcept {
 }
 void merge_common(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   double t0 = starpu_timing_now();
-  if (p->src_bf16)
+  if (p->src_half == 1)
     kernels::cpu::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
+                                        sel ? p->k : 0);
+  else if (p->src_half == 2)
+    kernels::cpu::merge_unselected_fp16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
                                         sel ? p->k : 0);
   else
     kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0);
@@ -96,8 +99,11 @@ void grad_mass_cuda(void* b[], void* a) noexcept {
 // as both start and end; the staleness fields are what the merge log is read for.
 void merge_common_cuda(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   const double t0 = starpu_timing_now();
-  if (p->src_bf16)
+  if (p->src_half == 1)
     cuda_check(kernels::cuda::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
+                                                    sel ? p->k : 0, cuda_stream()));
+  else if (p->src_half == 2)
+    cuda_check(kernels::cuda::merge_unselected_fp16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
                                                     sel ? p->k : 0, cuda_stream()));
   else
     cuda_check(kernels::cuda::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel,
@@ -195,8 +201,8 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
                   MergeLog* log, const MergeEvent& ev) {
   ColArgs d = dims(opt, w, sel);
   expect(ws.offset + ws.n <= w.numel() && ws.n == src.numel(), opt, "merge slice does not match " + shape_str(src));
-  expect(src.elem_size() == 4 || src.elem_size() == 2, opt, "merge: the source must be fp32 or bf16");
-  MergeArgs a{d.C, d.k, ws.offset, ws.n, log, ev, src.elem_size() == 2};
+  expect(src.elem_size() == 4 || src.elem_size() == 2, opt, "merge: the source must be fp32, bf16 or fp16");
+  MergeArgs a{d.C, d.k, ws.offset, ws.n, log, ev, src.elem_size() == 4 ? 0 : src.half() == Half::Fp16 ? 2 : 1};
   if (sel)
     TaskBuilder(merge_sel_cl(), opt).r(src).rw(w).r(*sel).args(a).submit();
   else

@@ -35,9 +35,11 @@ void StateWriter::put(const std::string& name, const HostTensor& h) {
   s.shape = {(int64_t)n};
   s.bytes.resize(n * 4);
   size_t off = 0;
-  for (auto& t : h.tiles) {  // bf16 tiles are saved as their exact fp32 values
+  for (auto& t : h.tiles) {  // bf16 and fp16 tiles are saved as their exact fp32 values
     t.acquire_read();
-    if (t.elem_size() == 2)
+    if (t.elem_size() == 2 && t.half() == Half::Fp16)
+      kernels::cpu::unpack_fp16(t.as<uint16_t>(), reinterpret_cast<float*>(s.bytes.data() + off), t.numel());
+    else if (t.elem_size() == 2)
       kernels::cpu::unpack_bf16(t.as<uint16_t>(), reinterpret_cast<float*>(s.bytes.data() + off), t.numel());
     else
       std::memcpy(s.bytes.data() + off, t.data(), t.bytes());
@@ -94,7 +96,9 @@ void StateReader::get(const std::string& name, const HostTensor& h) const {
   size_t off = 0;
   for (auto& t : h.tiles) {
     t.acquire_write();
-    if (t.elem_size() == 2)  // values written from bf16 tiles: packing them is exact
+    if (t.elem_size() == 2 && t.half() == Half::Fp16)  // values written from fp16 tiles: packing is exact
+      kernels::cpu::pack_fp16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());
+    else if (t.elem_size() == 2)  // values written from bf16 tiles: packing them is exact
       kernels::cpu::pack_bf16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());
     else
       std::memcpy(t.data(), s.bytes.data() + off, t.bytes());
@@ -124,7 +128,7 @@ static std::string step_name(int64_t step) {
 }
 
 std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& spec, Workload& wl,
-                             const Strategy& strat) {
+                             const Strategy& strat, const std::function<void(StateWriter&)>& extra) {
   fs::create_directories(dir);
   const fs::path final_dir = fs::path(dir) / step_name(step);
   const fs::path tmp = fs::path(dir) / (".tmp-" + step_name(step) + "-" + std::to_string(getpid()));
@@ -141,6 +145,7 @@ std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& s
   write_safetensors((tmp / "model.safetensors").string(), model, true);
   StateWriter w;
   strat.save_state(w);
+  if (extra) extra(w);
   w.file().metadata["format"] = "zenflow-state";
   w.file().metadata["step"] = std::to_string(step);
   w.file().metadata["strategy"] = strat.name();
@@ -219,15 +224,19 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
                      "the checkpoint was written with " + std::to_string(ga) + ", this run has " +
                          std::to_string(spec.train.gradient_accumulation_steps));
   if (spec.strategy == "zenflow") same("zenflow");
+  if (spec.precision == "fp16") same("fp16");  // the loss scaler's settings
 }
 
-void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat) {
+void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat,
+                     const std::function<void(const StateReader&)>& extra) {
   load_weights(wl, ck.dir + "/model.safetensors");
   const std::string st = ck.dir + "/state.safetensors";
   StFile f = read_safetensors(st);
   if (f.metadata["strategy"] != strat.name())
     throw InputError(st, "state of strategy '" + f.metadata["strategy"] + "', this run uses '" + strat.name() + "'");
-  strat.load_state(StateReader(f, st));
+  const StateReader r(f, st);
+  strat.load_state(r);
+  if (extra) extra(r);
 }
 
 }  // namespace zf

@@ -6,6 +6,7 @@
 // then `latest` is replaced atomically: an interrupted write never damages a saved checkpoint.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -50,8 +51,9 @@ class StateReader {
 };
 
 // Writes the checkpoint of the state after `step` (all tasks must be finished). Returns its dir.
+// `extra` adds the trainer's own state (the fp16 loss scaler) to state.safetensors.
 std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& spec, Workload& wl,
-                             const Strategy& strat);
+                             const Strategy& strat, const std::function<void(StateWriter&)>& extra = nullptr);
 
 struct CheckpointInfo {
   std::string dir;   // the step directory
@@ -64,6 +66,8 @@ CheckpointInfo find_checkpoint(const std::string& path);
 // Refuses a checkpoint whose model, data, optimizer or strategy differ from `spec`.
 void check_compatible(const CheckpointInfo& ck, const Spec& spec);
 // Loads weights and strategy state (before any step is submitted).
-void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat);
+// `extra` reads what write_checkpoint's `extra` wrote.
+void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat,
+                     const std::function<void(const StateReader&)>& extra = nullptr);
 
 }  // namespace zf

@@ -10,7 +10,7 @@ GradClip::GradClip(Runtime& rt, const std::string& name, float max_norm, bool de
       factor_(Tensor::home({3}, name + ".clip.factor")) {}
 
 void GradClip::submit(int64_t t, const SubmitOptions& ctx, const std::vector<ClipPart>& parts, double sq_div,
-                      float extra) {
+                      float extra, float loss_scale) {
   if (partials_.empty()) {
     if (device_)
       partials_.push_back(Tensor::home({(int64_t)parts.size()}, name_ + ".clip.sumsq", sizeof(double)));
@@ -28,7 +28,7 @@ void GradClip::submit(int64_t t, const SubmitOptions& ctx, const std::vector<Cli
   std::vector<const Tensor*> ps;
   for (const Tensor& p : partials_) ps.push_back(&p);
   const bool read_back = device_ && rt_.device_is_cuda();
-  insert_clip_factor(ctx.named("clip.factor." + name_), ps, sq_div, clip_, 1.0f, extra, factor_,
+  insert_clip_factor(ctx.named("clip.factor." + name_), ps, sq_div, clip_, loss_scale, extra, factor_,
                      read_back ? nullptr : &log_, t);
   if (read_back) {
     readback_.push_back({t, {0, 0, 0}});

@@ -31,8 +31,11 @@ class GradClip {
   // Submits the clip point of step t over `parts` (the same count every time) in context `ctx`.
   // The norm is sqrt(sum of squares / sq_div) and the parts are multiplied by extra / combined
   // scale: ZenFlow's host step passes n^2 and 1/n (the interval's mean), the others 1 and 1.
+  // loss_scale: the fp16 loss scale the parts still carry (1 / UpdateStep::grad_scale; 1 without
+  // fp16): the factor then unscales and clips at once (DeepSpeed's combined scale), so the
+  // optimizer that follows takes grad_scale 1; the recorded norm is the unscaled one.
   void submit(int64_t t, const SubmitOptions& ctx, const std::vector<ClipPart>& parts, double sq_div = 1.0,
-              float extra = 1.0f);
+              float extra = 1.0f, float loss_scale = 1.0f);
   // The clip points executed so far, by step (complete once their tasks ran).
   std::vector<ClipRecord> records() const;
   // The latest norm of a clip point at a step <= t (NaN: none yet).

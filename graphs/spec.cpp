@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "runtime/error.hpp"
+#include "runtime/json_input.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf {
@@ -113,6 +114,9 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
         if (v->get<std::string>() != "auto") f.fail(f.at(key), "expected \"auto\" or a positive integer");
         out = -1;
       } else if (v->is_number_integer()) {
+        // at most INT32_MAX (no run is longer): interval x steps per epoch cannot overflow
+        if (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT32_MAX)
+          f.fail(f.at(key), v->dump() + " is outside [1, " + std::to_string(INT32_MAX) + "]");
         if (v->get<int64_t>() < 1) f.fail(f.at(key), "expected \"auto\" or a positive integer, got " + std::to_string(v->get<int64_t>()));
         out = v->get<int64_t>();
       } else {
@@ -202,6 +206,29 @@ json scheduler_json(const Spec::Scheduler& c, double max_lr) {
   return {{"type", c.type}, {"params", p}};
 }
 
+// DeepSpeed's fp16 keys (deepspeed/runtime/precision_config.py) other than enabled, auto_cast and
+// fp16_master_weights_and_grads.
+void parse_fp16(Fields& f, Spec::Fp16& c) {
+  if (auto* v = f.find("loss_scale")) {
+    if (v->is_boolean()) f.fail(f.at("loss_scale"), "expected a number (0: dynamic loss scaling), got a boolean");
+  }
+  f.number("loss_scale", c.loss_scale, 0.0, 3.0e38);
+  f.integer("initial_scale_power", c.initial_scale_power, 0, 126);
+  f.integer("loss_scale_window", c.loss_scale_window, 1, INT32_MAX);
+  f.integer("hysteresis", c.hysteresis, 1, INT32_MAX);
+  if (auto* v = f.find("consecutive_hysteresis")) {
+    if (!v->is_boolean()) f.fail(f.at("consecutive_hysteresis"), "expected true or false, got " + type_name(*v));
+    c.consecutive_hysteresis = v->get<bool>();
+  }
+  f.integer("min_loss_scale", c.min_loss_scale, 1, int64_t(1) << 62);
+}
+
+json fp16_json(const Spec::Fp16& c) {
+  return {{"loss_scale", c.loss_scale},          {"initial_scale_power", c.initial_scale_power},
+          {"loss_scale_window", c.loss_scale_window}, {"hysteresis", c.hysteresis},
+          {"consecutive_hysteresis", c.consecutive_hysteresis}, {"min_loss_scale", c.min_loss_scale}};
+}
+
 }  // namespace
 
 Spec parse_spec(const json& j, const std::string& source) {
@@ -210,8 +237,16 @@ Spec parse_spec(const json& j, const std::string& source) {
   Fields top(j, "", source);
   top.str("name", s.name);
   top.str("strategy", s.strategy, {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"});
-  top.str("precision", s.precision, {"fp32", "bf16"});
+  top.str("precision", s.precision, {"fp32", "bf16", "fp16"});
   top.number("gradient_clipping", s.gradient_clipping, 0.0, 1e9);
+  if (auto* b = top.object("fp16")) {
+    Fields f(*b, "fp16", source);
+    parse_fp16(f, s.fp16);
+    f.finish();
+    s.fp16.given = true;
+    if (s.precision != "fp16")
+      top.fail("fp16", "the loss-scaling block needs precision \"fp16\" (precision is \"" + s.precision + "\")");
+  }
 
   if (auto* m = top.object("model")) {
     Fields f(*m, "model", source);
@@ -319,6 +354,11 @@ Spec parse_spec(const json& j, const std::string& source) {
     if (s.runtime.device_workers > 0 && s.zenflow.cores_perc_given)
       f.fail("runtime.device_workers", "conflicts with zenflow.pt_reserved_cores_perc: give one way of splitting the CPU workers");
     f.integer("cuda_workers", s.runtime.cuda_workers, -1, 64);
+#ifndef ZF_USE_CUDA
+    if (s.runtime.cuda_workers > 0)
+      f.fail("runtime.cuda_workers", std::to_string(s.runtime.cuda_workers) +
+                                         ": this build has no CUDA (-1 or 0; configure with -DZF_ENABLE_CUDA=ON, docs/gpu.md)");
+#endif
     f.integer("tile_elems", s.runtime.tile_elems, 16, int64_t(1) << 32);
     if (s.runtime.tile_elems % 16) f.fail("runtime.tile_elems", "must be a multiple of 16 (SIMD-aligned tiles)");
     f.integer("lookahead", s.runtime.lookahead, 1, 64);
@@ -419,6 +459,7 @@ json Spec::to_json() const {
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
   if (gradient_clipping > 0) j["gradient_clipping"] = gradient_clipping;
   if (train.gradient_accumulation_steps != 1) j["train"]["gradient_accumulation_steps"] = train.gradient_accumulation_steps;
+  if (precision == "fp16") j["fp16"] = fp16_json(fp16);
   return j;
 }
 
@@ -427,11 +468,7 @@ json read_json_file(const std::string& path) {
   if (!in) throw InputError(path, "cannot open (file not found or unreadable)");
   std::stringstream ss;
   ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(path, std::string("not valid JSON: ") + e.what());
-  }
+  return parse_json_input(ss.str(), path);  // errors name the field, excerpts are short
 }
 
 void apply_override(json& j, const std::string& assignment, const std::string& source) {
@@ -532,6 +569,7 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   double clip = 0.0;
   top.number("gradient_clipping", clip, 0.0, 1e9);
   if (clip > 0) patch["gradient_clipping"] = clip;
+  bool fp16_on = false;
   for (const char* prec : {"fp16", "bf16"})
     if (auto* p = top.object(prec)) {
       Fields f(*p, prec, src);
@@ -540,9 +578,24 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
         if (!e->is_boolean()) f.fail(f.at("enabled"), "expected true or false");
         enabled = e->get<bool>();
       }
+      if (enabled && std::string(prec) == "fp16") {  // DeepSpeed's loss scaling (docs/spec.md)
+        Spec::Fp16 c;
+        parse_fp16(f, c);  // validated here so errors name the DeepSpeed file
+        if (auto* a = f.find("auto_cast"))
+          if (!a->is_boolean() || a->get<bool>())
+            f.fail(f.at("auto_cast"), "only false: the engine's model computes in its own precision (docs/spec.md)");
+        if (auto* m = f.find("fp16_master_weights_and_grads"))
+          if (!m->is_boolean() || m->get<bool>())
+            f.fail(f.at("fp16_master_weights_and_grads"), "only false: the master weights are fp32");
+        f.finish();
+        fp16_on = true;
+        patch["precision"] = "fp16";
+        patch["fp16"] = fp16_json(c);
+        continue;
+      }
       for (auto& [k, v] : p->items()) f.find(k);  // other precision knobs only matter when enabled
-      if (enabled && std::string(prec) == "fp16")
-        f.fail(f.at("enabled"), "fp16 is not supported (no loss scaling); use bf16.enabled or fp32");
+      if (enabled && fp16_on)
+        f.fail(f.at("enabled"), "fp16 and bf16 cannot both be enabled (as DeepSpeed)");
       if (enabled) {
         patch["precision"] = "bf16";
         for (auto& [k, v] : p->items())
@@ -572,7 +625,15 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
       q.number("lr", lr, 0.0, 10.0, true);
       q.number("eps", eps, 0.0, 1.0, true);
       q.number("weight_decay", wd, 0.0, 1.0);
-      if (auto* b = q.find("betas")) patch["optimizer"]["betas"] = *b;  // validated by parse_spec
+      if (auto* b = q.find("betas")) {  // validated here too, so that errors name the DeepSpeed file
+        if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
+          q.fail("optimizer.params.betas", "expected [beta1, beta2], two numbers in [0, 1)");
+        for (int i = 0; i < 2; ++i) {
+          const double x = (*b)[i].get<double>();
+          if (!(x >= 0 && x < 1)) q.fail("optimizer.params.betas[" + std::to_string(i) + "]", "must be in [0, 1)");
+        }
+        patch["optimizer"]["betas"] = *b;
+      }
       if (auto* m = q.find("adam_w_mode"))
         if (!m->is_boolean() || !m->get<bool>()) q.fail("optimizer.params.adam_w_mode", "only AdamW (adam_w_mode: true) is supported");
       if (auto* a = q.find("amsgrad"))
@@ -636,13 +697,31 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
   if (!deepspeed_config.empty()) {
     std::vector<std::string> notes;
     json patch = deepspeed_patch(read_json_file(deepspeed_config), deepspeed_config, &notes, ranks);
-    for (const char* k : {"zenflow", "scheduler"})  // the DeepSpeed block replaces the spec's
+    for (const char* k : {"zenflow", "scheduler", "fp16"})  // the DeepSpeed block replaces the spec's
       if (patch.contains(k)) j.erase(k);
     merge_patch(j, patch);
     for (auto& n : notes) std::fprintf(stderr, "zenflow-run: note: %s: %s accepted, no effect here\n", deepspeed_config.c_str(), n.c_str());
   }
   for (auto& o : overrides) apply_override(j, o, path);
-  return parse_spec(j, path);
+  Spec s = parse_spec(j, path);
+  if (!deepspeed_config.empty()) {  // later messages about these fields name the DeepSpeed file
+    auto overridden = [&](const std::string& field) {
+      return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) {
+        return o.rfind(field + "=", 0) == 0 || o.rfind(field.substr(0, field.find('.')) + "=", 0) == 0;
+      });
+    };
+    const json ds = read_json_file(deepspeed_config);
+    if ((ds.contains("train_batch_size") || ds.contains("train_micro_batch_size_per_gpu")) &&
+        !overridden("train.batch_size"))
+      s.field_origin["train.batch_size"] =
+          deepspeed_config + ": " + (ds.contains("train_batch_size") ? "train_batch_size" : "train_micro_batch_size_per_gpu");
+    if (ds.contains("zero_optimization") && ds["zero_optimization"].is_object() &&
+        ds["zero_optimization"].contains("zenflow"))
+      for (const char* k : {"select_interval", "update_interval", "topk_ratio", "select_strategy", "full_warm_up_rounds"})
+        if (!overridden(std::string("zenflow.") + k))
+          s.field_origin[std::string("zenflow.") + k] = deepspeed_config + ": zero_optimization.zenflow." + k;
+  }
+  return s;
 }
 
 int64_t steps_per_epoch(const Spec& s, int64_t epoch_size) {

@@ -3,6 +3,7 @@
 // InputError naming the file and the field path. Documented in docs/spec.md.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,25 @@ struct Spec {
   std::string name = "run";
   // device-adam | zero-offload | zero-offload-dpu | zenflow
   std::string strategy = "device-adam";
-  // fp32 | bf16: bf16 device parameters and gradients (values rounded to bf16 on the device side,
-  // 2-byte crossings) with fp32 master weights (docs/spec.md, "precision")
+  // fp32 | bf16 | fp16: bf16 (fp16) device parameters and gradients (values rounded on the device
+  // side, 2-byte crossings) with fp32 master weights (docs/spec.md, "precision"); fp16 with
+  // DeepSpeed's loss scaling (the fp16 block below)
   std::string precision = "fp32";
   // DeepSpeed's gradient_clipping: the global L2 norm of the step's gradients is clipped to it,
   // with DeepSpeed's coefficient (graphs/clip.hpp, docs/spec.md); 0: off
   double gradient_clipping = 0.0;
+
+  // DeepSpeed's "fp16" block without "enabled" (precision "fp16" is that): same keys, types and
+  // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/loss_scaler.hpp.
+  struct Fp16 {
+    double loss_scale = 0.0;        // 0: dynamic loss scaling; > 0: this static scale
+    int initial_scale_power = 16;   // dynamic: the first scale is 2^this
+    int64_t loss_scale_window = 1000;  // good steps before the scale doubles
+    int hysteresis = 2;             // overflows tolerated before the scale halves (DeepSpeed's delayed_shift)
+    bool consecutive_hysteresis = false;  // refill the hysteresis after every good step
+    int64_t min_loss_scale = 1;     // the scale never goes below this
+    bool given = false;             // the spec had an fp16 block
+  } fp16;
 
   struct Model {
     std::string type = "mlp";
@@ -131,6 +145,15 @@ struct Spec {
     int warmup_steps = 5;   // excluded from step-time and stall metrics
   } log;
 
+  // Fields that came from another file than `source` (a --deepspeed config): field path ->
+  // "ds.json: train_batch_size". Not part of the spec's identity (to_json leaves it out).
+  std::map<std::string, std::string> field_origin;
+  // "FILE: FIELD" for error messages about a field: the file the value came from.
+  std::string where(const std::string& field) const {
+    auto it = field_origin.find(field);
+    return it != field_origin.end() ? it->second + " (" + field + ")" : source + ": " + field;
+  }
+
   nlohmann::json to_json() const;
 };
 
@@ -149,7 +172,7 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
 // offload_optimizer and zenflow) as a patch to a spec's JSON. What the engine cannot honour is an
 // InputError naming the config file and the field; keys that only tune DeepSpeed's own
 // communication are listed in `notes` (accepted, no effect here). With `ranks` data-parallel
-// ranks, train_batch_size = train_micro_batch_size_per_gpu x ranks (no gradient accumulation).
+// ranks, train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks.
 nlohmann::json deepspeed_patch(const nlohmann::json& ds, const std::string& source,
                                std::vector<std::string>* notes, int ranks = 1);
 nlohmann::json read_json_file(const std::string& path);

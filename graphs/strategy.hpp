@@ -23,27 +23,44 @@
 namespace zf {
 
 // A host-resident copy of a device tensor, split into SIMD-aligned tiles so host work spreads
-// over the host workers. tiles[i] mirrors device elements slices[i]. elem_size 2: bf16 tiles, the
-// form in which values cross with precision "bf16" (insert_copy converts).
+// over the host workers. tiles[i] mirrors device elements slices[i]. elem_size 2: bf16 or fp16
+// tiles (`half`), the form in which values cross with precision "bf16" or "fp16" (insert_copy
+// converts).
 struct HostTensor {
   std::vector<Tensor> tiles;
   std::vector<Slice> slices;
   HostTensor() = default;
-  HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size = 4);
+  HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size = 4, Half half = Half::Bf16);
+};
+
+// One step's update as the trainer hands it to a strategy.
+//   t: the trainer's step; it tags the tasks (metrics, traces, the lookahead throttle).
+//   o: the updates applied before this one: t minus the steps skipped for a gradient overflow
+//      under precision "fp16" (DeepSpeed skips them without advancing its optimizer or its
+//      learning-rate scheduler); every optimizer counter (AdamW's bias correction, ZenFlow's
+//      warm-up, intervals and selections) and the schedule's rate run on o. Without fp16, o == t.
+//   grad_scale: multiplies every gradient the optimizer reads: 1 / the loss scale step t ran with
+//      under fp16, else 1. The one place the gradients are unscaled; a clipping coefficient joins
+//      it here (DeepSpeed's combined scale = clip x loss scale).
+struct UpdateStep {
+  int64_t t = 0, o = 0;
+  float grad_scale = 1.0f;
 };
 
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual const char* name() const = 0;
-  // Submits the update of step t (after the workload's backward of step t).
-  virtual void submit_update(int64_t step) = 0;
-  // Data-parallel runs (docs/data-parallel.md): called after the backward of step t, before the
+  // Submits the update of step u.t (after the workload's backward of that step).
+  virtual void submit_update(const UpdateStep& u) = 0;
+  // Data-parallel runs (docs/data-parallel.md): called after the backward of step u.t, before the
   // trainer all-reduces the gradients, for what must read this rank's local gradients (ZenFlow's
   // column importance, all-reduced here instead of the gradients being gathered for selection).
-  virtual void before_gradient_allreduce(int64_t step, const Comm& comm) {}
-  // Submits whatever is still needed to make the device parameters final after the last step.
-  virtual void flush(int64_t last_step) {}
+  // u.grad_scale is not known yet (the overflow check follows the all-reduce).
+  virtual void before_gradient_allreduce(const UpdateStep& u, const Comm& comm) {}
+  // Submits whatever is still needed to make the device parameters final after the last step
+  // (last.t: the last step; last.o: the last applied update, -1 when none was).
+  virtual void flush(const UpdateStep& last) {}
   virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
   // Full optimizer state for checkpoints (no task may be in flight), and back (before step 0
   // of the resumed run is submitted). graphs/checkpoint.hpp.
@@ -62,7 +79,7 @@ class Strategy {
 
  protected:
   Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec);
-  // Crossing copies, counted (by the host tiles' bytes: 2 per element for bf16 tiles).
+  // Crossing copies, counted (by the host tiles' bytes: 2 per element for bf16 and fp16 tiles).
   void to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count = true);
   void to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev, bool count = true);
 
@@ -77,7 +94,8 @@ class Strategy {
     return h;
   }
   int64_t tile_elems_;
-  bool bf16_;  // precision "bf16": crossings carry bf16 values
+  bool bf16_;  // precision "bf16" or "fp16": crossings carry 2-byte values, of format half_
+  Half half_;
   int64_t d2h_ = 0, h2d_ = 0;
   int64_t allreduce_ = 0;
   // gradient_clipping: created by the strategy that clips (device_side: where its parts live)

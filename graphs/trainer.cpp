@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "graphs/checkpoint.hpp"
+#include "graphs/loss_scaler.hpp"
+#include "graphs/memory_estimate.hpp"
 #include "graphs/strategy.hpp"
 #include "runtime/trace.hpp"
 #include "models/gpt.hpp"
@@ -29,7 +31,7 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
   if (spec.model.type == "mlp") {
     FashionMnist d = load_fashion_mnist(spec.data.dir, spec.data.train_limit, spec.data.eval_limit);
     if (spec.train.batch_size > d.train.rows)
-      throw InputError(spec.source + ": train.batch_size",
+      throw InputError(spec.where("train.batch_size"),
                        std::to_string(spec.train.batch_size) + " exceeds the " +
                            std::to_string(d.train.rows) + " training examples");
     MlpConfig c;
@@ -61,6 +63,12 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
     } else {
       const std::vector<Verse> verses = load_kjv(spec.data.path, where);
       VerseTask t = make_verse_task(verses, spec.data.labels, spec.data.split, c.context);
+      if (t.eval.rows == 0)  // nothing to evaluate: an accuracy of 0 / 0 is no result
+        throw InputError(where + ": " + spec.data.path,
+                         "no held-out verses for data.split \"" + spec.data.split + "\" (" +
+                             (spec.data.split == "book" ? "the held-out books are absent from the file"
+                                                        : "every 10th verse is held out; the file has too few") +
+                             "): the run would have no evaluation rows");
       if (spec.model.head == "generative")
         w = std::make_unique<GptGenerativeClassifier>(c, std::move(t), verses, status);
       else
@@ -68,7 +76,7 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
     }
     units = w->epoch_size();
     if (spec.train.batch_size > units)
-      throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) + " exceeds the " +
+      throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) + " exceeds the " +
                                                                std::to_string(units) + " training " +
                                                                (spec.model.type == "gpt" ? "windows" : "verses"));
     return w;
@@ -106,7 +114,8 @@ void load_weights(Workload& w, const std::string& path) {
       throw InputError(path + ": " + p->name, "shape " + str(t.shape) + ", the model needs " + str(p->value.shape()));
     }
   }
-  for (auto& [name, t] : f.tensors) {
+  for (auto& entry : f.tensors) {  // (clang 14 cannot capture a structured binding in a lambda)
+    const std::string& name = entry.first;
     bool known = std::any_of(params.begin(), params.end(), [&](Param* p) { return p->name == name; });
     if (!known && !w.ignorable_on_init(name))
       throw InputError(path + ": " + name, "tensor not in this model (different architecture?)");
@@ -114,6 +123,11 @@ void load_weights(Workload& w, const std::string& path) {
   for (Param* p : params) {
     if (!f.tensors.count(p->name)) continue;  // optional_on_init
     auto v = f.tensors[p->name].as_f32();
+    for (size_t i = 0; i < v.size(); ++i)  // a NaN or Inf weight would train to NaN silently
+      if (!std::isfinite(v[i]))
+        throw InputError(path + ": " + p->name, "element " + std::to_string(i) + " is " +
+                                                    (std::isnan(v[i]) ? "NaN" : "infinite") +
+                                                    ", expected finite weights");
     p->value.acquire_write();
     std::copy(v.begin(), v.end(), p->value.data());
     p->value.release();
@@ -161,7 +175,7 @@ RunOptions rank_options(const RunOptions& o) {
 Spec rank_spec(const Spec& spec, int ranks) {
   const int A = spec.train.gradient_accumulation_steps;
   if (spec.train.batch_size % (ranks * A) != 0)
-    throw InputError(spec.source + ": train.batch_size",
+    throw InputError(spec.where("train.batch_size"),
                      std::to_string(spec.train.batch_size) + " (the global batch) is not divisible by the " +
                          std::to_string(ranks) + " ranks" +
                          (A > 1 ? " x " + std::to_string(A) + " gradient accumulation steps (DeepSpeed: train_batch_size "
@@ -220,6 +234,10 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const int A = spec.train.gradient_accumulation_steps;
   std::ostream& out = opt.out ? *opt.out : std::cout;
   const auto wall0 = std::chrono::steady_clock::now();
+  // the memory the run will need, checked before anything is allocated (memory_estimate.hpp); the
+  // per-step records once the step count is known (train.epochs needs the data's size)
+  MemoryEstimate mem = estimate_memory(spec, spec.train.steps > 0 ? spec.train.steps : -1, ranks);
+  check_memory(spec, mem);
   RuntimeConfig rc;
   rc.sched = spec.runtime.sched;
   std::tie(rc.device_workers, rc.host_workers) = worker_split(spec);
@@ -236,28 +254,63 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   StepStatus& status = rt.tracker().status();
   std::unique_ptr<Workload> wl = make_workload(local, &status);
   if ((comm || A > 1) && spec.train.batch_size > wl->epoch_size())
-    throw InputError(spec.source + ": train.batch_size", std::to_string(spec.train.batch_size) + " exceeds the " +
+    throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) + " exceeds the " +
                                                              std::to_string(wl->epoch_size()) + " training units");
   if (!opt.init_path.empty() && !opt.resume_path.empty())
     throw InputError("--init", "cannot be combined with --resume (the checkpoint holds the weights)");
   if (!opt.init_path.empty()) load_weights(*wl, opt.init_path);
-  // precision bf16: device parameters and gradients hold bf16 values; the parameters are rounded
-  // after every update and the gradients after every backward (the fp32 masters are the
-  // strategies': host-side for the offloading ones, device-side for device-adam)
-  const bool bf16 = spec.precision == "bf16";
+  // precision bf16 / fp16: device parameters and gradients hold bf16 (fp16) values; the parameters
+  // are rounded after every update and the gradients after every backward (the fp32 masters are
+  // the strategies': host-side for the offloading ones, device-side for device-adam)
+  const bool bf16 = spec.precision == "bf16", fp16 = spec.precision == "fp16";
+  // fp16: one flag word the gradient rounding raises on an inf or NaN (the overflow check)
+  // (parameters that round to inf raise their own flag, which nobody reads: their next gradients
+  // are then inf or NaN)
+  Tensor overflow = fp16 ? Tensor::home({1}, "fp16.overflow") : Tensor();
+  Tensor param_overflow = fp16 ? Tensor::home({1}, "fp16.param_overflow") : Tensor();
   auto round_params = [&](int64_t step) {
-    if (bf16)
-      for (Param* p : wl->params()) insert_round_bf16(rt.device(step).named("bf16.param." + p->name), p->value);
+    for (Param* p : wl->params())
+      if (bf16)
+        insert_round_bf16(rt.device(step).named("bf16.param." + p->name), p->value);
+      else if (fp16)
+        insert_round_fp16(rt.device(step).named("fp16.param." + p->name), p->value, param_overflow);
   };
   round_params(-1);  // the masters start from the bf16 values
   const int64_t per_epoch = steps_per_epoch(spec, wl->epoch_size());
   std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params(), per_epoch);
+  // fp16 (graphs/loss_scaler.hpp): the scaler, the updates applied so far (UpdateStep::o) and the
+  // steps skipped for an overflow; all three are in the checkpoints
+  LossScaler scaler(spec.fp16);
+  int64_t applied = 0;
+  std::vector<int64_t> skipped;
+  std::vector<std::pair<int64_t, double>> scale_changes;  // (step, scale from the next step on)
+  auto save_trainer_state = [&](StateWriter& w) {
+    if (!fp16) return;
+    w.put_f64("trainer.fp16.scaler", scaler.state());
+    w.put_i64("trainer.fp16.applied", {applied});
+    w.put_i64("trainer.fp16.skipped", skipped);
+  };
+  auto load_trainer_state = [&](const StateReader& r) {
+    if (!fp16) return;
+    try {
+      scaler.set_state(r.f64("trainer.fp16.scaler"));
+    } catch (const std::invalid_argument& e) {
+      r.fail("trainer.fp16.scaler", e.what());
+    }
+    const std::vector<int64_t> a = r.i64("trainer.fp16.applied");
+    if (a.size() != 1 || a[0] < 0) r.fail("trainer.fp16.applied", "expected one count >= 0");
+    applied = a[0];
+    skipped = r.i64("trainer.fp16.skipped");
+  };
   int64_t t0 = 0;
   if (!opt.resume_path.empty()) {
     CheckpointInfo ck = find_checkpoint(opt.resume_path);
     check_compatible(ck, spec);
     rt.wait_all();  // the strategies' initial copies
-    load_checkpoint(ck, *wl, *strat);
+    load_checkpoint(ck, *wl, *strat, load_trainer_state);
+    if (fp16 && applied + (int64_t)skipped.size() != ck.step + 1)
+      throw InputError(ck.dir + "/state.safetensors: trainer.fp16.applied",
+                       "applied + skipped steps differ from the checkpoint's step + 1");
     t0 = ck.step + 1;
     if (!opt.quiet) out << "zenflow-run: resumed from " << ck.dir << " (step " << ck.step << ")\n";
   }
@@ -266,13 +319,21 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   // this rank's rows of one micro-batch, the global batch of one optimizer step
   const int Bl = wl->batch_size(), B = Bl * ranks * A;
   const int L = spec.runtime.lookahead;
+  if (mem.steps != T) {
+    mem = estimate_memory(spec, T, ranks);
+    check_memory(spec, mem);
+  }
   if (!opt.quiet)
     out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name() << (bf16 ? " (bf16)" : "")
+        << (fp16 ? (scaler.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "")
         << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
         << rt.host_worker_count() << " host | " << T << " steps of " << B
         << (A > 1 ? " (" + std::to_string(A) + " micro-batches of " + std::to_string(Bl * ranks) + ")" : "") << " ("
         << per_epoch << " per epoch)\n";
   if (!opt.quiet && !spec.scheduler.type.empty()) out << "zenflow-run: " << spec.describe_lr() << "\n";
+  if (!opt.quiet)
+    out << "zenflow-run: memory estimate " << mem.describe() << " of " << fmt("%.1f", (double)available_memory() / (1 << 30))
+        << " GiB available\n";
 
   // stats ring: step t writes slot t % R (micro-batch m: slot (t % R) x A + m); its read completes
   // before t+R may write it
@@ -300,6 +361,12 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   int64_t epoch = -1;
   int64_t printed = t0;
   const double t_start = rt.now_us();
+  // fp16: the loss scale step s ran with, and the steps skipped up to s (for the progress lines)
+  std::vector<double> scale_of(T, 0.0);
+  auto scale_at = [&](int64_t s) { return scale_of[s]; };
+  auto skipped_through = [&](int64_t s) {
+    return (int64_t)(std::upper_bound(skipped.begin(), skipped.end(), s) - skipped.begin());
+  };
   auto progress = [&](int64_t done) {  // steps [0, done) complete
     const int every = spec.log.every;
     while (every > 0 && printed + every <= done) {
@@ -320,6 +387,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
             << fmt("%.2f", wall / every * 1e-3) << " ms/step | stall " << fmt("%.1f", 100 * std::max(0.0, stall))
             << "% | " << (spec.scheduler.type.empty() ? "" : "lr " + fmt("%.3g", spec.lr_at(b - 1)) + " | ")
             << (strat->grad_clip() ? "gnorm " + fmt("%.4g", strat->grad_clip()->norm_through(b - 1)) + " | " : "")
+            << (fp16 ? "scale " + fmt("%.0f", scale_at(b - 1)) + ", skipped " + std::to_string(skipped_through(b - 1)) + " | "
+                     : "")
             << fmt("%.1f", elapsed) << " s, eta " << fmt("%.0f", eta) << " s\n"
             << std::flush;
       printed = b;
@@ -332,6 +401,11 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       epoch = e;
       perm = permutation(wl->epoch_size(), spec.train.seed * 1000003ull + (uint64_t)e);
     }
+    const double S = scaler.scale();  // fp16: this step's loss scale (every micro-batch's)
+    if (fp16) wl->set_loss_scale((float)S);
+    scale_of[t] = fp16 ? S : 1.0;
+    // the micro-batches first: the fp16 overflow check below follows the last one (it reads the
+    // accumulated gradient)
     for (int mb = 0; mb < A; ++mb) {
       // micro-batch mb of the step: rows [mb R Bl, (mb + 1) R Bl), rank r: its r-th Bl of them
       const int64_t base = (t % per_epoch) * B + ((int64_t)mb * ranks + rank) * Bl;
@@ -353,15 +427,44 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
         }
       }
     }
+    UpdateStep u{t, fp16 ? applied : t, 1.0f};
     if (comm) {  // the mean of the ranks' local-batch mean gradients: the global batch's
-      strat->before_gradient_allreduce(t, *comm);
+      strat->before_gradient_allreduce(u, *comm);
       for (Param* p : wl->params())
         insert_allreduce(rt.device(t).named("allreduce.grad." + p->name), p->grad, 1.0f / (float)ranks, *comm);
     }
+    if (opt.after_backward) opt.after_backward(rt, *wl, t);
+    bool skip = false;
     if (bf16)
       for (Param* p : wl->params()) insert_round_bf16(rt.device(t).named("bf16.grad." + p->name), p->grad);
-    strat->submit_update(t);
-    round_params(t);
+    if (fp16) {
+      // The overflow check: the rounding to fp16 raises the flag on an inf or NaN in any gradient
+      // of the step (after the all-reduce, so on every rank alike: an inf on one rank is an inf or
+      // NaN in the sum). The builder waits for it here, as DeepSpeed reads its overflow flag on the
+      // host every step: the step's update depends on it.
+      for (Param* p : wl->params()) insert_round_fp16(rt.device(t).named("fp16.grad." + p->name), p->grad, overflow);
+      // The tracker's wait first: a blocking starpu_data_acquire issued while the step's tasks
+      // still run made every device task of gpt-kjv.json 4-7x slower on the 2-core machine (median
+      // step 549-574 ms against 82 ms); after the wait the acquire finds the flag written (and on a
+      // GPU only copies the word back).
+      rt.tracker().wait_device_through(t);
+      overflow.acquire_write();
+      skip = overflow.as<uint32_t>()[0] != 0;
+      overflow.as<uint32_t>()[0] = 0;
+      overflow.release();
+      status.rethrow_if_failed();
+      scaler.update(skip);  // DeepSpeed's update_scale (throws at min_loss_scale)
+      if (scaler.scale() != S) scale_changes.push_back({t, scaler.scale()});
+      // unscale by the scale this step ran with (DeepSpeed divides by the scale update_scale has
+      // just changed: docs/spec.md)
+      u.grad_scale = (float)(1.0 / S);
+      if (skip) skipped.push_back(t);
+    }
+    if (!skip) {
+      strat->submit_update(u);
+      round_params(t);
+      ++applied;
+    }
     if (t - t0 >= L) {
       rt.tracker().wait_device_through(t - L);
       status.rethrow_if_failed();
@@ -370,11 +473,11 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     if (!opt.checkpoint_dir.empty() &&
         (t == T - 1 || (opt.checkpoint_every > 0 && (t + 1) % opt.checkpoint_every == 0))) {
       rt.wait_all();  // the state after step t, in-flight host updates included
-      std::string d = write_checkpoint(opt.checkpoint_dir, t, spec, *wl, *strat);
+      std::string d = write_checkpoint(opt.checkpoint_dir, t, spec, *wl, *strat, save_trainer_state);
       if (!opt.quiet) out << "checkpoint: " << d << "\n" << std::flush;
     }
   }
-  strat->flush(T - 1);
+  strat->flush(UpdateStep{T - 1, fp16 ? applied - 1 : T - 1, 1.0f});
   round_params(T - 1);
   rt.wait_all();
   progress(T);
@@ -410,6 +513,16 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   json m;
   m["strategy"] = strat->name();
   m["precision"] = spec.precision;
+  if (fp16) {  // docs/metrics.md
+    json changes = json::array();
+    for (auto& [step, sc] : scale_changes) changes.push_back({step, sc});
+    m["fp16"] = {{"dynamic", scaler.dynamic()},
+                 {"loss_scale", scaler.scale()},
+                 {"skipped_steps", (int64_t)skipped.size()},
+                 {"skipped_at", skipped},
+                 {"applied_steps", applied},
+                 {"scale_changes", changes}};
+  }
   m["sched"] = rt.policy();
   m["steps"] = T;
   if (t0 > 0) m["resumed_at_step"] = t0;
@@ -503,10 +616,15 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
                                    fmt("%.4g", c["norm"]["mean"].get<double>()) + ", last " +
                                    fmt("%.4g", c["norm"]["last"].get<double>()));
     }
+    if (fp16)
+      row("fp16 loss scale / skipped", fmt("%.0f", scaler.scale()) + " / " + std::to_string(skipped.size()) + " steps");
     row("train loss (last steps)", fmt("%.4f", train_loss));
     if (opt.evaluate) {
       row("eval loss", fmt("%.4f", ev.loss));
-      row("eval accuracy", fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count));
+      if (ev.count > 0)
+        row("eval accuracy", fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count));
+      else
+        row("eval accuracy", "no evaluation rows");
     }
     row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
     if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);

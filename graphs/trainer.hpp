@@ -35,6 +35,10 @@ struct RunOptions {
   Comm* comm = nullptr;
   // Called after the run with the runtime still alive (tests read weights here).
   std::function<void(Runtime&, Workload&)> inspect;
+  // Tests: called after step t's backward (and gradient all-reduce) is submitted, before the
+  // gradients are rounded and, under precision fp16, checked for overflow; a test forces an
+  // overflow by submitting a task that writes an inf into a gradient.
+  std::function<void(Runtime&, Workload&, int64_t)> after_backward;
 };
 
 // Runs the spec; returns the metrics JSON (also written to metrics_path if set).

@@ -47,7 +47,7 @@ class ZenFlowStrategy final : public Strategy {
     K_ = z_.update_interval;  // -1: auto
     S_ = select_interval_steps(spec, spe);
     if (K_ > 0 && S_ != 0 && S_ < K_)
-      throw InputError(spec.source + ": zenflow.select_interval",
+      throw InputError(spec.where("zenflow.select_interval"),
                        "the select interval (" + std::to_string(S_) + " steps) must be >= update_interval (" +
                            std::to_string(K_) + ")");
     const int ring = D_ + 1;
@@ -83,10 +83,10 @@ class ZenFlowStrategy final : public Strategy {
       // with precision bf16 the parameters cross as bf16 both ways (resync down, results up); the
       // accumulators stay fp32 (a sum of bf16 gradients needs the wider type)
       const size_t wire = bf16_ ? 2 : 4;
-      w.resync = HostTensor(n + ".resync", numel, tile_elems_, wire);
+      w.resync = HostTensor(n + ".resync", numel, tile_elems_, wire, half_);
       for (int i = 0; i < ring; ++i) {
         w.acc.emplace_back(n + ".acc" + std::to_string(i), numel, tile_elems_);
-        w.res.emplace_back(n + ".res" + std::to_string(i), numel, tile_elems_, wire);
+        w.res.emplace_back(n + ".res" + std::to_string(i), numel, tile_elems_, wire, half_);
       }
       to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
       mat_.push_back(std::move(mx));
@@ -120,41 +120,52 @@ class ZenFlowStrategy final : public Strategy {
 
   // Data-parallel selection: each rank's importance of its local gradient (C floats per weight),
   // summed over the ranks; every rank then takes the same top-k of the sum (docs/data-parallel.md).
-  void before_gradient_allreduce(int64_t t, const Comm& comm) override {
-    if (!is_select(t)) return;
+  void before_gradient_allreduce(const UpdateStep& u, const Comm& comm) override {
+    if (!is_select(u.o)) return;
     for (auto& wp : mat_) {
       Matrix& w = *wp;
-      SubmitOptions o = rt_.device(t);
+      SubmitOptions o = rt_.device(u.t);
       insert_column_importance(o.named("select.importance." + w.p->name), w.p->grad, w.imp, z_.importance == "l2");
       insert_allreduce(o.named("select.allreduce." + w.p->name), w.imp, 1.0f, comm);
-      allreduce_ += (int64_t)w.imp.bytes();
     }
-    imp_reduced_at_ = t;
+    imp_reduced_at_ = u.t;
   }
 
-  void submit_update(int64_t t) override {
-    // the auto rule's vote on step t-1 (after a resume: on the restored gradient mass)
-    last_vote_ = K_ < 0 && t - 1 >= W_ && auto_vote(t - 1);
+  // Step u.t's update. Every counter below runs on o, the applied updates (UpdateStep): a step
+  // skipped for an fp16 overflow does not exist for ZenFlow (no selection, no accumulation, no
+  // host or device update; docs/zenflow.md). t only tags the tasks.
+  void submit_update(const UpdateStep& u) override {
+    const int64_t t = u.t, o = u.o;
+    // precision fp16: the device gradients are unscaled in place first (DeepSpeed's
+    // unscale_and_clip_grads), so the selection, the accumulation and both device AdamWs read the
+    // true gradient
+    if (u.grad_scale != 1.0f)
+      for (Param* p : params_) insert_scale(rt_.device(t).named("unscale.grad." + p->name), p->grad, u.grad_scale);
+    // the auto rule's vote on the previous update's gradient (after a resume: on the restored
+    // mass); its mass task is tagged with a step <= t - 1
+    last_vote_ = K_ < 0 && o - 1 >= W_ && auto_vote(t - 1);
 
     // 1. selection
-    const bool select = is_select(t);
+    const bool select = is_select(o);
     if (select) {
       for (auto& wp : mat_) {
         Matrix& w = *wp;
         const std::string& n = w.p->name;
-        if (t == W_ && W_ > 0 && z_.reset_host_moments)  // after the last warm-up update's AdamW (RAW/WAR)
+        if (o == W_ && W_ > 0 && z_.reset_host_moments)  // after the last warm-up update's AdamW (RAW/WAR)
           for (size_t i = 0; i < w.m.tiles.size(); ++i) {
             insert_zero(rt_.host(t).named("reset.m." + n + "[" + std::to_string(i) + "]"), w.m.tiles[i]);
             insert_zero(rt_.host(t).named("reset.v." + n + "[" + std::to_string(i) + "]"), w.v.tiles[i]);
           }
-        if (t != 0) {  // M <- P: staged so the device never waits for in-flight host jobs
+        if (o != 0) {  // M <- P: staged so the device never waits for in-flight host jobs
           to_host(rt_.crossing(t).named("d2h.resync." + n), w.p->value, w.resync);
           for (size_t i = 0; i < w.master.tiles.size(); ++i)
             insert_copy(rt_.host(t).named("resync." + n + "[" + std::to_string(i) + "]"), w.resync.tiles[i],
                         whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
         }
         SubmitOptions o = rt_.device(t);
-        if (imp_reduced_at_ != t)  // data-parallel: already summed over the ranks
+        if (imp_reduced_at_ == t)  // data-parallel: already summed over the ranks (this step's gradient);
+          allreduce_ += (int64_t)w.imp.bytes();  // counted here: a step skipped for an fp16 overflow selects nothing
+        else
           insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
         insert_topk(o.named("select.topk." + n), w.imp, w.sel);
         insert_zero(o.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);
@@ -182,14 +193,16 @@ class ZenFlowStrategy final : public Strategy {
     ++n_;
 
     // 3. host update at the interval's boundary, merge of the job D intervals back
-    if (is_update(t)) {
-      update_steps_.push_back(t);
+    if (is_update(o)) {
+      update_steps_.push_back(o);
       float scale = 1.0f / (float)n_;
-      const bool sync = t < W_ || D_ == 0;
+      const bool sync = o < W_ || D_ == 0;
       if (clip_) {
         // DeepSpeed's ZenFlow clips here: the host step's gradient (the interval's, on the host
         // side, at its boundary) by its global norm; the selective and 1-D device steps are not
-        // clipped (docs/zenflow.md). Norm of the mean acc/n; the factor folds the 1/n in.
+        // clipped (docs/zenflow.md). Norm of the mean acc/n; the factor folds the 1/n in. Loss
+        // scale 1: under fp16 the device gradients were unscaled before they were accumulated
+        // (each step of the interval may have run with another scale).
         std::vector<ClipPart> parts;
         for (auto& wp : mat_)
           for (const Tensor& tile : wp->acc[slot].tiles) parts.push_back({&tile, whole(tile)});
@@ -204,7 +217,7 @@ class ZenFlowStrategy final : public Strategy {
           // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
           const bool copy_result = !sync || bf16_;
           const SubmitOptions ho = rt_.host(t).named("adam.host." + s);
-          insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(t), host_step(t), scale, w.master.tiles[i],
+          insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(o), host_step(o), scale, w.master.tiles[i],
                            whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
                            w.m.tiles[i], w.v.tiles[i]);
           if (copy_result)
@@ -214,15 +227,15 @@ class ZenFlowStrategy final : public Strategy {
       }
       if (sync) {
         merge_all(t, [&](Matrix& w) -> const HostTensor& { return bf16_ ? w.res[slot] : w.master; },
-                  MergeEvent{job_, t, t, 0, 0});
+                  MergeEvent{job_, o, o, 0, 0});
       } else {
         if (first_async_job_ < 0) first_async_job_ = job_;
-        pending_.push_back({job_, slot, t});
+        pending_.push_back({job_, slot, o});
         if (job_ - D_ >= first_async_job_) {
           Pending p = pending_.front();
           pending_.pop_front();
           merge_all(t, [&](Matrix& w) -> const HostTensor& { return w.res[p.slot]; },
-                    MergeEvent{p.job, p.newest_step, t, 0, 0});
+                    MergeEvent{p.job, p.newest_step, o, 0, 0});
         }
       }
       ++job_;
@@ -230,7 +243,7 @@ class ZenFlowStrategy final : public Strategy {
     }
 
     // 4. device updates: selected columns, 1-D parameters
-    SubmitOptions o = rt_.device(t);
+    SubmitOptions dev = rt_.device(t);
     if (selected_) {
       for (auto& wp : mat_) {
         Matrix& w = *wp;
@@ -240,7 +253,7 @@ class ZenFlowStrategy final : public Strategy {
           insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
           h2d_ += 2 * (int64_t)w.m_sel.bytes();
         }
-        insert_selective_adam(o.named("adam.device." + n), hp(t), t - last_select(t) + 1, w.p->value, w.sel, w.p->grad,
+        insert_selective_adam(dev.named("adam.device." + n), hp(o), o - last_select(o) + 1, w.p->value, w.sel, w.p->grad,
                               w.m_sel, w.v_sel);
         if (z_.offload) {
           insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
@@ -250,13 +263,13 @@ class ZenFlowStrategy final : public Strategy {
       }
     }
     for (Vector& v : vec_)
-      insert_adam_step(o.named("adam.device." + v.p->name), hp(t), t + 1, 1.0f, v.p->value, whole(v.p->value),
+      insert_adam_step(dev.named("adam.device." + v.p->name), hp(o), o + 1, 1.0f, v.p->value, whole(v.p->value),
                        v.p->grad, whole(v.p->grad), v.m, v.v);
 
     // the auto rule reads the gradient mass of this step when the next one is submitted
-    if (K_ < 0 && t >= W_)
+    if (K_ < 0 && o >= W_)
       for (auto& wp : mat_) {
-        insert_grad_mass(o.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass);
+        insert_grad_mass(dev.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass);
         rt_.read_async(wp->mass, wp->mass_host, sizeof wp->mass_host, t);
       }
   }
@@ -352,12 +365,12 @@ class ZenFlowStrategy final : public Strategy {
     update_steps_ = r.i64("zenflow.update_steps");
   }
 
-  void flush(int64_t last_step) override {
+  void flush(const UpdateStep& last) override {
     while (!pending_.empty()) {
       Pending p = pending_.front();
       pending_.pop_front();
-      merge_all(last_step, [&](Matrix& w) -> const HostTensor& { return w.res[p.slot]; },
-                MergeEvent{p.job, p.newest_step, last_step, 0, 0});
+      merge_all(last.t, [&](Matrix& w) -> const HostTensor& { return w.res[p.slot]; },
+                MergeEvent{p.job, p.newest_step, last.o, 0, 0});
     }
   }
 
@@ -466,8 +479,8 @@ class ZeroOffloadDpu final : public Strategy {
       // bf16: gradients and results cross as bf16; the host unpacks gradients into hgrad32
       const size_t wire = bf16_ ? 2 : 4;
       for (int i = 0; i < 2; ++i) {
-        s.hgrad[i] = HostTensor(p->name + ".hgrad" + std::to_string(i), n, tile_elems_, wire);
-        s.res[i] = HostTensor(p->name + ".res" + std::to_string(i), n, tile_elems_, wire);
+        s.hgrad[i] = HostTensor(p->name + ".hgrad" + std::to_string(i), n, tile_elems_, wire, half_);
+        s.res[i] = HostTensor(p->name + ".res" + std::to_string(i), n, tile_elems_, wire, half_);
       }
       if (bf16_) s.hgrad32 = HostTensor(p->name + ".hgrad.f32", n, tile_elems_);
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
@@ -500,28 +513,32 @@ class ZeroOffloadDpu final : public Strategy {
     if (l.size() != 1) r.fail("dpu.last", "expected one counter");
     last_ = l[0];
   }
-  void submit_update(int64_t t) override {
-    // with clipping: every gradient down, the clip over their host copies, then the updates
+  // Counts applied updates (UpdateStep::o): the ring parity and the first delayed copy follow o, so
+  // a step skipped for an fp16 overflow leaves the pipeline as it was.
+  // With clipping: every gradient down, the clip over their host copies (its factor unscales the
+  // fp16 loss scale and clips at once), then the updates with grad_scale 1.
+  void submit_update(const UpdateStep& u) override {
+    const int64_t t = u.t;
+    const int b = (int)(u.o & 1);
     if (clip_) {
-      for (size_t i = 0; i < params_.size(); ++i) gradient_down(t, i);
+      for (size_t i = 0; i < params_.size(); ++i) gradient_down(t, b, i);
       std::vector<ClipPart> parts;
       for (const State& s : st_)
         for (size_t k = 0; k < s.master.tiles.size(); ++k) {
-          const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[t & 1].tiles[k];
+          const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
           parts.push_back({&g, whole(g)});
         }
-      clip_->submit(t, rt_.host(t), parts);
-      for (size_t i = 0; i < params_.size(); ++i) update(t, i);
+      clip_->submit(t, rt_.host(t), parts, 1.0, 1.0f, 1.0f / u.grad_scale);
+      for (size_t i = 0; i < params_.size(); ++i) update(u, i, 1.0f);
     } else {
       for (size_t i = 0; i < params_.size(); ++i) {
-        gradient_down(t, i);
-        update(t, i);
+        gradient_down(t, b, i);
+        update(u, i, u.grad_scale);
       }
     }
-    last_ = t;
+    last_ = u.o;
   }
-  void gradient_down(int64_t t, size_t i) {
-    const int b = (int)(t & 1);
+  void gradient_down(int64_t t, int b, size_t i) {
     Param& p = *params_[i];
     State& s = st_[i];
     to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
@@ -530,24 +547,25 @@ class ZeroOffloadDpu final : public Strategy {
         insert_copy(rt_.host(t).named("unpack.grad." + p.name + "[" + std::to_string(k) + "]"), s.hgrad[b].tiles[k],
                     whole(s.hgrad[b].tiles[k]), s.hgrad32.tiles[k], whole(s.hgrad32.tiles[k]));
   }
-  void update(int64_t t, size_t i) {
-    const int b = (int)(t & 1);
+  void update(const UpdateStep& u, size_t i, float grad_scale) {
+    const int64_t t = u.t;
+    const int b = (int)(u.o & 1);
     Param& p = *params_[i];
     State& s = st_[i];
     for (size_t k = 0; k < s.master.tiles.size(); ++k) {
       const std::string nm = p.name + "[" + std::to_string(k) + "]";
       const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
-      insert_adam_step(rt_.host(t).named("adam.host." + nm), hp(t), t + 1, 1.0f, s.master.tiles[k],
+      insert_adam_step(rt_.host(t).named("adam.host." + nm), hp(u.o), u.o + 1, grad_scale, s.master.tiles[k],
                        whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
       insert_copy(rt_.host(t).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
                   s.res[b].tiles[k], whole(s.res[b].tiles[k]));
     }
-    if (t >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
+    if (u.o >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
   }
-  void flush(int64_t last_step) override {
+  void flush(const UpdateStep& last) override {
     if (last_ < 0) return;
     for (size_t i = 0; i < params_.size(); ++i)
-      to_device(rt_.crossing(last_step).named("h2d.param." + params_[i]->name), st_[i].res[last_ & 1],
+      to_device(rt_.crossing(last.t).named("h2d.param." + params_[i]->name), st_[i].res[last_ & 1],
                 params_[i]->value);
   }
 

@@ -261,7 +261,7 @@ void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, const std::ve
   insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.targets[slot], h.probs, stats, accumulate,
                           status_);
   if (!backward) return;
-  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.targets[slot], h.dlogits, 1.0f / (float)(B * T));
+  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.targets[slot], h.dlogits, loss_scale_ / (float)(B * T));
   insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, lm_head_.grad);
   insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, lm_head_.value, GptBody::d_out(a));
   body_->backward(o, a, h.tokens[slot], GptBody::d_out(a));

@@ -140,7 +140,7 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
   insert_bias_add(o.named(pre + "fwd.classifier.bias"), h.logits, bias_.value);
   insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.labels[slot], h.probs, stats, accumulate, status_);
   if (!backward) return;
-  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.labels[slot], h.dlogits, 1.0f / (float)B);
+  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.labels[slot], h.dlogits, loss_scale_ / (float)B);
   insert_matmul_bwd_weight(o.named("bwd.classifier.dw"), h.dlogits, h.pooled, weight_.grad);
   insert_bias_grad(o.named("bwd.classifier.db"), h.dlogits, bias_.grad);
   insert_matmul_bwd_data(o.named("bwd.classifier.dx"), h.dlogits, weight_.value, h.dpooled);
@@ -275,6 +275,8 @@ void GptGenerativeClassifier::run_batch(const SubmitOptions& o, int slot, const 
   }
   insert_gen_class_loss(o.named("fwd.loss"), h.logits, h.targets[slot], h.labels[slot], prior_, h.dlogits, *stats,
                         (int)task_.class_names.size(), kLmWeight, status_);
+  if (loss_scale_ != 1.0f)  // precision fp16: the loss scale (exact for DeepSpeed's powers of two)
+    insert_scale(o.named("fwd.loss.scale"), h.dlogits, loss_scale_);
   insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, lm_head_.grad);
   insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, lm_head_.value, GptBody::d_out(a));
   body_->backward(o, a, h.tokens[slot], GptBody::d_out(a), &cond);

@@ -1,19 +1,24 @@
 #include "models/idx.hpp"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
 
 #include "runtime/error.hpp"
+#include "runtime/input_file.hpp"
 
 namespace zf {
 namespace {
 
 // Whole file, decompressed (gzread reads plain files transparently).
 std::vector<uint8_t> read_all(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw InputError(path, "file not found");
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw InputError(path, "cannot open");
+  const int fd = open_input_file(path, path);  // a regular file: a FIFO must not block (input_file.hpp)
+  gzFile f = gzdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    throw InputError(path, "cannot open");
+  }
   std::vector<uint8_t> out;
   uint8_t buf[1 << 16];
   for (;;) {

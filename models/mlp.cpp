@@ -120,7 +120,7 @@ void MlpClassifier::submit_step(Runtime& rt, int64_t step, const std::vector<int
   const size_t L = sizes_.size() - 1;
   insert_softmax_xent_fwd(o.named("fwd.loss"), a.z[L - 1], a.labels[slot], a.probs, stats, false, status_);
   insert_softmax_xent_bwd(o.named("bwd.loss"), a.probs, a.labels[slot], a.dz[L - 1],
-                          1.0f / (float)indices.size());
+                          loss_scale_ / (float)indices.size());
   backward(o, a, slot);
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "runtime/error.hpp"
+#include "runtime/input_file.hpp"
 
 namespace zf {
 namespace {
@@ -53,13 +54,7 @@ const std::vector<BibleBook> kBooks = {
 
 std::vector<uint8_t> read_bytes(const std::string& path, const std::string& where) {
   const std::string w = where + ": " + path;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(w, "file not found");
-  if (std::filesystem::is_directory(path, ec)) throw InputError(w, "is a directory, expected a text file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(w, "cannot open");
-  std::vector<uint8_t> d((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(w, "read error");
+  std::vector<uint8_t> d = read_input_file(path, w);  // regular files only: a FIFO must not block
   if (d.empty()) throw InputError(w, "empty file");
   return d;
 }

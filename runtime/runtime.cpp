@@ -1,5 +1,7 @@
 #include "runtime/runtime.hpp"
 
+#include "runtime/calibration.hpp"
+
 #include <hwloc.h>
 #include <starpu.h>
 
@@ -82,6 +84,7 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     shape_ = std::move(o.shape_);
     numel_ = o.numel_;
     elem_size_ = o.elem_size_;
+    half_ = o.half_;
     name_ = std::move(o.name_);
     pinned_ = o.pinned_;
     o.handle_ = nullptr;
@@ -173,6 +176,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   conf.nmpi_ms = 0;
   conf.precedence_over_environment_variables = 1;  // our worker counts, not STARPU_NCPU's
   conf.sched_policy_name = "eager";                // global context: we never submit to it
+  repair_calibration(calibration_dir(), std::cerr);  // StarPU aborts on a damaged file (calibration.hpp)
   ZF_CHECK_STARPU(starpu_init(&conf));
   if (cfg.profiling) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 

@@ -68,6 +68,10 @@ struct SubmitOptions {
   }
 };
 
+// The format of a tensor with 2-byte elements: bfloat16 or IEEE fp16 (precision "bf16" / "fp16",
+// docs/spec.md); insert_copy and insert_merge convert by it.
+enum class Half : uint8_t { Bf16, Fp16 };
+
 // A contiguous buffer of `numel` elements and its StarPU handle. `home` tensors live in host
 // memory that we own (parameters, optimizer state, host-side buffers: readable after sync());
 // lazy tensors are allocated by StarPU where first written (activations, scratch).
@@ -88,6 +92,8 @@ class Tensor {
   size_t numel() const { return numel_; }
   size_t bytes() const { return numel_ * elem_size_; }
   size_t elem_size() const { return elem_size_; }
+  Half half() const { return half_; }  // meaningful when elem_size() == 2
+  void set_half(Half h) { half_ = h; }
   const std::string& name() const { return name_; }
   bool valid() const { return handle_ != nullptr; }
 
@@ -107,6 +113,7 @@ class Tensor {
   void* ptr_ = nullptr;
   std::vector<int64_t> shape_;
   size_t numel_ = 0, elem_size_ = 4;
+  Half half_ = Half::Bf16;
   std::string name_;
   bool pinned_ = false;  // page-locked for DMA (home tensors when CUDA workers run)
 };

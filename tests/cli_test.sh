@@ -17,7 +17,7 @@ DATA=/usr/share/datasets/fashion-mnist
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_cli_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
 trap 'rm -rf "$TMP"' EXIT
-export STARPU_HOME=${STARPU_HOME:-$TMP/starpu-home}
+export STARPU_HOME=$TMP/starpu-home  # this test's own calibration home (never shared)
 export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
 mkdir -p "$STARPU_HOME"
 
@@ -93,6 +93,12 @@ expect 2 "unknown --strategy" "strategy" "no-such-strategy" "device-adam, zero-o
 expect 2 "--metrics into a missing directory" "--metrics $TMP/no-such-dir/m.json" "does not exist" \
   -- "$SPEC" --metrics "$TMP/no-such-dir/m.json" --steps 2 "${SMALL[@]}"
 expect 2 "--save onto a directory" "--save $TMP" "is a directory" -- "$SPEC" --save "$TMP" --steps 2 "${SMALL[@]}"
+# ---- sizes that cannot fit: refused at once (exit 2, the fields named), not std::bad_alloc (exit 1)
+expect 2 "2^31 - 1 steps of per-step records" "train.steps" "memory" -- "$SPEC" --steps 2147483647 -q
+expect 2 "an MLP 65536 x 65536 x 65536" "model.hidden" "GiB" -- "$SPEC" --set 'model.hidden=[65536,65536,65536]' -q
+expect 2 "a GPT 64 x 8192 with context 8192" "model.n_layer" "model.n_embd" "GiB" \
+  -- "$SPEC" --set model.type=gpt --set data.dataset=kjv --set model.n_layer=64 --set model.n_embd=8192 \
+  --set model.n_head=64 --set model.context=8192 -q
 expect 0 "--print-spec with overrides" '"batch_size": 64' '"zero-offload"' \
   -- "$SPEC" --set train.batch_size=64 --strategy zero-offload --sched eager --print-spec
 
@@ -141,10 +147,84 @@ if [ -d "$DATA" ]; then
   expect 2 "--init with a truncated weights file" "cut.safetensors" "truncated" \
     -- "$SPEC" --set 'model.hidden=[8]' --init "$TMP/cut.safetensors" --steps 2 "${SMALL[@]}"
 
+  # ---- issue 17, input reliability: non-regular data files, numbers out of range, overflow,
+  # non-finite weights, empty evaluation sets, outputs checked before the run
+  mkdir -p "$TMP/fifo"
+  for f in "$DATA"/*.gz; do ln -s "$f" "$TMP/fifo/"; done
+  rm "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  mkfifo "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  expect 2 "a FIFO as an IDX file (no hang)" "train-labels-idx1-ubyte.gz" "FIFO" \
+    -- "$SPEC" --set data.dir="$TMP/fifo" --steps 2 "${SMALL[@]}"
+  rm "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  ln -s "$TMP/fifo/loop-b" "$TMP/fifo/train-labels-idx1-ubyte.gz"
+  ln -s "$TMP/fifo/train-labels-idx1-ubyte.gz" "$TMP/fifo/loop-b"
+  expect 2 "a symlink loop as an IDX file" "train-labels-idx1-ubyte.gz" "symbolic links" \
+    -- "$SPEC" --set data.dir="$TMP/fifo" --steps 2 "${SMALL[@]}"
+  mkfifo "$TMP/text-fifo"
+  expect 2 "a FIFO as a text data file (no hang)" "data.path" "text-fifo" "FIFO" \
+    -- "$SPEC" --set model.type=gpt --set data.dataset=text --set data.path="$TMP/text-fifo" --steps 2 -q
+  printf 'Ge1:1 In the beginning God created the heaven and the earth.\nGe1:2 And the earth was without form.\n' >"$TMP/genesis.txt"
+  expect 2 "a classifier split with no held-out verses" "data.path" "no held-out verses" \
+    -- "$SPEC" --set model.type=gpt-classifier --set data.dataset=kjv --set data.path="$TMP/genesis.txt" \
+    --set data.split=book --set train.batch_size=1 --steps 2 -q
+  printf '{"optimizer": {"lr": 1e400}}\n' >"$TMP/big-number.json"
+  expect 2 "a JSON number out of range (1e400)" "big-number.json: optimizer.lr" "out of range" -- "$TMP/big-number.json"
+  { printf '{"name": "'; head -c 20000000 /dev/zero | tr '\0' a; } >"$TMP/unterminated.json"
+  expect 2 "an unterminated 20 MB string" "unterminated.json: name" "not valid JSON" -- "$TMP/unterminated.json"
+  [ "$(wc -c <"$TMP/out")" -lt 1000 ] || fail "the error message echoes the 20 MB string ($(wc -c <"$TMP/out") bytes)"
+  expect 2 "runtime.cuda_workers on a CPU build" "runtime.cuda_workers" "no CUDA" \
+    -- "$SPEC" --set runtime.cuda_workers=1 --steps 2 "${SMALL[@]}"
+  expect 2 "zenflow.select_interval beyond INT32_MAX" "zenflow.select_interval" "outside" \
+    -- "$SPEC" --strategy zenflow --set zenflow.select_strategy=epoch \
+    --set zenflow.select_interval=4611686018427387904 --steps 2 "${SMALL[@]}"
+  printf '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}}\n' >"$TMP/ds-betas.json"
+  expect 2 "DeepSpeed betas: the DeepSpeed file is named" "ds-betas.json: optimizer.params.betas[1]" \
+    -- "$SPEC" --deepspeed "$TMP/ds-betas.json" --steps 2 "${SMALL[@]}"
+  printf '{"train_batch_size": 100000}\n' >"$TMP/ds-batch.json"
+  expect 2 "DeepSpeed batch size: the DeepSpeed file is named" "ds-batch.json: train_batch_size" "exceeds" \
+    -- "$SPEC" --deepspeed "$TMP/ds-batch.json" --steps 2 "${SMALL[@]}"
+  python3 - "$TMP/small.safetensors" "$TMP/nan.safetensors" <<'PY' || fail "writing nan.safetensors"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if k != "__metadata__")[0]
+off = 8 + n + h[name]["data_offsets"][0]
+b[off:off + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)
+PY
+  expect 2 "--init weights holding a NaN" "nan.safetensors" "NaN" \
+    -- "$SPEC" --set 'model.hidden=[8]' --init "$TMP/nan.safetensors" --steps 2 "${SMALL[@]}"
+  for o in --trace --trace-csv --metrics --save; do
+    expect 2 "$o into a missing directory" "$o $TMP/no-such-dir/out" "does not exist" \
+      -- "$SPEC" "$o" "$TMP/no-such-dir/out" --steps 2 "${SMALL[@]}"
+    expect 2 "$o at a directory" "$o $TMP" "is a directory" -- "$SPEC" "$o" "$TMP" --steps 2 "${SMALL[@]}"
+  done
+  expect 2 "--trace at a FIFO" "--trace $TMP/text-fifo" "not a regular file" \
+    -- "$SPEC" --trace "$TMP/text-fifo" --steps 2 "${SMALL[@]}"
+  expect 2 "--checkpoint-dir at a file" "--checkpoint-dir $SPEC" "not a directory" \
+    -- "$SPEC" --checkpoint-dir "$SPEC" --steps 2 "${SMALL[@]}"
+  expect 2 "--checkpoint-dir under a file" "--checkpoint-dir $SPEC/ck" \
+    -- "$SPEC" --checkpoint-dir "$SPEC/ck" --steps 2 "${SMALL[@]}"
+  expect 0 "--checkpoint-dir created where missing" -- "$SPEC" --checkpoint-dir "$TMP/new/ck" --steps 2 "${SMALL[@]}"
+  [ -d "$TMP/new/ck" ] || fail "--checkpoint-dir $TMP/new/ck was not created"
+
   # ---- a tiny valid run and its metrics
   M=$TMP/metrics.json
   expect 0 "tiny valid run" -- "$SPEC" --steps 5 "${SMALL[@]}" --metrics "$M"
   [ -s "$M" ] || fail "tiny valid run: no metrics file $M"
+  # damaged StarPU calibration files (a run killed while writing them): redone, not an abort (134)
+  bus=$STARPU_HOME/.starpu/sampling/bus
+  ls "$bus"/*.affinity >/dev/null 2>&1 || fail "no calibration files in $bus after a run"
+  for f in "$bus"/*.affinity; do : >"$f"; done
+  for f in "$bus"/*.config; do echo garbage >"$f"; done
+  expect 0 "damaged StarPU calibration files are removed and redone" "calibration file" "damaged" \
+    -- "$SPEC" --steps 2 "${SMALL[@]}" --sched dmda
+  for f in "$STARPU_HOME"/.starpu/sampling/codelets/*/*; do echo "xx yy" >"$f"; done
+  expect 0 "damaged StarPU performance models are removed" "does not start with the model version" \
+    -- "$SPEC" --steps 2 "${SMALL[@]}" --sched dmda
+  expect 0 "a run after the repair" -- "$SPEC" --steps 2 "${SMALL[@]}"
+  [ ! -s "$TMP/out" ] || fail "the calibration files were not redone: $(cat "$TMP/out")"
   [ ! -s "$TMP/out" ] || fail "tiny valid run: -q printed output"
   KEYS="strategy sched steps step_time_s.median device_busy_s_per_step stall_fraction bytes.device_to_host final.eval_accuracy throughput.samples_per_s"
   if command -v python3 >/dev/null 2>&1; then

@@ -7,6 +7,8 @@
 #   zenflow              2 ranks, topk 0.1, update_interval 4, overlap: replicas identical, importance
 #                        bytes per selection = sum over 2-D weights of C x 4
 #   zenflow_bf16         the zenflow case with precision bf16: replicas identical
+#   zenflow_fp16         the zenflow case with precision fp16 and overflowing first loss scales:
+#                        steps skipped, replicas identical (the same skip decisions on every rank)
 #   zenflow_topk1        2 ranks, topk 1, update_interval 1, no overlap == 2-rank device-adam (ATOL)
 #   resume               2 ranks resume from a 2-rank checkpoint: bitwise the uninterrupted run
 #   batch_not_divisible  global batch 63 on 2 ranks: exit code 2 naming train.batch_size
@@ -28,7 +30,7 @@ SPEC=$SRC/graphs/specs/mlp-fashion.json
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_dp_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
 trap 'rm -rf "$TMP"' EXIT
-export STARPU_HOME=${STARPU_HOME:-$TMP/starpu-home}
+export STARPU_HOME=$TMP/starpu-home  # this test's own calibration home (never shared); ranks: run2
 export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
 mkdir -p "$STARPU_HOME"
 
@@ -59,9 +61,11 @@ fail() {
 }
 
 # run2 ARGS...: zenflow-run on 2 ranks; fails the test on a non-zero exit code
+# (each rank its own STARPU_HOME: two StarPUs calibrating into one home at once can abort)
 run2() {
   timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 -x STARPU_HOME -x STARPU_SILENT \
-    -x STARPU_WORKERS_NOBIND "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
+    -x STARPU_WORKERS_NOBIND bash -c 'export STARPU_HOME="$STARPU_HOME/rank-${OMPI_COMM_WORLD_RANK:-0}"
+      mkdir -p "$STARPU_HOME" && exec "$@"' rank "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
 }
 
 case "$CASE" in
@@ -89,6 +93,16 @@ case "$CASE" in
       fail "2-rank zenflow run exited $?"
     $CHECK metrics "$TMP/m.json" "$TMP/zf.safetensors" 2 || exit 1
     $CHECK close "$TMP/zf.safetensors" "$TMP/dev.safetensors" "$ATOL" || exit 1
+    ;;
+  zenflow_fp16)
+    # precision fp16 with a first loss scale that overflows: every rank must take the same skip
+    # decisions (the overflow check reads the all-reduced gradient), else the replicas differ
+    run2 "${SMALL[@]}" "${ZENFLOW[@]}" --set precision=fp16 --set fp16.initial_scale_power=24 \
+      --set fp16.loss_scale_window=5 --save "$TMP/w.safetensors" --metrics "$TMP/m.json" ||
+      fail "2-rank run exited $?"
+    $CHECK metrics "$TMP/m.json" "$TMP/w.safetensors" 2 || exit 1
+    /usr/bin/python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); sys.exit(0 if m["fp16"]["skipped_steps"] > 0 else 1)' \
+      "$TMP/m.json" || fail "no step was skipped: the case tests nothing"
     ;;
   zenflow_bf16)
     # precision bf16 (docs/spec.md): the all-reduced gradient is rounded to bf16 on every rank

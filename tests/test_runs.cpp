@@ -76,6 +76,42 @@ TEST(DeepSpeedConfig, Bf16EnabledSelectsBf16Precision) {
   EXPECT_NE(input_error([&] { load_spec(spec, {}, p); }).find(p + ": bf16.enabled"), std::string::npos);
 }
 
+TEST(DeepSpeedConfig, Fp16EnabledSelectsFp16WithDeepSpeedsLossScalingKeys) {
+  TmpDir d;
+  const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
+  const json on = json::parse(R"({"fp16": {"enabled": true}, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu"}}})");
+  const Spec a = load_spec(spec, {}, d.file("on.json", on.dump()));
+  EXPECT_EQ(a.precision, "fp16");
+  // DeepSpeed's defaults (deepspeed/runtime/precision_config.py): dynamic, 2^16, 1000, 2, false, 1
+  EXPECT_EQ(a.fp16.loss_scale, 0.0);
+  EXPECT_EQ(a.fp16.initial_scale_power, 16);
+  EXPECT_EQ(a.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(a.fp16.hysteresis, 2);
+  EXPECT_FALSE(a.fp16.consecutive_hysteresis);
+  EXPECT_EQ(a.fp16.min_loss_scale, 1);
+  json full = on;
+  full["fp16"] = json::parse(R"({"enabled": true, "auto_cast": false, "loss_scale": 0, "initial_scale_power": 12,
+      "loss_scale_window": 500, "hysteresis": 4, "consecutive_hysteresis": true, "min_loss_scale": 2})");
+  const Spec b = load_spec(spec, {}, d.file("full.json", full.dump()));
+  EXPECT_EQ(b.fp16.initial_scale_power, 12);
+  EXPECT_EQ(b.fp16.loss_scale_window, 500);
+  EXPECT_EQ(b.fp16.hysteresis, 4);
+  EXPECT_TRUE(b.fp16.consecutive_hysteresis);
+  EXPECT_EQ(b.fp16.min_loss_scale, 2);
+  json stat = on;
+  stat["fp16"]["loss_scale"] = 128.0;
+  EXPECT_EQ(load_spec(spec, {}, d.file("static.json", stat.dump())).fp16.loss_scale, 128.0);
+  json off = on;
+  off["fp16"]["enabled"] = false;
+  off["fp16"]["loss_scale"] = "ignored when disabled";
+  EXPECT_EQ(load_spec(spec, {}, d.file("off.json", off.dump())).precision, "fp32");
+  json both = on;
+  both["bf16"]["enabled"] = true;
+  const std::string p = d.file("both.json", both.dump());
+  EXPECT_NE(input_error([&] { load_spec(spec, {}, p); }).find(p + ": bf16.enabled"), std::string::npos);
+}
+
 TEST(DeepSpeedConfig, SchedulerBlockKeepsDeepSpeedsDefaults) {
   TmpDir d;
   const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
@@ -188,7 +224,16 @@ TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
       {"/gradient_clipping", -1.0, "gradient_clipping"},
       {"/gradient_accumulation_steps", 3, "train_batch_size"},  // 16 is not 3 micro-batches
       {"/gradient_accumulation_steps", 0, "gradient_accumulation_steps"},
-      {"/fp16", json{{"enabled", true}}, "fp16.enabled"},
+      {"/fp16", json{{"enabled", true}, {"loss_scale", -1}}, "fp16.loss_scale"},
+      {"/fp16", json{{"enabled", true}, {"loss_scale", true}}, "fp16.loss_scale"},
+      {"/fp16", json{{"enabled", true}, {"loss_scale_window", 0}}, "fp16.loss_scale_window"},
+      {"/fp16", json{{"enabled", true}, {"hysteresis", 0}}, "fp16.hysteresis"},
+      {"/fp16", json{{"enabled", true}, {"min_loss_scale", 0}}, "fp16.min_loss_scale"},
+      {"/fp16", json{{"enabled", true}, {"initial_scale_power", 1.5}}, "fp16.initial_scale_power"},
+      {"/fp16", json{{"enabled", true}, {"consecutive_hysteresis", 1}}, "fp16.consecutive_hysteresis"},
+      {"/fp16", json{{"enabled", true}, {"auto_cast", true}}, "fp16.auto_cast"},
+      {"/fp16", json{{"enabled", true}, {"fp16_master_weights_and_grads", true}}, "fp16.fp16_master_weights_and_grads"},
+      {"/fp16", json{{"enabled", true}, {"typo_key", 1}}, "fp16.typo_key"},
       {"/optimizer", json{{"type", "Lamb"}}, "optimizer.type"},
       {"/scheduler", json{{"type", "OneCycle"}}, "scheduler.type"},
       {"/scheduler", json{{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}}}}, "scheduler.params.total_num_steps"},
@@ -292,6 +337,20 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          zenflow_overlap(s);
          s.gradient_clipping = 0.45;
        }},
+      // fp16 with a first scale that overflows (skipped steps before and after the checkpoints)
+      // and growth every 5 good steps: the scaler's state and the applied-step count resume
+      {"zenflow-overlap-fp16", [&](Spec& s) {
+         zenflow_overlap(s);
+         s.precision = "fp16";
+         s.fp16.initial_scale_power = 24;
+         s.fp16.loss_scale_window = 5;
+       }},
+      {"zero-offload-dpu-fp16", [](Spec& s) {
+         s.strategy = "zero-offload-dpu";
+         s.precision = "fp16";
+         s.fp16.initial_scale_power = 24;
+         s.fp16.loss_scale_window = 5;
+       }},
   };
   const ResumeCase& c = cases[GetParam()];
   SCOPED_TRACE(c.name);
@@ -310,7 +369,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 12));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 14));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;

@@ -189,8 +189,34 @@ TEST(Spec, UnknownSchedPolicy) {
 TEST(Spec, UnknownStrategy) {
   expect_spec_error(json{{"strategy", "zero"}}, "strategy", "'zero' is not one of: device-adam, zero-offload");
   EXPECT_EQ(zf::parse_spec(json{{"strategy", "zero-offload"}}, kSrc).strategy, "zero-offload");
-  expect_spec_error(json{{"precision", "fp16"}}, "precision", "'fp16' is not one of: fp32, bf16");
+  expect_spec_error(json{{"precision", "fp8"}}, "precision", "'fp8' is not one of: fp32, bf16, fp16");
   EXPECT_EQ(zf::parse_spec(json{{"precision", "bf16"}}, kSrc).precision, "bf16");
+}
+
+TEST(Spec, Fp16Block) {
+  const zf::Spec d = zf::parse_spec(json{{"precision", "fp16"}}, kSrc);
+  EXPECT_EQ(d.precision, "fp16");
+  EXPECT_EQ(d.fp16.loss_scale, 0.0);  // DeepSpeed's defaults
+  EXPECT_EQ(d.fp16.initial_scale_power, 16);
+  EXPECT_EQ(d.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(d.fp16.hysteresis, 2);
+  EXPECT_EQ(d.fp16.min_loss_scale, 1);
+  const zf::Spec s = zf::parse_spec(
+      json{{"precision", "fp16"}, {"fp16", {{"loss_scale", 64.0}, {"hysteresis", 1}, {"consecutive_hysteresis", true}}}},
+      kSrc);
+  EXPECT_EQ(s.fp16.loss_scale, 64.0);
+  EXPECT_EQ(s.fp16.hysteresis, 1);
+  EXPECT_TRUE(s.fp16.consecutive_hysteresis);
+  expect_spec_error(json{{"fp16", {{"loss_scale", 64.0}}}}, "fp16", "needs precision \"fp16\"");
+  expect_spec_error(json{{"precision", "fp16"}, {"fp16", {{"loss_scale", -2}}}}, "fp16.loss_scale", "outside");
+  expect_spec_error(json{{"precision", "fp16"}, {"fp16", {{"loss_scale_window", 0}}}}, "fp16.loss_scale_window", "outside");
+  expect_spec_error(json{{"precision", "fp16"}, {"fp16", {{"hysteresis", 0}}}}, "fp16.hysteresis", "outside");
+  expect_spec_error(json{{"precision", "fp16"}, {"fp16", {{"min_loss_scale", 0}}}}, "fp16.min_loss_scale", "outside");
+  expect_spec_error(json{{"precision", "fp16"}, {"fp16", {{"initial_scale_power", 200}}}}, "fp16.initial_scale_power", "outside");
+  expect_spec_error(json{{"precision", "fp16"}, {"fp16", {{"enabled", true}}}}, "fp16.enabled", "unknown key");
+  // the effective spec carries the block (checkpoints compare it)
+  EXPECT_EQ(s.to_json()["fp16"]["loss_scale"], 64.0);
+  EXPECT_FALSE(zf::parse_spec(json::object(), kSrc).to_json().contains("fp16"));
 }
 
 TEST(Spec, WorkersExceedMaxCpus) {

@@ -26,12 +26,18 @@ configure_flags=(
   --disable-socl --disable-starpufft --disable-mlr --disable-static
   --disable-mpi --disable-fortran --disable-glpk
 )
+# StarPU's libraries and tools load libcudart, libcublas and libcusparse: a run path to CUDA's
+# library folder lets them link (starpu_fxt_tool) and load without any loader configuration for
+# CUDA (NVIDIA's toolkit at /usr/local/cuda adds none).
+cuda_libdir="$cuda/lib64"
+[ -d "$cuda_libdir" ] || cuda_libdir="$cuda/lib"
+ldflags="-Wl,-rpath,$cuda_libdir"
 
 say() { echo "build-starpu: $*"; }
 die() { echo "build-starpu: error: $*" >&2; exit 1; }
 
 [ -x "$cuda/bin/nvcc" ] || die "no nvcc at $cuda/bin/nvcc (set CUDA_DIR)"
-stamp_want="$( { echo "flags: ${configure_flags[*]} prefix=$prefix"; "$cuda/bin/nvcc" --version | tail -1;
+stamp_want="$( { echo "flags: ${configure_flags[*]} LDFLAGS=$ldflags prefix=$prefix"; "$cuda/bin/nvcc" --version | tail -1;
                  sha256sum "${patches[@]}" | awk '{print $1}'; } | sha256sum | awk '{print $1}')"
 stamp="$prefix/.zenflow-starpu-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ] && [ -f "$prefix/lib/pkgconfig/starpu-1.3.pc" ]; then
@@ -52,9 +58,13 @@ has_deb_src() {
 need_update=0
 if ! has_deb_src; then
   codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
-  say "adding /etc/apt/sources.list.d/zenflow-deb-src.sources (deb-src $codename main)"
-  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$codename" | $sudo tee /etc/apt/sources.list.d/zenflow-deb-src.sources >/dev/null
+  # the mirror of the existing deb entry (deb822 or one-line form)
+  mirror="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+  [ -n "$mirror" ] || mirror="$(awk '$1 == "deb" && $0 ~ / main/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+  [ -n "$mirror" ] || die "no Debian mirror found in /etc/apt to add a deb-src entry for"
+  say "adding /etc/apt/sources.list.d/zenflow-deb-src.sources (deb-src $mirror $codename main)"
+  printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$mirror" "$codename" | $sudo tee /etc/apt/sources.list.d/zenflow-deb-src.sources >/dev/null
   need_update=1
 fi
 
@@ -93,7 +103,7 @@ done
 mkdir obj && cd obj
 t1=$(date +%s)
 say "configure (log: $work/obj/configure.log)"
-../src/configure --prefix="$prefix" "${configure_flags[@]}" >configure.log 2>&1 ||
+../src/configure --prefix="$prefix" "${configure_flags[@]}" LDFLAGS="$ldflags" >configure.log 2>&1 ||
   { tail -30 configure.log; die "configure failed"; }
 t2=$(date +%s)
 say "make -j$jobs (log: $work/obj/make.log)"
@@ -114,6 +124,9 @@ check STARPU_USE_FXT 1
 check STARPU_MAXCPUS 64
 check STARPU_NMAXBUFS 16
 [ -x "$prefix/bin/starpu_fxt_tool" ] || die "starpu_fxt_tool was not installed"
+# every library the install loads is found without loader configuration (LD_LIBRARY_PATH unset)
+unresolved="$(env -u LD_LIBRARY_PATH ldd "$prefix/bin/starpu_fxt_tool" "$prefix"/lib/libstarpu-1.3.so 2>&1 | grep 'not found' | sort -u || true)"
+[ -z "$unresolved" ] || die "the installed StarPU cannot load: $unresolved"
 echo "$stamp_want" >"$stamp"
 say "installed $prefix ($(du -sh "$prefix" | cut -f1)): CUDA, FxT, MAXCPUS 64, NMAXBUFS 16;" \
   "configure $((t2 - t1)) s, make+install $((t3 - t2)) s, total $(($(date +%s) - t0)) s"

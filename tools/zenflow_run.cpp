@@ -1,6 +1,11 @@
 // zenflow-run: train a model from a graph spec. Exit codes: 0 ok, 2 bad input (spec, data
 // file, weights file, command line), 1 engine failure, 77 no device for a codelet.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -11,17 +16,57 @@
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 
-// An output file (--metrics, --save) that cannot be written is bad input: say so before the run,
-// not after it.
-static void check_output_path(const std::string& option, const std::string& path) {
-  namespace fs = std::filesystem;
+// Outputs that cannot be written are bad input: found before the run, not after it (an output
+// written at the end would otherwise lose the whole run). Files (--metrics, --save, --trace,
+// --trace-csv): the directory must exist and be writable, the name must not be a directory or
+// another non-regular file (an atomic write would rename over it). --checkpoint-dir: created if
+// missing, must be a writable directory.
+namespace {
+namespace fs = std::filesystem;
+
+void check_writable(const std::string& option, const std::string& path, const fs::path& dir) {
+  // create and remove a file: catches read-only file systems and permissions, for root too
+  const fs::path probe = dir / (".zf-write-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw zf::InputError(option + " " + path, "directory " + dir.string() + " is not writable (" +
+                                                  std::strerror(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void check_output_file(const std::string& option, const std::string& path) {
   if (path.empty()) return;
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir))
+  std::error_code ec;
+  const fs::file_status ds = fs::status(dir, ec);
+  if (ec && !fs::exists(ds))
     throw zf::InputError(option + " " + path, "directory " + dir.string() + " does not exist");
-  if (fs::is_directory(path)) throw zf::InputError(option + " " + path, "is a directory, expected a file name");
+  if (ec) throw zf::InputError(option + " " + path, "cannot access directory " + dir.string() + " (" + ec.message() + ")");
+  if (!fs::is_directory(ds)) throw zf::InputError(option + " " + path, dir.string() + " is not a directory");
+  const fs::file_status ps = fs::status(path, ec);
+  if (fs::is_directory(ps)) throw zf::InputError(option + " " + path, "is a directory, expected a file name");
+  if (fs::exists(ps) && !fs::is_regular_file(ps))
+    throw zf::InputError(option + " " + path, "exists and is not a regular file (the output replaces it)");
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw zf::InputError(option + " " + path, "cannot access (" + ec.message() + ")");
+  check_writable(option, path, dir);
 }
+
+void check_output_dir(const std::string& option, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw zf::InputError(option + " " + path, "exists and is not a directory");
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw zf::InputError(option + " " + path, "cannot access (" + ec.message() + ")");
+  if (!fs::exists(st) && !fs::create_directories(path, ec) && ec)
+    throw zf::InputError(option + " " + path, "cannot create the directory (" + ec.message() + ")");
+  check_writable(option, path, path);
+}
+}  // namespace
 
 static int run(int argc, char** argv, zf::Comm& comm) {
   CLI::App app{
@@ -89,8 +134,13 @@ static int run(int argc, char** argv, zf::Comm& comm) {
       std::cout << spec.to_json().dump(2) << "\n";
       return 0;
     }
-    check_output_path("--metrics", metrics);
-    check_output_path("--save", save);
+    check_output_file("--metrics", metrics);
+    check_output_file("--save", save);
+    check_output_file("--trace", trace);
+    check_output_file("--trace-csv", trace_csv);
+    if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
+    if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
+    if (comm.rank() == 0) check_output_dir("--checkpoint-dir", ckpt_dir);  // rank 0 writes the checkpoints
     zf::RunOptions o;
     o.quiet = quiet;
     o.metrics_path = metrics;
@@ -103,8 +153,6 @@ static int run(int argc, char** argv, zf::Comm& comm) {
     o.trace_csv_path = trace_csv;
     o.trace_from = trace_from;
     o.comm = &comm;
-    if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
-    if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
     zf::run_training(spec, o);
     return 0;
   } catch (const zf::InputError& e) {

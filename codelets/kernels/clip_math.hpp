@@ -48,6 +48,13 @@ ZF_CLIP_HD inline bool clips(float norm, float clip, float loss_scale) {
   return clip > 0.0f && ((norm / loss_scale) + 1e-6f) / clip > 1.0f;
 }
 
+// The norm a run reports (metrics, progress lines): the true gradient's, i.e. the scaled norm
+// divided by the loss scale, as DeepSpeed's _global_grad_norm = scaled_global_norm / loss_scale
+// (-1 kept: not finite).
+ZF_CLIP_HD inline float reported_norm(float norm, float loss_scale) {
+  return norm < 0.0f || loss_scale == 1.0f ? norm : norm / loss_scale;
+}
+
 // The factor the gradient is multiplied by: 1 / combined_scale, times `extra` (ZenFlow's host
 // step folds its 1/n, the mean of the interval, in here; 1 elsewhere).
 ZF_CLIP_HD inline float gradient_factor(float norm, float clip, float loss_scale, float extra) {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "graphs/spec.hpp"
 #include "tests/reference/bf16_ref.hpp"
+#include "tests/reference/fp16_ref.hpp"
 #include "tests/reference/mlp_ref.hpp"
 
 namespace zf::ref {
@@ -127,8 +129,11 @@ struct RefClip {
   float norm = 0.0f, factor = 1.0f;
   bool clipped = false;
 };
+// loss_scale: the fp16 loss scale the gradients still carry (DeepSpeed's unscale_and_clip_grads:
+// combined = loss_scale x max(1, (norm / loss_scale + 1e-6) / clip), factor 1 / combined; the
+// reported norm is norm / loss_scale).
 inline RefClip ref_clip(const std::vector<const std::vector<float>*>& grads, double max_norm, double div = 1.0,
-                        float extra = 1.0f) {
+                        float extra = 1.0f, float loss_scale = 1.0f) {
   double total = 0.0;
   for (const std::vector<float>* g : grads) {
     double s = 0.0;
@@ -139,12 +144,12 @@ inline RefClip ref_clip(const std::vector<const std::vector<float>*>& grads, dou
   const float total_f = (float)total;
   float norm = (float)std::sqrt((double)total_f);
   if (!std::isfinite(norm)) norm = -1.0f;
-  float c = (norm + 1e-6f) / (float)max_norm;
+  float c = ((loss_scale == 1.0f ? norm : norm / loss_scale) + 1e-6f) / (float)max_norm;
   RefClip r;
-  r.norm = norm;
+  r.norm = norm < 0.0f || loss_scale == 1.0f ? norm : norm / loss_scale;
   r.clipped = c > 1.0f;
   if (c < 1.0f) c = 1.0f;
-  r.factor = 1.0f / c;
+  r.factor = 1.0f / (loss_scale == 1.0f ? c : c * loss_scale);
   if (extra != 1.0f) r.factor = r.factor * extra;
   return r;
 }
@@ -436,14 +441,16 @@ class AdamRef {
       master_.push_back(p.value);
     }
   }
-  void step(int64_t t, const std::vector<std::vector<float>>& g_in) {
+  // loss_scale: with clipping, g may still carry an fp16 loss scale, removed by the clip's
+  // combined factor (DeepSpeed's order); without clipping g is the true gradient.
+  void step(int64_t t, const std::vector<std::vector<float>>& g_in, float loss_scale = 1.0f) {
     AdamParams hp = hp_;
     if (lr_) hp.lr = lr_(t);
     std::vector<std::vector<float>> g = g_in;
     if (clip_ > 0) {  // every gradient of the step, by their global norm
       std::vector<const std::vector<float>*> all;
       for (auto& v : g) all.push_back(&v);
-      const RefClip rc = ref_clip(all, clip_);
+      const RefClip rc = ref_clip(all, clip_, 1.0, 1.0f, loss_scale);
       for (auto& v : g)
         for (float& x : v) x *= rc.factor;
       clips_.push_back({t, rc});
@@ -488,6 +495,8 @@ struct RefRun {
   std::vector<MergeRecord> merges;
   std::vector<double> loss;  // per step
   std::vector<std::pair<int64_t, RefClip>> clips;  // gradient_clipping: every clip point
+  std::vector<int64_t> skipped;  // precision fp16: the steps skipped for an overflow
+  double loss_scale = 1.0;       // precision fp16: the scale after the last step
 };
 
 inline int64_t ref_total_steps(const Spec& s, int64_t steps_per_epoch) {
@@ -498,34 +507,65 @@ inline int64_t ref_total_steps(const Spec& s, int64_t steps_per_epoch) {
 // Precision "bf16" (docs/spec.md): the parameters are rounded to bf16 before training and after
 // every step (and the flush), the gradients after every backward; the strategies' masters stay
 // fp32 (for device-adam too: it then computes exactly what zero-offload does).
-inline RefRun run_reference(const Spec& s) {
+// Precision "fp16": the same with fp16 rounding, and DeepSpeed's loss scaling: the gradient of
+// step t is fp16(S g) with S the scale of step t (the engine scales the loss, which for a power of
+// two S gives exactly S g in fp32); an inf or NaN in it (or t in forced_overflow) skips the step:
+// no optimizer call, no rounding, and the optimizer's step count o does not advance; the scaler
+// updates; else the strategy steps on o with the gradient times 1/S.
+inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overflow = {}) {
   MlpRef mlp(s);
   const int64_t T = ref_total_steps(s, mlp.steps_per_epoch());
-  const bool bf16 = s.precision == "bf16";
+  const bool bf16 = s.precision == "bf16", fp16 = s.precision == "fp16";
   RefRun out;
   auto capture = [&] {
     for (auto& p : mlp.params()) out.weights[p.name] = p.value;
   };
   auto round_params = [&] {
-    if (bf16)
-      for (auto& p : mlp.params())
-        for (float& x : p.value) x = naive_bf16(x);
+    for (auto& p : mlp.params())
+      for (float& x : p.value) x = bf16 ? naive_bf16(x) : fp16 ? naive_fp16(x) : x;
   };
+  const auto& c16 = s.fp16;
+  RefLossScaler scaler(c16.loss_scale == 0 ? std::ldexp(1.0, c16.initial_scale_power) : c16.loss_scale,
+                       c16.loss_scale_window, (double)c16.min_loss_scale, c16.hysteresis,
+                       c16.consecutive_hysteresis);
+  const bool dynamic = c16.loss_scale == 0;
   std::vector<std::vector<float>> g;
+  bool overflow = false;
+  // fp16 with clipping on device-adam / zero-offload: the gradient stays scaled until the clip's
+  // combined factor (S: the scale it carries); ZenFlow unscales before it accumulates
+  const bool clip_scaled = fp16 && s.gradient_clipping > 0 && s.strategy != "zenflow";
+  float carried = 1.0f;
   auto grads = [&](int64_t t) -> const std::vector<std::vector<float>>& {
     g = mlp.grads(t);
+    overflow = false;
     if (bf16)
       for (auto& v : g)
         for (float& x : v) x = naive_bf16(x);
+    if (fp16) {
+      const float S = (float)scaler.cur_scale, inv = (float)(1.0 / scaler.cur_scale);
+      for (auto& v : g)
+        for (float& x : v) {
+          x = naive_fp16(S * x);
+          overflow |= !std::isfinite(x);
+          if (!clip_scaled) x *= inv;
+        }
+      carried = clip_scaled ? S : 1.0f;
+      overflow |= forced_overflow.count(t) != 0;
+      if (dynamic) scaler.update_scale(overflow);
+      if (overflow) out.skipped.push_back(t);
+    }
     return g;
   };
+  int64_t o = 0;  // applied steps
   round_params();
   if (s.strategy == "zenflow") {
     ZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), mlp.params());
     for (int64_t t = 0; t < T; ++t) {
-      z.step(t, grads(t));
-      round_params();
+      grads(t);
       out.loss.push_back(mlp.last_loss());
+      if (overflow) continue;
+      z.step(o++, g);
+      round_params();
     }
     z.flush();
     round_params();
@@ -534,15 +574,17 @@ inline RefRun run_reference(const Spec& s) {
     out.merges = z.merges();
     out.clips = z.clips();
   } else if (s.strategy == "device-adam" || s.strategy == "zero-offload") {
-    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16,
+    AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16 || fp16,
               [s](int64_t t) { return ref_lr(s, t); }, s.gradient_clipping);
     for (int64_t t = 0; t < T; ++t) {
-      a.step(t, grads(t));
-      round_params();
+      grads(t);
       out.loss.push_back(mlp.last_loss());
+      if (overflow) continue;
+      a.step(o++, g, carried);
+      round_params();
     }
     out.clips = a.clips();
-  } else if (s.strategy == "zero-offload-dpu" && !bf16) {
+  } else if (s.strategy == "zero-offload-dpu" && !bf16 && !fp16) {
     AdamRef a(adam_params(s), mlp.params(), true, [s](int64_t t) { return ref_lr(s, t); }, s.gradient_clipping);
     for (int64_t t = 0; t < T; ++t) {
       a.step_delayed(t, grads(t));
@@ -554,6 +596,7 @@ inline RefRun run_reference(const Spec& s) {
     throw std::invalid_argument("run_reference: no reference for strategy '" + s.strategy + "'");
   }
   capture();
+  out.loss_scale = fp16 ? scaler.cur_scale : 1.0;
   return out;
 }
 

@@ -49,7 +49,9 @@ struct Vec {
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
   static R div(R a, R b) { return _mm512_div_ps(a, b); }
-  static R sqrt(R a) { return _mm512_sqrt_ps(a); }
+  // The zero-masked form with every lane selected is _mm512_sqrt_ps exactly; the plain form passes
+  // _mm512_undefined_ps() as its merge source, which GCC 12 flags as -Wmaybe-uninitialized.
+  static R sqrt(R a) { return _mm512_maskz_sqrt_ps(__mmask16(0xFFFF), a); }
 };
 #elif defined(__AVX2__)
 struct Vec {

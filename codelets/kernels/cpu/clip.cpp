@@ -18,7 +18,7 @@ void clip_factor(const double* partial, size_t parts, double sq_div, float clip,
   s /= sq_div;
   const float norm = clip_math::global_norm(s);
   out[0] = clip_math::gradient_factor(norm, clip, loss_scale, extra);
-  out[1] = norm;
+  out[1] = clip_math::reported_norm(norm, loss_scale);
   out[2] = clip_math::clips(norm, clip, loss_scale) ? 1.0f : 0.0f;
 }
 

@@ -129,6 +129,19 @@ void clip_factor(const double* partial, size_t parts, double sq_div, float clip,
                  float* out);
 // x *= factor[0]
 void scale_by(float* x, size_t n, const float* factor);
+// ---- fp16 (kernels/fp16.hpp: IEEE binary16, round to nearest even with subnormals, +-inf from
+// 65520 up, NaN kept; fp16 -> fp32 exact). y (n) = fp16(x); y (n) = fp32(x)
+void pack_fp16(const float* x, uint16_t* y, size_t n);
+void unpack_fp16(const uint16_t* x, float* y, size_t n);
+// x = fp32(fp16(x)) in place; returns how many of the rounded values are inf or NaN (precision
+// "fp16": the gradient overflow check of the loss scaler, docs/spec.md)
+size_t round_fp16(float* x, size_t n);
+// merge_unselected from an fp16 source: dst values are exactly fp32(src)
+size_t merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
+                             int k);
+// x *= s (the loss scaler's unscale of a device gradient)
+void scale(float* x, size_t n, float s);
+
 
 // ---- GPT layers (embedding.cpp, layernorm.cpp, attention.cpp, pool.cpp, text.cpp). Activations
 // are (B, T, C) row-major = (B*T, C); every kernel overwrites its outputs (gradients included).

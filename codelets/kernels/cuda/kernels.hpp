@@ -77,6 +77,13 @@ Status sumsq(const float* x, size_t n, double* out, cudaStream_t s);
 Status clip_factor(const double* partial, size_t parts, double sq_div, float clip, float loss_scale, float extra,
                    float* out, cudaStream_t s);
 Status scale_by(float* x, size_t n, const float* factor, cudaStream_t s);
+// fp16 (kernels/fp16.hpp), element by element as the CPU kernels; round_fp16 sets *flag (device,
+// uint32) to 1 when a rounded value is inf or NaN and leaves it unchanged otherwise
+Status pack_fp16(const float* x, uint16_t* y, size_t n, cudaStream_t s);
+Status unpack_fp16(const uint16_t* x, float* y, size_t n, cudaStream_t s);
+Status round_fp16(float* x, size_t n, uint32_t* flag, cudaStream_t s);
+// x *= f
+Status scale(float* x, size_t n, float f, cudaStream_t s);
 
 // ---- ZenFlow column operations (sel: k sorted column indices, device)
 Status column_importance(const float* g, int R, int C, bool l2, float* imp, cudaStream_t s);
@@ -90,6 +97,8 @@ Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const f
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
                         cudaStream_t s);
 Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
+                             int k, cudaStream_t s);
+Status merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
                              int k, cudaStream_t s);
 // out (2 doubles, device) = {sum |g|, sum over the selected columns of |g|}; deterministic.
 Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s);

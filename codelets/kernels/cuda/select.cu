@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "codelets/kernels/bf16.hpp"
+#include "codelets/kernels/fp16.hpp"
 #include "codelets/kernels/cuda/common.cuh"
 
 namespace zf::kernels::cuda {
@@ -98,8 +99,12 @@ __device__ inline bool selected(const int32_t* sel, int k, int col) {
 
 __device__ inline float load(const float* src, size_t e) { return src[e]; }
 __device__ inline float load(const uint16_t* src, size_t e) { return bf16::to_float(src[e]); }
+struct F16 {  // an fp16 source element (uint16_t is bf16)
+  uint16_t bits;
+};
+__device__ inline float load(const F16* src, size_t e) { return fp16::to_float(src[e].bits); }
 
-template <class Src>  // float, or uint16_t for a bf16 source
+template <class Src>  // float, uint16_t for a bf16 source, F16 for an fp16 one
 __global__ void merge_k(float* dst, int C, const Src* src, size_t off, size_t n, const int32_t* sel, int k) {
   ZF_GRID_STRIDE(e, n) {
     const size_t d = off + e;
@@ -179,6 +184,13 @@ Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off,
                              int k, cudaStream_t s) {
   if (!n) return nullptr;
   merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k);
+  return launched();
+}
+
+Status merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
+                             int k, cudaStream_t s) {
+  if (!n) return nullptr;
+  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, reinterpret_cast<const F16*>(src), off, n, sel, k);
   return launched();
 }
 

@@ -1,0 +1,128 @@
+#include "graphs/memory_estimate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "graphs/spec.hpp"
+#include "runtime/error.hpp"
+
+namespace zf {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(double b) {
+  char s[32];
+  std::snprintf(s, sizeof s, b >= 10 * kGiB ? "%.0f" : "%.2f", b / kGiB);
+  return s;
+}
+
+double file_size(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0.0 : (double)n;
+}
+
+}  // namespace
+
+std::string MemoryEstimate::describe() const {
+  return gib(total()) + " GiB (parameters " + gib(params) + ", optimizer state " + gib(optimizer) + ", activations " +
+         gib(activations) + ", per-step records " + (steps < 0 ? "not counted yet" : gib(records)) + ", data " +
+         gib(data) + ")";
+}
+
+MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
+  MemoryEstimate e;
+  e.steps = steps;
+  const double B = std::max<double>(1.0, (double)s.train.batch_size / std::max(1, ranks));
+  const double Be = (double)s.train.eval_batch_size;
+  double P = 0;        // parameters (floats)
+  double tensors = 0;  // parameter tensors (tasks per step scale with them)
+  double act_per_row = 0;  // activation floats per batch row
+  if (s.model.type == "mlp") {
+    const double in = 784, out = 10;  // Fashion-MNIST
+    double prev = in, widths = 0;
+    for (int h : s.model.hidden) {
+      P += prev * h + h;
+      prev = h;
+      widths += h;
+      tensors += 2;
+    }
+    P += prev * out + out;
+    tensors += 2;
+    act_per_row = in + 4 * widths + 3 * out;  // x; z, dz, a, da per layer; probs
+    e.data = (double)(s.data.train_limit > 0 ? std::min<int64_t>(s.data.train_limit, 60000) : 60000) * in +
+             10000.0 * in;
+  } else {
+    const double C = s.model.n_embd, T = s.model.context, L = s.model.n_layer, H = s.model.n_head, V = 256;
+    P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head
+    tensors = 3 + 12 * L + 2;
+    // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
+    // the attention probabilities H x T per position; then the shared gradients and the head
+    act_per_row = T * (L * (16 * C + H * T + 4) + 18 * C + 3 * V);
+    // text: the file and its split copies; kjv: about 4 MB of verses, parsed
+    e.data = 3.0 * (s.data.dataset == "text" ? file_size(s.data.path) : 5.0 * 1024 * 1024);
+  }
+  e.param_count = (int64_t)P;
+  e.params = 2 * 4 * P;  // values and gradients, fp32
+  // optimizer state beyond the device's values and gradients, fp32 (docs/zenflow.md):
+  // device-adam: moments (2); zero-offload(-dpu): host masters, moments, gradients (4);
+  // zenflow: the same plus its D+1 accumulators and results rings and the selected columns' moments
+  const int D = s.zenflow.staleness();
+  const double opt = s.strategy == "device-adam" ? 2 : s.strategy == "zenflow" ? 4 + 2.0 * (D + 1) + 1 : 4;
+  e.optimizer = 4 * opt * P;
+  // the training and the evaluation batch sizes each have their buffers
+  e.activations = 4 * act_per_row * (B + Be);
+  if (steps >= 0) {
+    // per step: the step record (24 B), a step aggregate (~96 B in a hash map), and per task a
+    // 48-byte record (x 2: vector growth); about 6 tasks per parameter tensor and step
+    const double tasks = 6 * tensors + 10;
+    e.records = (double)steps * (24 + 96 + tasks * 48 * 2);
+  }
+  return e;
+}
+
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      std::istringstream ls(line.substr(13));
+      int64_t kb = -1;
+      if (ls >> kb && kb >= 0) return kb * 1024;
+    }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (int64_t)pages * size : -1;
+}
+
+void check_memory(const Spec& s, const MemoryEstimate& e) {
+  if (const char* v = std::getenv("ZF_SKIP_MEMORY_CHECK"); v && std::string(v) == "1") return;
+  const int64_t avail = available_memory();
+  if (avail < 0 || e.total() <= (double)avail) return;
+  // the fields behind the largest component
+  const bool gpt = s.model.type != "mlp";
+  std::string fields;
+  const double m = std::max({e.params + e.optimizer, e.activations, e.records, e.data});
+  if (m == e.records)
+    fields = s.train.steps > 0 ? s.where("train.steps") + " (" + std::to_string(s.train.steps) + " steps)"
+                               : s.where("train.epochs") + " (" + std::to_string(e.steps) + " steps)";
+  else if (m == e.activations)
+    fields = gpt ? s.where("train.batch_size") + ", train.eval_batch_size, model.context, model.n_embd, model.n_layer, model.n_head"
+                 : s.where("train.batch_size") + ", train.eval_batch_size, model.hidden";
+  else if (m == e.data)
+    fields = s.where("data.path");
+  else
+    fields = gpt ? s.where("model.n_layer") + ", model.n_embd, model.context" : s.where("model.hidden");
+  throw InputError(fields, "the run would need about " + e.describe() + " of memory for " +
+                               std::to_string(e.param_count) + " parameters, but " + gib((double)avail) +
+                               " GiB are available (MemAvailable); make the model, batch or run smaller "
+                               "(ZF_SKIP_MEMORY_CHECK=1 skips this check)");
+}
+
+}  // namespace zf

@@ -1,0 +1,39 @@
+// The memory a run will hold, estimated from the spec alone (before anything is allocated) and
+// checked against the memory the machine has available: a spec whose every field is in range but
+// whose size cannot fit (a 64 x 8192 GPT with context 8192, a 65536-wide MLP, 2^31 steps of
+// per-step records) is refused with an InputError naming the fields that make it large, instead
+// of growing for minutes or dying in std::bad_alloc. The estimate is rough (within about 2x; the
+// components are listed in docs/spec.md) and printed in the run header.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zf {
+
+struct Spec;
+
+struct MemoryEstimate {
+  // bytes
+  double params = 0, optimizer = 0, activations = 0, records = 0, data = 0;
+  int64_t param_count = 0;
+  int64_t steps = -1;  // the steps the records were counted for (-1: unknown yet, not counted)
+  double total() const { return params + optimizer + activations + records + data; }
+  // "1.2 GiB (parameters 0.10, optimizer state 0.31, activations 0.52, per-step records 0.01, data 0.20)"
+  std::string describe() const;
+};
+
+// steps: the run's total steps (-1 if not known yet, e.g. train.epochs before the data is read).
+// ranks: data-parallel ranks (each holds its batch share of the activations).
+MemoryEstimate estimate_memory(const Spec& spec, int64_t steps, int ranks = 1);
+
+// Bytes of memory available to a new allocation: MemAvailable of /proc/meminfo, else
+// sysconf(_SC_AVPHYS_PAGES) x page size; -1 if neither is known.
+int64_t available_memory();
+
+// Throws InputError (exit 2) when the estimate exceeds the available memory, naming the spec
+// fields behind its largest component. ZF_SKIP_MEMORY_CHECK=1 skips the check (the estimate is
+// rough; for a machine whose swap or overcommit the user relies on).
+void check_memory(const Spec& spec, const MemoryEstimate& e);
+
+}  // namespace zf

@@ -119,6 +119,62 @@ TEST(GradientClipping, ZenFlowClipsOncePerHostUpdate) {
   EXPECT_EQ(m["gradient_clipping"]["clipped_steps"].get<int64_t>(), 0);
 }
 
+// precision fp16 with dynamic loss scaling: device-adam and zero-offload clip the still-scaled
+// gradient with DeepSpeed's combined factor, 1 / (S x max(1, (norm / S + 1e-6) / clip)), and
+// their AdamW then takes grad_scale 1; ZenFlow clips its host step's gradient, already unscaled
+// on the device. Steps skipped for an overflow have no clip point. The first scale (2^24)
+// overflows and the window of 5 grows it again, so the scale changes while clipping is active.
+TEST(GradientClipping, Fp16DynamicLossScalingEqualsReference) {
+  auto fp16_of = [](Spec s) {
+    s.precision = "fp16";
+    s.fp16.initial_scale_power = 24;
+    s.fp16.loss_scale_window = 5;
+    return s;
+  };
+  for (const Spec& base : {fp16_of(tiny_spec(24, "device-adam")), fp16_of(tiny_spec(24, "zero-offload")), fp16_of(zen(1))}) {
+    SCOPED_TRACE(base.strategy);
+    Spec probe = base;
+    probe.gradient_clipping = 1e9;  // norms recorded, nothing clipped
+    const ref::RefRun unclipped = ref::run_reference(probe);
+    ASSERT_FALSE(unclipped.clips.empty());
+    std::vector<float> norms;
+    for (auto& [t, c] : unclipped.clips) norms.push_back(c.norm);
+    std::sort(norms.begin(), norms.end());
+    Spec s = base;
+    s.gradient_clipping = norms[norms.size() / 2];
+    const ref::RefRun r = ref::run_reference(s);
+    ASSERT_FALSE(r.skipped.empty()) << "the first scale must overflow for this test to mean something";
+    int64_t clipped = 0;
+    for (auto& [t, c] : r.clips) clipped += c.clipped;
+    ASSERT_GT(clipped, 0);
+    ASSERT_LT(clipped, (int64_t)r.clips.size());
+
+    nlohmann::json m;
+    const Weights eng = train_and_capture(s, &m);
+    EXPECT_EQ(first_difference(eng, r.weights), "");
+    EXPECT_EQ(m["fp16"]["skipped_at"].get<std::vector<int64_t>>(), r.skipped);
+    EXPECT_EQ(m["fp16"]["loss_scale"].get<double>(), r.loss_scale);
+    ASSERT_TRUE(m.contains("gradient_clipping"));
+    const auto& g = m["gradient_clipping"];
+    EXPECT_EQ(g["clipped_steps"].get<int64_t>(), clipped);
+    ASSERT_EQ(g["norms"].size(), r.clips.size());
+    for (size_t i = 0; i < r.clips.size(); ++i)  // the unscaled norm, as DeepSpeed reports it
+      EXPECT_EQ(g["norms"][i].get<float>(), r.clips[i].second.norm) << "clip point " << i;
+    const std::vector<int64_t> steps = g["steps"].get<std::vector<int64_t>>();
+    for (int64_t t : r.skipped)
+      EXPECT_EQ(std::count(steps.begin(), steps.end(), t), 0) << "a clip point at skipped step " << t;
+    if (base.strategy != "zenflow") {  // a clip point at every applied step
+      std::vector<int64_t> applied;
+      for (int64_t t = 0; t < 24; ++t)
+        if (std::find(r.skipped.begin(), r.skipped.end(), t) == r.skipped.end()) applied.push_back(t);
+      EXPECT_EQ(steps, applied);
+    }
+    Spec off = s;
+    off.gradient_clipping = 0;
+    EXPECT_NE(first_difference(eng, train_and_capture(off)), "") << "clipping changed nothing";
+  }
+}
+
 // gradient_accumulation_steps (DeepSpeed's: each micro-batch's gradient scaled by 1/A and summed):
 // 4 micro-batches of 4 rows compute the gradient of the same 16 rows as one batch of 16, up to
 // the order of the float sums.

@@ -113,6 +113,32 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
 // out (2 doubles) = {sum |g|, sum over selected columns of |g|}
 void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out);
 
+// ---- gradient clipping (clip.cpp, docs/spec.md "gradient_clipping", graphs/clip.hpp)
+// partial[slot] (doubles) = sum of x[xs]^2
+void insert_sumsq(const SubmitOptions& opt, const Tensor& x, Slice xs, const Tensor& partial, size_t slot);
+// One clip point's result, logged by the CPU factor task (a CUDA one is read back instead).
+struct ClipRecord {
+  int64_t step;
+  float norm, factor;
+  bool clipped;
+};
+class ClipLog {
+ public:
+  void add(const ClipRecord& r) noexcept;
+  std::vector<ClipRecord> records() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<ClipRecord> rec_;
+};
+// out (3 floats) = {factor, norm, clipped} from every double of `partials` (in order) divided by
+// sq_div: kernels::cpu::clip_factor. On a CUDA worker: one partial tensor. log: where a CPU
+// execution records {step, norm, factor, clipped} (null: nowhere).
+void insert_clip_factor(const SubmitOptions& opt, const std::vector<const Tensor*>& partials, double sq_div,
+                        float clip, float loss_scale, float extra, const Tensor& out, ClipLog* log, int64_t step);
+// x[xs] *= factor[0]
+void insert_scale_by(const SubmitOptions& opt, const Tensor& x, Slice xs, const Tensor& factor);
+
 // ---- data parallelism (allreduce.cpp, docs/data-parallel.md): x <- scale * sum over the ranks of
 // x (MPI on CPU workers, NCCL on CUDA workers), ordered with every other collective of this
 // process through the runtime's comm token.

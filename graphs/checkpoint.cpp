@@ -507,6 +507,8 @@ std::string CheckpointDir::write(int64_t step, const Spec& spec, Workload& wl, c
   w.file().metadata["step"] = std::to_string(step);
   w.file().metadata["strategy"] = strat.name();
   w.file().metadata["spec"] = spec.to_json().dump();
+  // the schedule's timing (docs/spec.md): checkpoints without this key ran step t at lr(t)
+  w.file().metadata["lr_timing"] = "deepspeed";
   const std::vector<uint8_t> model_bytes = encode_safetensors((tmp / "model.safetensors").string(), model, true);
   const std::vector<uint8_t> state_bytes = encode_safetensors((tmp / "state.safetensors").string(), w.file(), true);
 
@@ -603,6 +605,12 @@ CheckpointInfo find_checkpoint(const std::string& path) {
   } catch (const std::exception& e) {
     throw InputError(where, std::string("not valid JSON: ") + e.what());
   }
+  {
+    auto it = f.metadata.find("lr_timing");
+    ck.lr_timing = it == f.metadata.end() ? "step" : it->second;
+    if (ck.lr_timing != "step" && ck.lr_timing != "deepspeed")
+      throw InputError(st.string() + ": __metadata__.lr_timing", "'" + ck.lr_timing.substr(0, 40) + "', expected 'deepspeed' or 'step'");
+  }
   validate_spec(ck.spec, where);
   return ck;
 }
@@ -629,6 +637,13 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
   differ("model", at(ck.spec, "model"), at(now, "model"));
   differ("optimizer", at(ck.spec, "optimizer"), at(now, "optimizer"));
   differ("scheduler", at(ck.spec, "scheduler"), at(now, "scheduler"));
+  if (!spec.scheduler.type.empty() && ck.lr_timing != "deepspeed")
+    throw InputError(ck.dir + ": scheduler", "the checkpoint ran step t at the schedule's lr(t) (before 2026-12-01); "
+                                             "this engine runs it at lr(t - 1) as DeepSpeed does: restart the run");
+  const json& clip = at(ck.spec, "gradient_clipping");
+  differ("gradient_clipping", clip.is_null() ? json(0.0) : clip, json(spec.gradient_clipping));
+  const json& ga = at(ck.spec, "train", "gradient_accumulation_steps");
+  differ("train.gradient_accumulation_steps", ga.is_null() ? json(1) : ga, json(spec.train.gradient_accumulation_steps));
   for (const char* k : {"dataset", "dir", "train_limit"}) differ(std::string("data.") + k, at(ck.spec, "data", k), at(now, "data", k));
   for (const char* k : {"batch_size", "seed"}) differ(std::string("train.") + k, at(ck.spec, "train", k), at(now, "train", k));
   if (spec.strategy == "zenflow") differ("zenflow", at(ck.spec, "zenflow"), at(now, "zenflow"));

@@ -106,6 +106,7 @@ struct CheckpointInfo {
   int64_t step = -1;  // last completed step
   nlohmann::json spec;  // validated: an object with the fields check_compatible compares
   std::string step_text, spec_text;  // the metadata as read (load_checkpoint re-checks them)
+  std::string lr_timing;  // "deepspeed" (step t at the schedule's iteration t - 1), or "step" (older: lr(t))
 };
 // `path` is a checkpoint directory (its `latest` is followed) or a step directory. Reads and
 // validates the state file's header only (format, step, spec; its checksum): no StarPU needed.

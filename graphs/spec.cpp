@@ -163,35 +163,52 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
     f.fail(f.at("max_staleness"), "must be 0 without overlap_step: true (updates are synchronous)");
 }
 
-// DeepSpeed's scheduler block: {"type": ..., "params": {...}}, the two linear-warm-up schedulers.
+// DeepSpeed's scheduler block: {"type": ..., "params": {...}}, its three warm-up schedulers
+// (deepspeed/runtime/lr_schedules.py: the same params, defaults and checks; a param the class does
+// not take is an unknown key, as DeepSpeed's constructor would raise a TypeError).
 void parse_scheduler(Fields& f, Spec::Scheduler& c) {
-  if (!f.find("type")) f.fail(f.at("type"), "required: WarmupLR or WarmupDecayLR");
+  if (!f.find("type")) f.fail(f.at("type"), "required: WarmupLR, WarmupDecayLR or WarmupCosineLR");
   f.str("type", c.type);
-  if (c.type != "WarmupLR" && c.type != "WarmupDecayLR")
-    f.fail(f.at("type"), "'" + c.type + "' is not supported: WarmupLR or WarmupDecayLR (DeepSpeed's, same params)");
+  if (c.type != "WarmupLR" && c.type != "WarmupDecayLR" && c.type != "WarmupCosineLR")
+    f.fail(f.at("type"), "'" + c.type + "' is not supported: WarmupLR, WarmupDecayLR or WarmupCosineLR (DeepSpeed's, same params)");
+  const bool cosine = c.type == "WarmupCosineLR", needs_total = c.type != "WarmupLR";
   if (auto* p = f.object("params")) {
     Fields q(*p, f.at("params"), f.source());
-    q.number("warmup_min_lr", c.warmup_min_lr, 0.0, 10.0);
-    q.number("warmup_max_lr", c.warmup_max_lr, 0.0, 10.0);
-    q.integer("warmup_num_steps", c.warmup_num_steps, 0, INT32_MAX);
+    if (cosine) {
+      q.number("warmup_min_ratio", c.warmup_min_ratio, 0.0, 1.0);
+      q.number("cos_min_ratio", c.cos_min_ratio, 0.0, 1.0);
+    } else {
+      q.number("warmup_min_lr", c.warmup_min_lr, 0.0, 10.0);
+      q.number("warmup_max_lr", c.warmup_max_lr, 0.0, 10.0);
+    }
+    // DeepSpeed: "warmup_num_steps must be a positive integer" (then max(2, it))
+    q.integer("warmup_num_steps", c.warmup_num_steps, 1, INT32_MAX);
     q.str("warmup_type", c.warmup_type, {"log", "linear"});
-    if (c.type == "WarmupDecayLR") {
+    if (needs_total) {
       if (!q.find("total_num_steps"))
-        q.fail(q.at("total_num_steps"), "required with WarmupDecayLR (the step at which the rate reaches warmup_min_lr)");
+        q.fail(q.at("total_num_steps"), "required with " + c.type + " (the step at which the decay ends)");
       q.integer("total_num_steps", c.total_num_steps, 1, INT32_MAX);
     }
     q.finish();
-  } else if (c.type == "WarmupDecayLR") {
-    f.fail(f.at("params"), "required with WarmupDecayLR (at least total_num_steps)");
+  } else if (needs_total) {
+    f.fail(f.at("params"), "required with " + c.type + " (at least total_num_steps)");
   }
   f.finish();
 }
 
-// The block with every param written out; warmup_max_lr unset (-1) becomes max_lr.
+// The block with every param written out; warmup_max_lr unset (-1) becomes max_lr (-1: stays
+// unset, the optimizer's rate).
 json scheduler_json(const Spec::Scheduler& c, double max_lr) {
-  json p = {{"warmup_min_lr", c.warmup_min_lr}, {"warmup_max_lr", c.warmup_max_lr < 0 ? max_lr : c.warmup_max_lr},
-            {"warmup_num_steps", c.warmup_num_steps}, {"warmup_type", c.warmup_type}};
-  if (c.type == "WarmupDecayLR") p["total_num_steps"] = c.total_num_steps;
+  json p = {{"warmup_num_steps", c.warmup_num_steps}, {"warmup_type", c.warmup_type}};
+  if (c.type == "WarmupCosineLR") {
+    p["warmup_min_ratio"] = c.warmup_min_ratio;
+    p["cos_min_ratio"] = c.cos_min_ratio;
+  } else {
+    p["warmup_min_lr"] = c.warmup_min_lr;
+    const double mx = c.warmup_max_lr < 0 ? max_lr : c.warmup_max_lr;
+    if (mx >= 0) p["warmup_max_lr"] = mx;
+  }
+  if (c.type != "WarmupLR") p["total_num_steps"] = c.total_num_steps;
   return {{"type", c.type}, {"params", p}};
 }
 
@@ -227,6 +244,7 @@ Spec parse_spec(const json& j, const std::string& source) {
   top.str("name", s.name);
   top.str("strategy", s.strategy, {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"});
   top.str("precision", s.precision, {"fp32", "bf16", "fp16"});
+  top.number("gradient_clipping", s.gradient_clipping, 0.0, 1e9);
   if (auto* b = top.object("fp16")) {
     Fields f(*b, "fp16", source);
     parse_fp16(f, s.fp16);
@@ -294,7 +312,12 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.integer("steps", s.train.steps, 0, INT32_MAX);
     f.integer("seed", s.train.seed, 0, INT64_MAX);
     f.integer("eval_batch_size", s.train.eval_batch_size, 1, 1 << 20);
+    f.integer("gradient_accumulation_steps", s.train.gradient_accumulation_steps, 1, 1 << 16);
     f.finish();
+    if (s.train.batch_size % s.train.gradient_accumulation_steps)
+      f.fail("train.gradient_accumulation_steps", std::to_string(s.train.gradient_accumulation_steps) +
+                                                      " does not divide train.batch_size " +
+                                                      std::to_string(s.train.batch_size) + " into equal micro-batches");
   }
   if (auto* o = top.object("optimizer")) {
     Fields f(*o, "optimizer", source);
@@ -361,19 +384,39 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.finish();
   }
   top.finish();
+  if (s.strategy == "zenflow" && s.train.gradient_accumulation_steps > 1)
+    top.fail("train.gradient_accumulation_steps", "must be 1 with strategy zenflow: DeepSpeed's ZenFlow engine replaces the "
+                                                  "accumulation steps by zenflow.update_interval (the host accumulates "
+                                                  "update_interval steps; docs/zenflow.md)");
   return s;
 }
 
-double Spec::lr_at(int64_t t) const {
+double Spec::schedule_at(int64_t it) const {
   const Scheduler& c = scheduler;
   if (c.type.empty()) return optimizer.lr;
-  const double lo = c.warmup_min_lr, hi = peak_lr();
   const int64_t W = std::max<int64_t>(2, c.warmup_num_steps);  // as DeepSpeed: at least 2
+  auto warm = [&] {  // the warm-up's fraction at it < W
+    return c.warmup_type == "log" ? (1.0 / std::log((double)W)) * std::log((double)it + 1.0) : (double)it / (double)W;
+  };
+  if (c.type == "WarmupCosineLR") {
+    if (it < 0) return 0.0;  // get_lr before the first step(): [0.0 for each group]
+    double ratio;
+    if (it < W) {
+      ratio = c.warmup_min_ratio + warm() * (1.0 - c.warmup_min_ratio);
+    } else {
+      const double real_last = (double)(it - W + 1), real_total = (double)std::max<int64_t>(1, c.total_num_steps - W);
+      const double progress = std::min(1.0, real_last / real_total);
+      ratio = std::max(0.0, c.cos_min_ratio + (1.0 - c.cos_min_ratio) * ((1.0 + std::cos(M_PI * progress)) / 2.0));
+    }
+    return optimizer.lr * ratio;
+  }
+  const double lo = c.warmup_min_lr, hi = peak_lr();
+  if (it < 0) return lo;  // get_lr before the first step(): min_lrs
   double gamma = 1.0;
-  if (t < W)
-    gamma = c.warmup_type == "log" ? (1.0 / std::log((double)W)) * std::log((double)t + 1.0) : (double)t / (double)W;
+  if (it < W)
+    gamma = warm();
   else if (c.type == "WarmupDecayLR")
-    gamma = std::max(0.0, (double)(c.total_num_steps - t) / std::max(1.0, (double)(c.total_num_steps - W)));
+    gamma = std::max(0.0, (double)(c.total_num_steps - it) / std::max(1.0, (double)(c.total_num_steps - W)));
   return lo + (hi - lo) * gamma;
 }
 
@@ -384,9 +427,16 @@ std::string Spec::describe_lr() const {
     return os.str();
   }
   const Scheduler& c = scheduler;
-  os << "lr " << c.type << ": " << c.warmup_min_lr << " to " << peak_lr()
-     << " over " << std::max<int64_t>(2, c.warmup_num_steps) << " steps (" << c.warmup_type << ")";
-  if (c.type == "WarmupDecayLR") os << ", then linear to " << c.warmup_min_lr << " at step " << c.total_num_steps;
+  const int64_t W = std::max<int64_t>(2, c.warmup_num_steps);
+  if (c.type == "WarmupCosineLR") {
+    os << "lr WarmupCosineLR: " << c.warmup_min_ratio << " to 1 x " << optimizer.lr << " over " << W << " steps ("
+       << c.warmup_type << "), then cosine to " << c.cos_min_ratio << " x at step " << c.total_num_steps;
+  } else {
+    os << "lr " << c.type << ": " << c.warmup_min_lr << " to " << peak_lr() << " over " << W << " steps ("
+       << c.warmup_type << ")";
+    if (c.type == "WarmupDecayLR") os << ", then linear to " << c.warmup_min_lr << " at step " << c.total_num_steps;
+  }
+  os << "; step t runs at the scheduler's iteration t - 1 (DeepSpeed's timing)";
   return os.str();
 }
 
@@ -414,6 +464,8 @@ json Spec::to_json() const {
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
   if (model.head != "linear") j["model"]["head"] = model.head;
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
+  if (gradient_clipping > 0) j["gradient_clipping"] = gradient_clipping;
+  if (train.gradient_accumulation_steps != 1) j["train"]["gradient_accumulation_steps"] = train.gradient_accumulation_steps;
   if (precision == "fp16") j["fp16"] = fp16_json(fp16);
   return j;
 }
@@ -472,21 +524,58 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   auto note = [&](const std::string& s) {
     if (notes) notes->push_back(s);
   };
-  int64_t tbs = 0, micro = 0, gas = 1;
+  // DeepSpeed's batch arithmetic (runtime/config.py _configure_train_batch_size):
+  // train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks; any
+  // two give the third (train_batch_size alone: accumulation 1).
+  int64_t tbs = 0, micro = 0, gas = 0;
   top.integer("train_batch_size", tbs, 1, 1 << 20);
   top.integer("train_micro_batch_size_per_gpu", micro, 1, 1 << 20);
-  top.integer("gradient_accumulation_steps", gas, 1, 1 << 20);
-  if (gas != 1)
-    top.fail("gradient_accumulation_steps", "must be 1: this engine has no gradient accumulation");
-  // DeepSpeed: train_batch_size = micro batch x gradient accumulation x ranks; ours is the global batch
-  if (tbs && micro && tbs != micro * ranks)
-    top.fail("train_micro_batch_size_per_gpu", "x " + std::to_string(ranks) + " rank(s) must equal train_batch_size " +
-                                                   std::to_string(tbs) + " (no gradient accumulation)");
-  if (tbs || micro) patch["train"]["batch_size"] = tbs ? tbs : micro * ranks;
+  top.integer("gradient_accumulation_steps", gas, 1, 1 << 16);
+  const std::string rk = std::to_string(ranks) + " rank(s)";
+  if (tbs && micro && gas) {
+    if (tbs != micro * gas * ranks)
+      top.fail("train_batch_size", std::to_string(tbs) + " != train_micro_batch_size_per_gpu " + std::to_string(micro) +
+                                       " x gradient_accumulation_steps " + std::to_string(gas) + " x " + rk);
+  } else if (tbs && micro) {
+    if (tbs % (micro * ranks))
+      top.fail("train_batch_size", std::to_string(tbs) + " is not a multiple of train_micro_batch_size_per_gpu " +
+                                       std::to_string(micro) + " x " + rk);
+    gas = tbs / (micro * ranks);
+  } else if (tbs && gas) {
+    if (tbs % (gas * ranks))
+      top.fail("train_batch_size", std::to_string(tbs) + " is not a multiple of gradient_accumulation_steps " +
+                                       std::to_string(gas) + " x " + rk);
+    micro = tbs / (gas * ranks);
+  } else if (micro) {
+    gas = gas ? gas : 1;
+    tbs = micro * gas * ranks;
+  } else if (tbs) {
+    if (tbs % ranks) top.fail("train_batch_size", std::to_string(tbs) + " is not a multiple of the " + rk);
+    gas = 1;
+    micro = tbs / ranks;
+  } else if (gas) {
+    top.fail("gradient_accumulation_steps", "needs train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed's rule)");
+  }
+  const bool ds_zenflow = ds.contains("zero_optimization") && ds["zero_optimization"].is_object() &&
+                          ds["zero_optimization"].contains("zenflow");
+  if (tbs) {
+    if (ds_zenflow) {
+      // DeepSpeed's ZenFlow engine (runtime/zenflow/engine.py configure_zenflow) sets the
+      // accumulation steps to update_interval: every step is one micro-batch of every rank, and
+      // the host accumulates update_interval of them (docs/zenflow.md)
+      patch["train"]["batch_size"] = micro * ranks;
+      if (gas > 1)
+        note("gradient_accumulation_steps " + std::to_string(gas) +
+             " (DeepSpeed's ZenFlow replaces it by zenflow.update_interval: each step is one micro-batch of " +
+             std::to_string(micro) + " per rank)");
+    } else {
+      patch["train"]["batch_size"] = tbs;
+      if (gas > 1) patch["train"]["gradient_accumulation_steps"] = gas;
+    }
+  }
   double clip = 0.0;
-  top.number("gradient_clipping", clip, 0.0, 1e30);
-  if (clip > 0)
-    top.fail("gradient_clipping", "gradient clipping is not implemented by this engine; remove it or set 0");
+  top.number("gradient_clipping", clip, 0.0, 1e9);
+  if (clip > 0) patch["gradient_clipping"] = clip;
   bool fp16_on = false;
   for (const char* prec : {"fp16", "bf16"})
     if (auto* p = top.object(prec)) {
@@ -527,7 +616,9 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
     Fields f(*sc, "scheduler", src);
     Spec::Scheduler c;
     parse_scheduler(f, c);
-    patch["scheduler"] = scheduler_json(c, 0.001);
+    // WarmupDecayLR's warmup_max_lr defaults to 0.001; WarmupLR's to the optimizer's rate (None in
+    // lr_schedules.py: the param group's lr); WarmupCosineLR scales the optimizer's rate
+    patch["scheduler"] = scheduler_json(c, c.type == "WarmupDecayLR" ? 0.001 : -1.0);
   }
   if (auto* o = top.object("optimizer")) {
     Fields f(*o, "optimizer", src);

@@ -20,6 +20,9 @@ struct Spec {
   // side, 2-byte crossings) with fp32 master weights (docs/spec.md, "precision"); fp16 with
   // DeepSpeed's loss scaling (the fp16 block below)
   std::string precision = "fp32";
+  // DeepSpeed's gradient_clipping: the global L2 norm of the step's gradients is clipped to it,
+  // with DeepSpeed's coefficient (graphs/clip.hpp, docs/spec.md); 0: off
+  double gradient_clipping = 0.0;
 
   // DeepSpeed's "fp16" block without "enabled" (precision "fp16" is that): same keys, types and
   // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/loss_scaler.hpp.
@@ -58,7 +61,10 @@ struct Spec {
   } data;
 
   struct Train {
+    // the global batch of one optimizer step (DeepSpeed's train_batch_size); with
+    // gradient_accumulation_steps A and R ranks, each rank runs A micro-batches of batch_size / (A R)
     int batch_size = 128;
+    int gradient_accumulation_steps = 1;
     int64_t epochs = 1;
     int64_t steps = 0;  // > 0 overrides epochs
     uint64_t seed = 42;
@@ -70,21 +76,31 @@ struct Spec {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   } optimizer;
 
-  // DeepSpeed's "scheduler" block, same form and formulas (docs/spec.md): step t (0-based) uses
-  // the learning rate DeepSpeed's scheduler computes at last_batch_iteration = t. No block: the
-  // constant optimizer.lr.
+  // DeepSpeed's "scheduler" block, same form and formulas (docs/spec.md), on DeepSpeed's timing:
+  // the engine steps the scheduler after the optimizer, so optimizer step t (0-based) runs at the
+  // rate the scheduler holds at last_batch_iteration = t - 1 (-1: the value its constructor set).
+  // No block: the constant optimizer.lr.
   struct Scheduler {
-    std::string type;             // "" (none) | WarmupLR | WarmupDecayLR
+    std::string type;             // "" (none) | WarmupLR | WarmupDecayLR | WarmupCosineLR
     double warmup_min_lr = 0.0;
-    double warmup_max_lr = -1.0;  // -1: optimizer.lr (deepspeed_patch writes DeepSpeed's default, 0.001)
+    // -1: optimizer.lr (WarmupLR's default, the optimizer's rate; deepspeed_patch writes
+    // WarmupDecayLR's default, 0.001)
+    double warmup_max_lr = -1.0;
     int64_t warmup_num_steps = 1000;
-    int64_t total_num_steps = 0;  // WarmupDecayLR: required
+    int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR: required
     std::string warmup_type = "log";  // log | linear
+    // WarmupCosineLR: ratios of optimizer.lr (its peak is the optimizer's rate)
+    double warmup_min_ratio = 0.0, cos_min_ratio = 0.0001;
   } scheduler;
-  // The learning rate of step t (0-based).
-  double lr_at(int64_t t) const;
-  // The schedule's rate after the warm-up: warmup_max_lr, or optimizer.lr when it is unset.
-  double peak_lr() const { return scheduler.warmup_max_lr < 0 ? optimizer.lr : scheduler.warmup_max_lr; }
+  // The rate DeepSpeed's scheduler holds at last_batch_iteration `it` (>= -1).
+  double schedule_at(int64_t it) const;
+  // The learning rate of optimizer step t (0-based): schedule_at(t - 1).
+  double lr_at(int64_t t) const { return schedule_at(t - 1); }
+  // The schedule's rate after the warm-up: warmup_max_lr, or optimizer.lr when it is unset (and
+  // for WarmupCosineLR, whose peak is always optimizer.lr).
+  double peak_lr() const {
+    return scheduler.warmup_max_lr < 0 || scheduler.type == "WarmupCosineLR" ? optimizer.lr : scheduler.warmup_max_lr;
+  }
   // One line for the run header: "constant 0.001" or the schedule with its numbers.
   std::string describe_lr() const;
 
@@ -157,7 +173,7 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
 // offload_optimizer and zenflow) as a patch to a spec's JSON. What the engine cannot honour is an
 // InputError naming the config file and the field; keys that only tune DeepSpeed's own
 // communication are listed in `notes` (accepted, no effect here). With `ranks` data-parallel
-// ranks, train_batch_size = train_micro_batch_size_per_gpu x ranks (no gradient accumulation).
+// ranks, train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks.
 nlohmann::json deepspeed_patch(const nlohmann::json& ds, const std::string& source,
                                std::vector<std::string>* notes, int ranks = 1);
 nlohmann::json read_json_file(const std::string& path);

@@ -53,6 +53,7 @@ class DeviceAdam final : public Strategy {
                     whole(master_.back()));
       }
     }
+    make_clip(true);
   }
   const char* name() const override { return "device-adam"; }
   void save_state(StateWriter& w) const override {
@@ -71,10 +72,18 @@ class DeviceAdam final : public Strategy {
   }
   void submit_update(const UpdateStep& u) override {
     SubmitOptions o = rt_.device(u.t);
+    float gs = u.grad_scale;
+    if (clip_) {  // the device gradients, in place, before the AdamW reads them; the clip factor
+                  // unscales (fp16) and clips at once, so the AdamW takes grad_scale 1
+      std::vector<ClipPart> parts;
+      for (Param* p : params_) parts.push_back({&p->grad, whole(p->grad)});
+      clip_->submit(u.t, o, parts, 1.0, 1.0f, 1.0f / u.grad_scale);
+      gs = 1.0f;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
       const Tensor& x = bf16_ ? master_[i] : p.value;
-      insert_adam_step(o.named("adam.device." + p.name), hp(u.o), u.o + 1, u.grad_scale, x, whole(x), p.grad,
+      insert_adam_step(o.named("adam.device." + p.name), hp(u.o), u.o + 1, gs, x, whole(x), p.grad,
                        whole(p.grad), m_[i], v_[i]);
       // the trainer rounds the parameters to bf16 / fp16 after the update (graphs/trainer.cpp)
       if (bf16_) insert_copy(o.named("master.device." + p.name), x, whole(x), p.value, whole(p.value));
@@ -105,6 +114,7 @@ class ZeroOffload final : public Strategy {
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
       st_.push_back(std::move(s));
     }
+    make_clip(false);
   }
   const char* name() const override { return "zero-offload"; }
   void save_state(StateWriter& w) const override {
@@ -125,29 +135,52 @@ class ZeroOffload final : public Strategy {
   }
   void submit_update(const UpdateStep& u) override {
     const int64_t t = u.t;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = *params_[i];
-      State& s = st_[i];
-      // fp16: the gradient crosses as it is, scaled by the loss scale; the host AdamW unscales it
-      to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, bf16_ ? s.wire_g : s.hgrad);
-      for (size_t k = 0; k < s.master.tiles.size(); ++k) {
-        const std::string nm = p.name + "[" + std::to_string(k) + "]";
-        if (bf16_)
-          insert_copy(rt_.host(t).named("unpack.grad." + nm), s.wire_g.tiles[k], whole(s.wire_g.tiles[k]),
-                      s.hgrad.tiles[k], whole(s.hgrad.tiles[k]));
-        const SubmitOptions ho = rt_.host(t).named("adam.host." + nm);
-        insert_adam_step(bf16_ ? ho : ho.prefetched(0), hp(u.o), u.o + 1, u.grad_scale, s.master.tiles[k],
-                         whole(s.master.tiles[k]),
-                         s.hgrad.tiles[k], whole(s.hgrad.tiles[k]), s.m.tiles[k], s.v.tiles[k]);
-        if (bf16_)
-          insert_copy(rt_.host(t).named("pack.param." + nm).prefetched(1), s.master.tiles[k],
-                      whole(s.master.tiles[k]), s.wire_p.tiles[k], whole(s.wire_p.tiles[k]));
+    // without clipping, each parameter's host AdamW starts as soon as its own gradient has crossed;
+    // with it, after every gradient has crossed and the clip (over all of them) scaled them.
+    // fp16: the gradient crosses as it is, scaled by the loss scale; the host AdamW unscales it, or
+    // the clip's combined factor does (then the AdamW takes grad_scale 1)
+    if (clip_) {
+      for (size_t i = 0; i < params_.size(); ++i) gradient_down(t, i);
+      std::vector<ClipPart> parts;
+      for (const State& s : st_)
+        for (const Tensor& tile : s.hgrad.tiles) parts.push_back({&tile, whole(tile)});
+      clip_->submit(t, rt_.host(t), parts, 1.0, 1.0f, 1.0f / u.grad_scale);
+      for (size_t i = 0; i < params_.size(); ++i) update(u, i, 1.0f);
+    } else {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        gradient_down(t, i);
+        update(u, i, u.grad_scale);
       }
-      to_device(rt_.crossing(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
     }
   }
 
  private:
+  void gradient_down(int64_t t, size_t i) {
+    Param& p = *params_[i];
+    State& s = st_[i];
+    to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, bf16_ ? s.wire_g : s.hgrad);
+    if (bf16_)
+      for (size_t k = 0; k < s.master.tiles.size(); ++k)
+        insert_copy(rt_.host(t).named("unpack.grad." + p.name + "[" + std::to_string(k) + "]"), s.wire_g.tiles[k],
+                    whole(s.wire_g.tiles[k]), s.hgrad.tiles[k], whole(s.hgrad.tiles[k]));
+  }
+  void update(const UpdateStep& u, size_t i, float grad_scale) {
+    const int64_t t = u.t;
+    Param& p = *params_[i];
+    State& s = st_[i];
+    for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+      const std::string nm = p.name + "[" + std::to_string(k) + "]";
+      const SubmitOptions ho = rt_.host(t).named("adam.host." + nm);
+      insert_adam_step(bf16_ ? ho : ho.prefetched(0), hp(u.o), u.o + 1, grad_scale, s.master.tiles[k],
+                       whole(s.master.tiles[k]), s.hgrad.tiles[k], whole(s.hgrad.tiles[k]), s.m.tiles[k],
+                       s.v.tiles[k]);
+      if (bf16_)
+        insert_copy(rt_.host(t).named("pack.param." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
+                    s.wire_p.tiles[k], whole(s.wire_p.tiles[k]));
+    }
+    to_device(rt_.crossing(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
+  }
+
   struct State {
     HostTensor master, hgrad, m, v;
     HostTensor wire_g, wire_p;  // 2-byte crossings (precision "bf16" or "fp16")

@@ -15,6 +15,7 @@
 
 #include "codelets/codelets.hpp"
 #include "graphs/checkpoint.hpp"
+#include "graphs/clip.hpp"
 #include "runtime/trace.hpp"
 #include "graphs/spec.hpp"
 #include "models/workload.hpp"
@@ -73,6 +74,8 @@ class Strategy {
   int64_t bytes_h2d() const { return h2d_; }
   // Bytes this rank contributed to collectives submitted by before_gradient_allreduce.
   int64_t bytes_allreduce() const { return allreduce_; }
+  // gradient_clipping > 0: the clip points (graphs/clip.hpp); null otherwise.
+  const GradClip* grad_clip() const { return clip_.get(); }
 
  protected:
   Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec);
@@ -95,6 +98,12 @@ class Strategy {
   Half half_;
   int64_t d2h_ = 0, h2d_ = 0;
   int64_t allreduce_ = 0;
+  // gradient_clipping: created by the strategy that clips (device_side: where its parts live)
+  std::unique_ptr<GradClip> clip_;
+  bool clipping() const { return spec_.gradient_clipping > 0; }
+  void make_clip(bool device_side) {
+    if (clipping()) clip_ = std::make_unique<GradClip>(rt_, name(), (float)spec_.gradient_clipping, device_side);
+  }
 };
 
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,

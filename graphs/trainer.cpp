@@ -170,14 +170,19 @@ RunOptions rank_options(const RunOptions& o) {
   return r;
 }
 
-// Each rank's workload runs B/R rows of the global batch B.
+// Each rank's workload runs micro-batches of B / (R x A) rows of the global batch B (A = gradient
+// accumulation steps; DeepSpeed: train_batch_size = micro batch x A x ranks).
 Spec rank_spec(const Spec& spec, int ranks) {
-  if (spec.train.batch_size % ranks != 0)
-    throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) +
-                                                             " (the global batch) is not divisible by the " +
-                                                             std::to_string(ranks) + " ranks");
+  const int A = spec.train.gradient_accumulation_steps;
+  if (spec.train.batch_size % (ranks * A) != 0)
+    throw InputError(spec.where("train.batch_size"),
+                     std::to_string(spec.train.batch_size) + " (the global batch) is not divisible by the " +
+                         std::to_string(ranks) + " ranks" +
+                         (A > 1 ? " x " + std::to_string(A) + " gradient accumulation steps (DeepSpeed: train_batch_size "
+                                                              "= micro batch x accumulation x ranks)"
+                                : std::string()));
   Spec s = spec;
-  s.train.batch_size /= ranks;
+  s.train.batch_size /= ranks * A;
   return s;
 }
 
@@ -225,7 +230,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const RunOptions opt = rank_options(opt_in);
   Comm* const comm = opt.comm && opt.comm->size() > 1 ? opt.comm : nullptr;  // null: one process
   const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
-  const Spec local = comm ? rank_spec(spec, ranks) : Spec();
+  const Spec local = rank_spec(spec, ranks);  // the micro-batch of one rank
+  const int A = spec.train.gradient_accumulation_steps;
   std::ostream& out = opt.out ? *opt.out : std::cout;
   const auto wall0 = std::chrono::steady_clock::now();
   // the memory the run will need, checked before anything is allocated (memory_estimate.hpp); the
@@ -252,8 +258,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
                      "are StarPU's transfers (use \"device\", or runtime.cuda_workers = -1)");
   if (comm && rt.device_is_cuda()) comm->init_nccl(rc.cuda_device);
   StepStatus& status = rt.tracker().status();
-  std::unique_ptr<Workload> wl = make_workload(comm ? local : spec, &status);
-  if (comm && spec.train.batch_size > wl->epoch_size())
+  std::unique_ptr<Workload> wl = make_workload(local, &status);
+  if ((comm || A > 1) && spec.train.batch_size > wl->epoch_size())
     throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) + " exceeds the " +
                                                              std::to_string(wl->epoch_size()) + " training units");
   if (!opt.init_path.empty() && !opt.resume_path.empty())
@@ -316,7 +322,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   }
 
   const int64_t T = total_steps(spec, wl->epoch_size());
-  const int Bl = wl->batch_size(), B = Bl * ranks;  // this rank's rows, the global batch
+  // this rank's rows of one micro-batch, the global batch of one optimizer step
+  const int Bl = wl->batch_size(), B = Bl * ranks * A;
   const int L = spec.runtime.lookahead;
   if (mem.steps != T) {
     mem = estimate_memory(spec, T, ranks);
@@ -326,18 +333,32 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name() << (bf16 ? " (bf16)" : "")
         << (fp16 ? (scaler.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "")
         << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
-        << rt.host_worker_count() << " host | " << T << " steps of " << B << " (" << per_epoch
-        << " per epoch)\n";
+        << rt.host_worker_count() << " host | " << T << " steps of " << B
+        << (A > 1 ? " (" + std::to_string(A) + " micro-batches of " + std::to_string(Bl * ranks) + ")" : "") << " ("
+        << per_epoch << " per epoch)\n";
   if (!opt.quiet && !spec.scheduler.type.empty()) out << "zenflow-run: " << spec.describe_lr() << "\n";
   if (!opt.quiet)
     out << "zenflow-run: memory estimate " << mem.describe() << " of " << fmt("%.1f", (double)available_memory() / (1 << 30))
         << " GiB available\n";
 
-  // stats ring: step t writes slot t % R; its read completes before t+R may write it
+  // stats ring: step t writes slot t % R (micro-batch m: slot (t % R) x A + m); its read completes
+  // before t+R may write it
   const int R = L + 2;
   std::vector<Tensor> stats;
-  for (int i = 0; i < R; ++i) stats.push_back(Tensor::home({3}, "stats." + std::to_string(i), sizeof(double)));
+  for (int i = 0; i < R * A; ++i) stats.push_back(Tensor::home({3}, "stats." + std::to_string(i), sizeof(double)));
   std::vector<StepRecord> rec(T);
+  std::vector<StepRecord> micro_rec(A > 1 ? (size_t)T * (A - 1) : 0);  // micro-batches 1..A-1
+  // gradient accumulation (DeepSpeed's: each micro-batch's gradient scaled by 1/A, summed in
+  // micro-batch order; docs/spec.md): one device buffer per parameter
+  std::vector<Tensor> grad_acc;
+  if (A > 1)
+    for (Param* p : wl->params()) grad_acc.push_back(Tensor::home(p->grad.shape(), p->name + ".grad_acc"));
+  // the step's stats: micro-batch 0's record plus the others' (read after the step completed)
+  auto step_stats = [&](int64_t s, int k) {
+    double x = rec[s].stats[k];
+    for (int m = 1; m < A; ++m) x += micro_rec[(size_t)s * (A - 1) + m - 1].stats[k];
+    return x;
+  };
 
   if (t0 >= T)
     throw InputError(opt.resume_path, "the checkpoint is at step " + std::to_string(t0 - 1) + ", nothing left of " +
@@ -358,7 +379,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       int64_t a = printed, b = printed + every;
       double loss = 0, busy = 0;
       for (int64_t s = a; s < b; ++s) {
-        loss += rec[s].stats[0] / std::max(1.0, rec[s].stats[2]);
+        loss += step_stats(s, 0) / std::max(1.0, step_stats(s, 2));
         busy += rt.tracker().step_agg(s).busy_us;
       }
       double end_b = rt.tracker().step_agg(b - 1).last_end_us;
@@ -371,6 +392,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
         out << "step " << b << "/" << T << " | loss " << fmt("%.4f", loss / every) << " | "
             << fmt("%.2f", wall / every * 1e-3) << " ms/step | stall " << fmt("%.1f", 100 * std::max(0.0, stall))
             << "% | " << (spec.scheduler.type.empty() ? "" : "lr " + fmt("%.3g", spec.lr_at(b - 1)) + " | ")
+            << (strat->grad_clip() ? "gnorm " + fmt("%.4g", strat->grad_clip()->norm_through(b - 1)) + " | " : "")
             << (fp16 ? "scale " + fmt("%.0f", scale_at(b - 1)) + ", skipped " + std::to_string(skipped_through(b - 1)) + " | "
                      : "")
             << fmt("%.1f", elapsed) << " s, eta " << fmt("%.0f", eta) << " s\n"
@@ -385,14 +407,32 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       epoch = e;
       perm = permutation(wl->epoch_size(), spec.train.seed * 1000003ull + (uint64_t)e);
     }
-    const int64_t base = (t % per_epoch) * B + (int64_t)rank * Bl;  // rank r: rows [r Bl, (r+1) Bl)
-    for (int i = 0; i < Bl; ++i) idx[i] = perm[base + i];
-    const Tensor& st = stats[t % R];
-    const double S = scaler.scale();  // fp16: this step's loss scale
+    const double S = scaler.scale();  // fp16: this step's loss scale (every micro-batch's)
     if (fp16) wl->set_loss_scale((float)S);
     scale_of[t] = fp16 ? S : 1.0;
-    wl->submit_step(rt, t, idx, st);
-    rt.read_async(st, rec[t].stats, sizeof rec[t].stats, t);
+    // the micro-batches first: the fp16 overflow check below follows the last one (it reads the
+    // accumulated gradient)
+    for (int mb = 0; mb < A; ++mb) {
+      // micro-batch mb of the step: rows [mb R Bl, (mb + 1) R Bl), rank r: its r-th Bl of them
+      const int64_t base = (t % per_epoch) * B + ((int64_t)mb * ranks + rank) * Bl;
+      for (int i = 0; i < Bl; ++i) idx[i] = perm[base + i];
+      const Tensor& st = stats[(t % R) * A + mb];
+      wl->submit_step(rt, t, idx, st);
+      double* dst = mb == 0 ? rec[t].stats : micro_rec[(size_t)t * (A - 1) + mb - 1].stats;
+      rt.read_async(st, dst, 3 * sizeof(double), t);
+      if (A > 1) {
+        const std::vector<Param*> ps = wl->params();
+        for (size_t i = 0; i < ps.size(); ++i) {
+          const SubmitOptions o = rt.device(t);
+          const std::string& n = ps[i]->name;
+          if (mb == 0) insert_zero(o.named("micro.zero." + n), grad_acc[i]);
+          insert_accumulate(o.named("micro.accumulate." + n), grad_acc[i], whole(grad_acc[i]), ps[i]->grad,
+                            whole(ps[i]->grad), 1.0f / (float)A);
+          if (mb == A - 1)
+            insert_copy(o.named("micro.result." + n), grad_acc[i], whole(grad_acc[i]), ps[i]->grad, whole(ps[i]->grad));
+        }
+      }
+    }
     UpdateStep u{t, fp16 ? applied : t, 1.0f};
     if (comm) {  // the mean of the ranks' local-batch mean gradients: the global batch's
       strat->before_gradient_allreduce(u, *comm);
@@ -449,6 +489,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   progress(T);
   const double train_wall_s = (rt.now_us() - t_start) * 1e-6;
   static_assert(sizeof(StepRecord) == 3 * sizeof(double));
+  for (int64_t s = t0; s < T && A > 1; ++s)  // the step's whole batch in rec
+    for (int k = 0; k < 3; ++k) rec[s].stats[k] = step_stats(s, k);
   if (comm && comm->allreduce_sum(rec[0].stats, 3 * rec.size()) != 0)  // global-batch losses
     throw Error("MPI_Allreduce of the step losses failed");
 
@@ -468,6 +510,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   double train_loss = 0;
   const int64_t tail = std::min<int64_t>(T - t0, 50);
   for (int64_t s = T - tail; s < T; ++s) train_loss += rec[s].stats[0] / std::max(1.0, rec[s].stats[2]);
+  // (micro-batch records were folded into rec above)
   train_loss /= (double)tail;
 
   EvalResult ev;
@@ -492,6 +535,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   m["warmup_steps_excluded"] = W;
   m["measured_steps"] = M;
   m["batch_size"] = B;
+  if (A > 1) m["gradient_accumulation"] = {{"steps", A}, {"micro_batch_size", Bl * ranks}};
   m["model"] = wl->describe();
   m["workers"] = {{"device", rt.device_worker_count()}, {"host", rt.host_worker_count()}};
   m["step_time_s"] = {{"mean", M ? wall / (double)M : 0.0}, {"median", percentile(step_s, 0.5)}, {"p90", percentile(step_s, 0.9)}};
@@ -510,6 +554,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   m["throughput"] = {{"samples_per_s", wall > 0 ? (double)(M * B) / wall : 0.0}};
   m["train_wall_s"] = train_wall_s;
   strat->add_metrics(m, T);
+  if (const GradClip* c = strat->grad_clip()) m["gradient_clipping"] = c->metrics();
   if (comm) m["data_parallel"] = data_parallel_metrics(*comm, *wl, *strat, T - t0);
 
   if (!opt.trace_path.empty() || !opt.trace_csv_path.empty()) {
@@ -570,6 +615,13 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       row("host updates / staleness", std::to_string(m["host_updates"].get<int64_t>()) + " / max " +
                                           fmt("%.0f", m["staleness"]["max"].get<double>()) + ", mean " +
                                           fmt("%.1f", m["staleness"]["mean"].get<double>()) + " steps");
+    if (m.contains("gradient_clipping")) {
+      const json& c = m["gradient_clipping"];
+      row("gradient clipping", fmt("%g", c["max_norm"].get<double>()) + ": " + std::to_string(c["clipped_steps"].get<int64_t>()) +
+                                   " of " + std::to_string(c["clip_points"].get<int64_t>()) + " clipped, norm mean " +
+                                   fmt("%.4g", c["norm"]["mean"].get<double>()) + ", last " +
+                                   fmt("%.4g", c["norm"]["last"].get<double>()));
+    }
     if (fp16)
       row("fp16 loss scale / skipped", fmt("%.0f", scaler.scale()) + " / " + std::to_string(skipped.size()) + " steps");
     row("train loss (last steps)", fmt("%.4f", train_loss));

@@ -91,6 +91,7 @@ class ZenFlowStrategy final : public Strategy {
       to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
       mat_.push_back(std::move(mx));
     }
+    make_clip(false);
   }
 
   const char* name() const override { return "zenflow"; }
@@ -206,11 +207,23 @@ class ZenFlowStrategy final : public Strategy {
     // 3. host update at the interval's boundary, merge of the job D intervals back
     if (is_update(o)) {
       update_steps_.push_back(o);
-      const float scale = 1.0f / (float)n_;
+      float scale = 1.0f / (float)n_;
       const bool sync = o < W_ || D_ == 0;
       // priority and zf-deadline's deadline, a step: merge_due counts applied updates (o); skipped
       // fp16 steps, not known in advance, only make the deadline earlier than the real merge
       const int64_t due = sync ? t + 1 : t + (merge_due(o) - o);
+      if (clip_) {
+        // DeepSpeed's ZenFlow clips here: the host step's gradient (the interval's, on the host
+        // side, at its boundary) by its global norm; the selective and 1-D device steps are not
+        // clipped (docs/zenflow.md). Norm of the mean acc/n; the factor folds the 1/n in. Loss
+        // scale 1: under fp16 the device gradients were unscaled before they were accumulated
+        // (each step of the interval may have run with another scale).
+        std::vector<ClipPart> parts;
+        for (auto& wp : mat_)
+          for (const Tensor& tile : wp->acc[slot].tiles) parts.push_back({&tile, whole(tile)});
+        clip_->submit(t, rt_.host(t).due_at(due), parts, (double)n_ * (double)n_, scale);
+        scale = 1.0f;
+      }
       for (auto& wp : mat_) {
         Matrix& w = *wp;
         for (size_t i = 0; i < w.master.tiles.size(); ++i) {
@@ -543,6 +556,7 @@ class ZeroOffloadDpu final : public Strategy {
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
       st_.push_back(std::move(s));
     }
+    make_clip(false);
   }
   const char* name() const override { return "zero-offload-dpu"; }
   void save_state(StateWriter& w) const override {
@@ -573,27 +587,52 @@ class ZeroOffloadDpu final : public Strategy {
   }
   // Counts applied updates (UpdateStep::o): the ring parity and the first delayed copy follow o, so
   // a step skipped for an fp16 overflow leaves the pipeline as it was.
+  // With clipping: every gradient down, the clip over their host copies (its factor unscales the
+  // fp16 loss scale and clips at once), then the updates with grad_scale 1.
   void submit_update(const UpdateStep& u) override {
     const int64_t t = u.t;
     const int b = (int)(u.o & 1);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = *params_[i];
-      State& s = st_[i];
-      to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
-      for (size_t k = 0; k < s.master.tiles.size(); ++k) {
-        const std::string nm = p.name + "[" + std::to_string(k) + "]";
-        const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
-        if (bf16_)
-          insert_copy(rt_.host(t).due_at(t + 2).named("unpack.grad." + nm), s.hgrad[b].tiles[k], whole(s.hgrad[b].tiles[k]), g,
-                      whole(g));
-        insert_adam_step(rt_.host(t).due_at(t + 2).named("adam.host." + nm), hp(u.o), u.o + 1, u.grad_scale, s.master.tiles[k],
-                         whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
-        insert_copy(rt_.host(t).due_at(t + 2).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
-                    s.res[b].tiles[k], whole(s.res[b].tiles[k]));
+    if (clip_) {
+      for (size_t i = 0; i < params_.size(); ++i) gradient_down(t, b, i);
+      std::vector<ClipPart> parts;
+      for (const State& s : st_)
+        for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+          const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
+          parts.push_back({&g, whole(g)});
+        }
+      clip_->submit(t, rt_.host(t).due_at(t + 2), parts, 1.0, 1.0f, 1.0f / u.grad_scale);
+      for (size_t i = 0; i < params_.size(); ++i) update(u, i, 1.0f);
+    } else {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        gradient_down(t, b, i);
+        update(u, i, u.grad_scale);
       }
-      if (u.o >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
     }
     last_ = u.o;
+  }
+  void gradient_down(int64_t t, int b, size_t i) {
+    Param& p = *params_[i];
+    State& s = st_[i];
+    to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, s.hgrad[b]);
+    if (bf16_)
+      for (size_t k = 0; k < s.master.tiles.size(); ++k)
+        insert_copy(rt_.host(t).due_at(t + 2).named("unpack.grad." + p.name + "[" + std::to_string(k) + "]"), s.hgrad[b].tiles[k],
+                    whole(s.hgrad[b].tiles[k]), s.hgrad32.tiles[k], whole(s.hgrad32.tiles[k]));
+  }
+  void update(const UpdateStep& u, size_t i, float grad_scale) {
+    const int64_t t = u.t;
+    const int b = (int)(u.o & 1);
+    Param& p = *params_[i];
+    State& s = st_[i];
+    for (size_t k = 0; k < s.master.tiles.size(); ++k) {
+      const std::string nm = p.name + "[" + std::to_string(k) + "]";
+      const Tensor& g = bf16_ ? s.hgrad32.tiles[k] : s.hgrad[b].tiles[k];
+      insert_adam_step(rt_.host(t).due_at(t + 2).named("adam.host." + nm), hp(u.o), u.o + 1, grad_scale, s.master.tiles[k],
+                       whole(s.master.tiles[k]), g, whole(g), s.m.tiles[k], s.v.tiles[k]);
+      insert_copy(rt_.host(t).due_at(t + 2).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
+                  s.res[b].tiles[k], whole(s.res[b].tiles[k]));
+    }
+    if (u.o >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
   }
   void flush(const UpdateStep& last) override {
     if (last_ < 0) return;

@@ -84,8 +84,8 @@ expect 2 "--set into a non-object" "--set name.first=1" "'name' is not an object
 expect 2 "--set without =" "--set train.batch_size" "FIELD.PATH=VALUE" -- "$SPEC" --set train.batch_size
 printf '{"name": "x",\n "train": {"batch_size": 8,}}\n' >"$TMP/broken.json"
 expect 2 "spec not valid JSON" "broken.json" "not valid JSON" -- "$TMP/broken.json"
-expect 2 "unsupported scheduler type" "mlp-fashion.json: scheduler.type" "WarmupCosineLR" "not supported" \
-  -- "$SPEC" --set scheduler.type=WarmupCosineLR
+expect 2 "unsupported scheduler type" "mlp-fashion.json: scheduler.type" "OneCycle" "not supported" \
+  -- "$SPEC" --set scheduler.type=OneCycle
 expect 2 "WarmupDecayLR without total_num_steps" "scheduler.params.total_num_steps" "required" \
   -- "$SPEC" --set scheduler.type=WarmupDecayLR --set scheduler.params.warmup_num_steps=5
 expect 2 "unknown --sched policy" "runtime.sched" "no-such-policy" -- "$SPEC" --sched no-such-policy
@@ -126,9 +126,9 @@ if [ -d "$DATA" ]; then
   expect 2 "data dir that does not exist" "$TMP/no-such-dir" "data.dir" \
     -- "$SPEC" --set data.dir="$TMP/no-such-dir" --steps 2 "${SMALL[@]}"
 
-  expect 0 "a schedule is printed in the header and the progress lines" "lr WarmupDecayLR: 0 to 0.001 over 2 steps (linear)" \
+  expect 0 "a schedule is printed in the header and the progress lines (step 3 at iteration 1: 0.0005)" "lr WarmupDecayLR: 0 to 0.001 over 2 steps (linear)" \
     "| lr 0.0005 |" -- "$SPEC" --set scheduler.type=WarmupDecayLR --set scheduler.params.warmup_num_steps=2 \
-    --set scheduler.params.warmup_type=linear --set scheduler.params.total_num_steps=4 --set log.every=2 --steps 4 \
+    --set scheduler.params.warmup_type=linear --set scheduler.params.total_num_steps=4 --set log.every=1 --steps 4 \
     --set data.train_limit=512 --set data.eval_limit=500
 
   # ---- weights files

@@ -12,6 +12,8 @@
 #   zenflow_topk1        2 ranks, topk 1, update_interval 1, no overlap == 2-rank device-adam (ATOL)
 #   resume               2 ranks resume from a 2-rank checkpoint: bitwise the uninterrupted run
 #   batch_not_divisible  global batch 63 on 2 ranks: exit code 2 naming train.batch_size
+#   clip_accumulate      gradient_clipping 0.5 and 2 accumulation steps, 2 ranks vs one process at the
+#                        same global batch: weights within ATOL (the norm is the global one), steps clipped
 # Usage: dp_test.sh ZENFLOW_RUN SOURCE_DIR MPIRUN CASE. Prints "FAIL: ..." and exits 1 on failure.
 set -u
 
@@ -117,6 +119,22 @@ case "$CASE" in
       fail "2-rank resumed run exited $?"
     $CHECK metrics "$TMP/m.json" "$TMP/resumed.safetensors" 2 || exit 1
     $CHECK close "$TMP/resumed.safetensors" "$TMP/full.safetensors" 0 || exit 1
+    ;;
+  clip_accumulate)
+    CA=(--set gradient_clipping=0.5 --set train.gradient_accumulation_steps=2)
+    timeout 300 "$BIN" "$SPEC" "${SMALL[@]}" "${CA[@]}" --save "$TMP/w1.safetensors" --metrics "$TMP/m1.json" \
+      >"$TMP/out" 2>&1 || fail "single-process run exited $?"
+    run2 "${SMALL[@]}" "${CA[@]}" --save "$TMP/w2.safetensors" --metrics "$TMP/m2.json" || fail "2-rank run exited $?"
+    $CHECK metrics "$TMP/m2.json" "$TMP/w2.safetensors" 2 || exit 1
+    $CHECK close "$TMP/w2.safetensors" "$TMP/w1.safetensors" "$ATOL" || exit 1
+    /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f))['gradient_clipping'] for f in sys.argv[1:])
+assert a['clipped_steps'] > 0, 'nothing clipped'
+assert a['clipped_steps'] == b['clipped_steps'], (a['clipped_steps'], b['clipped_steps'])
+d = max(abs(x - y) / x for x, y in zip(a['norms'], b['norms']))
+assert d < 1e-5, 'norms differ by %g (relative)' % d
+print('clipped %d of %d steps on both; norms within %.1e' % (a['clipped_steps'], a['clip_points'], d))" \
+      "$TMP/m1.json" "$TMP/m2.json" || fail "clipping metrics differ"
     ;;
   batch_not_divisible)
     run2 "${SMALL[@]}" --set train.batch_size=63

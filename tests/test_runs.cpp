@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -114,15 +115,27 @@ TEST(DeepSpeedConfig, Fp16EnabledSelectsFp16WithDeepSpeedsLossScalingKeys) {
 TEST(DeepSpeedConfig, SchedulerBlockKeepsDeepSpeedsDefaults) {
   TmpDir d;
   const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
-  // DeepSpeed's WarmupLR sets the rate itself: warmup_max_lr defaults to 0.001, not the optimizer's lr
+  // DeepSpeed's WarmupLR: warmup_max_lr None = the optimizer's rate (lr_schedules.py)
   const json ds = json::parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
       "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})");
   const Spec s = load_spec(spec, {}, d.file("ds.json", ds.dump()));
   EXPECT_EQ(s.scheduler.type, "WarmupLR");
-  EXPECT_DOUBLE_EQ(s.scheduler.warmup_max_lr, 0.001);
+  EXPECT_DOUBLE_EQ(s.peak_lr(), 0.02);
   EXPECT_EQ(s.scheduler.warmup_type, "log");
-  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);  // log(1) = 0
-  EXPECT_DOUBLE_EQ(s.lr_at(10), 0.001);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);  // i = -1: min_lr
+  EXPECT_DOUBLE_EQ(s.lr_at(1), 0.0);  // log(1) = 0
+  EXPECT_DOUBLE_EQ(s.lr_at(11), 0.02);
+  // WarmupDecayLR's warmup_max_lr defaults to 0.001, whatever the optimizer's rate
+  const json dd = json::parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10, "total_num_steps": 50}}})");
+  EXPECT_DOUBLE_EQ(load_spec(spec, {}, d.file("dd.json", dd.dump())).peak_lr(), 0.001);
+  // WarmupCosineLR scales the optimizer's rate
+  const json dc = json::parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
+      "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 50, "warmup_num_steps": 10}}})");
+  const Spec c = load_spec(spec, {}, d.file("dc.json", dc.dump()));
+  EXPECT_EQ(c.scheduler.type, "WarmupCosineLR");
+  EXPECT_DOUBLE_EQ(c.lr_at(0), 0.0);
+  EXPECT_NEAR(c.lr_at(11), 0.02 * (0.0001 + 0.9999 * (1 + std::cos(M_PI / 40)) / 2), 1e-15);
   // it replaces a scheduler block of the spec as a whole (no merge of the two params objects)
   const json spec_with = json::parse(R"({"name": "x", "scheduler": {"type": "WarmupDecayLR",
       "params": {"total_num_steps": 100, "warmup_num_steps": 5}}})");
@@ -132,13 +145,58 @@ TEST(DeepSpeedConfig, SchedulerBlockKeepsDeepSpeedsDefaults) {
 }
 
 TEST(DeepSpeedConfig, BatchSizesCountTheDataParallelRanks) {
-  // DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu x ranks (no accumulation)
+  // DeepSpeed: train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
+  // ranks, any two giving the third (runtime/config.py)
   const json both = json::parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 16})");
-  EXPECT_EQ(deepspeed_patch(both, "ds.json", nullptr, 2)["train"]["batch_size"], 32);
-  const std::string msg = input_error([&] { deepspeed_patch(both, "ds.json", nullptr, 1); });
-  EXPECT_NE(msg.find("ds.json: train_micro_batch_size_per_gpu"), std::string::npos) << msg;
+  json p = deepspeed_patch(both, "ds.json", nullptr, 2);
+  EXPECT_EQ(p["train"]["batch_size"], 32);
+  EXPECT_FALSE(p["train"].contains("gradient_accumulation_steps"));
+  p = deepspeed_patch(both, "ds.json", nullptr, 1);  // 2 micro-batches of 16
+  EXPECT_EQ(p["train"]["batch_size"], 32);
+  EXPECT_EQ(p["train"]["gradient_accumulation_steps"], 2);
+  const std::string msg = input_error([&] { deepspeed_patch(both, "ds.json", nullptr, 3); });
+  EXPECT_NE(msg.find("ds.json: train_batch_size"), std::string::npos) << msg;
   const json micro = json::parse(R"({"train_micro_batch_size_per_gpu": 16})");
   EXPECT_EQ(deepspeed_patch(micro, "ds.json", nullptr, 4)["train"]["batch_size"], 64);
+  const json mg = json::parse(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})");
+  p = deepspeed_patch(mg, "ds.json", nullptr, 2);
+  EXPECT_EQ(p["train"]["batch_size"], 32);
+  EXPECT_EQ(p["train"]["gradient_accumulation_steps"], 4);
+  const json tg = json::parse(R"({"train_batch_size": 64, "gradient_accumulation_steps": 4})");
+  EXPECT_EQ(deepspeed_patch(tg, "ds.json", nullptr, 2)["train"]["gradient_accumulation_steps"], 4);
+  const json all3 = json::parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})");
+  EXPECT_NE(input_error([&] { deepspeed_patch(all3, "ds.json", nullptr, 1); }).find("ds.json: train_batch_size"), std::string::npos);
+  EXPECT_EQ(deepspeed_patch(all3, "ds.json", nullptr, 2)["train"]["batch_size"], 32);
+  const json gas_only = json::parse(R"({"gradient_accumulation_steps": 4})");
+  EXPECT_NE(input_error([&] { deepspeed_patch(gas_only, "ds.json", nullptr, 1); }).find("gradient_accumulation_steps"),
+            std::string::npos);
+  // ZenFlow: DeepSpeed's engine replaces the accumulation steps by update_interval, so a step is
+  // one micro-batch per rank (runtime/zenflow/engine.py), said in a note
+  const json zf = json::parse(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 4}}})");
+  std::vector<std::string> notes;
+  p = deepspeed_patch(zf, "ds.json", &notes, 1);
+  EXPECT_EQ(p["train"]["batch_size"], 4);
+  EXPECT_FALSE(p["train"].contains("gradient_accumulation_steps"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("update_interval"), std::string::npos);
+}
+
+// DeepSpeedExamples' ZenFlow fine-tuning config (training/DeepSpeed-ZenFlow/finetuning/zf_config.json,
+// its keys in graphs/specs/ds-zenflow-finetune.json) on the GPT spec: accepted unchanged
+TEST(DeepSpeedConfig, DeepSpeedExamplesZenFlowConfigLoadsOnTheGptSpec) {
+  const std::string src = ZF_SOURCE_DIR;
+  const Spec s = load_spec(src + "/graphs/specs/gpt-kjv.json", {}, src + "/graphs/specs/ds-zenflow-finetune.json");
+  EXPECT_EQ(s.strategy, "zenflow");
+  EXPECT_EQ(s.precision, "bf16");
+  EXPECT_DOUBLE_EQ(s.gradient_clipping, 1.0);
+  EXPECT_EQ(s.train.batch_size, 32);
+  EXPECT_EQ(s.train.gradient_accumulation_steps, 1);
+  EXPECT_DOUBLE_EQ(s.optimizer.lr, 2e-5);
+  EXPECT_EQ(s.zenflow.update_interval, 4);
+  EXPECT_TRUE(s.zenflow.overlap_step);
+  EXPECT_EQ(s.zenflow.full_warm_up_rounds, 0);
+  EXPECT_DOUBLE_EQ(s.zenflow.topk_ratio, 0.1);
 }
 
 TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
@@ -163,8 +221,9 @@ TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
       {"/zero_optimization/zenflow/full_warm_up_rounds", 1.5, "zero_optimization.zenflow.full_warm_up_rounds"},
       {"/zero_optimization/zenflow/auto_ratio", -0.1, "zero_optimization.zenflow.auto_ratio"},
       {"/zero_optimization/zenflow/typo_key", 1, "zero_optimization.zenflow.typo_key"},
-      {"/gradient_clipping", 1.0, "gradient_clipping"},
-      {"/gradient_accumulation_steps", 2, "gradient_accumulation_steps"},
+      {"/gradient_clipping", -1.0, "gradient_clipping"},
+      {"/gradient_accumulation_steps", 3, "train_batch_size"},  // 16 is not 3 micro-batches
+      {"/gradient_accumulation_steps", 0, "gradient_accumulation_steps"},
       {"/fp16", json{{"enabled", true}, {"loss_scale", -1}}, "fp16.loss_scale"},
       {"/fp16", json{{"enabled", true}, {"loss_scale", true}}, "fp16.loss_scale"},
       {"/fp16", json{{"enabled", true}, {"loss_scale_window", 0}}, "fp16.loss_scale_window"},
@@ -265,6 +324,19 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          zenflow_overlap(s);
          s.precision = "bf16";
        }},
+      // gradient_clipping (norms here are 0.3 to 1.3: some steps clip) and accumulation
+      {"device-adam-clip-accumulate", [](Spec& s) {
+         s.gradient_clipping = 0.6;
+         s.train.gradient_accumulation_steps = 4;
+       }},
+      {"zero-offload-dpu-clip", [](Spec& s) {
+         s.strategy = "zero-offload-dpu";
+         s.gradient_clipping = 0.6;
+       }},
+      {"zenflow-overlap-clip", [&](Spec& s) {
+         zenflow_overlap(s);
+         s.gradient_clipping = 0.45;
+       }},
       // fp16 with a first scale that overflows (skipped steps before and after the checkpoints)
       // and growth every 5 good steps: the scaler's state and the applied-step count resume
       {"zenflow-overlap-fp16", [&](Spec& s) {
@@ -297,7 +369,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 11));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 14));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;

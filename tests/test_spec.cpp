@@ -341,9 +341,13 @@ TEST(SpecFile, MissingFile) {
   expect_input_error([&] { zf::load_spec(p, {}); }, {p, "does-not-exist.json", "cannot open"});
 }
 
-// DeepSpeed's WarmupLR and WarmupDecayLR (deepspeed/runtime/lr_schedules.py), values worked out by
-// hand: gamma = log(t + 1) / log(W) (log) or t / W (linear) for t < W; then 1 (WarmupLR) or
-// max(0, (total - t) / (total - W)) (WarmupDecayLR); lr = min + (max - min) gamma.
+// DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR (deepspeed/runtime/lr_schedules.py) on
+// DeepSpeed's timing (runtime/engine.py steps the scheduler after the optimizer): step t runs at
+// last_batch_iteration i = t - 1, and step 0 at the constructor's value (i = -1: min_lr, or 0 for
+// WarmupCosineLR). Values worked out by hand: gamma = log(i + 1) / log(W) (log) or i / W (linear)
+// for i < W; then 1 (WarmupLR) or max(0, (total - i) / (total - W)) (WarmupDecayLR);
+// lr = min + (max - min) gamma. WarmupCosineLR: ratio = wmin + gamma (1 - wmin) in the warm-up, then
+// cmin + (1 - cmin) (1 + cos(pi min(1, (i - W + 1) / (total - W)))) / 2; lr = optimizer.lr x ratio.
 TEST(SpecScheduler, LearningRatesAsDeepSpeedComputesThem) {
   zf::Spec none = zf::parse_spec(json{{"optimizer", {{"lr", 0.02}}}}, kSrc);
   EXPECT_DOUBLE_EQ(none.lr_at(0), 0.02);
@@ -351,38 +355,71 @@ TEST(SpecScheduler, LearningRatesAsDeepSpeedComputesThem) {
 
   zf::Spec w = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.02}, "scheduler": {"type": "WarmupLR",
       "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.011, "warmup_num_steps": 100}}})"), kSrc);
-  EXPECT_DOUBLE_EQ(w.lr_at(0), 0.001);                                  // log(1) = 0
-  EXPECT_NEAR(w.lr_at(9), 0.001 + 0.010 * 0.5, 1e-15);                  // log(10) / log(100) = 1/2
-  EXPECT_NEAR(w.lr_at(99), 0.011, 1e-15);                               // log(100) / log(100)
-  EXPECT_DOUBLE_EQ(w.lr_at(100), 0.011);
+  EXPECT_DOUBLE_EQ(w.lr_at(0), 0.001);                                  // i = -1: min_lr
+  EXPECT_DOUBLE_EQ(w.lr_at(1), 0.001);                                  // i = 0: log(1) = 0
+  EXPECT_NEAR(w.lr_at(10), 0.001 + 0.010 * 0.5, 1e-15);                 // i = 9: log(10) / log(100) = 1/2
+  EXPECT_NEAR(w.lr_at(100), 0.011, 1e-15);                              // i = 99: log(100) / log(100)
+  EXPECT_DOUBLE_EQ(w.lr_at(101), 0.011);
   EXPECT_DOUBLE_EQ(w.lr_at(100000), 0.011);                             // no decay
+  EXPECT_DOUBLE_EQ(w.schedule_at(9), w.lr_at(10));
 
   zf::Spec d = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.004}, "scheduler": {"type": "WarmupDecayLR",
       "params": {"warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": 110}}})"), kSrc);
   EXPECT_DOUBLE_EQ(d.lr_at(0), 0.0);
-  EXPECT_NEAR(d.lr_at(5), 0.002, 1e-15);         // warmup_max_lr defaults to optimizer.lr in a spec
-  EXPECT_NEAR(d.lr_at(10), 0.004, 1e-15);        // (110 - 10) / 100
-  EXPECT_NEAR(d.lr_at(35), 0.003, 1e-15);        // (110 - 35) / 100
-  EXPECT_NEAR(d.lr_at(109), 0.00004, 1e-15);
-  EXPECT_DOUBLE_EQ(d.lr_at(110), 0.0);
+  EXPECT_DOUBLE_EQ(d.lr_at(1), 0.0);
+  EXPECT_NEAR(d.lr_at(2), 0.0004, 1e-15);        // i = 1: 1/10
+  EXPECT_NEAR(d.lr_at(6), 0.002, 1e-15);         // warmup_max_lr defaults to optimizer.lr in a spec
+  EXPECT_NEAR(d.lr_at(11), 0.004, 1e-15);        // i = 10: (110 - 10) / 100
+  EXPECT_NEAR(d.lr_at(36), 0.003, 1e-15);        // i = 35: (110 - 35) / 100
+  EXPECT_NEAR(d.lr_at(110), 0.00004, 1e-15);     // i = 109
+  EXPECT_DOUBLE_EQ(d.lr_at(111), 0.0);
   EXPECT_DOUBLE_EQ(d.lr_at(500), 0.0);           // never negative
 
-  // warmup_num_steps 0 or 1 count as 2 (DeepSpeed: max(2, warmup_num_steps))
+  // warmup_num_steps 1 counts as 2 (DeepSpeed: max(2, warmup_num_steps))
   zf::Spec one = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.01}, "scheduler": {"type": "WarmupLR",
       "params": {"warmup_num_steps": 1, "warmup_type": "linear"}}})"), kSrc);
   EXPECT_DOUBLE_EQ(one.lr_at(0), 0.0);
-  EXPECT_NEAR(one.lr_at(1), 0.005, 1e-15);
-  EXPECT_DOUBLE_EQ(one.lr_at(2), 0.01);
+  EXPECT_DOUBLE_EQ(one.lr_at(1), 0.0);
+  EXPECT_NEAR(one.lr_at(2), 0.005, 1e-15);
+  EXPECT_DOUBLE_EQ(one.lr_at(3), 0.01);
   EXPECT_NE(one.describe_lr().find("WarmupLR"), std::string::npos);
+
+  zf::Spec c = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.01}, "scheduler": {"type": "WarmupCosineLR",
+      "params": {"warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": 110,
+                 "warmup_min_ratio": 0.1, "cos_min_ratio": 0.01}}})"), kSrc);
+  EXPECT_DOUBLE_EQ(c.lr_at(0), 0.0);                     // i = -1: get_lr returns 0.0
+  EXPECT_NEAR(c.lr_at(1), 0.001, 1e-15);                 // i = 0: ratio 0.1
+  EXPECT_NEAR(c.lr_at(6), 0.01 * (0.1 + 0.5 * 0.9), 1e-15);  // i = 5
+  EXPECT_NEAR(c.lr_at(11), 0.01 * (0.01 + 0.99 * (1 + std::cos(M_PI * 0.01)) / 2), 1e-15);  // i = 10: 1/100
+  EXPECT_NEAR(c.lr_at(60), 0.01 * 0.505, 1e-15);         // i = 59: progress 1/2, cos = 0
+  EXPECT_NEAR(c.lr_at(110), 0.0001, 1e-15);              // i = 109: progress 1, the floor
+  EXPECT_NEAR(c.lr_at(1000), 0.0001, 1e-15);             // clamped at the floor
+  zf::Spec cd = zf::parse_spec(json::parse(R"({"optimizer": {"lr": 0.01}, "scheduler": {"type": "WarmupCosineLR",
+      "params": {"total_num_steps": 3000}}})"), kSrc);
+  EXPECT_EQ(cd.scheduler.warmup_num_steps, 1000);        // DeepSpeed's defaults
+  EXPECT_EQ(cd.scheduler.warmup_type, "log");
+  EXPECT_DOUBLE_EQ(cd.scheduler.warmup_min_ratio, 0.0);
+  EXPECT_DOUBLE_EQ(cd.scheduler.cos_min_ratio, 0.0001);
+  EXPECT_DOUBLE_EQ(cd.lr_at(1), 0.0);                    // i = 0: log(1) = 0
+  EXPECT_NEAR(cd.lr_at(10), 0.01 * std::log(10.0) / std::log(1000.0), 1e-15);
+
   // the spec round-trips with its schedule
   EXPECT_EQ(zf::parse_spec(d.to_json(), kSrc).to_json(), d.to_json());
   EXPECT_EQ(zf::parse_spec(w.to_json(), kSrc).to_json(), w.to_json());
+  EXPECT_EQ(zf::parse_spec(c.to_json(), kSrc).to_json(), c.to_json());
   EXPECT_FALSE(none.to_json().contains("scheduler"));
 }
 
 TEST(SpecScheduler, BadBlocksNameTheField) {
   expect_spec_error(json{{"scheduler", {{"params", json::object()}}}}, "scheduler.type", "required");
-  expect_spec_error(json{{"scheduler", {{"type", "WarmupCosineLR"}}}}, "scheduler.type", "not supported");
+  expect_spec_error(json{{"scheduler", {{"type", "OneCycle"}}}}, "scheduler.type", "not supported");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupCosineLR"}}}}, "scheduler.params", "total_num_steps");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 5}, {"warmup_min_lr", 0.1}}}}}},
+                    "scheduler.params.warmup_min_lr", "unknown key");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"cos_min_ratio", 0.1}}}}}},
+                    "scheduler.params.cos_min_ratio", "unknown key");
+  expect_spec_error(json{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 0}}}}}},
+                    "scheduler.params.warmup_num_steps", "outside");
   expect_spec_error(json{{"scheduler", {{"type", "WarmupDecayLR"}}}}, "scheduler.params", "total_num_steps");
   expect_spec_error(json{{"scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 5}}}}}},
                     "scheduler.params.total_num_steps", "required");
@@ -395,6 +432,27 @@ TEST(SpecScheduler, BadBlocksNameTheField) {
   expect_spec_error(json{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 2.5}}}}}},
                     "scheduler.params.warmup_num_steps", "expected an integer");
   expect_spec_error(json{{"scheduler", "WarmupLR"}}, "scheduler", "expected an object");
+}
+
+// gradient_clipping and gradient accumulation (DeepSpeed's keys; docs/spec.md)
+TEST(Spec, ClippingAndAccumulationFields) {
+  zf::Spec s = zf::parse_spec(json::parse(R"({"gradient_clipping": 1.0,
+      "train": {"batch_size": 16, "gradient_accumulation_steps": 4}})"), kSrc);
+  EXPECT_DOUBLE_EQ(s.gradient_clipping, 1.0);
+  EXPECT_EQ(s.train.gradient_accumulation_steps, 4);
+  EXPECT_EQ(zf::parse_spec(s.to_json(), kSrc).to_json(), s.to_json());
+  zf::Spec d = zf::parse_spec(json::object(), kSrc);  // defaults: off, 1, and absent from to_json
+  EXPECT_EQ(d.gradient_clipping, 0.0);
+  EXPECT_EQ(d.train.gradient_accumulation_steps, 1);
+  EXPECT_FALSE(d.to_json().contains("gradient_clipping"));
+  EXPECT_FALSE(d.to_json()["train"].contains("gradient_accumulation_steps"));
+  expect_spec_error(json{{"gradient_clipping", -1}}, "gradient_clipping", "outside");
+  expect_spec_error(json{{"gradient_clipping", "1"}}, "gradient_clipping", "expected a number");
+  expect_spec_error(json{{"train", {{"batch_size", 10}, {"gradient_accumulation_steps", 4}}}},
+                    "train.gradient_accumulation_steps", "does not divide");
+  expect_spec_error(json{{"train", {{"gradient_accumulation_steps", 0}}}}, "train.gradient_accumulation_steps", "outside");
+  expect_spec_error(json{{"strategy", "zenflow"}, {"train", {{"batch_size", 16}, {"gradient_accumulation_steps", 2}}}},
+                    "train.gradient_accumulation_steps", "update_interval");
 }
 
 TEST(Spec, StepsArithmetic) {

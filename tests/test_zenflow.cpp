@@ -502,6 +502,15 @@ TEST(ZenFlowEngineSchedule, DecayingLearningRateMatchesReferenceBitwise) {
     EXPECT_EQ(first_difference(eng, ref::run_reference(s).weights), "");
     EXPECT_NE(first_difference(eng, train_and_capture(tiny_spec(28, strategy))), "") << "the schedule changed nothing";
   }
+  {  // WarmupCosineLR: step 0 runs at rate 0 (the scheduler's value before its first step)
+    Spec s = tiny_spec(28, "device-adam");
+    s.scheduler.type = "WarmupCosineLR";
+    s.scheduler.warmup_num_steps = 5;
+    s.scheduler.warmup_min_ratio = 0.2;
+    s.scheduler.total_num_steps = 24;
+    s.scheduler.cos_min_ratio = 0.05;
+    EXPECT_EQ(first_difference(train_and_capture(s), ref::run_reference(s).weights), "");
+  }
   for (int D : {0, 1}) {
     SCOPED_TRACE("zenflow D=" + std::to_string(D));
     auto make = [&](int64_t n) { return with_schedule(zen_spec(n, D, 4, 2)); };

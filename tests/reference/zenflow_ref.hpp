@@ -35,6 +35,7 @@ struct ZenFlowConfig {
   bool l2 = false;              // importance: squared L2 instead of L1
   bool reset_host_moments = false;  // host m, v zeroed at t == W > 0; bias correction from there
   double auto_ratio = 0.99;
+  double clip = 0.0;            // gradient_clipping (0: off)
   AdamParams hp;
   std::function<float(int64_t)> lr;  // the learning rate of step t; empty: hp.lr
   AdamParams hp_at(int64_t t) const {
@@ -44,23 +45,41 @@ struct ZenFlowConfig {
   }
 };
 
-// The learning rate of step t under the spec's DeepSpeed scheduler block, written out from
-// DeepSpeed's WarmupLR / WarmupDecayLR (docs/spec.md) separately from Spec::lr_at.
+// The learning rate of optimizer step t under the spec's DeepSpeed scheduler block, written out
+// from DeepSpeed's engine and lr_schedules.py (docs/spec.md) separately from Spec::lr_at: the
+// scheduler is stepped after the optimizer, so step t runs at last_batch_iteration i = t - 1, and
+// at i = -1 (step 0) the rate is what the constructor set: min_lr (WarmupLR, WarmupDecayLR) or 0
+// (WarmupCosineLR).
 inline float ref_lr(const Spec& s, int64_t t) {
   const auto& c = s.scheduler;
   if (c.type.empty()) return (float)s.optimizer.lr;
-  const double max_lr = c.warmup_max_lr < 0 ? s.optimizer.lr : c.warmup_max_lr;
+  const int64_t i = t - 1;
   const double W = c.warmup_num_steps < 2 ? 2.0 : (double)c.warmup_num_steps;
+  auto warm = [&] { return c.warmup_type == "linear" ? (double)i / W : (1.0 / std::log(W)) * std::log((double)(i + 1)); };
+  if (c.type == "WarmupCosineLR") {
+    if (i < 0) return 0.0f;
+    double ratio;
+    if ((double)i < W) {
+      ratio = c.warmup_min_ratio + warm() * (1.0 - c.warmup_min_ratio);
+    } else {
+      double total = (double)c.total_num_steps - W;
+      if (total < 1.0) total = 1.0;
+      double progress = ((double)i - W + 1.0) / total;
+      if (progress > 1.0) progress = 1.0;
+      ratio = c.cos_min_ratio + (1.0 - c.cos_min_ratio) * (1.0 + std::cos(3.14159265358979323846 * progress)) / 2.0;
+      if (ratio < 0.0) ratio = 0.0;
+    }
+    return (float)(s.optimizer.lr * ratio);
+  }
+  const double max_lr = c.warmup_max_lr < 0 ? s.optimizer.lr : c.warmup_max_lr;
+  if (i < 0) return (float)c.warmup_min_lr;
   double gamma;
-  if ((double)t < W) {
-    if (c.warmup_type == "linear")
-      gamma = (double)t / W;
-    else
-      gamma = (1.0 / std::log(W)) * std::log((double)(t + 1));
+  if ((double)i < W) {
+    gamma = warm();
   } else if (c.type == "WarmupLR") {
     gamma = 1.0;
   } else {
-    const double left = (double)c.total_num_steps - (double)t, span = (double)c.total_num_steps - W;
+    const double left = (double)c.total_num_steps - (double)i, span = (double)c.total_num_steps - W;
     gamma = left / (span < 1.0 ? 1.0 : span);
     if (gamma < 0.0) gamma = 0.0;
   }
@@ -93,9 +112,46 @@ inline ZenFlowConfig zenflow_config(const Spec& s, int64_t steps_per_epoch) {
   c.l2 = z.importance == "l2";
   c.reset_host_moments = z.reset_host_moments;
   c.auto_ratio = z.auto_ratio;
+  c.clip = s.gradient_clipping;
   c.hp = adam_params(s);
   c.lr = [s](int64_t t) { return ref_lr(s, t); };
   return c;
+}
+
+// DeepSpeed's gradient clipping, written out from runtime/zero/stage_1_and_2.py
+// (complete_grad_norm_calculation_for_cpu_offload, then unscale_and_clip_grads with loss scale 1)
+// with the roundings it makes: each parameter's sum of squares in double (index order), added
+// in parameter order, divided by `div` (ZenFlow's interval mean: n^2), stored in a float; its
+// square root taken in double and stored in a float (-1 when not finite); the coefficient
+// c = max(1, (norm + 1e-6) / max_norm) in float; the gradient multiplied by 1 / c (by
+// (1 / c) x extra when extra != 1: ZenFlow's 1/n folded in).
+struct RefClip {
+  float norm = 0.0f, factor = 1.0f;
+  bool clipped = false;
+};
+// loss_scale: the fp16 loss scale the gradients still carry (DeepSpeed's unscale_and_clip_grads:
+// combined = loss_scale x max(1, (norm / loss_scale + 1e-6) / clip), factor 1 / combined; the
+// reported norm is norm / loss_scale).
+inline RefClip ref_clip(const std::vector<const std::vector<float>*>& grads, double max_norm, double div = 1.0,
+                        float extra = 1.0f, float loss_scale = 1.0f) {
+  double total = 0.0;
+  for (const std::vector<float>* g : grads) {
+    double s = 0.0;
+    for (float x : *g) s += (double)x * (double)x;
+    total += s;
+  }
+  total /= div;
+  const float total_f = (float)total;
+  float norm = (float)std::sqrt((double)total_f);
+  if (!std::isfinite(norm)) norm = -1.0f;
+  float c = ((loss_scale == 1.0f ? norm : norm / loss_scale) + 1e-6f) / (float)max_norm;
+  RefClip r;
+  r.norm = norm < 0.0f || loss_scale == 1.0f ? norm : norm / loss_scale;
+  r.clipped = c > 1.0f;
+  if (c < 1.0f) c = 1.0f;
+  r.factor = 1.0f / (loss_scale == 1.0f ? c : c * loss_scale);
+  if (extra != 1.0f) r.factor = r.factor * extra;
+  return r;
 }
 
 // One merged host result: job j, last step u of its interval, step m at which it was applied.
@@ -209,7 +265,18 @@ class ZenFlowRef {
     n_ += 1;
     // 3. host update
     if (is_update(t)) {
-      const float scale = 1.0f / (float)n_;
+      float scale = 1.0f / (float)n_;
+      if (c_.clip > 0) {  // the host step's gradient, the interval's mean, clipped by its norm
+        std::vector<const std::vector<float>*> host_grads;
+        for (size_t i = 0; i < P_.size(); ++i)
+          if (P_[i].is_matrix()) host_grads.push_back(&st_[i].acc);
+        const RefClip rc = ref_clip(host_grads, c_.clip, (double)n_ * (double)n_, scale);
+        for (size_t i = 0; i < P_.size(); ++i)
+          if (P_[i].is_matrix())
+            for (float& x : st_[i].acc) x *= rc.factor;
+        clips_.push_back({t, rc});
+        scale = 1.0f;
+      }
       Pending job{j_, t, {}};
       for (size_t i = 0; i < P_.size(); ++i) {
         if (!P_[i].is_matrix()) continue;
@@ -275,6 +342,7 @@ class ZenFlowRef {
   const std::vector<int64_t>& selection_steps() const { return selections_; }
   const std::vector<MergeRecord>& merges() const { return merges_; }
   const std::map<int64_t, bool>& votes() const { return votes_; }
+  const std::vector<std::pair<int64_t, RefClip>>& clips() const { return clips_; }
   // Current selection of parameter i (empty before the first selection or for 1-D).
   const std::vector<int32_t>& selection(size_t i) const { return st_[i].sel; }
   const std::vector<float>& master(size_t i) const { return st_[i].M; }
@@ -353,6 +421,7 @@ class ZenFlowRef {
   std::deque<Pending> queue_;
   std::vector<int64_t> update_steps_, selections_;
   std::vector<MergeRecord> merges_;
+  std::vector<std::pair<int64_t, RefClip>> clips_;
   // auto rule
   int64_t u_ = 0;
   std::vector<double> A_, N_;
@@ -364,30 +433,57 @@ class ZenFlowRef {
 class AdamRef {
  public:
   AdamRef(const AdamParams& hp, std::vector<RefParam>& params, bool offload,
-          std::function<float(int64_t)> lr = nullptr)
-      : hp_(hp), lr_(std::move(lr)), P_(params), offload_(offload) {
+          std::function<float(int64_t)> lr = nullptr, double clip = 0.0)
+      : hp_(hp), lr_(std::move(lr)), P_(params), offload_(offload), clip_(clip) {
     for (auto& p : P_) {
       m_.emplace_back(p.value.size(), 0.0f);
       v_.emplace_back(p.value.size(), 0.0f);
       master_.push_back(p.value);
     }
   }
-  void step(int64_t t, const std::vector<std::vector<float>>& g) {
+  // loss_scale: with clipping, g may still carry an fp16 loss scale, removed by the clip's
+  // combined factor (DeepSpeed's order); without clipping g is the true gradient.
+  void step(int64_t t, const std::vector<std::vector<float>>& g_in, float loss_scale = 1.0f) {
     AdamParams hp = hp_;
     if (lr_) hp.lr = lr_(t);
+    std::vector<std::vector<float>> g = g_in;
+    if (clip_ > 0) {  // every gradient of the step, by their global norm
+      std::vector<const std::vector<float>*> all;
+      for (auto& v : g) all.push_back(&v);
+      const RefClip rc = ref_clip(all, clip_, 1.0, 1.0f, loss_scale);
+      for (auto& v : g)
+        for (float& x : v) x *= rc.factor;
+      clips_.push_back({t, rc});
+    }
     for (size_t i = 0; i < P_.size(); ++i) {
       std::vector<float>& x = offload_ ? master_[i] : P_[i].value;
       kernels::cpu::adam_step(x.data(), g[i].data(), m_[i].data(), v_[i].data(), x.size(), hp, t + 1, 1.0f);
       if (offload_) P_[i].value = master_[i];
     }
   }
+  // ZeRO-Offload's delayed parameter update (zero-offload-dpu): the host step t runs as above on
+  // the masters, but the device parameters after step t are the masters after step t - 1 (and
+  // stay as they are after step 0); finish() copies the last masters.
+  void step_delayed(int64_t t, const std::vector<std::vector<float>>& g) {
+    std::vector<std::vector<float>> keep;
+    for (auto& p : P_) keep.push_back(p.value);
+    const std::vector<std::vector<float>> before = master_;
+    step(t, g);  // updates master_ (and, offloaded, P_: put back below)
+    for (size_t i = 0; i < P_.size(); ++i) P_[i].value = t >= 1 ? before[i] : keep[i];
+  }
+  void finish_delayed() {
+    for (size_t i = 0; i < P_.size(); ++i) P_[i].value = master_[i];
+  }
+  const std::vector<std::pair<int64_t, RefClip>>& clips() const { return clips_; }
 
  private:
   AdamParams hp_;
   std::function<float(int64_t)> lr_;
   std::vector<RefParam>& P_;
   bool offload_;
+  double clip_;
   std::vector<std::vector<float>> m_, v_, master_;
+  std::vector<std::pair<int64_t, RefClip>> clips_;
 };
 
 using RefWeights = std::map<std::string, std::vector<float>>;
@@ -398,6 +494,7 @@ struct RefRun {
   std::vector<int64_t> selection_steps;
   std::vector<MergeRecord> merges;
   std::vector<double> loss;  // per step
+  std::vector<std::pair<int64_t, RefClip>> clips;  // gradient_clipping: every clip point
   std::vector<int64_t> skipped;  // precision fp16: the steps skipped for an overflow
   double loss_scale = 1.0;       // precision fp16: the scale after the last step
 };
@@ -434,6 +531,10 @@ inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overf
   const bool dynamic = c16.loss_scale == 0;
   std::vector<std::vector<float>> g;
   bool overflow = false;
+  // fp16 with clipping on device-adam / zero-offload: the gradient stays scaled until the clip's
+  // combined factor (S: the scale it carries); ZenFlow unscales before it accumulates
+  const bool clip_scaled = fp16 && s.gradient_clipping > 0 && s.strategy != "zenflow";
+  float carried = 1.0f;
   auto grads = [&](int64_t t) -> const std::vector<std::vector<float>>& {
     g = mlp.grads(t);
     overflow = false;
@@ -446,8 +547,9 @@ inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overf
         for (float& x : v) {
           x = naive_fp16(S * x);
           overflow |= !std::isfinite(x);
-          x *= inv;
+          if (!clip_scaled) x *= inv;
         }
+      carried = clip_scaled ? S : 1.0f;
       overflow |= forced_overflow.count(t) != 0;
       if (dynamic) scaler.update_scale(overflow);
       if (overflow) out.skipped.push_back(t);
@@ -470,16 +572,26 @@ inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overf
     out.host_update_steps = z.host_update_steps();
     out.selection_steps = z.selection_steps();
     out.merges = z.merges();
+    out.clips = z.clips();
   } else if (s.strategy == "device-adam" || s.strategy == "zero-offload") {
     AdamRef a(adam_params(s), mlp.params(), s.strategy == "zero-offload" || bf16 || fp16,
-              [s](int64_t t) { return ref_lr(s, t); });
+              [s](int64_t t) { return ref_lr(s, t); }, s.gradient_clipping);
     for (int64_t t = 0; t < T; ++t) {
       grads(t);
       out.loss.push_back(mlp.last_loss());
       if (overflow) continue;
-      a.step(o++, g);
+      a.step(o++, g, carried);
       round_params();
     }
+    out.clips = a.clips();
+  } else if (s.strategy == "zero-offload-dpu" && !bf16 && !fp16) {
+    AdamRef a(adam_params(s), mlp.params(), true, [s](int64_t t) { return ref_lr(s, t); }, s.gradient_clipping);
+    for (int64_t t = 0; t < T; ++t) {
+      a.step_delayed(t, grads(t));
+      out.loss.push_back(mlp.last_loss());
+    }
+    a.finish_delayed();
+    out.clips = a.clips();
   } else {
     throw std::invalid_argument("run_reference: no reference for strategy '" + s.strategy + "'");
   }

@@ -113,10 +113,22 @@ void zero(float* x, size_t n);
 void pack_bf16(const float* x, uint16_t* y, size_t n);
 void unpack_bf16(const uint16_t* x, float* y, size_t n);
 void round_bf16(float* x, size_t n);
+
 // merge_unselected from a bf16 source: dst values are exactly fp32(src)
 size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
                              int k);
 
+// ---- gradient clipping (clip.cpp, docs/spec.md "gradient_clipping")
+// sum of x[i]^2 in double, in index order
+double sumsq(const float* x, size_t n);
+// out (3 floats) = {factor, norm, clipped}: the partial sums of squares added in order and divided
+// by sq_div (1, or n^2 for ZenFlow's interval mean), the norm rounded as DeepSpeed rounds it,
+// factor = extra / DeepSpeed's combined scale (kernels/clip_math.hpp), clipped = 1 when the clip
+// coefficient is below 1
+void clip_factor(const double* partial, size_t parts, double sq_div, float clip, float loss_scale, float extra,
+                 float* out);
+// x *= factor[0]
+void scale_by(float* x, size_t n, const float* factor);
 // ---- fp16 (kernels/fp16.hpp: IEEE binary16, round to nearest even with subnormals, +-inf from
 // 65520 up, NaN kept; fp16 -> fp32 exact). y (n) = fp16(x); y (n) = fp32(x)
 void pack_fp16(const float* x, uint16_t* y, size_t n);

@@ -72,6 +72,11 @@ Status zero(float* x, size_t n, cudaStream_t s);
 Status pack_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s);
 Status unpack_bf16(const uint16_t* x, float* y, size_t n, cudaStream_t s);
 Status round_bf16(float* x, size_t n, cudaStream_t s);
+// ---- gradient clipping (clip.cu; cpu::sumsq writes its result to *out here)
+Status sumsq(const float* x, size_t n, double* out, cudaStream_t s);
+Status clip_factor(const double* partial, size_t parts, double sq_div, float clip, float loss_scale, float extra,
+                   float* out, cudaStream_t s);
+Status scale_by(float* x, size_t n, const float* factor, cudaStream_t s);
 // fp16 (kernels/fp16.hpp), element by element as the CPU kernels; round_fp16 sets *flag (device,
 // uint32) to 1 when a rounded value is inf or NaN and leaves it unchanged otherwise
 Status pack_fp16(const float* x, uint16_t* y, size_t n, cudaStream_t s);

@@ -24,18 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct TmpDir {
-  fs::path p;
-  TmpDir() {
-    std::string t = (fs::temp_directory_path() / "zf_ckpt_XXXXXX").string();
-    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
-    p = t;
-  }
-  ~TmpDir() {
-    std::error_code ec;
-    fs::remove_all(p, ec);
-  }
-};
 
 std::string input_error(const std::function<void()>& f) {
   try {
@@ -80,7 +68,7 @@ Spec tiny_gpt(const std::string& text, int64_t steps, const std::string& strateg
 class BadCheckpoint : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TmpDir;
+    dir_ = new TempDir("zf_ckpt");
     text_ = (dir_->p / "text.txt").string();
     std::ofstream out(text_);
     for (int i = 0; i < 200; ++i) out << "verse " << i << ": and the checkpoint was written, and it was good.\n";
@@ -146,12 +134,12 @@ class BadCheckpoint : public ::testing::Test {
   }
   static json spec_of(const StFile& f) { return json::parse(f.metadata.at("spec")); }
 
-  static TmpDir* dir_;
+  static TempDir* dir_;
   static std::string text_;
-  TmpDir tmp_;
+  TempDir tmp_;
   int n_ = 0;
 };
-TmpDir* BadCheckpoint::dir_ = nullptr;
+TempDir* BadCheckpoint::dir_ = nullptr;
 std::string BadCheckpoint::text_;
 
 TEST_F(BadCheckpoint, TheGoodOneResumesBitwise) {

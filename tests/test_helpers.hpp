@@ -1,15 +1,59 @@
 // Small specs and weight capture shared by the engine tests.
 #pragma once
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "graphs/spec.hpp"
 #include "graphs/trainer.hpp"
 #include "models/workload.hpp"
+#include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf::test {
+
+// A private temporary directory, removed with everything in it when the test ends.
+struct TempDir {
+  std::filesystem::path p;
+  explicit TempDir(const std::string& prefix = "zf_test") {
+    std::string t = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
+    p = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(p, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path(const std::string& name) const { return (p / name).string(); }
+  // Writes `content` to `name` in the directory; returns its path.
+  std::string file(const std::string& name, const std::string& content) const {
+    std::ofstream(path(name), std::ios::binary) << content;
+    return path(name);
+  }
+};
+
+// Runs f, expects a zf::InputError whose message contains every one of `parts`.
+inline void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InputError thrown (expected a message with '" << *parts.begin() << "')";
+  } catch (const zf::InputError& e) {
+    const std::string msg = e.what();
+    for (auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << "message '" << msg << "' lacks '" << part << "'";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
+  }
+}
 
 // A small MLP on a Fashion-MNIST subset: fast enough for many runs per test.
 inline Spec tiny_spec(int64_t steps, const std::string& strategy = "device-adam",

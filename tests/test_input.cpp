@@ -22,45 +22,16 @@
 #include "runtime/error.hpp"
 #include "runtime/input_file.hpp"
 #include "runtime/json_input.hpp"
+#include "test_helpers.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "zf_input_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name, const std::string& content) const {
-    std::string p = path(name);
-    std::ofstream(p, std::ios::binary) << content;
-    return p;
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
+using zf::test::TempDir;
+using zf::test::expect_input_error;
 
- private:
-  fs::path path_;
-};
-
-void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError thrown (expected a message with '" << *parts.begin() << "')";
-  } catch (const zf::InputError& e) {
-    const std::string msg = e.what();
-    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
-  }
-}
 
 // ---- files that are not regular files: an error at once, never a blocked open() or read()
 TEST(InputFile, FifoIsRefusedWithoutBlocking) {

@@ -4,6 +4,9 @@
 # (tools/patches/*.patch, docs/gpu.md). Idempotent: when the prefix holds an install whose stamp
 # matches this script's configuration and patches, nothing is done.
 #   bash tools/build-starpu.sh [PREFIX]      default PREFIX: build/starpu-cuda
+# Exit status: 0 installed (or up to date); 3 StarPU's own build could not run or failed on this
+# machine (disk too full, make failing twice: the reason is printed); 1 anything else (no nvcc, a
+# patch that does not apply, configure, install, the checks of the result).
 # Environment: ZF_STARPU_SRC (work dir, default build/starpu-src), CUDA_DIR (default /usr/local/cuda),
 # ZF_STARPU_JOBS (make -j, default nproc). The CMake build uses it with
 #   cmake -DZF_ENABLE_CUDA=ON -DZF_STARPU_PREFIX=PREFIX ...
@@ -35,6 +38,12 @@ ldflags="-Wl,-rpath,$cuda_libdir"
 
 say() { echo "build-starpu: $*"; }
 die() { echo "build-starpu: error: $*" >&2; exit 1; }
+# free disk and memory where the build writes, for a failure's report
+report_machine() {
+  { df -h "$work" "$prefix" 2>/dev/null | awk '!seen[$0]++'; free -m 2>/dev/null | head -2; } |
+    sed 's/^/build-starpu: machine: /' >&2 || true
+}
+free_mb() { df -Pm "$1" 2>/dev/null | awk 'NR == 2 {print $4}'; }
 
 [ -x "$cuda/bin/nvcc" ] || die "no nvcc at $cuda/bin/nvcc (set CUDA_DIR)"
 stamp_want="$( { echo "flags: ${configure_flags[*]} LDFLAGS=$ldflags prefix=$prefix"; "$cuda/bin/nvcc" --version | tail -1;
@@ -84,6 +93,15 @@ fi
 
 # 3. the source, fresh (patches apply to a pristine tree); downloads are kept between runs
 mkdir -p "$work"
+# the unpacked source and the build take about 200 MB, the install 20 MB: refuse early, saying so,
+# rather than fail in the middle of make with a full disk
+need_mb=400
+have_mb="$(free_mb "$work")"
+if [ -n "$have_mb" ] && [ "$have_mb" -lt "$need_mb" ]; then
+  report_machine
+  echo "build-starpu: error: only $have_mb MB free in $work; StarPU's source and build need about $need_mb MB" >&2
+  exit 3
+fi
 cd "$work"
 if ! ls starpu_1.3.*.dsc >/dev/null 2>&1; then
   say "apt-get source starpu into $work"
@@ -104,13 +122,29 @@ mkdir obj && cd obj
 t1=$(date +%s)
 say "configure (log: $work/obj/configure.log)"
 ../src/configure --prefix="$prefix" "${configure_flags[@]}" LDFLAGS="$ldflags" >configure.log 2>&1 ||
-  { tail -30 configure.log; die "configure failed"; }
+  { tail -n 30 configure.log >&2 || true; report_machine; die "configure failed (log $work/obj/configure.log)"; }
 t2=$(date +%s)
 say "make -j$jobs (log: $work/obj/make.log)"
-make -j"$jobs" >make.log 2>&1 || { grep -E "error|Error" make.log | head -30; die "make failed"; }
+if ! make -j"$jobs" >make.log 2>&1; then
+  # What failed, whatever it printed (a full disk leaves no compiler message at all), and the
+  # machine's state; then one more try, serial, which resumes where the parallel build stopped and
+  # tells a race in StarPU's makefiles from a real failure.
+  say "make -j$jobs failed; the end of make.log:"
+  tail -n 25 make.log | sed 's/^/  | /' >&2 || true
+  report_machine
+  say "retrying: make -j1 (log: $work/obj/make-j1.log)"
+  make -j1 >make-j1.log 2>&1 || {
+    tail -n 40 make-j1.log | sed 's/^/  | /' >&2 || true
+    report_machine
+    echo "build-starpu: error: make failed twice (-j$jobs, then -j1); logs $work/obj/make.log and make-j1.log" >&2
+    exit 3  # StarPU's own build failed on this machine (tools/zf test tells it from our faults)
+  }
+fi
 rm -rf "$prefix"/{bin,include,lib,share}
-make install >install.log 2>&1 || { tail -30 install.log; die "make install failed"; }
+make install >install.log 2>&1 || { tail -n 30 install.log >&2 || true; report_machine; die "make install failed"; }
 t3=$(date +%s)
+# the build tree (about 170 MB) is no longer needed; the downloaded source stays for the next run
+cd "$work" && rm -rf src obj
 
 # FxT's shared library travels with the prefix (a GPU machine may not have libfxt2)
 fxt_lib="$(ldconfig -p | awk '/libfxt\.so\.[0-9]/ {print $NF; exit}')"

@@ -105,7 +105,8 @@ fi
 if ((rc == 0 && test == 0)); then
   in_root "$r" zf-build "cd /root/zenflow && bash tools/zf build" || rc=$?
 elif ((rc == 0)); then
-  in_root "$r" zf-test "cd /root/zenflow && bash tools/zf test" || rc=$?
+  # with a toolkit, the CUDA variant must build: StarPU's own build failing is a failure here
+  in_root "$r" zf-test "cd /root/zenflow && ${cuda:+ZF_REQUIRE_CUDA=1 }bash tools/zf test" || rc=$?
   grep -E '^zf \[|tests passed|tests failed|zf_cuda_tests' "$logs/zf-test.log" | tee -a "$logs/summary.txt" || true
 fi
 if ((rc == 0 && deb)); then

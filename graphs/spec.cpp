@@ -348,6 +348,9 @@ Spec parse_spec(const json& j, const std::string& source) {
   if (auto* r = top.object("runtime")) {
     Fields f(*r, "runtime", source);
     f.str("sched", s.runtime.sched);
+    if (const char* why = Runtime::unusable_policy(s.runtime.sched))
+      f.fail("runtime.sched", "StarPU's policy '" + s.runtime.sched + "' cannot run zenflow: " + why +
+                                  " (the usable ones: zenflow-run --list-policies)");
     if (!Runtime::is_policy(s.runtime.sched)) {
       std::string list;
       for (auto& p : Runtime::policies()) list += (list.empty() ? "" : ", ") + p;

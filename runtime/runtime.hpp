@@ -190,9 +190,15 @@ class Runtime {
   // collectives in submission order (codelets/allreduce.cpp). Registered on first use.
   starpu_data_handle_t comm_token();
 
-  // Names StarPU accepts for STARPU_SCHED / contexts, then ours (zf-deadline, runtime/sched_deadline.hpp).
+  // Names StarPU accepts for STARPU_SCHED / contexts that run our step graphs, then ours
+  // (zf-deadline, runtime/sched_deadline.hpp). StarPU's policies that cannot are left out:
+  // unusable_policy() names each with the reason.
   static std::vector<std::string> policies();
   static bool is_policy(const std::string& name);
+  // Why StarPU's policy `name` cannot run zenflow's step graphs (a crash or a hang in StarPU 1.3,
+  // or a policy that waits for a call we do not make), or nullptr when it can.
+  static const char* unusable_policy(const std::string& name);
+  static std::vector<std::string> unusable_policies();
   // CPU workers this StarPU build can start (STARPU_MAXCPUS).
   static int max_cpu_workers();
   // Physical cores seen by hwloc.

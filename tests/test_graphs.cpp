@@ -1,6 +1,7 @@
 // Step graphs through StarPU: results independent of the scheduling policy (bitwise), the
 // strategies agree, tiling does not change results, the MLP learns, the runtime refuses
 // unknown policies and reports the one in force.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "test_helpers.hpp"
@@ -87,6 +88,28 @@ TEST(Runtime, UnknownPolicyIsRefused) {
   EXPECT_THROW(Runtime rt(c), Error);
   EXPECT_FALSE(Runtime::is_policy("no-such-policy"));
   EXPECT_TRUE(Runtime::is_policy("dmdas"));
+}
+
+// StarPU's policies that crash or hang on our step graphs are refused, with a reason, before
+// StarPU starts; every other predefined policy stays usable.
+TEST(Runtime, UnusablePoliciesAreRefusedWithTheReason) {
+  const auto unusable = Runtime::unusable_policies();
+  EXPECT_EQ(unusable.size(), 3u);
+  for (const char* p : {"peager", "graph_test", "modular-heteroprio-heft"}) {
+    EXPECT_NE(std::find(unusable.begin(), unusable.end(), p), unusable.end()) << p;
+    ASSERT_NE(Runtime::unusable_policy(p), nullptr) << p;
+    EXPECT_FALSE(Runtime::is_policy(p)) << p;
+    RuntimeConfig c;
+    c.sched = p;
+    try {
+      Runtime rt(c);
+      ADD_FAILURE() << p << " was started";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot run zenflow"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(Runtime::unusable_policy("lws"), nullptr);
+  EXPECT_TRUE(Runtime::is_policy("modular-heteroprio"));
 }
 
 TEST(Runtime, ReportsPolicyInForceAndContexts) {

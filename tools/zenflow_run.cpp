@@ -113,7 +113,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
   app.add_option("--trace-from", trace_from, "trace only the tasks of steps >= N (skips start-up and evaluation)");
   app.add_option("--trace-csv", trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
   app.add_flag("--quiet,-q", quiet, "no progress lines and no summary");
-  app.add_flag("--list-policies", list_policies, "print the StarPU policies this build knows, then ours (zf-deadline), and exit");
+  app.add_flag("--list-policies", list_policies, "print the StarPU policies that run zenflow, then ours (zf-deadline), and exit; StarPU's policies that cannot (a crash or a hang in StarPU 1.3) go to stderr with the reason");
   app.add_flag("--print-spec", print_spec, "print the effective spec (defaults and overrides applied) and exit");
   try {
     app.parse(argc, argv);
@@ -123,6 +123,9 @@ static int run(int argc, char** argv, zf::Comm& comm) {
   }
   if (list_policies) {
     for (auto& p : zf::Runtime::policies()) std::cout << p << "\n";
+    // StarPU's policies that cannot run a training run: on stderr, so stdout stays a list to loop over
+    for (auto& p : zf::Runtime::unusable_policies())
+      std::cerr << "not usable: " << p << ": " << zf::Runtime::unusable_policy(p) << "\n";
     return 0;
   }
   if (spec_path.empty()) {

@@ -40,7 +40,9 @@ std::string MemoryEstimate::describe() const {
 MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   MemoryEstimate e;
   e.steps = steps;
-  const double B = std::max<double>(1.0, (double)s.train.batch_size / std::max(1, ranks));
+  // the micro-batch of one rank (graphs/trainer.cpp rank_spec: batch = micro x accumulation x ranks)
+  const int A = std::max(1, s.train.gradient_accumulation_steps);
+  const double B = std::max<double>(1.0, (double)s.train.batch_size / std::max(1, ranks) / A);
   const double Be = (double)s.train.eval_batch_size;
   double P = 0;        // parameters (floats)
   double tensors = 0;  // parameter tensors (tasks per step scale with them)
@@ -70,7 +72,9 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     e.data = 3.0 * (s.data.dataset == "text" ? file_size(s.data.path) : 5.0 * 1024 * 1024);
   }
   e.param_count = (int64_t)P;
-  e.params = 2 * 4 * P;  // values and gradients, fp32
+  // values and gradients, fp32, and with gradient accumulation one more gradient-sized buffer
+  // (grad_acc: the micro-batches' sum)
+  e.params = (A > 1 ? 3 : 2) * 4 * P;
   // optimizer state beyond the device's values and gradients, fp32 (docs/zenflow.md):
   // device-adam: moments (2); zero-offload(-dpu): host masters, moments, gradients (4);
   // zenflow: the same plus its D+1 accumulators and results rings and the selected columns' moments

@@ -182,6 +182,21 @@ TEST(MemoryEstimate, CountsParametersExactly) {
   EXPECT_EQ(zf::estimate_memory(gpt, -1).param_count, 256 * 16 + 8 * 16 + 2 * (12 * 16 * 16 + 13 * 16) + 2 * 16 + 256 * 16);
 }
 
+// gradient accumulation: one more gradient-sized buffer, and the activations of a micro-batch
+// (batch / accumulation steps), not of the whole batch
+TEST(MemoryEstimate, GradientAccumulation) {
+  const json model = {{"hidden", {64}}};
+  zf::Spec one = zf::parse_spec(json{{"model", model}, {"train", {{"batch_size", 16}}}}, "s.json");
+  zf::Spec four = zf::parse_spec(json{{"model", model}, {"train", {{"batch_size", 16}, {"gradient_accumulation_steps", 4}}}},
+                                 "s.json");
+  zf::Spec micro = zf::parse_spec(json{{"model", model}, {"train", {{"batch_size", 4}}}}, "s.json");
+  const zf::MemoryEstimate e1 = zf::estimate_memory(one, -1), e4 = zf::estimate_memory(four, -1),
+                           em = zf::estimate_memory(micro, -1);
+  EXPECT_DOUBLE_EQ(e4.params, 1.5 * e1.params);  // values, gradients, accumulated gradients
+  EXPECT_DOUBLE_EQ(e4.activations, em.activations);
+  EXPECT_LT(e4.activations, e1.activations);
+}
+
 // the estimate exceeds what any machine here has; the check names the fields behind it
 void expect_refused(const zf::Spec& s, int64_t steps, std::initializer_list<std::string> parts) {
   zf::MemoryEstimate e = zf::estimate_memory(s, steps);

@@ -181,7 +181,10 @@ panels = [("zenflow", "1"), ("zenflow", "2"), ("zero-offload", "na")]
 for name, f, ylabel in (("step_time", step_ms, "median step time (ms)"), ("stall", stall, "stall fraction"),
                         ("staleness", stale_mean, "measured staleness, mean (steps)")):
     pan = panels[:2] if name == "staleness" else panels
-    fig, axes = plt.subplots(1, len(pan), figsize=(6 * len(pan), 4.5), sharey=(name != "step_time"))
+    # one row per panel, wide enough for every policy x priorities box
+    nbox = sum(1 for p in policies for pr in ("true", "false") if (pan[0][0], p, pr, pan[0][1]) in runs)
+    fig, axes = plt.subplots(len(pan), 1, figsize=(max(10, 0.26 * nbox + 2), 4.6 * len(pan)), squeeze=False)
+    axes = axes[:, 0]
     for ax, (s, st) in zip(axes, pan):
         data, labels = [], []
         for p in policies:

@@ -6,15 +6,16 @@
 # (seeded by the repeat number), after calibrating the performance models of the model-based
 # policies. Writes results.csv, table.md, summary.md and step_time.png, stall.png, staleness.png
 # into $OUT (default ./out); the order of every repeat goes to $OUT/order.txt.
-#   bash experiments/scheduling-policies/run.sh       (21 minutes on the shared 2-core machine)
+#   bash experiments/scheduling-policies/run.sh       (every policy of --list-policies; about an hour)
 #   STEPS=50 REPEATS=3 POLICIES="lws zf-deadline" bash experiments/scheduling-policies/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/out}"
 steps="${STEPS:-50}"
 repeats="${REPEATS:-3}"
-policies="${POLICIES:-eager prio lws dmdas modular-heft-prio zf-deadline}"
 source "$here/../common.sh"
+# every policy zenflow-run can run: StarPU's (less the ones it refuses, named on stderr) and ours
+policies="${POLICIES:-$("$root/build/zenflow-run" --list-policies 2>/dev/null | tr '\n' ' ')}"
 mkdir -p "$out/runs"
 start=$(date +%s)
 run() {  # strategy policy priorities staleness tag

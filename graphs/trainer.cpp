@@ -295,6 +295,9 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     w.put_f64("trainer.fp16.scaler", scaler.state());
     w.put_i64("trainer.fp16.applied", {applied});
     w.put_i64("trainer.fp16.skipped", skipped);
+    std::vector<double> changes;  // (step, scale) pairs, flat, so the metrics cover the whole run
+    for (auto& [step, sc] : scale_changes) changes.insert(changes.end(), {(double)step, sc});
+    w.put_f64("trainer.fp16.scale_changes", changes);
   };
   auto load_trainer_state = [&](const StateReader& r) {
     if (!fp16) return;
@@ -307,6 +310,17 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     if (a.size() != 1 || a[0] < 0) r.fail("trainer.fp16.applied", "expected one count >= 0");
     applied = a[0];
     skipped = r.i64("trainer.fp16.skipped");
+    const std::vector<double> changes = r.f64("trainer.fp16.scale_changes");
+    if (changes.size() % 2) r.fail("trainer.fp16.scale_changes", "expected (step, scale) pairs, got an odd count");
+    scale_changes.clear();
+    for (size_t i = 0; i < changes.size(); i += 2) {
+      const double step = changes[i], sc = changes[i + 1];
+      if (!(step >= 0 && step <= 9.0e15 && step == std::floor(step)) || !(std::isfinite(sc) && sc > 0) ||
+          (!scale_changes.empty() && (int64_t)step <= scale_changes.back().first))
+        r.fail("trainer.fp16.scale_changes",
+               "pair " + std::to_string(i / 2) + ": expected an increasing whole step >= 0 and a finite scale > 0");
+      scale_changes.push_back({(int64_t)step, sc});
+    }
   };
   int64_t t0 = 0;
   if (!opt.resume_path.empty()) {
@@ -317,6 +331,15 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     if (fp16 && applied + (int64_t)skipped.size() != ck.step + 1)
       throw InputError(ck.dir + "/state.safetensors: trainer.fp16.applied",
                        "applied + skipped steps differ from the checkpoint's step + 1");
+    for (size_t i = 0; fp16 && i < skipped.size(); ++i)
+      if (skipped[i] < 0 || skipped[i] > ck.step || (i > 0 && skipped[i] <= skipped[i - 1]))
+        throw InputError(ck.dir + "/state.safetensors: trainer.fp16.skipped",
+                         "entry " + std::to_string(i) + " (" + std::to_string(skipped[i]) +
+                             "): expected increasing steps in [0, " + std::to_string(ck.step) + "]");
+    if (fp16 && !scale_changes.empty() && scale_changes.back().first > ck.step)
+      throw InputError(ck.dir + "/state.safetensors: trainer.fp16.scale_changes",
+                       "a change at step " + std::to_string(scale_changes.back().first) + ", after the checkpoint's step " +
+                           std::to_string(ck.step));
     t0 = ck.step + 1;
     if (!opt.quiet) out << "zenflow-run: resumed from " << ck.dir << " (step " << ck.step << ")\n";
   }
@@ -373,6 +396,9 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   auto skipped_through = [&](int64_t s) {
     return (int64_t)(std::upper_bound(skipped.begin(), skipped.end(), s) - skipped.begin());
   };
+  // the schedule's index step s ran at: under fp16 the updates applied before it (DeepSpeed steps
+  // its scheduler only on applied steps; UpdateStep::o), else s
+  auto lr_index = [&](int64_t s) { return fp16 ? s - (s > 0 ? skipped_through(s - 1) : 0) : s; };
   auto progress = [&](int64_t done) {  // steps [0, done) complete
     const int every = spec.log.every;
     while (every > 0 && printed + every <= done) {
@@ -391,7 +417,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       if (!opt.quiet)
         out << "step " << b << "/" << T << " | loss " << fmt("%.4f", loss / every) << " | "
             << fmt("%.2f", wall / every * 1e-3) << " ms/step | stall " << fmt("%.1f", 100 * std::max(0.0, stall))
-            << "% | " << (spec.scheduler.type.empty() ? "" : "lr " + fmt("%.3g", spec.lr_at(b - 1)) + " | ")
+            << "% | " << (spec.scheduler.type.empty() ? "" : "lr " + fmt("%.3g", spec.lr_at(lr_index(b - 1))) + " | ")
             << (strat->grad_clip() ? "gnorm " + fmt("%.4g", strat->grad_clip()->norm_through(b - 1)) + " | " : "")
             << (fp16 ? "scale " + fmt("%.0f", scale_at(b - 1)) + ", skipped " + std::to_string(skipped_through(b - 1)) + " | "
                      : "")

@@ -93,8 +93,9 @@ inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullpt
 }
 
 // Runs the spec without evaluation, with optional checkpoints (every N steps into ckdir) or a
-// resume, and returns the final device-side weights.
-inline Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, const std::string& resume) {
+// resume, and returns the final device-side weights (and the run's metrics).
+inline Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, const std::string& resume,
+                        nlohmann::json* metrics = nullptr) {
   Weights w;
   RunOptions o;
   o.quiet = true;
@@ -109,7 +110,8 @@ inline Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, 
       p->value.release();
     }
   };
-  run_training(s, o);
+  nlohmann::json m = run_training(s, o);
+  if (metrics) *metrics = m;
   return w;
 }
 

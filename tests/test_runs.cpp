@@ -357,7 +357,8 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   Spec s = tiny_spec(31);
   s.runtime.tile_elems = 1024;
   c.set(s);
-  const Weights full = run_with(s, "", 0, "");
+  json m_full, m_resumed;
+  const Weights full = run_with(s, "", 0, "", &m_full);
   TmpDir d;
   const std::string ck = (d.p / "ck").string();
   s.train.steps = 17;  // checkpoints after steps 7 and 15 (every 8) and 16 (the last)
@@ -365,7 +366,12 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   ASSERT_TRUE(fs::exists(fs::path(ck) / "step-00000007"));
   ASSERT_TRUE(fs::exists(fs::path(ck) / "step-00000016"));
   s.train.steps = 31;
-  EXPECT_EQ(run_with(s, "", 0, ck), full) << "resumed from the latest checkpoint (step 16)";
+  EXPECT_EQ(run_with(s, "", 0, ck, &m_resumed), full) << "resumed from the latest checkpoint (step 16)";
+  // fp16: the whole run's loss-scale history (skipped steps, scale changes, applied count)
+  if (s.precision == "fp16") {
+    ASSERT_FALSE(m_full["fp16"]["scale_changes"].empty()) << "the case should change the scale";
+    EXPECT_EQ(m_resumed["fp16"], m_full["fp16"]);
+  }
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 

@@ -78,8 +78,10 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   // optimizer state beyond the device's values and gradients, fp32 (docs/zenflow.md):
   // device-adam: moments (2); zero-offload(-dpu): host masters, moments, gradients (4);
   // zenflow: the same plus its D+1 accumulators and results rings and the selected columns' moments
+  // (and with semantics deepspeed and overlap_step a second set of host moments)
   const int D = s.zenflow.staleness();
-  const double opt = s.strategy == "device-adam" ? 2 : s.strategy == "zenflow" ? 4 + 2.0 * (D + 1) + 1 : 4;
+  const double two_sets = s.zenflow.deepspeed_rules() && s.zenflow.overlap_step ? 2 : 0;
+  const double opt = s.strategy == "device-adam" ? 2 : s.strategy == "zenflow" ? 4 + 2.0 * (D + 1) + 1 + two_sets : 4;
   e.optimizer = 4 * opt * P;
   // the training and the evaluation batch sizes each have their buffers
   e.activations = 4 * act_per_row * (B + Be);

@@ -151,6 +151,7 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
   f.integer("max_staleness", z.max_staleness, 0, 64);
   f.str("importance", z.importance, {"l1", "l2"});
   boolean("reset_host_moments", z.reset_host_moments);
+  f.str("semantics", z.semantics, {"zenflow", "deepspeed"});
   f.finish();
   if (z.select_strategy == "auto" && z.select_interval != -1)
     f.fail(f.at("select_interval"), "must be \"auto\" with select_strategy \"auto\" (which reselects once per epoch)");
@@ -161,6 +162,13 @@ void parse_zenflow(Fields& f, Spec::ZenFlow& z) {
                                         std::to_string(z.update_interval) + ")");
   if (!z.overlap_step && z.max_staleness > 0)
     f.fail(f.at("max_staleness"), "must be 0 without overlap_step: true (updates are synchronous)");
+  // DeepSpeed's rules are implemented for a fixed update_interval only (docs/zenflow.md)
+  if (z.deepspeed_rules() && z.update_interval < 0)
+    f.fail(f.at("semantics"), "\"deepspeed\" needs an integer update_interval (DeepSpeed's \"auto\" divides the loss "
+                              "by zero accumulation steps; use semantics \"zenflow\" for \"auto\")");
+  if (z.deepspeed_rules() && z.reset_host_moments)
+    f.fail(f.at("semantics"), "\"deepspeed\" cannot be combined with reset_host_moments (ours; DeepSpeed never resets "
+                              "its host moments)");
 }
 
 // DeepSpeed's scheduler block: {"type": ..., "params": {...}}, its three warm-up schedulers
@@ -387,6 +395,13 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.finish();
   }
   top.finish();
+  if (s.strategy == "zenflow" && s.zenflow.deepspeed_rules() && s.gradient_clipping > 0)
+    top.fail("zenflow.semantics", "\"deepspeed\" is not implemented with gradient_clipping (DeepSpeed's norm also counts "
+                                  "the 1-D parameters' window sums; docs/zenflow.md): use semantics \"zenflow\" or "
+                                  "gradient_clipping 0");
+  if (s.strategy == "zenflow" && s.zenflow.deepspeed_rules() && s.precision == "fp16")
+    top.fail("zenflow.semantics", "\"deepspeed\" is not implemented with precision fp16 (DeepSpeed drops the whole "
+                                  "window on an overflow; docs/zenflow.md): use semantics \"zenflow\"");
   if (s.strategy == "zenflow" && s.train.gradient_accumulation_steps > 1)
     top.fail("train.gradient_accumulation_steps", "must be 1 with strategy zenflow: DeepSpeed's ZenFlow engine replaces the "
                                                   "accumulation steps by zenflow.update_interval (the host accumulates "
@@ -467,6 +482,7 @@ json Spec::to_json() const {
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
   if (model.head != "linear") j["model"]["head"] = model.head;
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
+  if (zenflow.deepspeed_rules()) j["zenflow"]["semantics"] = zenflow.semantics;  // absent: "zenflow"
   if (gradient_clipping > 0) j["gradient_clipping"] = gradient_clipping;
   if (train.gradient_accumulation_steps != 1) j["train"]["gradient_accumulation_steps"] = train.gradient_accumulation_steps;
   if (precision == "fp16") j["fp16"] = fp16_json(fp16);

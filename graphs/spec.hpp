@@ -105,7 +105,7 @@ struct Spec {
   std::string describe_lr() const;
 
   // DeepSpeed's zero_optimization.zenflow block: same keys, types, defaults and constraints
-  // (docs/zenflow.md), plus max_staleness, importance and reset_host_moments.
+  // (docs/zenflow.md), plus max_staleness, importance, reset_host_moments and semantics.
   struct ZenFlow {
     double topk_ratio = 0.1;
     std::string select_strategy = "auto";  // auto | step | epoch
@@ -121,6 +121,10 @@ struct Spec {
     // ours: at the end of full_warm_up_rounds the host AdamW's moments restart from zero, with
     // bias correction counting host updates from there (docs/zenflow.md)
     bool reset_host_moments = false;
+    // ours: whose update rules: "zenflow" (docs/zenflow.md's, the default) or "deepspeed"
+    // (DeepSpeed's where they differ: docs/zenflow.md, "semantics: deepspeed")
+    std::string semantics = "zenflow";
+    bool deepspeed_rules() const { return semantics == "deepspeed"; }
     bool given = false;                    // the spec had a zenflow block
     bool cores_perc_given = false;
     int staleness() const { return max_staleness >= 0 ? max_staleness : (overlap_step ? 1 : 0); }

@@ -353,7 +353,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     check_memory(spec, mem);
   }
   if (!opt.quiet)
-    out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name() << (bf16 ? " (bf16)" : "")
+    out << "zenflow-run: " << spec.name << " | " << wl->describe() << " | strategy " << strat->name()
+        << (spec.strategy == "zenflow" ? " (semantics " + spec.zenflow.semantics + ")" : "") << (bf16 ? " (bf16)" : "")
         << (fp16 ? (scaler.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "")
         << " | sched " << rt.policy() << " | workers " << rt.device_worker_count() << " device + "
         << rt.host_worker_count() << " host | " << T << " steps of " << B

@@ -23,6 +23,7 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
   Tensor m_sel_host, v_sel_host;             // offload: selective moments kept on the host
   Tensor mass;                               // {sum|g|, sum|g[:, sel]|} of the last step (auto rule)
   HostTensor master, m, v, resync;           // host side
+  HostTensor m2, v2;                         // semantics deepspeed with overlap_step: the second host moment set
   std::vector<HostTensor> acc, res;          // rings of D+1
   double A = 0.0, N = 0.0;                   // auto rule
   double mass_host[2] = {0, 0};
@@ -32,6 +33,9 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
 struct Vector {  // a 1-D parameter: device AdamW every step
   Param* p;
   Tensor m, v;
+  // semantics deepspeed: the warm-up's moments (DeepSpeed's host moments of the parameter, one
+  // set per parity under overlap_step; docs/zenflow.md)
+  Tensor mw[2], vw[2];
 };
 
 struct Pending {
@@ -46,6 +50,11 @@ class ZenFlowStrategy final : public Strategy {
     W_ = z_.full_warm_up_rounds;
     K_ = z_.update_interval;  // -1: auto
     S_ = select_interval_steps(spec, spe);
+    ds_ = z_.deepspeed_rules();
+    two_sets_ = ds_ && z_.overlap_step;
+    if (ds_ && (K_ < 0 || z_.reset_host_moments || spec.gradient_clipping > 0 || spec.precision == "fp16"))
+      throw InputError(spec.where("zenflow.semantics"), "\"deepspeed\" needs a fixed update_interval, no "
+                                                        "reset_host_moments, no gradient_clipping and no fp16");
     if (K_ > 0 && S_ != 0 && S_ < K_)
       throw InputError(spec.where("zenflow.select_interval"),
                        "the select interval (" + std::to_string(S_) + " steps) must be >= update_interval (" +
@@ -55,6 +64,11 @@ class ZenFlowStrategy final : public Strategy {
       if (!p->is_matrix()) {
         vec_.push_back(Vector{p, Tensor::home(p->value.shape(), p->name + ".m"),
                               Tensor::home(p->value.shape(), p->name + ".v")});
+        if (ds_ && W_ > 0)
+          for (int i = 0; i < (two_sets_ ? 2 : 1); ++i) {
+            vec_.back().mw[i] = Tensor::home(p->value.shape(), p->name + ".m_warm" + std::to_string(i));
+            vec_.back().vw[i] = Tensor::home(p->value.shape(), p->name + ".v_warm" + std::to_string(i));
+          }
         continue;
       }
       auto mx = std::make_unique<Matrix>();
@@ -80,6 +94,10 @@ class ZenFlowStrategy final : public Strategy {
       w.master = HostTensor(n + ".master", numel, tile_elems_);
       w.m = HostTensor(n + ".m", numel, tile_elems_);
       w.v = HostTensor(n + ".v", numel, tile_elems_);
+      if (two_sets_) {
+        w.m2 = HostTensor(n + ".m2", numel, tile_elems_);
+        w.v2 = HostTensor(n + ".v2", numel, tile_elems_);
+      }
       // with precision bf16 the parameters cross as bf16 both ways (resync down, results up); the
       // accumulators stay fp32 (a sum of bf16 gradients needs the wider type)
       const size_t wire = bf16_ ? 2 : 4;
@@ -103,6 +121,16 @@ class ZenFlowStrategy final : public Strategy {
     const int64_t m = S_ != 0 ? t / S_ * S_ : W_;
     return m > W_ ? m : W_;
   }
+
+  // semantics deepspeed with overlap_step: the host moment set of the update at step t, DeepSpeed's
+  // get_overlap_step_state (the parity of t in the warm-up, of t / update_interval after it)
+  int parity(int64_t t) const {
+    if (!two_sets_) return 0;
+    return (int)((t < W_ ? t : t / K_) & 1);
+  }
+  // The selective (device) AdamW's bias-correction step at step t >= W: since the latest
+  // selection (ours), or DeepSpeed's count from its first step, never reset.
+  int64_t selective_step(int64_t t) const { return ds_ ? t - W_ + 1 : t - last_select(t) + 1; }
 
   // The host AdamW's bias-correction step: t + 1 (DeepSpeed), or with reset_host_moments the host
   // updates since the end of the warm-up, whose moments restarted there (jobs 0..W-1 are the
@@ -153,6 +181,11 @@ class ZenFlowStrategy final : public Strategy {
     // true gradient
     if (u.grad_scale != 1.0f)
       for (Param* p : params_) insert_scale(rt_.device(t).named("unscale.grad." + p->name), p->grad, u.grad_scale);
+    // semantics deepspeed: DeepSpeed divides the loss by its accumulation steps, update_interval,
+    // so every gradient it sees (selection, selective and 1-D steps, the host's window sum) is g/K
+    if (ds_ && K_ > 1)
+      for (Param* p : params_)
+        insert_scale(rt_.device(t).named("scale.grad." + p->name), p->grad, 1.0f / (float)K_);
     // the auto rule's vote on the previous update's gradient (after a resume: on the restored
     // mass); its mass task is tagged with a step <= t - 1
     last_vote_ = K_ < 0 && o - 1 >= W_ && auto_vote(t - 1);
@@ -207,7 +240,8 @@ class ZenFlowStrategy final : public Strategy {
     // 3. host update at the interval's boundary, merge of the job D intervals back
     if (is_update(o)) {
       update_steps_.push_back(o);
-      float scale = 1.0f / (float)n_;
+      // the interval's mean; semantics deepspeed: its sum of g/K (DeepSpeed's window sum)
+      float scale = ds_ ? 1.0f : 1.0f / (float)n_;
       const bool sync = o < W_ || D_ == 0;
       // priority and zf-deadline's deadline, a step: merge_due counts applied updates (o); skipped
       // fp16 steps, not known in advance, only make the deadline earlier than the real merge
@@ -232,9 +266,10 @@ class ZenFlowStrategy final : public Strategy {
           // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
           const bool copy_result = !sync || bf16_;
           const SubmitOptions ho = rt_.host(t).due_at(due).named("adam.host." + s);
+          const bool second = parity(o) == 1;
           insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(o), host_step(o), scale, w.master.tiles[i],
                            whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]),
-                           w.m.tiles[i], w.v.tiles[i]);
+                           second ? w.m2.tiles[i] : w.m.tiles[i], second ? w.v2.tiles[i] : w.v.tiles[i]);
           if (copy_result)
             insert_copy(rt_.host(t).due_at(due).named("result." + s).prefetched(1), w.master.tiles[i],
                         whole(w.master.tiles[i]), w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
@@ -268,7 +303,7 @@ class ZenFlowStrategy final : public Strategy {
           insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
           h2d_ += 2 * (int64_t)w.m_sel.bytes();
         }
-        insert_selective_adam(dev.named("adam.device." + n), hp(o), o - last_select(o) + 1, w.p->value, w.sel, w.p->grad,
+        insert_selective_adam(dev.named("adam.device." + n), hp(o), selective_step(o), w.p->value, w.sel, w.p->grad,
                               w.m_sel, w.v_sel);
         if (z_.offload) {
           insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
@@ -277,9 +312,27 @@ class ZenFlowStrategy final : public Strategy {
         }
       }
     }
-    for (Vector& v : vec_)
-      insert_adam_step(dev.named("adam.device." + v.p->name), hp(o), o + 1, 1.0f, v.p->value, whole(v.p->value),
-                       v.p->grad, whole(v.p->grad), v.m, v.v);
+    for (Vector& v : vec_) {
+      if (!ds_) {
+        insert_adam_step(dev.named("adam.device." + v.p->name), hp(o), o + 1, 1.0f, v.p->value, whole(v.p->value),
+                         v.p->grad, whole(v.p->grad), v.m, v.v);
+      } else if (o < W_) {
+        // DeepSpeed's warm-up: the host step (at the host's moments, step o + 1) whose result is
+        // copied back synchronously; run here on the device parameter, equal to its host master
+        const int s = parity(o);
+        insert_adam_step(dev.named("adam.warm." + v.p->name), hp(o), o + 1, 1.0f, v.p->value, whole(v.p->value),
+                         v.p->grad, whole(v.p->grad), v.mw[s], v.vw[s]);
+      } else {
+        // after it: DeepSpeed's selective optimizer, whose moments start at the end of the warm-up
+        // and are zeroed at every selection while its step count runs on
+        if (select) {
+          insert_zero(dev.named("select.zero_m." + v.p->name), v.m);
+          insert_zero(dev.named("select.zero_v." + v.p->name), v.v);
+        }
+        insert_adam_step(dev.named("adam.device." + v.p->name), hp(o), selective_step(o), 1.0f, v.p->value,
+                         whole(v.p->value), v.p->grad, whole(v.p->grad), v.m, v.v);
+      }
+    }
 
     // the auto rule reads the gradient mass of this step when the next one is submitted
     if (K_ < 0 && o >= W_)
@@ -319,6 +372,10 @@ class ZenFlowStrategy final : public Strategy {
       w.put("host.master." + n, m.master);
       w.put("host.m." + n, m.m);
       w.put("host.v." + n, m.v);
+      if (two_sets_) {
+        w.put("host.m2." + n, m.m2);
+        w.put("host.v2." + n, m.v2);
+      }
       for (int i = 0; i <= D_; ++i) {
         w.put("host.acc" + std::to_string(i) + "." + n, m.acc[i]);
         w.put("host.res" + std::to_string(i) + "." + n, m.res[i]);
@@ -331,7 +388,13 @@ class ZenFlowStrategy final : public Strategy {
     for (const Vector& v : vec_) {
       w.put("device.m." + v.p->name, v.m);
       w.put("device.v." + v.p->name, v.v);
+      for (int i = 0; i < 2; ++i)
+        if (v.mw[i].numel()) {
+          w.put("device.m_warm" + std::to_string(i) + "." + v.p->name, v.mw[i]);
+          w.put("device.v_warm" + std::to_string(i) + "." + v.p->name, v.vw[i]);
+        }
     }
+    if (ds_) w.put_i64("zenflow.semantics_deepspeed", {1});
     w.put_i64("zenflow.counters", {job_, n_, first_async_job_, u_, selected_ ? 1 : 0, last_vote_ ? 1 : 0, D_});
     std::vector<int64_t> pend;
     for (auto& p : pending_) pend.insert(pend.end(), {p.job, p.slot, p.newest_step});
@@ -350,6 +413,9 @@ class ZenFlowStrategy final : public Strategy {
     if (c[6] != D_) r.fail("zenflow.counters", "written with max_staleness " + std::to_string(c[6]) + ", this run has " +
                                                    std::to_string(D_));
     const int64_t job = c[0], acc_n = c[1], first_async = c[2], u = c[3];
+    if (r.has("zenflow.semantics_deepspeed") != ds_)
+      r.fail("zenflow.semantics", std::string("written with semantics \"") + (ds_ ? "zenflow" : "deepspeed") +
+                                      "\", this run has \"" + z_.semantics + "\"");
     auto counter = [&](int idx, const char* what, int64_t v, int64_t want_lo, int64_t want_hi) {
       if (v < want_lo || v > want_hi)
         r.fail("zenflow.counters[" + std::to_string(idx) + "]",
@@ -402,6 +468,10 @@ class ZenFlowStrategy final : public Strategy {
       r.get("host.master." + n, m.master);
       r.get("host.m." + n, m.m);
       r.get("host.v." + n, m.v, V::NonNegative);
+      if (two_sets_) {
+        r.get("host.m2." + n, m.m2);
+        r.get("host.v2." + n, m.v2, V::NonNegative);
+      }
       for (int i = 0; i <= D_; ++i) {
         r.get("host.acc" + std::to_string(i) + "." + n, m.acc[i]);
         r.get("host.res" + std::to_string(i) + "." + n, m.res[i]);
@@ -424,6 +494,11 @@ class ZenFlowStrategy final : public Strategy {
     for (Vector& v : vec_) {
       r.get("device.m." + v.p->name, v.m);
       r.get("device.v." + v.p->name, v.v, V::NonNegative);
+      for (int i = 0; i < 2; ++i)
+        if (v.mw[i].numel()) {
+          r.get("device.m_warm" + std::to_string(i) + "." + v.p->name, v.mw[i]);
+          r.get("device.v_warm" + std::to_string(i) + "." + v.p->name, v.vw[i], V::NonNegative);
+        }
     }
     job_ = job;
     n_ = acc_n;
@@ -435,7 +510,9 @@ class ZenFlowStrategy final : public Strategy {
     update_steps_ = us;
   }
 
+  // semantics deepspeed: none (DeepSpeed has no end-of-training flush; results in flight stay unmerged)
   void flush(const UpdateStep& last) override {
+    if (ds_) return;
     while (!pending_.empty()) {
       Pending p = pending_.front();
       pending_.pop_front();
@@ -525,6 +602,7 @@ class ZenFlowStrategy final : public Strategy {
   Spec::ZenFlow z_;
   int D_;
   int64_t W_, K_, S_;
+  bool ds_ = false, two_sets_ = false;  // semantics deepspeed; with overlap_step (two host moment sets)
   std::vector<std::unique_ptr<Matrix>> mat_;
   std::vector<Vector> vec_;
   int64_t job_ = 0, n_ = 0, first_async_job_ = -1, u_ = 0;

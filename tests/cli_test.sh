@@ -135,6 +135,11 @@ if [ -d "$DATA" ]; then
     "| lr 0.0005 |" -- "$SPEC" --set scheduler.type=WarmupDecayLR --set scheduler.params.warmup_num_steps=2 \
     --set scheduler.params.warmup_type=linear --set scheduler.params.total_num_steps=4 --set log.every=1 --steps 4 \
     --set data.train_limit=512 --set data.eval_limit=500
+  expect 0 "a zenflow run says whose update rules it follows (default)" "strategy zenflow (semantics zenflow)" \
+    -- "$SPEC" --strategy zenflow --set zenflow.update_interval=2 --steps 3 --set data.train_limit=512 --set data.eval_limit=500
+  expect 0 "a zenflow run says whose update rules it follows (--set zenflow.semantics=deepspeed)" \
+    "strategy zenflow (semantics deepspeed)" -- "$SPEC" --strategy zenflow --set zenflow.update_interval=2 \
+    --set zenflow.semantics=deepspeed --steps 3 --set data.train_limit=512 --set data.eval_limit=500
 
   # ---- weights files
   printf 'this is not a safetensors file at all' >"$TMP/garbage.safetensors"

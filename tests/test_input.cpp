@@ -136,6 +136,50 @@ TEST(SpecInput, HugeIntervalsAreRefusedNotOverflowed) {
   EXPECT_EQ(zf::select_interval_steps(s, 1 << 30), int64_t(2147483647) << 30);
 }
 
+// zenflow.semantics: "zenflow" or "deepspeed"; "deepspeed" refused where it is not implemented
+TEST(SpecInput, ZenFlowSemantics) {
+  const json base = {{"strategy", "zenflow"},
+                     {"zenflow", {{"update_interval", 4}, {"select_strategy", "step"}, {"select_interval", 8}}}};
+  EXPECT_EQ(zf::parse_spec(base, "s.json").zenflow.semantics, "zenflow");
+  json ds = base;
+  ds["zenflow"]["semantics"] = "deepspeed";
+  const zf::Spec s = zf::parse_spec(ds, "s.json");
+  EXPECT_TRUE(s.zenflow.deepspeed_rules());
+  EXPECT_EQ(s.to_json()["zenflow"]["semantics"], "deepspeed");  // a checkpoint's spec keeps it
+  EXPECT_FALSE(zf::parse_spec(base, "s.json").to_json()["zenflow"].contains("semantics"));
+  json bad = base;
+  bad["zenflow"]["semantics"] = "pytorch";
+  expect_input_error([&] { zf::parse_spec(bad, "s.json"); }, {"s.json: zenflow.semantics", "zenflow, deepspeed"});
+  json au = ds;
+  au["zenflow"]["update_interval"] = "auto";
+  expect_input_error([&] { zf::parse_spec(au, "s.json"); }, {"s.json: zenflow.semantics", "update_interval"});
+  json rh = ds;
+  rh["zenflow"]["reset_host_moments"] = true;
+  expect_input_error([&] { zf::parse_spec(rh, "s.json"); }, {"s.json: zenflow.semantics", "reset_host_moments"});
+  json cl = ds;
+  cl["gradient_clipping"] = 1.0;
+  expect_input_error([&] { zf::parse_spec(cl, "s.json"); }, {"s.json: zenflow.semantics", "gradient_clipping"});
+  json fp = ds;
+  fp["precision"] = "fp16";
+  expect_input_error([&] { zf::parse_spec(fp, "s.json"); }, {"s.json: zenflow.semantics", "fp16"});
+}
+
+// A DeepSpeed config's zenflow block may ask for DeepSpeed's rules; --set may too
+TEST(DeepSpeedInput, ZenFlowSemanticsFromTheConfigOrSet) {
+  TempDir d;
+  const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";
+  json ds = json::parse(R"({"train_batch_size": 16, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1, "update_interval": 4}}})");
+  const std::string plain = d.file("plain.json", ds.dump());
+  EXPECT_EQ(zf::load_spec(spec, {}, plain).zenflow.semantics, "zenflow");
+  EXPECT_EQ(zf::load_spec(spec, {"zenflow.semantics=deepspeed"}, plain).zenflow.semantics, "deepspeed");
+  ds["zero_optimization"]["zenflow"]["semantics"] = "deepspeed";
+  EXPECT_EQ(zf::load_spec(spec, {}, d.file("ds.json", ds.dump())).zenflow.semantics, "deepspeed");
+  ds["zero_optimization"]["zenflow"]["semantics"] = "torch";
+  const std::string bad = d.file("bad.json", ds.dump());
+  expect_input_error([&] { zf::load_spec(spec, {}, bad); }, {bad + ": zero_optimization.zenflow.semantics"});
+}
+
 // ---- DeepSpeed: errors about its values name the DeepSpeed file
 TEST(DeepSpeedInput, BetasNameTheDeepSpeedFile) {
   TempDir d;

@@ -351,6 +351,25 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          s.fp16.initial_scale_power = 24;
          s.fp16.loss_scale_window = 5;
        }},
+      // semantics deepspeed: the 1-D warm-up moments (checkpoint at step 7, inside the warm-up),
+      // the second host moment set, the selective step count, a host job in flight, no flush
+      {"zenflow-deepspeed-overlap", [](Spec& s) {
+         s.strategy = "zenflow";
+         s.zenflow.semantics = "deepspeed";
+         s.zenflow.update_interval = 3;
+         s.zenflow.overlap_step = true;
+         s.zenflow.full_warm_up_rounds = 10;
+         s.zenflow.select_strategy = "step";
+         s.zenflow.select_interval = 9;
+       }},
+      {"zenflow-deepspeed-sync", [](Spec& s) {
+         s.strategy = "zenflow";
+         s.zenflow.semantics = "deepspeed";
+         s.zenflow.update_interval = 4;
+         s.zenflow.full_warm_up_rounds = 2;
+         s.zenflow.select_strategy = "step";
+         s.zenflow.select_interval = 8;
+       }},
   };
   const ResumeCase& c = cases[GetParam()];
   SCOPED_TRACE(c.name);
@@ -375,7 +394,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 14));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 16));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;

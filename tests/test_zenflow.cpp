@@ -484,6 +484,52 @@ INSTANTIATE_TEST_SUITE_P(DxKxW, ZenFlowEngine,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// zenflow.semantics "deepspeed" (docs/zenflow.md): the engine equals DeepSpeedZenFlowRef, the
+// sequential reference written from DeepSpeed's code (tests/reference/zenflow_ref.hpp), bitwise:
+// staleness D (0: overlap_step off, 1: on, with its two host moment sets), update interval K,
+// warm-up W, select interval S (every step needs K = 1: DeepSpeed requires S >= K).
+class ZenFlowDeepSpeedSemantics
+    : public ::testing::TestWithParam<std::tuple<int, std::pair<int64_t, int64_t>, int64_t>> {};
+
+Spec deepspeed_spec(int64_t steps, int D, int64_t K, int64_t S, int64_t W) {
+  Spec s = zen_spec(steps, D, K, W);
+  s.zenflow.select_interval = S;
+  s.zenflow.semantics = "deepspeed";
+  return s;
+}
+
+TEST_P(ZenFlowDeepSpeedSemantics, WeightsEqualDeepSpeedReferenceBitwise) {
+  const auto [D, KS, W] = GetParam();
+  const auto [K, S] = KS;
+  const int64_t steps = 26;
+  auto make = [&](int64_t n) { return deepspeed_spec(n, D, K, S, W); };
+  const Spec s = make(steps);
+  nlohmann::json m;
+  const Weights eng = train_and_capture(s, &m);
+  const ref::RefRun r = ref::run_reference(s);
+  EXPECT_EQ(first_difference(eng, r.weights), "") << first_divergent_step(make, steps);
+  if (const auto* h = find_key(m, "host_update_steps")) {
+    EXPECT_EQ(h->get<std::vector<int64_t>>(), r.host_update_steps);
+  }
+  // the rules change the result: the same spec under semantics "zenflow" differs
+  Spec ours = s;
+  ours.zenflow.semantics = "zenflow";
+  EXPECT_NE(first_difference(eng, train_and_capture(ours)), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(DxKSxW, ZenFlowDeepSpeedSemantics,
+                         ::testing::Combine(::testing::Values(0, 1),
+                                            ::testing::Values(std::pair<int64_t, int64_t>{1, 1},
+                                                              std::pair<int64_t, int64_t>{1, 8},
+                                                              std::pair<int64_t, int64_t>{4, 4},
+                                                              std::pair<int64_t, int64_t>{4, 8}),
+                                            ::testing::Values<int64_t>(0, 5)),
+                         [](const auto& info) {
+                           const auto& ks = std::get<1>(info.param);
+                           return "D" + std::to_string(std::get<0>(info.param)) + "_K" + std::to_string(ks.first) +
+                                  "_S" + std::to_string(ks.second) + "_W" + std::to_string(std::get<2>(info.param));
+                         });
+
 // A learning-rate schedule (docs/spec.md): every AdamW application of step t -- device, host,
 // selective, 1-D -- uses the rate of step t; the reference computes the rates on its own.
 TEST(ZenFlowEngineSchedule, DecayingLearningRateMatchesReferenceBitwise) {

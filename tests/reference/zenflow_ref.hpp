@@ -428,6 +428,188 @@ class ZenFlowRef {
   std::map<int64_t, bool> votes_;
 };
 
+// `zenflow.semantics: "deepspeed"`: DeepSpeed's ZenFlow as its code runs it, written from
+// deepspeed/runtime/zenflow/{engine.py, zenflow_stage_1_and_2.py} and ops/adam/zenflow_*.py,
+// independently of ZenFlowRef (sequential: a host job runs when it is submitted):
+// - backward_prologue: at a select boundary the fp32 partition (every parameter, 1-D included) is
+//   re-synced from the device (not at micro step 0) and the selective optimizer's moments zeroed;
+// - the loss is divided by the accumulation steps, K: every gradient below is g / K;
+// - average_tensor: the selection (top-k columns of sum |g/K|) at a select boundary; from the
+//   warm-up's end on, every step's selected gradients (all of a 1-D parameter) go to the selective
+//   AdamW: inside backward between boundaries (group_step), after the host copy at a boundary
+//   (temp_copy_param saves the selected values first, _step_without_offload restores them);
+// - its step count starts at its first step and is never reset;
+// - the host (CPU Adam) steps every parameter on the window sum of g / K at step id t + 1, with
+//   one moment set (sequential) or two indexed by get_overlap_step_state (overlap_step): the parity
+//   of t in the warm-up, of t / K after it;
+// - a boundary's host result is copied to every device parameter (the selected ones restored
+//   after): at once in the warm-up and without overlap_step; with overlap_step after it, the
+//   previous boundary's result at this boundary (wait_last_update_and_copy), before the new job;
+// - no flush at the end.
+// Where DeepSpeed races (with full_warm_up_rounds 0 its first two waits are skipped; the re-sync
+// does not wait for a running host job) this runs the ordering docs/zenflow.md states: every job
+// done before the next copy or re-sync, job j copied at the boundary after its own.
+class DeepSpeedZenFlowRef {
+ public:
+  DeepSpeedZenFlowRef(const ZenFlowConfig& c, bool overlap_step, std::vector<RefParam>& params)
+      : c_(c), overlap_(overlap_step), P_(params) {
+    if (c.update_interval < 1 || c.clip > 0 || c.reset_host_moments || c.l2 || c.staleness != (overlap_step ? 1 : 0))
+      throw std::invalid_argument("DeepSpeedZenFlowRef: fixed update_interval, L1, no clip, DeepSpeed's staleness only");
+    for (auto& p : P_) {
+      Host h;
+      h.fp32 = p.value;
+      for (int s = 0; s < 2; ++s) {
+        h.exp_avg[s].assign(p.value.size(), 0.0f);
+        h.exp_avg_sq[s].assign(p.value.size(), 0.0f);
+      }
+      host_.push_back(std::move(h));
+      sel_.push_back({});
+    }
+  }
+
+  void step(int64_t t, const std::vector<std::vector<float>>& g_in) {
+    const int64_t W = c_.warm_up, K = c_.update_interval, S = c_.select_interval;
+    const bool select = t - W >= 0 && (t - W == 0 || (S != 0 && t % S == 0));  // is_zenflow_select_boundary
+    const bool boundary = t + 1 < W || (t + 1 - W) % K == 0 || (S != 0 && (t + 1) % S == 0);
+    // backward_prologue
+    if (select) {
+      if (t != 0)
+        for (size_t i = 0; i < P_.size(); ++i) host_[i].fp32 = P_[i].value;
+      for (Sel& s : sel_)
+        if (s.created) {
+          std::fill(s.exp_avg.begin(), s.exp_avg.end(), 0.0f);
+          std::fill(s.exp_avg_sq.begin(), s.exp_avg_sq.end(), 0.0f);
+        }
+    }
+    std::vector<std::vector<float>> g = g_in;  // backward of loss / gradient_accumulation_steps
+    for (auto& v : g)
+      for (float& x : v) x = x / (float)K;
+    // update_selected_channels
+    if (select)
+      for (size_t i = 0; i < P_.size(); ++i) {
+        if (!P_[i].is_matrix()) continue;
+        const int R = P_[i].rows(), C = P_[i].cols();
+        std::vector<float> sum(C, 0.0f);
+        for (int r = 0; r < R; ++r)
+          for (int j = 0; j < C; ++j) sum[j] += std::fabs(g[i][(size_t)r * C + j]);
+        int k = (int)std::floor(c_.topk_ratio * C);
+        k = k < 1 ? 1 : k > C ? C : k;
+        sel_[i].cols = naive_topk(sum, k);
+      }
+    // the CPU window accumulation (micro_step_id restarts after every optimizer step)
+    for (size_t i = 0; i < P_.size(); ++i) {
+      std::vector<float>& a = host_[i].window;
+      if (window_steps_ == 0)
+        a = g[i];
+      else
+        for (size_t e = 0; e < a.size(); ++e) a[e] = a[e] + g[i][e];
+    }
+    ++window_steps_;
+    const bool selective = t >= W;
+    if (selective && !boundary) selective_step(t, g);
+    if (!boundary) return;
+    // temp_copy_param
+    std::vector<std::vector<float>> temp;
+    if (selective)
+      for (size_t i = 0; i < P_.size(); ++i) temp.push_back(gather(i));
+    // optimizer.step()
+    const int state = !overlap_ ? 0 : (int)((t < W ? t : t / K) & 1);
+    auto cpu_adam = [&] {
+      std::vector<std::vector<float>> result;
+      for (size_t i = 0; i < P_.size(); ++i) {
+        Host& h = host_[i];
+        kernels::cpu::adam_step(h.fp32.data(), h.window.data(), h.exp_avg[state].data(), h.exp_avg_sq[state].data(),
+                                h.fp32.size(), c_.hp_at(t), t + 1, 1.0f);
+        result.push_back(h.fp32);
+      }
+      return result;
+    };
+    auto copy_to_device = [&](const std::vector<std::vector<float>>& x) {
+      for (size_t i = 0; i < P_.size(); ++i) P_[i].value = x[i];
+    };
+    if (!overlap_ || t < W) {
+      copy_to_device(cpu_adam());
+    } else {
+      if (!stale_.empty()) copy_to_device(stale_);
+      stale_ = cpu_adam();
+    }
+    update_steps_.push_back(t);
+    window_steps_ = 0;
+    // zenflow_step -> selective_optimizer_step: restore the selected values, step them
+    if (selective) {
+      for (size_t i = 0; i < P_.size(); ++i) scatter(i, temp[i]);
+      selective_step(t, g);
+    }
+  }
+
+  const std::vector<int64_t>& host_update_steps() const { return update_steps_; }
+
+ private:
+  struct Host {
+    std::vector<float> fp32, window, exp_avg[2], exp_avg_sq[2];
+  };
+  struct Sel {
+    std::vector<int32_t> cols;  // 2-D: the selected columns; 1-D: unused (all of it)
+    bool created = false;       // the selective optimizer's state exists
+    int64_t step = 0;
+    std::vector<float> exp_avg, exp_avg_sq;
+  };
+
+  // param.data[:, selected_indices] (all of a 1-D parameter), row-major (R, k)
+  std::vector<float> gather(size_t i) const {
+    if (!P_[i].is_matrix()) return P_[i].value;
+    const int R = P_[i].rows(), C = P_[i].cols(), k = (int)sel_[i].cols.size();
+    std::vector<float> x((size_t)R * k);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < k; ++c) x[(size_t)r * k + c] = P_[i].value[(size_t)r * C + sel_[i].cols[c]];
+    return x;
+  }
+  void scatter(size_t i, const std::vector<float>& x) {
+    if (!P_[i].is_matrix()) {
+      P_[i].value = x;
+      return;
+    }
+    const int R = P_[i].rows(), C = P_[i].cols(), k = (int)sel_[i].cols.size();
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < k; ++c) P_[i].value[(size_t)r * C + sel_[i].cols[c]] = x[(size_t)r * k + c];
+  }
+
+  // ZenFlowSelectiveAdamW: AdamW on the selected values with the selected gradients
+  void selective_step(int64_t t, const std::vector<std::vector<float>>& g) {
+    for (size_t i = 0; i < P_.size(); ++i) {
+      Sel& s = sel_[i];
+      std::vector<float> x = gather(i);
+      std::vector<float> gs;
+      if (P_[i].is_matrix()) {
+        const int R = P_[i].rows(), C = P_[i].cols(), k = (int)s.cols.size();
+        gs.resize((size_t)R * k);
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < k; ++c) gs[(size_t)r * k + c] = g[i][(size_t)r * C + s.cols[c]];
+      } else {
+        gs = g[i];
+      }
+      if (!s.created) {
+        s.created = true;
+        s.exp_avg.assign(x.size(), 0.0f);
+        s.exp_avg_sq.assign(x.size(), 0.0f);
+      }
+      s.step += 1;
+      kernels::cpu::adam_step(x.data(), gs.data(), s.exp_avg.data(), s.exp_avg_sq.data(), x.size(), c_.hp_at(t), s.step,
+                              1.0f);
+      scatter(i, x);
+    }
+  }
+
+  ZenFlowConfig c_;
+  bool overlap_;
+  std::vector<RefParam>& P_;
+  std::vector<Host> host_;
+  std::vector<Sel> sel_;
+  int64_t window_steps_ = 0;
+  std::vector<std::vector<float>> stale_;  // overlap_step: the result of the job in flight
+  std::vector<int64_t> update_steps_;
+};
+
 // AdamW on every parameter each step (device-adam; zero-offload is the same math on master
 // copies that are copied back).
 class AdamRef {
@@ -558,7 +740,16 @@ inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overf
   };
   int64_t o = 0;  // applied steps
   round_params();
-  if (s.strategy == "zenflow") {
+  if (s.strategy == "zenflow" && s.zenflow.semantics == "deepspeed") {
+    if (fp16) throw std::invalid_argument("run_reference: no fp16 reference for semantics deepspeed");
+    DeepSpeedZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), s.zenflow.overlap_step, mlp.params());
+    for (int64_t t = 0; t < T; ++t) {
+      z.step(t, grads(t));
+      out.loss.push_back(mlp.last_loss());
+      round_params();
+    }
+    out.host_update_steps = z.host_update_steps();
+  } else if (s.strategy == "zenflow") {
     ZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), mlp.params());
     for (int64_t t = 0; t < T; ++t) {
       grads(t);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "graphs/checkpoint.hpp"
 #include "graphs/spec.hpp"
@@ -403,6 +404,17 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
     const json& g = m_full["gradient_clipping"];
     EXPECT_GT(g["clipped_steps"].get<int64_t>(), 0);
     EXPECT_LT(g["clipped_steps"].get<int64_t>(), g["clip_points"].get<int64_t>());
+    // and every clip point after the resume saw the full run's norm (a gradient window or
+    // accumulator not restored changes a norm even where it does not change the clip)
+    std::map<int64_t, float> full_norm;
+    for (size_t i = 0; i < g["steps"].size(); ++i) full_norm[g["steps"][i].get<int64_t>()] = g["norms"][i].get<float>();
+    const json& r = m_resumed["gradient_clipping"];
+    ASSERT_FALSE(r["steps"].empty());
+    for (size_t i = 0; i < r["steps"].size(); ++i) {
+      const int64_t t = r["steps"][i].get<int64_t>();
+      ASSERT_TRUE(full_norm.count(t)) << "clip point at step " << t << " only in the resumed run";
+      EXPECT_EQ(r["norms"][i].get<float>(), full_norm[t]) << "clip point at step " << t;
+    }
   }
   // fp16: the whole run's loss-scale history (skipped steps, scale changes, applied count)
   if (s.precision == "fp16") {

@@ -35,7 +35,8 @@ void GradClip::submit(int64_t t, const SubmitOptions& ctx, const std::vector<Cli
     rt_.read_async(factor_, readback_.back().second.data(), 3 * sizeof(float), t);
   }
   for (const ClipPart& p : parts)
-    insert_scale_by(ctx.named("clip.scale." + p.tensor->name()), *p.tensor, p.slice, factor_);
+    if (p.scaled)
+      insert_scale_by(ctx.named("clip.scale." + p.tensor->name()), *p.tensor, p.slice, factor_);
 }
 
 std::vector<ClipRecord> GradClip::records() const {

@@ -4,7 +4,8 @@
 // unscale_and_clip_grads, the single point where a loss scale would join) and every part scaled
 // in place by it, before the optimizer reads it. The strategies choose the parts and the side:
 // device-adam the device gradients, zero-offload(-dpu) the host copies of the gradients, ZenFlow
-// its host accumulators at each interval's boundary (graphs/zenflow.cpp). Data-parallel runs clip
+// its host accumulators at each interval's boundary (graphs/zenflow.cpp; with semantics
+// "deepspeed" the 1-D parameters' host window sums too, as norm-only parts). Data-parallel runs clip
 // after the gradient all-reduce, so every rank holds the global gradient and its norm already (no
 // further collective).
 #pragma once
@@ -21,6 +22,10 @@ namespace zf {
 struct ClipPart {
   const Tensor* tensor;
   Slice slice;
+  // false: the part enters the norm but is not scaled (ZenFlow's semantics "deepspeed": the 1-D
+  // parameters' window sums, which DeepSpeed's norm counts but whose clipped host step is dropped
+  // after the warm-up; graphs/zenflow.cpp)
+  bool scaled = true;
 };
 
 class GradClip {
@@ -42,6 +47,10 @@ class GradClip {
   float norm_through(int64_t t) const;
   nlohmann::json metrics() const;
   float max_norm() const { return clip_; }
+  // The latest clip point's factors {gradient factor, reported norm, clipped flag} (3 floats,
+  // written by its clip-factor task): a task that reads it after submit() scales by that clip
+  // point's factor (ZenFlow's semantics "deepspeed": the 1-D warm-up step on the device).
+  const Tensor& factor() const { return factor_; }
 
  private:
   Runtime& rt_;

@@ -36,6 +36,9 @@ struct Vector {  // a 1-D parameter: device AdamW every step
   // semantics deepspeed: the warm-up's moments (DeepSpeed's host moments of the parameter, one
   // set per parity under overlap_step; docs/zenflow.md)
   Tensor mw[2], vw[2];
+  // semantics deepspeed with gradient_clipping: the window sums of g/K on the host, a ring of D+1
+  // like the 2-D accumulators (DeepSpeed's clip norm counts them; docs/zenflow.md)
+  std::vector<HostTensor> acc;
 };
 
 struct Pending {
@@ -52,9 +55,9 @@ class ZenFlowStrategy final : public Strategy {
     S_ = select_interval_steps(spec, spe);
     ds_ = z_.deepspeed_rules();
     two_sets_ = ds_ && z_.overlap_step;
-    if (ds_ && (K_ < 0 || z_.reset_host_moments || spec.gradient_clipping > 0 || spec.precision == "fp16"))
+    if (ds_ && (K_ < 0 || z_.reset_host_moments || spec.precision == "fp16"))
       throw InputError(spec.where("zenflow.semantics"), "\"deepspeed\" needs a fixed update_interval, no "
-                                                        "reset_host_moments, no gradient_clipping and no fp16");
+                                                        "reset_host_moments and no fp16");
     if (K_ > 0 && S_ != 0 && S_ < K_)
       throw InputError(spec.where("zenflow.select_interval"),
                        "the select interval (" + std::to_string(S_) + " steps) must be >= update_interval (" +
@@ -69,6 +72,9 @@ class ZenFlowStrategy final : public Strategy {
             vec_.back().mw[i] = Tensor::home(p->value.shape(), p->name + ".m_warm" + std::to_string(i));
             vec_.back().vw[i] = Tensor::home(p->value.shape(), p->name + ".v_warm" + std::to_string(i));
           }
+        if (ds_ && clipping())
+          for (int i = 0; i < ring; ++i)
+            vec_.back().acc.emplace_back(p->name + ".acc" + std::to_string(i), p->value.numel(), tile_elems_);
         continue;
       }
       auto mx = std::make_unique<Matrix>();
@@ -235,6 +241,18 @@ class ZenFlowStrategy final : public Strategy {
       }
       d2h_ += (int64_t)w.p->grad.bytes();
     }
+    for (Vector& v : vec_) {  // semantics deepspeed with clipping: the 1-D window sums, for the norm
+      if (v.acc.empty()) continue;
+      const HostTensor& acc = v.acc[slot];
+      for (size_t i = 0; i < acc.tiles.size(); ++i) {
+        const std::string nm = "accumulate." + v.p->name + "[" + std::to_string(i) + "]";
+        if (n_ == 0)
+          insert_copy(rt_.crossing(t).named(nm), v.p->grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
+        else
+          insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), v.p->grad, acc.slices[i], 1.0f);
+      }
+      d2h_ += (int64_t)v.p->grad.bytes();
+    }
     ++n_;
 
     // 3. host update at the interval's boundary, merge of the job D intervals back
@@ -246,7 +264,7 @@ class ZenFlowStrategy final : public Strategy {
       // priority and zf-deadline's deadline, a step: merge_due counts applied updates (o); skipped
       // fp16 steps, not known in advance, only make the deadline earlier than the real merge
       const int64_t due = sync ? t + 1 : t + (merge_due(o) - o);
-      if (clip_) {
+      if (clip_ && !ds_) {
         // DeepSpeed's ZenFlow clips here: the host step's gradient (the interval's, on the host
         // side, at its boundary) by its global norm; the selective and 1-D device steps are not
         // clipped (docs/zenflow.md). Norm of the mean acc/n; the factor folds the 1/n in. Loss
@@ -257,6 +275,21 @@ class ZenFlowStrategy final : public Strategy {
           for (const Tensor& tile : wp->acc[slot].tiles) parts.push_back({&tile, whole(tile)});
         clip_->submit(t, rt_.host(t).due_at(due), parts, (double)n_ * (double)n_, scale);
         scale = 1.0f;
+      } else if (clip_) {
+        // semantics deepspeed: DeepSpeed's norm is over its whole host partition's window sums of
+        // g/K, every parameter in model order, 1-D included; the factor scales the 2-D window
+        // sums here and, in the warm-up, the 1-D gradient of its host step (step 4); after the
+        // warm-up DeepSpeed's clipped 1-D host step is overwritten by its unclipped selective one
+        std::vector<ClipPart> parts;
+        for (Param* p : params_) {
+          for (auto& wp : mat_)
+            if (wp->p == p)
+              for (const Tensor& tile : wp->acc[slot].tiles) parts.push_back({&tile, whole(tile)});
+          for (Vector& v : vec_)
+            if (v.p == p)
+              for (const Tensor& tile : v.acc[slot].tiles) parts.push_back({&tile, whole(tile), false});
+        }
+        clip_->submit(t, rt_.host(t).due_at(due), parts);
       }
       for (auto& wp : mat_) {
         Matrix& w = *wp;
@@ -320,6 +353,8 @@ class ZenFlowStrategy final : public Strategy {
         // DeepSpeed's warm-up: the host step (at the host's moments, step o + 1) whose result is
         // copied back synchronously; run here on the device parameter, equal to its host master
         const int s = parity(o);
+        if (clip_)  // this step's clip point (step 3), over the window g/K of every parameter
+          insert_scale_by(dev.named("clip.scale." + v.p->name), v.p->grad, whole(v.p->grad), clip_->factor());
         insert_adam_step(dev.named("adam.warm." + v.p->name), hp(o), o + 1, 1.0f, v.p->value, whole(v.p->value),
                          v.p->grad, whole(v.p->grad), v.mw[s], v.vw[s]);
       } else {
@@ -388,6 +423,7 @@ class ZenFlowStrategy final : public Strategy {
     for (const Vector& v : vec_) {
       w.put("device.m." + v.p->name, v.m);
       w.put("device.v." + v.p->name, v.v);
+      for (size_t i = 0; i < v.acc.size(); ++i) w.put("host.acc" + std::to_string(i) + "." + v.p->name, v.acc[i]);
       for (int i = 0; i < 2; ++i)
         if (v.mw[i].numel()) {
           w.put("device.m_warm" + std::to_string(i) + "." + v.p->name, v.mw[i]);
@@ -494,6 +530,7 @@ class ZenFlowStrategy final : public Strategy {
     for (Vector& v : vec_) {
       r.get("device.m." + v.p->name, v.m);
       r.get("device.v." + v.p->name, v.v, V::NonNegative);
+      for (size_t i = 0; i < v.acc.size(); ++i) r.get("host.acc" + std::to_string(i) + "." + v.p->name, v.acc[i]);
       for (int i = 0; i < 2; ++i)
         if (v.mw[i].numel()) {
           r.get("device.m_warm" + std::to_string(i) + "." + v.p->name, v.mw[i]);

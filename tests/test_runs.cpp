@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "graphs/checkpoint.hpp"
 #include "graphs/spec.hpp"
@@ -370,6 +371,19 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          s.zenflow.select_strategy = "step";
          s.zenflow.select_interval = 8;
        }},
+      // semantics deepspeed with clipping: boundaries at 0, 1, 2 (warm-up), 6, 8, 10, 14, 17, 18, ...,
+      // so every checkpoint (7, 15, 16) holds a partial window of the 1-D window sums; 0.45
+      // clips some boundaries and not others (checked below)
+      {"zenflow-deepspeed-overlap-clip", [](Spec& s) {
+         s.strategy = "zenflow";
+         s.zenflow.semantics = "deepspeed";
+         s.zenflow.update_interval = 4;
+         s.zenflow.overlap_step = true;
+         s.zenflow.full_warm_up_rounds = 3;
+         s.zenflow.select_strategy = "step";
+         s.zenflow.select_interval = 9;
+         s.gradient_clipping = 0.45;
+       }},
   };
   const ResumeCase& c = cases[GetParam()];
   SCOPED_TRACE(c.name);
@@ -386,6 +400,22 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   ASSERT_TRUE(fs::exists(fs::path(ck) / "step-00000016"));
   s.train.steps = 31;
   EXPECT_EQ(run_with(s, "", 0, ck, &m_resumed), full) << "resumed from the latest checkpoint (step 16)";
+  if (s.gradient_clipping > 0) {  // the case means something: some clip points clip, some do not
+    const json& g = m_full["gradient_clipping"];
+    EXPECT_GT(g["clipped_steps"].get<int64_t>(), 0);
+    EXPECT_LT(g["clipped_steps"].get<int64_t>(), g["clip_points"].get<int64_t>());
+    // and every clip point after the resume saw the full run's norm (a gradient window or
+    // accumulator not restored changes a norm even where it does not change the clip)
+    std::map<int64_t, float> full_norm;
+    for (size_t i = 0; i < g["steps"].size(); ++i) full_norm[g["steps"][i].get<int64_t>()] = g["norms"][i].get<float>();
+    const json& r = m_resumed["gradient_clipping"];
+    ASSERT_FALSE(r["steps"].empty());
+    for (size_t i = 0; i < r["steps"].size(); ++i) {
+      const int64_t t = r["steps"][i].get<int64_t>();
+      ASSERT_TRUE(full_norm.count(t)) << "clip point at step " << t << " only in the resumed run";
+      EXPECT_EQ(r["norms"][i].get<float>(), full_norm[t]) << "clip point at step " << t;
+    }
+  }
   // fp16: the whole run's loss-scale history (skipped steps, scale changes, applied count)
   if (s.precision == "fp16") {
     ASSERT_FALSE(m_full["fp16"]["scale_changes"].empty()) << "the case should change the scale";
@@ -394,7 +424,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 16));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 17));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;

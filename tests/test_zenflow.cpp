@@ -4,6 +4,7 @@
 // warm-up, under every scheduling policy, with the measured staleness bounded by D x K.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -515,6 +516,55 @@ TEST_P(ZenFlowDeepSpeedSemantics, WeightsEqualDeepSpeedReferenceBitwise) {
   Spec ours = s;
   ours.zenflow.semantics = "zenflow";
   EXPECT_NE(first_difference(eng, train_and_capture(ours)), "");
+}
+
+// gradient_clipping under "deepspeed" (docs/zenflow.md): DeepSpeed's norm at each boundary is over
+// the window sums of g/K of every parameter, 1-D included; the factor scales the host step's
+// gradient (and in the warm-up the 1-D parameters', whose host step is theirs then). The clip is
+// set at the median norm of an unclipped reference run (of its warm-up's boundaries when there is
+// a warm-up: g/K there is K times smaller than a full window's sum), so some boundaries clip and
+// some do not, in the warm-up too; weights, every clip point's norm and the clipped count equal
+// the reference's bitwise.
+TEST_P(ZenFlowDeepSpeedSemantics, ClippingEqualsDeepSpeedReferenceBitwise) {
+  const auto [D, KS, W] = GetParam();
+  const auto [K, S] = KS;
+  const int64_t steps = 26;
+  Spec probe = deepspeed_spec(steps, D, K, S, W);
+  probe.gradient_clipping = 1e9;  // norms recorded, nothing clipped
+  const ref::RefRun unclipped = ref::run_reference(probe);
+  ASSERT_EQ(unclipped.clips.size(), unclipped.host_update_steps.size());
+  std::vector<float> norms;
+  for (auto& [t, c] : unclipped.clips)
+    if (W == 0 || t < W) norms.push_back(c.norm);
+  std::sort(norms.begin(), norms.end());
+  Spec s = probe;
+  s.gradient_clipping = norms[norms.size() / 2];
+  const ref::RefRun r = ref::run_reference(s);
+  int64_t clipped = 0, clipped_warm = 0;
+  for (auto& [t, c] : r.clips) {
+    clipped += c.clipped;
+    clipped_warm += c.clipped && t < W;
+  }
+  ASSERT_GT(clipped, 0);
+  ASSERT_LT(clipped, (int64_t)r.clips.size());
+  if (W > 0) {
+    ASSERT_GT(clipped_warm, 0) << "the warm-up's 1-D steps are clipped only if a warm-up boundary clips";
+  }
+
+  nlohmann::json m;
+  const Weights eng = train_and_capture(s, &m);
+  ASSERT_TRUE(m.contains("gradient_clipping"));
+  const auto& g = m["gradient_clipping"];
+  ASSERT_EQ(g["norms"].size(), r.clips.size());
+  for (size_t i = 0; i < r.clips.size(); ++i) {
+    EXPECT_EQ(g["steps"][i].get<int64_t>(), r.clips[i].first) << "clip point " << i;
+    EXPECT_EQ(g["norms"][i].get<float>(), r.clips[i].second.norm) << "clip point " << i << " at step " << r.clips[i].first;
+  }
+  EXPECT_EQ(g["clipped_steps"].get<int64_t>(), clipped);
+  EXPECT_EQ(first_difference(eng, r.weights), "");
+  Spec off = s;
+  off.gradient_clipping = 0;
+  EXPECT_NE(first_difference(eng, train_and_capture(off)), "") << "clipping changed nothing";
 }
 
 INSTANTIATE_TEST_SUITE_P(DxKSxW, ZenFlowDeepSpeedSemantics,

@@ -445,7 +445,14 @@ class ZenFlowRef {
 // - a boundary's host result is copied to every device parameter (the selected ones restored
 //   after): at once in the warm-up and without overlap_step; with overlap_step after it, the
 //   previous boundary's result at this boundary (wait_last_update_and_copy), before the new job;
-// - no flush at the end.
+// - no flush at the end;
+// - gradient_clipping (DeepSpeed's optimizer.step(): scaled_global_norm over norm_for_param_grads,
+//   set at the boundary for every parameter of its host partition, then unscale_and_clip_grads on
+//   the whole partition): at every boundary the norm of the window sums of g / K of every
+//   parameter, 1-D included, in model order (ref_clip), and every window multiplied by the factor
+//   before the host step; the selective steps take their gradients unclipped. So in the warm-up
+//   the 1-D parameters step on the clipped gradient (their host step is copied back), after it
+//   the clipped host step of a 1-D parameter is overwritten by its unclipped selective one.
 // Where DeepSpeed races (with full_warm_up_rounds 0 its first two waits are skipped; the re-sync
 // does not wait for a running host job) this runs the ordering docs/zenflow.md states: every job
 // done before the next copy or re-sync, job j copied at the boundary after its own.
@@ -453,8 +460,8 @@ class DeepSpeedZenFlowRef {
  public:
   DeepSpeedZenFlowRef(const ZenFlowConfig& c, bool overlap_step, std::vector<RefParam>& params)
       : c_(c), overlap_(overlap_step), P_(params) {
-    if (c.update_interval < 1 || c.clip > 0 || c.reset_host_moments || c.l2 || c.staleness != (overlap_step ? 1 : 0))
-      throw std::invalid_argument("DeepSpeedZenFlowRef: fixed update_interval, L1, no clip, DeepSpeed's staleness only");
+    if (c.update_interval < 1 || c.reset_host_moments || c.l2 || c.staleness != (overlap_step ? 1 : 0))
+      throw std::invalid_argument("DeepSpeedZenFlowRef: fixed update_interval, L1, DeepSpeed's staleness only");
     for (auto& p : P_) {
       Host h;
       h.fp32 = p.value;
@@ -512,7 +519,15 @@ class DeepSpeedZenFlowRef {
     std::vector<std::vector<float>> temp;
     if (selective)
       for (size_t i = 0; i < P_.size(); ++i) temp.push_back(gather(i));
-    // optimizer.step()
+    // optimizer.step(): the clip over every parameter's window, then the host step
+    if (c_.clip > 0) {
+      std::vector<const std::vector<float>*> windows;
+      for (const Host& h : host_) windows.push_back(&h.window);
+      const RefClip rc = ref_clip(windows, c_.clip);
+      for (Host& h : host_)
+        for (float& x : h.window) x *= rc.factor;
+      clips_.push_back({t, rc});
+    }
     const int state = !overlap_ ? 0 : (int)((t < W ? t : t / K) & 1);
     auto cpu_adam = [&] {
       std::vector<std::vector<float>> result;
@@ -543,6 +558,7 @@ class DeepSpeedZenFlowRef {
   }
 
   const std::vector<int64_t>& host_update_steps() const { return update_steps_; }
+  const std::vector<std::pair<int64_t, RefClip>>& clips() const { return clips_; }
 
  private:
   struct Host {
@@ -608,6 +624,7 @@ class DeepSpeedZenFlowRef {
   int64_t window_steps_ = 0;
   std::vector<std::vector<float>> stale_;  // overlap_step: the result of the job in flight
   std::vector<int64_t> update_steps_;
+  std::vector<std::pair<int64_t, RefClip>> clips_;
 };
 
 // AdamW on every parameter each step (device-adam; zero-offload is the same math on master
@@ -749,6 +766,7 @@ inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overf
       round_params();
     }
     out.host_update_steps = z.host_update_steps();
+    out.clips = z.clips();
   } else if (s.strategy == "zenflow") {
     ZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), mlp.params());
     for (int64_t t = 0; t < T; ++t) {

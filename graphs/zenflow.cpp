@@ -66,7 +66,7 @@ class ZenFlowStrategy final : public Strategy {
     for (Param* p : params_) {
       if (!p->is_matrix()) {
         vec_.push_back(Vector{p, Tensor::home(p->value.shape(), p->name + ".m"),
-                              Tensor::home(p->value.shape(), p->name + ".v"), {}, {}});
+                              Tensor::home(p->value.shape(), p->name + ".v"), {}, {}, {}});
         if (ds_ && W_ > 0)
           for (int i = 0; i < (two_sets_ ? 2 : 1); ++i) {
             vec_.back().mw[i] = Tensor::home(p->value.shape(), p->name + ".m_warm" + std::to_string(i));

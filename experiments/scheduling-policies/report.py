@@ -148,7 +148,7 @@ for k in runs:
         spreads.append((max(v) - min(v)) / statistics.median(v))
 if spreads:
     notes.append(f"- run-to-run noise: the median spread (max - min) / median of one configuration's step time is "
-                 f"{100 * statistics.median(spreads):.0f} % (the machine was shared with other sessions' builds).")
+                 f"{100 * statistics.median(spreads):.0f} %.")
 st2 = [k for k in runs if k[0] == "zenflow"]
 if st2:
     for st in ("1", "2"):

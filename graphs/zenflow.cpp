@@ -229,30 +229,19 @@ class ZenFlowStrategy final : public Strategy {
 
     // 2. accumulation of the full gradient into this interval's buffer
     const int64_t slot = job_ % (D_ + 1);
-    for (auto& wp : mat_) {
-      Matrix& w = *wp;
-      const HostTensor& acc = w.acc[slot];
+    auto accumulate = [&](const Param& p, const HostTensor& acc) {  // the window's first step copies
       for (size_t i = 0; i < acc.tiles.size(); ++i) {
-        const std::string nm = "accumulate." + w.p->name + "[" + std::to_string(i) + "]";
+        const std::string nm = "accumulate." + p.name + "[" + std::to_string(i) + "]";
         if (n_ == 0)
-          insert_copy(rt_.crossing(t).named(nm), w.p->grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
+          insert_copy(rt_.crossing(t).named(nm), p.grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
         else
-          insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), w.p->grad, acc.slices[i], 1.0f);
+          insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), p.grad, acc.slices[i], 1.0f);
       }
-      d2h_ += (int64_t)w.p->grad.bytes();
-    }
-    for (Vector& v : vec_) {  // semantics deepspeed with clipping: the 1-D window sums, for the norm
-      if (v.acc.empty()) continue;
-      const HostTensor& acc = v.acc[slot];
-      for (size_t i = 0; i < acc.tiles.size(); ++i) {
-        const std::string nm = "accumulate." + v.p->name + "[" + std::to_string(i) + "]";
-        if (n_ == 0)
-          insert_copy(rt_.crossing(t).named(nm), v.p->grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
-        else
-          insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), v.p->grad, acc.slices[i], 1.0f);
-      }
-      d2h_ += (int64_t)v.p->grad.bytes();
-    }
+      d2h_ += (int64_t)p.grad.bytes();
+    };
+    for (auto& wp : mat_) accumulate(*wp->p, wp->acc[slot]);
+    for (Vector& v : vec_)  // semantics deepspeed with clipping: the 1-D window sums, for the norm
+      if (!v.acc.empty()) accumulate(*v.p, v.acc[slot]);
     ++n_;
 
     // 3. host update at the interval's boundary, merge of the job D intervals back

@@ -43,16 +43,6 @@ TEST(GradientClipping, FactorIsDeepSpeedsCoefficient) {
   EXPECT_EQ(cpu::sumsq(std::vector<float>{3.0f, 4.0f}.data(), 2), 25.0);
 }
 
-std::string first_difference(const Weights& a, const Weights& b) {
-  for (auto& [name, v] : b) {
-    auto it = a.find(name);
-    if (it == a.end() || it->second.size() != v.size()) return name + " (missing or resized)";
-    for (size_t i = 0; i < v.size(); ++i)
-      if (std::memcmp(&it->second[i], &v[i], sizeof(float)) != 0)
-        return name + "[" + std::to_string(i) + "]: " + std::to_string(it->second[i]) + " vs " + std::to_string(v[i]);
-  }
-  return "";
-}
 
 Spec zen(int D) {
   Spec s = tiny_spec(24, "zenflow");

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -74,19 +76,40 @@ inline Spec tiny_spec(int64_t steps, const std::string& strategy = "device-adam"
 
 using Weights = std::map<std::string, std::vector<float>>;
 
-// Runs the spec and returns the final device-side weights.
-inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullptr, bool evaluate = false) {
-  Weights w;
-  RunOptions o;
-  o.quiet = true;
-  o.evaluate = evaluate;
-  o.inspect = [&](Runtime&, Workload& wl) {
+// RunOptions::inspect that copies the final device-side weights into w.
+inline std::function<void(Runtime&, Workload&)> capture_weights(Weights& w) {
+  return [&w](Runtime&, Workload& wl) {
     for (Param* p : wl.params()) {
       p->value.acquire_read();
       w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
       p->value.release();
     }
   };
+}
+
+// "fc1.weight[123]: a vs b" for the first element where a and b differ bitwise, "" if equal.
+inline std::string first_difference(const Weights& a, const Weights& b) {
+  for (auto& [name, v] : b) {
+    auto it = a.find(name);
+    if (it == a.end() || it->second.size() != v.size()) return name + " (missing or resized)";
+    for (size_t i = 0; i < v.size(); ++i)
+      if (std::memcmp(&it->second[i], &v[i], sizeof(float)) != 0) {
+        std::ostringstream o;
+        o.precision(9);
+        o << name << "[" << i << "]: " << it->second[i] << " vs " << v[i];
+        return o.str();
+      }
+  }
+  return "";
+}
+
+// Runs the spec and returns the final device-side weights.
+inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullptr, bool evaluate = false) {
+  Weights w;
+  RunOptions o;
+  o.quiet = true;
+  o.evaluate = evaluate;
+  o.inspect = capture_weights(w);
   nlohmann::json m = run_training(s, o);
   if (metrics) *metrics = m;
   return w;
@@ -103,13 +126,7 @@ inline Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, 
   o.checkpoint_dir = ckdir;
   o.checkpoint_every = every;
   o.resume_path = resume;
-  o.inspect = [&](Runtime&, Workload& wl) {
-    for (Param* p : wl.params()) {
-      p->value.acquire_read();
-      w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
-      p->value.release();
-    }
-  };
+  o.inspect = capture_weights(w);
   nlohmann::json m = run_training(s, o);
   if (metrics) *metrics = m;
   return w;

@@ -142,20 +142,6 @@ TEST(Priorities, LwsHostWorkerRunsTheSoonestNeededFirst) {
 
 // ------------------------------------------------------------------ same weights
 
-std::string first_diff(const Weights& a, const Weights& b) {
-  for (auto& [name, v] : b) {
-    auto it = a.find(name);
-    if (it == a.end() || it->second.size() != v.size()) return name + " (missing or resized)";
-    for (size_t i = 0; i < v.size(); ++i)
-      if (std::memcmp(&it->second[i], &v[i], sizeof(float)) != 0) {
-        std::ostringstream o;
-        o.precision(9);
-        o << name << "[" << i << "]: " << it->second[i] << " vs " << v[i];
-        return o.str();
-      }
-  }
-  return "";
-}
 
 Spec small(const std::string& strategy, const std::string& sched, int staleness, int host_workers, bool prio) {
   Spec s = tiny_spec(24, strategy, sched);
@@ -186,7 +172,7 @@ TEST(Priorities, SameWeightsWithAndWithoutUnderSeveralPolicies) {
       const Weights on = train_and_capture(small(strategy, pol, 2, 1, true));
       const Weights off = train_and_capture(small(strategy, pol, 2, 1, false));
       ASSERT_FALSE(on.empty());
-      EXPECT_EQ(first_diff(on, off), "");
+      EXPECT_EQ(first_difference(on, off), "");
     }
 }
 
@@ -209,7 +195,7 @@ TEST(ZfDeadline, EveryStrategySameWeightsAsLwsOnOneAndTwoHostWorkers) {
         nlohmann::json mb;
         const Weights wa = train_and_capture(a), wb = train_and_capture(b, &mb);
         ASSERT_FALSE(wa.empty());
-        EXPECT_EQ(first_diff(wb, wa), "");
+        EXPECT_EQ(first_difference(wb, wa), "");
         EXPECT_EQ(mb.value("sched", ""), "zf-deadline");
       }
 }

@@ -273,21 +273,6 @@ Spec zen_spec(int64_t steps, int D, int64_t K, int64_t W, const std::string& sch
   return s;
 }
 
-// "fc1.weight[123]" for the first element where a and b differ, "" if bitwise equal.
-std::string first_difference(const Weights& a, const Weights& b) {
-  for (auto& [name, v] : b) {
-    auto it = a.find(name);
-    if (it == a.end() || it->second.size() != v.size()) return name + " (missing or resized)";
-    for (size_t i = 0; i < v.size(); ++i)
-      if (std::memcmp(&it->second[i], &v[i], sizeof(float)) != 0) {
-        std::ostringstream o;
-        o.precision(9);
-        o << name << "[" << i << "]: " << it->second[i] << " vs " << v[i];
-        return o.str();
-      }
-  }
-  return "";
-}
 
 // Finds a key anywhere in a JSON object tree (nullptr if absent).
 const nlohmann::json* find_key(const nlohmann::json& j, const std::string& key) {
@@ -915,13 +900,7 @@ Weights train_with_overflow(const Spec& s, const std::set<int64_t>& steps, nlohm
     if (steps.count(t))
       insert_scale(rt.device(t).named("test.overflow"), wl.params().front()->grad, INFINITY);
   };
-  o.inspect = [&](Runtime&, Workload& wl) {
-    for (Param* p : wl.params()) {
-      p->value.acquire_read();
-      w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
-      p->value.release();
-    }
-  };
+  o.inspect = capture_weights(w);
   nlohmann::json m = run_training(s, o);
   if (metrics) *metrics = m;
   return w;

@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""PyTorch's CPU training step for the models of zenflow's specs: the peer of zenflow-run's device-adam.
+
+Builds, from a zenflow spec, the same model (docs/gpt.md: GPT-2 blocks, pre-LayerNorm, GELU tanh
+form, causal attention, untied LM head without bias; or the MLP of docs/spec.md), the same
+optimizer (torch.optim.AdamW with the spec's lr, betas, eps, weight decay) and the same batch
+shape, and times full training steps: zero_grad, forward, loss, backward, optimizer.step().
+Inputs are random bytes / random images of the spec's shapes: the work of a step does not depend
+on the values. Prints one JSON object: {"model", "steps", "warmup", "omp_threads",
+"blas_threads", "median_s", "mean_s", "min_s", "params", "flops_per_step", "torch"}.
+
+The thread set-up is the caller's: OMP_NUM_THREADS / --threads sets torch's intra-op threads
+(torch.set_num_threads); Debian's torch calls the system OpenBLAS, whose own thread count only
+OPENBLAS_NUM_THREADS (read at load time) sets, so run.sh starts one process per set-up.
+Usage: peer.py SPEC --threads N [--steps 60] [--warmup 10]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, nh):
+        super().__init__()
+        self.nh = nh
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        hs = C // self.nh
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, self.nh, hs).transpose(1, 2)
+        k = k.view(B, T, self.nh, hs).transpose(1, 2)
+        v = v.view(B, T, self.nh, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(mask[:T, :T], float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, m, vocab=256):
+        super().__init__()
+        C, T = m["n_embd"], m["context"]
+        self.wte = nn.Embedding(vocab, C)
+        self.wpe = nn.Embedding(T, C)
+        self.h = nn.ModuleList(Block(C, m["n_head"]) for _ in range(m["n_layer"]))
+        self.ln_f = nn.LayerNorm(C, eps=1e-5)
+        self.lm_head = nn.Linear(C, vocab, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1))
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.h:
+            x = b(x, self.mask)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+
+
+def mlp(m, inputs=784, classes=10):
+    act = {"relu": nn.ReLU, "gelu": lambda: nn.GELU(approximate="tanh")}[m.get("activation", "relu")]
+    layers, w = [], inputs
+    for h in m["hidden"]:
+        layers += [nn.Linear(w, h), act()]
+        w = h
+    layers.append(nn.Linear(w, classes))
+    return nn.Sequential(*layers)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("spec")
+    ap.add_argument("--threads", type=int, required=True, help="torch.set_num_threads (intra-op)")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=10)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    with open(a.spec) as f:
+        spec = json.load(f)
+    m, tr, opt = spec["model"], spec["train"], spec.get("optimizer", {})
+    B = tr["batch_size"]
+    if m["type"] == "gpt":
+        T = m["context"]
+        model = Gpt(m)
+        data = lambda: (torch.randint(0, 256, (B, T)), torch.randint(0, 256, (B, T)))
+        run = lambda x, y: model(x, y)
+        params = sum(p.numel() for p in model.parameters())
+        # the count docs/ and the issue use: 6 x params x tokens + 12 x layers x B x T^2 x C
+        flops = 6 * params * B * T + 12 * m["n_layer"] * B * T * T * m["n_embd"]
+    elif m["type"] == "mlp":
+        model = mlp(m)
+        data = lambda: (torch.rand(B, 784), torch.randint(0, 10, (B,)))
+        run = lambda x, y: F.cross_entropy(model(x), y)
+        params = sum(p.numel() for p in model.parameters())
+        flops = 6 * params * B
+    else:
+        raise SystemExit(f"{a.spec}: model.type {m['type']!r}: peer.py knows gpt and mlp")
+    betas = opt.get("betas", [0.9, 0.999])
+    optim = torch.optim.AdamW(model.parameters(), lr=opt.get("lr", 1e-3), betas=tuple(betas),
+                              eps=opt.get("eps", 1e-8), weight_decay=opt.get("weight_decay", 0.01))
+    times = []
+    for s in range(a.warmup + a.steps):
+        x, y = data()
+        t0 = time.perf_counter()
+        optim.zero_grad(set_to_none=True)
+        loss = run(x, y)
+        loss.backward()
+        optim.step()
+        dt = time.perf_counter() - t0
+        if s >= a.warmup:
+            times.append(dt)
+    print(json.dumps({"model": m["type"], "steps": a.steps, "warmup": a.warmup, "omp_threads": a.threads,
+                      "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
+                      "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
+                      "min_s": min(times), "params": params, "flops_per_step": flops,
+                      "torch": torch.__version__, "final_loss": float(loss)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# zenflow-run's device-adam step against PyTorch's on the same models, interleaved in one run:
+# the GPT of graphs/specs/gpt-kjv.json and the MLP of graphs/specs/mlp-fashion.json. Each round
+# runs, in turn: numpy SGEMM (2048^3) with 1 and 2 OpenBLAS threads, then for each spec
+# zenflow-run (device-adam) and PyTorch (peer.py) under every thread set-up tried:
+# torch.set_num_threads 1 or 2 x OPENBLAS_NUM_THREADS 1 or 2 (Debian's torch calls the system
+# OpenBLAS, which only that variable sets). The OpenBLAS environment is left as the machine sets it.
+# Writes out/raw.jsonl (every measurement), out/results.csv, out/table.md, out/torch-peer.png and
+# out/summary.md (the issue's checks, computed from the medians over the rounds).
+#   bash experiments/torch-peer/run.sh    env: ROUNDS (3), GPT_STEPS (60), MLP_STEPS (300),
+#                                         MAX_LOAD (1.5) and WAIT_S (600): wait for a quiet machine
+#                                         first; OUT (default: ./out); ZF_BUILD_DIR
+# Debian's python3-torch (about 830 MB installed with its dependencies) is installed here when
+# missing; it is deliberately not in tools/zf's package list.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${OUT:-$here/out}"
+source "$here/../common.sh"
+build="${ZF_BUILD_DIR:-$root/build}"
+rounds="${ROUNDS:-3}" gpt_steps="${GPT_STEPS:-60}" mlp_steps="${MLP_STEPS:-300}"
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
+  echo "run.sh: installing python3-torch"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-torch >/dev/null
+fi
+
+max_load="${MAX_LOAD:-1.5}" wait_s="${WAIT_S:-600}"
+for ((w = 0; w < wait_s; w += 15)); do
+  awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v m="$max_load" 'BEGIN { exit !(l < m) }' && break
+  sleep 15
+done
+echo "run.sh: starting at load $(cut -d' ' -f1-3 /proc/loadavg) (MAX_LOAD $max_load)," \
+  "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(not set)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-(not set)}"
+
+raw="$out/raw.jsonl"
+: >"$raw"
+load() { cut -d' ' -f1 /proc/loadavg; }
+# record ROUND WHAT JSON: one line of raw.jsonl
+record() {
+  $py -c '
+import json, sys
+d = json.loads(sys.argv[3])
+d.update(round=int(sys.argv[1]), what=sys.argv[2], load=float(sys.argv[4]))
+print(json.dumps(d))
+v = "%.0f GFLOP/s" % d["gflops_median"] if "gflops_median" in d else "%.2f ms" % (1e3 * d["median_s"])
+print("  %-32s %14s   load %.2f" % (d["what"], v, d["load"]), file=sys.stderr)' "$1" "$2" "$3" "$(load)" >>"$raw"
+}
+
+engine() {  # ROUND SPEC STEPS
+  local name m
+  name="$(basename "$2" .json)"
+  m="$out/engine-$name.r$1.json"
+  "$build/zenflow-run" "$2" --strategy device-adam --steps "$3" --set log.warmup_steps=10 \
+    --set data.eval_limit=32 --metrics "$m" -q
+  record "$1" "zenflow:$name" "$($py -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+d = {"median_s": m["step_time_s"]["median"], "mean_s": m["step_time_s"]["mean"], "workers": m.get("workers")}
+for k in ("cpu_seconds", "cpu_over_wall", "device_cores"):
+    if k in m: d[k] = m[k]
+print(json.dumps(d))' "$m")"
+}
+
+peer() {  # ROUND SPEC STEPS OMP BLAS
+  local name
+  name="$(basename "$2" .json)"
+  record "$1" "torch:$name:omp$4:blas$5" \
+    "$(OMP_NUM_THREADS="$4" OPENBLAS_NUM_THREADS="$5" $py "$here/peer.py" "$root/graphs/specs/$name.json" \
+      --threads "$4" --steps "$3")"
+}
+
+for r in $(seq 1 "$rounds"); do
+  echo "== round $r of $rounds (load $(load))"
+  for t in 1 2; do record "$r" "sgemm:blas$t" "$(OPENBLAS_NUM_THREADS=$t $py "$here/sgemm.py")"; done
+  for spec in gpt-kjv:"$gpt_steps" mlp-fashion:"$mlp_steps"; do
+    name="${spec%%:*}" steps="${spec##*:}"
+    engine "$r" "$root/graphs/specs/$name.json" "$steps"
+    for omp in 1 2; do
+      for blas in 1 2; do peer "$r" "$name" "$steps" "$omp" "$blas"; done
+    done
+  done
+done
+echo "== done (load $(load))"
+$py "$here/report.py" "$out"

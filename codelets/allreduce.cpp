@@ -12,6 +12,8 @@
 // never waits for a later collective of its own rank, so no rank can deadlock on itself.
 #include <starpu.h>
 
+#include <algorithm>
+
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
 #include "runtime/comm.hpp"
@@ -68,7 +70,7 @@ struct SegmentArgs {
   int64_t rows, cols, k;  // with selected columns (ZenFlow, stage 2): the gradient's shape and k
 };
 
-// x's own segment <- scale * the sum over the ranks of that segment. With selected columns
+// x's own segment <- scale * the sum over the ranks of that segment, the other segments <- 0. With selected columns
 // (buffers x, sel, token): those k columns of every row <- scale * their sum over the ranks first
 // (ZenFlow's device update reads them on every rank), the rest reduce-scattered.
 void reduce_scatter_cpu(void* b[], void* a) noexcept {
@@ -93,6 +95,10 @@ void reduce_scatter_cpu(void* b[], void* a) noexcept {
   const int r = p->comm->rank();
   if (p->scale != 1.0f)
     for (size_t i = bd[(size_t)r]; i < bd[(size_t)r + 1]; ++i) x[i] *= p->scale;
+  // the other segments: zeros, not this rank's local values (the fp16 overflow check reads the
+  // whole gradient: a local value beyond fp16's range whose mean is within it must not count)
+  std::fill(x, x + bd[(size_t)r], 0.0f);
+  std::fill(x + bd[(size_t)r + 1], x + bd.back(), 0.0f);
   if (sel)
     for (int64_t r = 0; r < p->rows; ++r)
       for (int64_t j = 0; j < p->k; ++j) x[r * p->cols + sel[j]] = cols[(size_t)(r * p->k + j)] * p->scale;
@@ -114,6 +120,10 @@ void allreduce_partials_cpu(void* b[], void* a) noexcept {
   double* total = vec_as<double>(b[nb - 2]);
   total[0] = s;
   if (p->comm->allreduce_sum(total, 1) != 0) record_task_failure("MPI_Allreduce of the clip's sums of squares failed");
+}
+void allreduce_flag_cpu(void* b[], void* a) noexcept {  // buffers: flag (uint32), comm token
+  auto* p = static_cast<SegmentArgs*>(a);
+  if (p->comm->allreduce_or(vec_as<uint32_t>(b[0]), vec_n(b[0])) != 0) record_task_failure("MPI_Allreduce (BOR) failed");
 }
 #ifdef ZF_USE_CUDA
 void reduce_scatter_cuda(void* b[], void* a) noexcept {
@@ -156,6 +166,11 @@ starpu_codelet& allgather_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_allgather", allgather_cpu, ZF_CUDA_FUNC(allgather_cuda), 2, {STARPU_RW, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& allreduce_flag_cl() {  // CPU workers (a 4-byte word: StarPU moves it)
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_allreduce_flag", allreduce_flag_cpu, nullptr, 2, {STARPU_RW, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& allreduce_partials_cl() {
@@ -204,6 +219,13 @@ void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const
     tb.r(*p);
   }
   tb.w(total).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+}
+
+void insert_allreduce_flag(const SubmitOptions& opt, const Tensor& flag, const Comm& comm) {
+  expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
+  expect(flag.elem_size() == sizeof(uint32_t), opt, shape_str(flag) + " must hold 4-byte words");
+  SegmentArgs a{&comm, nullptr, 1.0f, 0, 0, 0};
+  TaskBuilder(allreduce_flag_cl(), opt).rw(flag).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
 }
 
 void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm) {

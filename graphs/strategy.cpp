@@ -278,13 +278,11 @@ std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vect
     if (spec.strategy == "device-adam")
       throw InputError(where, st + " partitions the host optimizer state of the offloading strategies (zero-offload, "
                               "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
-    if (spec.zero_stage == 2 && spec.precision == "fp16")
-      throw InputError(where, "2 with precision \"fp16\": the overflow check reads whole gradients, which stage 2 "
-                              "reduce-scatters (each rank holds only its partition's sum); use stage 1");
-    if (spec.zero_stage == 2 && spec.strategy == "zenflow" && spec.zenflow.update_interval < 0)
+    const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
+    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && spec.zenflow.update_interval < 0)
       throw InputError(where, "2 with zenflow.update_interval \"auto\": the auto rule reads whole gradients, which "
                               "stage 2 reduce-scatters; use stage 1 or a fixed update_interval");
-    if (spec.zero_stage == 2 && spec.strategy == "zenflow" && comm && comm->size() > 1 && rt.device_is_cuda())
+    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && rt.device_is_cuda())
       throw InputError(where, "2 with zenflow on CUDA workers: the selected columns' all-reduce inside the "
                               "reduce-scatter runs on CPU workers only; use stage 1");
   }

@@ -489,6 +489,10 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       // NaN in the sum). The builder waits for it here, as DeepSpeed reads its overflow flag on the
       // host every step: the step's update depends on it.
       for (Param* p : wl->params()) insert_round_fp16(rt.device(t).named("fp16.grad." + p->name), p->grad, overflow);
+      // ZeRO stage 2: a rank's reduce-scattered gradients are its partition's sums and the rest
+      // its local values; an inf or NaN in any rank's local gradient is one in its owner's sum, so
+      // the OR over the ranks of their flags is the global gradient's (every rank agrees)
+      if (comm && strat->zero_stage() == 2) insert_allreduce_flag(rt.host(t).named("fp16.overflow.allreduce"), overflow, *comm);
       // The tracker's wait first: a blocking starpu_data_acquire issued while the step's tasks
       // still run made every device task of gpt-kjv.json 4-7x slower on the 2-core machine (median
       // step 549-574 ms against 82 ms); after the wait the acquire finds the flag written (and on a

@@ -185,6 +185,15 @@ class ZenFlowStrategy final : public Strategy {
 
   // ZenFlow's selection at step t (update o): the top-k columns of each 2-D weight's importance.
   void select_columns(int64_t t, int64_t o) {
+    if (sel_o_ == o && !sel_dropped_.empty()) {
+      // stage 2 under fp16: the selection runs before the overflow check, and the step that made
+      // the previous one at this update was skipped; it is selected again now and the skipped
+      // step's selection leaves the metrics (a skipped step selects nothing: docs/zenflow.md)
+      sel_dropped_.back() = 1;
+      for (auto& wp : mat_) allreduce_ -= (int64_t)wp->imp.bytes();
+    }
+    sel_dropped_.push_back(0);
+    sel_o_ = o;
     for (auto& wp : mat_) {
       Matrix& w = *wp;
       const std::string& n = w.p->name;
@@ -602,7 +611,9 @@ class ZenFlowStrategy final : public Strategy {
     int64_t changes = 0, pairs = 0, reselections = 0;
     double overlap = 0;
     for (auto& wp : mat_) {
-      const auto& sv = wp->selections;
+      std::vector<std::vector<int32_t>> sv;  // without the selections of skipped steps
+      for (size_t i = 0; i < wp->selections.size(); ++i)
+        if (i >= sel_dropped_.size() || !sel_dropped_[i]) sv.push_back(wp->selections[i]);
       for (size_t i = 1; i < sv.size(); ++i) {
         std::vector<int32_t> common;
         std::set_intersection(sv[i - 1].begin(), sv[i - 1].end(), sv[i].begin(), sv[i].end(),
@@ -677,6 +688,8 @@ class ZenFlowStrategy final : public Strategy {
   bool selected_ = false, last_vote_ = false;
   int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced
   int64_t selected_at_ = -1;     // step whose selection select_columns submitted
+  int64_t sel_o_ = -1;           // the update of the latest selection
+  std::vector<char> sel_dropped_;  // per selection of this run: made at a step later skipped (fp16)
   std::deque<Pending> pending_;
   std::vector<int64_t> update_steps_;
   MergeLog log_;

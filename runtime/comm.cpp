@@ -147,6 +147,15 @@ int Comm::gather_to_root(const float* mine, float* full, const std::vector<size_
   return 0;
 }
 
+int Comm::allreduce_or(uint32_t* x, size_t n) const {
+#ifdef ZF_USE_MPI
+  if (size_ > 1) return MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD);
+#else
+  (void)x, (void)n;
+#endif
+  return 0;
+}
+
 void Comm::barrier() const {
 #ifdef ZF_USE_MPI
   if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);

@@ -29,6 +29,8 @@ class Comm {
   // throwing: they are called from codelets (noexcept).
   int allreduce_sum(float* x, size_t n) const;
   int allreduce_sum(double* x, size_t n) const;
+  // In place, bitwise OR over the ranks (the fp16 overflow flag under ZeRO stage 2).
+  int allreduce_or(uint32_t* x, size_t n) const;
   // ZeRO partitions (docs/data-parallel.md): `bounds` holds size()+1 element offsets into x, rank r
   // owning [bounds[r], bounds[r+1]). reduce_scatter_sum: x[bounds[rank]..bounds[rank+1]) <- the SUM
   // over the ranks of that segment (the other segments keep this rank's values). allgather: every

@@ -29,10 +29,12 @@
 #   zero_clip            zero-offload stage 2 with gradient_clipping on 2 ranks vs one process: weights
 #                        within ATOL, the same clipped steps, norms within 1e-5 relative (the norm is
 #                        all-reduced over the partitions)
+#   zero_fp16            precision fp16 with overflowing loss scales, zero-offload and zenflow at stage 2
+#                        vs stage 0 on 2 ranks: the same skipped steps and selections, weights within ATOL
 #   zero_dpu_bf16        zero-offload-dpu with precision bf16, stage 2 vs stage 0 on 2 ranks: within ATOL
 #   zero_refusals        exit code 2 with a message naming the field: a global batch 4 ranks do not
-#                        divide (stage 2), device-adam at stage 1, fp16 at stage 2, host tiles too large
-#                        for 4 ranks
+#                        divide (stage 2), device-adam at stage 1, zenflow's auto update interval at
+#                        stage 2, host tiles too large for 4 ranks
 # Usage: dp_test.sh ZENFLOW_RUN SOURCE_DIR MPIRUN CASE. Prints "FAIL: ..." and exits 1 on failure.
 set -u
 
@@ -174,6 +176,29 @@ assert d < 1e-5, 'norms differ by %g (relative)' % d
 print('clipped %d of %d steps on both; norms within %.1e' % (a['clipped_steps'], a['clip_points'], d))" \
       "$TMP/m1.json" "$TMP/m2.json" || fail "clipping metrics differ"
     ;;
+  zero_fp16)
+    # fp16 with overflowing first loss scales, stage 2 vs stage 0 on 2 ranks: the same skipped steps
+    # (the flag is OR-ed over the ranks, each checking its own partition's sums), weights within
+    # ATOL (measured: equal), zenflow's selections of skipped steps not counted
+    FP=(--set precision=fp16 --set fp16.initial_scale_power=24 --set fp16.loss_scale_window=5)
+    for s in zero-offload zenflow; do
+      A=(--strategy zero-offload)
+      [ $s = zenflow ] && A=("${ZENFLOW[@]}")
+      for st in 0 2; do
+        runN 2 "${ZSMALL[@]}" "${A[@]}" "${FP[@]}" --set zero_optimization.stage=$st --save "$TMP/s$st.safetensors" \
+          --metrics "$TMP/s$st.json" || fail "$s stage $st run exited $?"
+        $CHECK metrics "$TMP/s$st.json" "$TMP/s$st.safetensors" 2 || exit 1
+      done
+      $CHECK close "$TMP/s2.safetensors" "$TMP/s0.safetensors" "$ATOL" || exit 1
+      /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a['fp16']['skipped_steps'] > 0, 'no step skipped: the case tests nothing'
+assert a['fp16']['skipped_at'] == b['fp16']['skipped_at'], (a['fp16']['skipped_at'], b['fp16']['skipped_at'])
+assert a.get('selection') == b.get('selection'), (a.get('selection'), b.get('selection'))
+print('$s: skipped %s at both stages' % a['fp16']['skipped_at'])" "$TMP/s0.json" "$TMP/s2.json" ||
+        fail "$s: stage 2 skips other steps or selects otherwise than stage 0"
+    done
+    ;;
   zero_dpu_bf16)
     D=(--strategy zero-offload-dpu --set precision=bf16)
     runN 2 "${ZSMALL[@]}" "${D[@]}" --save "$TMP/s0.safetensors" --metrics "$TMP/s0.json" || fail "stage 0 run exited $?"
@@ -188,8 +213,8 @@ print('clipped %d of %d steps on both; norms within %.1e' % (a['clipped_steps'],
     refused 4 "not divisible by the 4 ranks" "${ZSMALL[@]}" --strategy zero-offload "${Z2[@]}" --set train.batch_size=62
     refused 2 "zero_optimization.stage: 1 partitions the host optimizer state" "${ZSMALL[@]}" \
       --set zero_optimization.stage=1
-    refused 2 "zero_optimization.stage: 2 with precision \"fp16\"" "${ZSMALL[@]}" "${ZENFLOW[@]}" "${Z2[@]}" \
-      --set precision=fp16
+    refused 2 "zero_optimization.stage: 2 with zenflow.update_interval \"auto\"" "${ZSMALL[@]}" "${ZENFLOW[@]}" \
+      "${Z2[@]}" --set 'zenflow.update_interval="auto"'
     refused 4 "runtime.tile_elems: 1048576 elements per host tile leave rank 0 of 4 without a tile" "${SMALL[@]}" \
       --strategy zero-offload "${Z2[@]}"
     ;;

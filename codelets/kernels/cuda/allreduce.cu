@@ -93,7 +93,11 @@ Status reduce_scatter_scale(float* x, const std::vector<size_t>& bounds, int ran
         return nc.reduce(x + off, x + off, n, ncclFloat32, ncclSum, root, comm, s);
       }))
     return e;
-  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off;
+  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off, end = bounds.back();
+  // the other segments <- 0 (codelets/allreduce.cpp: the fp16 overflow check reads whole gradients)
+  if (off && cudaMemsetAsync(x, 0, off * sizeof(float), s) != cudaSuccess) return "cudaMemsetAsync failed";
+  if (off + n < end && cudaMemsetAsync(x + off + n, 0, (end - off - n) * sizeof(float), s) != cudaSuccess)
+    return "cudaMemsetAsync failed";
   if (scale == 1.0f || !n) return nullptr;
   scale_k<<<blocks_for(n), kThreads, 0, s>>>(x + off, n, scale);
   return launched();

@@ -38,7 +38,7 @@ Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStr
 // are whole host tiles, hence uneven, and ncclReduceScatter / ncclAllGather take equal counts: the
 // reduce-scatter is one ncclReduce per segment (rooted at its owner, in place) and the all-gather
 // one ncclBroadcast per segment (from its owner, in place), each set in one NCCL group.
-// reduce_scatter_scale then scales this rank's own segment by `scale`.
+// reduce_scatter_scale then scales this rank's own segment by `scale` and zeroes the others.
 Status reduce_scatter_scale(float* x, const std::vector<size_t>& bounds, int rank, float scale, ncclComm_t comm,
                             cudaStream_t s);
 Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s);

@@ -12,6 +12,8 @@
 // never waits for a later collective of its own rank, so no rank can deadlock on itself.
 #include <starpu.h>
 
+#include <algorithm>
+
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
 #include "runtime/comm.hpp"
@@ -58,7 +60,173 @@ starpu_codelet& allreduce_cl() {
   return c;
 }
 
+// ---- ZeRO stage 1 and 2 (docs/data-parallel.md): reduce-scatter and all-gather over partition
+// segments (bounds: ranks + 1 element offsets, owned by the strategy's Partition), chained through
+// the same comm token.
+struct SegmentArgs {
+  const Comm* comm;
+  const std::vector<size_t>* bounds;
+  float scale;
+  int64_t rows, cols, k;  // with selected columns (ZenFlow, stage 2): the gradient's shape and k
+};
+
+// x's own segment <- scale * the sum over the ranks of that segment, the other segments <- 0. With selected columns
+// (buffers x, sel, token): those k columns of every row <- scale * their sum over the ranks first
+// (ZenFlow's device update reads them on every rank), the rest reduce-scattered.
+void reduce_scatter_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<SegmentArgs*>(a);
+  float* x = vec_ptr(b[0]);
+  const std::vector<size_t>& bd = *p->bounds;
+  std::vector<float> cols;
+  const int32_t* sel = p->k > 0 ? vec_as<int32_t>(b[1]) : nullptr;
+  if (sel) {
+    cols.resize((size_t)(p->rows * p->k));
+    for (int64_t r = 0; r < p->rows; ++r)
+      for (int64_t j = 0; j < p->k; ++j) cols[(size_t)(r * p->k + j)] = x[r * p->cols + sel[j]];
+    if (p->comm->allreduce_sum(cols.data(), cols.size()) != 0) {
+      record_task_failure("MPI_Allreduce of the selected gradient columns failed");
+      return;
+    }
+  }
+  if (p->comm->reduce_scatter_sum(x, bd) != 0) {
+    record_task_failure("MPI_Reduce_scatter failed");
+    return;
+  }
+  const int r = p->comm->rank();
+  if (p->scale != 1.0f)
+    for (size_t i = bd[(size_t)r]; i < bd[(size_t)r + 1]; ++i) x[i] *= p->scale;
+  // the other segments: zeros, not this rank's local values (the fp16 overflow check reads the
+  // whole gradient: a local value beyond fp16's range whose mean is within it must not count)
+  std::fill(x, x + bd[(size_t)r], 0.0f);
+  std::fill(x + bd[(size_t)r + 1], x + bd.back(), 0.0f);
+  if (sel)
+    for (int64_t r = 0; r < p->rows; ++r)
+      for (int64_t j = 0; j < p->k; ++j) x[r * p->cols + sel[j]] = cols[(size_t)(r * p->k + j)] * p->scale;
+}
+void allgather_cpu(void* b[], void* a) noexcept {  // buffers: x, comm token
+  auto* p = static_cast<SegmentArgs*>(a);
+  if (p->comm->allgather(vec_ptr(b[0]), *p->bounds) != 0) record_task_failure("MPI_Allgatherv failed");
+}
+// buffers: the partial sums (doubles) of this rank, total (one double), comm token: total <- the
+// sum over the ranks of every partial (the global gradient norm's square under a partition)
+void allreduce_partials_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<SegmentArgs*>(a);
+  const int nb = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+  double s = 0.0;
+  for (int i = 0; i + 2 < nb; ++i) {
+    const double* d = vec_as<double>(b[i]);
+    for (size_t j = 0; j < vec_n(b[i]); ++j) s += d[j];
+  }
+  double* total = vec_as<double>(b[nb - 2]);
+  total[0] = s;
+  if (p->comm->allreduce_sum(total, 1) != 0) record_task_failure("MPI_Allreduce of the clip's sums of squares failed");
+}
+void allreduce_flag_cpu(void* b[], void* a) noexcept {  // buffers: flag (uint32), comm token
+  auto* p = static_cast<SegmentArgs*>(a);
+  if (p->comm->allreduce_or(vec_as<uint32_t>(b[0]), vec_n(b[0])) != 0) record_task_failure("MPI_Allreduce (BOR) failed");
+}
+#ifdef ZF_USE_CUDA
+void reduce_scatter_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<SegmentArgs*>(a);
+#ifdef ZF_USE_NCCL
+  if (p->k > 0) {  // refused before (graphs/strategy.cpp); never reached
+    record_task_failure("reduce-scatter with selected columns on a CUDA worker");
+    return;
+  }
+  cuda_check(kernels::cuda::reduce_scatter_scale(vec_ptr(b[0]), *p->bounds, p->comm->rank(), p->scale,
+                                                 static_cast<ncclComm_t>(p->comm->nccl()), cuda_stream()));
+#else
+  (void)p;
+  record_task_failure("reduce-scatter on a CUDA worker: this build has no NCCL");
+#endif
+}
+void allgather_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<SegmentArgs*>(a);
+#ifdef ZF_USE_NCCL
+  cuda_check(kernels::cuda::allgather(vec_ptr(b[0]), *p->bounds, static_cast<ncclComm_t>(p->comm->nccl()),
+                                      cuda_stream()));
+#else
+  (void)p;
+  record_task_failure("all-gather on a CUDA worker: this build has no NCCL");
+#endif
+}
+#endif
+
+starpu_codelet& reduce_scatter_cl(bool cols) {
+  static starpu_perfmodel m[2]{};
+  static starpu_codelet c[2] = {
+      make_codelet({"zf_reduce_scatter", reduce_scatter_cpu, ZF_CUDA_FUNC(reduce_scatter_cuda), 2,
+                    {STARPU_RW, STARPU_RW}}, &m[0]),
+      // with ZenFlow's selected columns: CPU workers only (graphs/strategy.cpp refuses it on GPUs)
+      make_codelet({"zf_reduce_scatter_cols", reduce_scatter_cpu, nullptr, 3, {STARPU_RW, STARPU_R, STARPU_RW}}, &m[1]),
+  };
+  return c[cols ? 1 : 0];
+}
+starpu_codelet& allgather_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_allgather", allgather_cpu, ZF_CUDA_FUNC(allgather_cuda), 2, {STARPU_RW, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& allreduce_flag_cl() {  // CPU workers (a 4-byte word: StarPU moves it)
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_allreduce_flag", allreduce_flag_cpu, nullptr, 2, {STARPU_RW, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& allreduce_partials_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_allreduce_partials", allreduce_partials_cpu, nullptr, -1, {}}, &m);
+  return c;
+}
+
+void check_bounds(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm) {
+  expect(x.elem_size() == sizeof(float), opt, shape_str(x) + " must hold fp32 values");
+  expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
+  expect(bounds.size() == (size_t)comm.size() + 1 && bounds.front() == 0 && bounds.back() == x.numel(), opt,
+         "partition bounds do not cover " + shape_str(x) + " over " + std::to_string(comm.size()) + " ranks");
+}
+
 }  // namespace
+
+void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scale, const std::vector<size_t>& bounds,
+                           const Comm& comm, const Tensor* sel) {
+  check_bounds(opt, x, bounds, comm);
+  SegmentArgs a{&comm, &bounds, scale, 0, 0, 0};
+  if (sel) {
+    expect(x.shape().size() == 2 && sel->elem_size() == sizeof(int32_t), opt,
+           "reduce-scatter with selected columns: " + shape_str(x) + " must be 2-D, the selection int32");
+    a.rows = x.shape()[0], a.cols = x.shape()[1], a.k = (int64_t)sel->numel();
+    TaskBuilder(reduce_scatter_cl(true), opt).rw(x).r(*sel).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+  } else {
+    TaskBuilder(reduce_scatter_cl(false), opt).rw(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+  }
+}
+
+void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm) {
+  check_bounds(opt, x, bounds, comm);
+  SegmentArgs a{&comm, &bounds, 1.0f, 0, 0, 0};
+  TaskBuilder(allgather_cl(), opt).rw(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+}
+
+void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const Tensor*>& partials,
+                               const Tensor& total, const Comm& comm) {
+  expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
+  expect(total.elem_size() == sizeof(double) && total.numel() == 1, opt, "the total must be one double");
+  SegmentArgs a{&comm, nullptr, 1.0f, 0, 0, 0};
+  TaskBuilder tb(allreduce_partials_cl(), opt);
+  for (const Tensor* p : partials) {
+    expect(p->elem_size() == sizeof(double), opt, shape_str(*p) + " must hold doubles");
+    tb.r(*p);
+  }
+  tb.w(total).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+}
+
+void insert_allreduce_flag(const SubmitOptions& opt, const Tensor& flag, const Comm& comm) {
+  expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
+  expect(flag.elem_size() == sizeof(uint32_t), opt, shape_str(flag) + " must hold 4-byte words");
+  SegmentArgs a{&comm, nullptr, 1.0f, 0, 0, 0};
+  TaskBuilder(allreduce_flag_cl(), opt).rw(flag).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+}
 
 void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm) {
   expect(x.elem_size() == sizeof(float), opt, shape_str(x) + " must hold fp32 values");

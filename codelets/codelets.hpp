@@ -144,6 +144,19 @@ void insert_scale_by(const SubmitOptions& opt, const Tensor& x, Slice xs, const 
 // process through the runtime's comm token.
 class Comm;
 void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm);
+// ZeRO stage 1 and 2 (docs/data-parallel.md): bounds = ranks + 1 element offsets of x, rank r owning
+// [bounds[r], bounds[r+1]) (the vector must outlive the task). reduce_scatter: this rank's segment
+// <- scale * its sum over the ranks, the other segments <- 0; with `sel` (ZenFlow's
+// selected columns, int32, x 2-D) those columns of every row <- scale * their sum over the ranks
+// (CPU workers only). allgather: every segment <- its owner's. allreduce_partials: total (one
+// double) <- the sum over the ranks of every double in `partials` (the clip's sums of squares).
+void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scale, const std::vector<size_t>& bounds,
+                           const Comm& comm, const Tensor* sel = nullptr);
+void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm);
+void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const Tensor*>& partials,
+                               const Tensor& total, const Comm& comm);
+// flag (uint32 words) <- bitwise OR over the ranks (CPU workers): the fp16 overflow flag under stage 2
+void insert_allreduce_flag(const SubmitOptions& opt, const Tensor& flag, const Comm& comm);
 
 // ---- data: x (B, D) float = pixels/255 of the rows `indices` of a uint8 (rows, D) table;
 // labels (B) int32. The table must outlive the task.

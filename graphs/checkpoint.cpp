@@ -1,5 +1,7 @@
 #include "graphs/checkpoint.hpp"
 
+#include "runtime/comm.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -24,6 +26,7 @@
 #include "graphs/strategy.hpp"
 #include "graphs/trainer.hpp"
 #include "models/workload.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/json_depth.hpp"
 
 namespace zf {
@@ -45,19 +48,30 @@ void StateWriter::put(const std::string& name, const HostTensor& h) {
   s.dtype = "F32";
   size_t n = 0;
   for (auto& t : h.tiles) n += t.numel();
-  s.shape = {(int64_t)n};
-  s.bytes.resize(n * 4);
+  std::vector<uint8_t> mine(n * 4);
   size_t off = 0;
   for (auto& t : h.tiles) {  // bf16 and fp16 tiles are saved as their exact fp32 values
     t.acquire_read();
     if (t.elem_size() == 2 && t.half() == Half::Fp16)
-      kernels::cpu::unpack_fp16(t.as<uint16_t>(), reinterpret_cast<float*>(s.bytes.data() + off), t.numel());
+      kernels::cpu::unpack_fp16(t.as<uint16_t>(), reinterpret_cast<float*>(mine.data() + off), t.numel());
     else if (t.elem_size() == 2)
-      kernels::cpu::unpack_bf16(t.as<uint16_t>(), reinterpret_cast<float*>(s.bytes.data() + off), t.numel());
+      kernels::cpu::unpack_bf16(t.as<uint16_t>(), reinterpret_cast<float*>(mine.data() + off), t.numel());
     else
-      std::memcpy(s.bytes.data() + off, t.data(), t.bytes());
+      std::memcpy(mine.data() + off, t.data(), t.bytes());
     t.release();
     off += t.numel() * 4;
+  }
+  if (h.bounds) {  // ZeRO partition: rank 0 gathers every rank's segment (every rank calls this)
+    const bool root = h.comm->rank() == 0;
+    if (root) s.bytes.resize(h.numel * 4);
+    if (h.comm->gather_to_root(reinterpret_cast<const float*>(mine.data()),
+                               root ? reinterpret_cast<float*>(s.bytes.data()) : nullptr, *h.bounds) != 0)
+      throw Error("checkpoint: MPI_Gatherv of " + name + " failed");
+    if (!root) return;  // only rank 0 writes the file
+    s.shape = {(int64_t)h.numel};
+  } else {
+    s.shape = {(int64_t)n};
+    s.bytes = std::move(mine);
   }
   f_.tensors[name] = std::move(s);
 }
@@ -126,10 +140,14 @@ void StateReader::get(const std::string& name, const Tensor& t, Values v) const 
 void StateReader::get(const std::string& name, const HostTensor& h, Values v) const {
   size_t n = 0;
   for (auto& t : h.tiles) n += t.numel() * 4;
-  const StTensor& s = find(name, "F32", n);
-  check_values<float>(*this, name, s.bytes.data(), n / 4, v);
+  // a partitioned tensor reads its tiles at their offsets in the whole one (any partition: the
+  // file is the same for every stage and rank count)
+  const StTensor& s = find(name, "F32", h.bounds ? h.numel * 4 : n);
+  check_values<float>(*this, name, s.bytes.data(), s.bytes.size() / 4, v);
   size_t off = 0;
-  for (auto& t : h.tiles) {
+  for (size_t i = 0; i < h.tiles.size(); ++i) {
+    const Tensor& t = h.tiles[i];
+    if (h.bounds) off = h.slices[i].offset * 4;
     t.acquire_write();
     if (t.elem_size() == 2 && t.half() == Half::Fp16)  // values written from fp16 tiles: packing is exact
       kernels::cpu::pack_fp16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());

@@ -5,8 +5,9 @@
 
 namespace zf {
 
-GradClip::GradClip(Runtime& rt, const std::string& name, float max_norm, bool device_side)
-    : rt_(rt), name_(name), clip_(max_norm), device_(device_side),
+GradClip::GradClip(Runtime& rt, const std::string& name, float max_norm, bool device_side, const Comm* comm)
+    : rt_(rt), name_(name), clip_(max_norm), device_(device_side), comm_(comm),
+      total_(comm ? Tensor::home({1}, name + ".clip.sumsq_ranks", sizeof(double)) : Tensor()),
       factor_(Tensor::home({3}, name + ".clip.factor")) {}
 
 void GradClip::submit(int64_t t, const SubmitOptions& ctx, const std::vector<ClipPart>& parts, double sq_div,
@@ -27,6 +28,10 @@ void GradClip::submit(int64_t t, const SubmitOptions& ctx, const std::vector<Cli
                  device_ ? partials_.front() : partials_[i], device_ ? i : 0);
   std::vector<const Tensor*> ps;
   for (const Tensor& p : partials_) ps.push_back(&p);
+  if (comm_) {  // this rank's partition: the global sum of squares over the ranks
+    insert_allreduce_partials(ctx.named("clip.allreduce." + name_), ps, total_, *comm_);
+    ps = {&total_};
+  }
   const bool read_back = device_ && rt_.device_is_cuda();
   insert_clip_factor(ctx.named("clip.factor." + name_), ps, sq_div, clip_, loss_scale, extra, factor_,
                      read_back ? nullptr : &log_, t);

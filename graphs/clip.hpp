@@ -7,7 +7,8 @@
 // its host accumulators at each interval's boundary (graphs/zenflow.cpp; with semantics
 // "deepspeed" the 1-D parameters' host window sums too, as norm-only parts). Data-parallel runs clip
 // after the gradient all-reduce, so every rank holds the global gradient and its norm already (no
-// further collective).
+// further collective), except under ZeRO stage >= 1, where each rank's parts are its partition
+// and one all-reduce of the sums of squares gives the global norm.
 #pragma once
 #include <deque>
 #include <array>
@@ -32,7 +33,9 @@ class GradClip {
  public:
   // max_norm: DeepSpeed's gradient_clipping (> 0). device_side: the parts live on the device
   // (one partial-sums tensor, read back on CUDA workers), else on the host (one per part).
-  GradClip(Runtime& rt, const std::string& name, float max_norm, bool device_side);
+  // comm: the host parts are this rank's partition of a ZeRO stage >= 1 run (docs/data-parallel.md):
+  // the sums of squares are all-reduced (a collective task) before the factor.
+  GradClip(Runtime& rt, const std::string& name, float max_norm, bool device_side, const Comm* comm = nullptr);
   // Submits the clip point of step t over `parts` (the same count every time) in context `ctx`.
   // The norm is sqrt(sum of squares / sq_div) and the parts are multiplied by extra / combined
   // scale: ZenFlow's host step passes n^2 and 1/n (the interval's mean), the others 1 and 1.
@@ -58,6 +61,8 @@ class GradClip {
   float clip_;
   bool device_;
   std::vector<Tensor> partials_;
+  const Comm* comm_;
+  Tensor total_;  // comm: the sum of squares over the ranks
   Tensor factor_;
   ClipLog log_;
   // CUDA device-side clip points: read back (step, {factor, norm, clipped})

@@ -81,7 +81,11 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   // (and with semantics deepspeed and overlap_step a second set of host moments)
   const int D = s.zenflow.staleness();
   const double two_sets = s.zenflow.deepspeed_rules() && s.zenflow.overlap_step ? 2 : 0;
-  const double opt = s.strategy == "device-adam" ? 2 : s.strategy == "zenflow" ? 4 + 2.0 * (D + 1) + 1 + two_sets : 4;
+  // zero_optimization.stage >= 1 over several ranks: each rank holds 1/R of the host part
+  // (docs/data-parallel.md); the selected columns' moments stay whole
+  double host = s.strategy == "device-adam" ? 0 : s.strategy == "zenflow" ? 4 + 2.0 * (D + 1) + two_sets : 4;
+  if (s.zero_stage >= 1 && ranks > 1) host /= ranks;
+  const double opt = s.strategy == "device-adam" ? 2 : s.strategy == "zenflow" ? host + 1 : host;
   e.optimizer = 4 * opt * P;
   // the training and the evaluation batch sizes each have their buffers
   e.activations = 4 * act_per_row * (B + Be);

@@ -253,6 +253,13 @@ Spec parse_spec(const json& j, const std::string& source) {
   top.str("strategy", s.strategy, {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"});
   top.str("precision", s.precision, {"fp32", "bf16", "fp16"});
   top.number("gradient_clipping", s.gradient_clipping, 0.0, 1e9);
+  if (auto* z = top.object("zero_optimization")) {
+    Fields f(*z, "zero_optimization", source);
+    f.integer("stage", s.zero_stage, 0, 3);
+    if (s.zero_stage == 3)
+      f.fail("zero_optimization.stage", "stage 3 (partitioned parameters) is not implemented; 0, 1 or 2");
+    f.finish();
+  }
   if (auto* b = top.object("fp16")) {
     Fields f(*b, "fp16", source);
     parse_fp16(f, s.fp16);
@@ -482,6 +489,7 @@ json Spec::to_json() const {
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
   if (zenflow.deepspeed_rules()) j["zenflow"]["semantics"] = zenflow.semantics;  // absent: "zenflow"
   if (gradient_clipping > 0) j["gradient_clipping"] = gradient_clipping;
+  if (zero_stage != 0) j["zero_optimization"] = {{"stage", zero_stage}};  // absent: 0
   if (train.gradient_accumulation_steps != 1) j["train"]["gradient_accumulation_steps"] = train.gradient_accumulation_steps;
   if (precision == "fp16") j["fp16"] = fp16_json(fp16);
   return j;
@@ -709,6 +717,14 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
       f.fail("zero_optimization.offload_optimizer.device", "ZenFlow requires the optimizer offloaded to the cpu (DeepSpeed's constraint)");
     if (has_zenflow && stage == 0)
       f.fail("zero_optimization.stage", "ZenFlow runs with ZeRO stage 1, 2 or 3");
+    if (stage == 3)
+      f.fail("zero_optimization.stage", "stage 3 (partitioned parameters) is not implemented: use 1 or 2 "
+                                        "(docs/data-parallel.md)");
+    if (offload_cpu && stage > 0)
+      patch["zero_optimization"] = {{"stage", stage}};
+    else if (stage > 0)  // device-adam: its optimizer state is on the device, replicated (stage 0)
+      note("zero_optimization.stage " + std::to_string(stage) +
+           " (no optimizer offload: device-adam's state stays on the device, replicated as with stage 0)");
   }
   top.finish();
   patch["strategy"] = has_zenflow ? "zenflow" : offload_cpu ? "zero-offload" : "device-adam";

@@ -23,6 +23,11 @@ struct Spec {
   // DeepSpeed's gradient_clipping: the global L2 norm of the step's gradients is clipped to it,
   // with DeepSpeed's coefficient (graphs/clip.hpp, docs/spec.md); 0: off
   double gradient_clipping = 0.0;
+  // DeepSpeed's zero_optimization.stage (docs/data-parallel.md): 0 replicates the host optimizer
+  // state on every rank; 1 partitions it over the ranks (each rank's host AdamW / ZenFlow host
+  // update runs on its partition, the updated partitions are all-gathered into the device
+  // weights); 2 also reduce-scatters the gradients that go to the host. Offloading strategies only.
+  int zero_stage = 0;
 
   // DeepSpeed's "fp16" block without "enabled" (precision "fp16" is that): same keys, types and
   // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/loss_scaler.hpp.

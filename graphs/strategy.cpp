@@ -1,10 +1,20 @@
 #include "graphs/strategy.hpp"
 
+#include "runtime/comm.hpp"
+
 namespace zf {
 
-HostTensor::HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size, Half half) {
+HostTensor::HostTensor(const std::string& name, size_t numel_, int64_t tile_elems, size_t elem_size, Half half,
+                       const std::vector<size_t>* bounds_, const Comm* comm_)
+    : numel(numel_), bounds(bounds_), comm(comm_) {
   const size_t tile = (size_t)tile_elems;
+  size_t lo = 0, hi = numel;
+  if (bounds) {  // this rank's segment (tile-aligned: Strategy::plan_partition)
+    lo = (*bounds)[(size_t)comm->rank()];
+    hi = (*bounds)[(size_t)comm->rank() + 1];
+  }
   for (size_t off = 0, i = 0; off < numel; off += tile, ++i) {
+    if (off < lo || off >= hi) continue;
     const size_t n = std::min(tile, numel - off);
     tiles.push_back(Tensor::home({(int64_t)n}, name + "[" + std::to_string(i) + "]", elem_size));
     tiles.back().set_half(half);
@@ -12,14 +22,82 @@ HostTensor::HostTensor(const std::string& name, size_t numel, int64_t tile_elems
   }
 }
 
-Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec)
+size_t HostTensor::bytes() const {
+  size_t b = 0;
+  for (const Tensor& t : tiles) b += t.bytes();
+  return b;
+}
+
+Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm)
     : rt_(rt), params_(std::move(params)), spec_(spec), tile_elems_(spec.runtime.tile_elems),
       bf16_(spec.precision == "bf16" || spec.precision == "fp16"),
-      half_(spec.precision == "fp16" ? Half::Fp16 : Half::Bf16) {
+      half_(spec.precision == "fp16" ? Half::Fp16 : Half::Bf16),
+      comm_(comm && comm->size() > 1 && spec.zero_stage >= 1 ? comm : nullptr) {
   hp_.beta1 = spec.optimizer.beta1;
   hp_.beta2 = spec.optimizer.beta2;
   hp_.eps = spec.optimizer.eps;
   hp_.weight_decay = spec.optimizer.weight_decay;
+}
+
+void Strategy::plan_partition(const std::vector<Param*>& ps) {
+  if (!comm_) return;
+  const uint64_t R = (uint64_t)comm_->size(), tile = (uint64_t)tile_elems_;
+  uint64_t total = 0;
+  for (const Param* p : ps) total += p->value.numel();
+  // tile -> owner: the rank whose 1/R of all elements holds the tile's middle (contiguous ranges in
+  // model order, each within one tile of total / R)
+  std::vector<int64_t> tiles_of(R, 0);
+  uint64_t start = 0;
+  for (const Param* p : ps) {
+    const uint64_t n = p->value.numel();
+    std::vector<size_t> b(R + 1, (size_t)n);
+    b[0] = 0;
+    for (uint64_t off = 0; off < n; off += tile) {
+      const uint64_t len = std::min(tile, n - off);
+      const uint64_t owner = std::min(R - 1, (2 * (start + off) + len) * R / (2 * total));
+      ++tiles_of[owner];
+      for (uint64_t r = 1; r <= owner; ++r) b[r] = std::min<size_t>(b[r], (size_t)off);
+    }
+    // owners rise along the tiles: b[r] is the first tile of rank >= r (n when none)
+    for (uint64_t r = R - 1; r >= 1; --r) b[r] = std::min(b[r], b[r + 1]);
+    bounds_[p] = std::move(b);
+    start += n;
+  }
+  for (uint64_t r = 0; r < R; ++r)
+    if (tiles_of[r] == 0)
+      throw InputError(spec_.where("runtime.tile_elems"),
+                       std::to_string(tile_elems_) + " elements per host tile leave rank " + std::to_string(r) + " of " +
+                           std::to_string(R) + " without a tile of the partitioned host state (zero_optimization.stage " +
+                           std::to_string(spec_.zero_stage) + "): lower runtime.tile_elems below " +
+                           std::to_string(total / R) + " (docs/data-parallel.md)");
+}
+
+HostTensor Strategy::host_tensor(const Param& p, const std::string& name, size_t elem_size) {
+  const std::vector<size_t>* b = bounds(p);
+  HostTensor h(name, p.value.numel(), tile_elems_, elem_size, half_, b, b ? comm_ : nullptr);
+  host_state_ += (int64_t)h.bytes();
+  return h;
+}
+
+void Strategy::allgather_param(int64_t t, const Param& p) {
+  const std::vector<size_t>* b = bounds(p);
+  if (!b) return;
+  insert_allgather(rt_.device(t).named("allgather.param." + p.name), p.value, *b, *comm_);
+  allgather_ += (int64_t)p.value.bytes();
+}
+
+void Strategy::submit_gradient_collectives(const UpdateStep& u, const Comm& comm) {
+  const float mean = 1.0f / (float)comm.size();
+  for (Param* p : params_) {
+    const std::vector<size_t>* b = zero_stage() == 2 ? bounds(*p) : nullptr;
+    if (b) {
+      insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *b, comm);
+      reduce_scatter_ += (int64_t)p->grad.bytes();
+    } else {
+      insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p->name), p->grad, mean, comm);
+      grad_allreduce_ += (int64_t)p->grad.bytes();
+    }
+  }
 }
 
 void Strategy::to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count) {
@@ -43,7 +121,7 @@ namespace {
 // ---------------------------------------------------------------- device-adam
 class DeviceAdam final : public Strategy {
  public:
-  DeviceAdam(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec) {
+  DeviceAdam(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec, nullptr) {
     for (Param* p : params_) {
       m_.push_back(Tensor::home(p->value.shape(), p->name + ".m"));
       v_.push_back(Tensor::home(p->value.shape(), p->name + ".v"));
@@ -97,18 +175,19 @@ class DeviceAdam final : public Strategy {
 // ---------------------------------------------------------------- zero-offload
 class ZeroOffload final : public Strategy {
  public:
-  ZeroOffload(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec) {
+  ZeroOffload(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm)
+      : Strategy(rt, params, spec, comm) {
+    plan_partition(params_);  // stage >= 1: each rank's share of every parameter's host state
     for (Param* p : params_) {
-      const size_t n = p->value.numel();
       State s;
-      s.master = HostTensor(p->name + ".master", n, tile_elems_);
-      s.hgrad = HostTensor(p->name + ".hgrad", n, tile_elems_);
-      s.m = HostTensor(p->name + ".m", n, tile_elems_);
-      s.v = HostTensor(p->name + ".v", n, tile_elems_);
+      s.master = host_tensor(*p, p->name + ".master");
+      s.hgrad = host_tensor(*p, p->name + ".hgrad");
+      s.m = host_tensor(*p, p->name + ".m");
+      s.v = host_tensor(*p, p->name + ".v");
       if (bf16_) {  // what crosses: bf16 (fp16) gradients down, bf16 (fp16) parameters up
         const std::string f = half_ == Half::Fp16 ? ".fp16" : ".bf16";
-        s.wire_g = HostTensor(p->name + ".hgrad" + f, n, tile_elems_, 2, half_);
-        s.wire_p = HostTensor(p->name + ".param" + f, n, tile_elems_, 2, half_);
+        s.wire_g = host_tensor(*p, p->name + ".hgrad" + f, 2);
+        s.wire_p = host_tensor(*p, p->name + ".param" + f, 2);
       }
       // fp32 master weights start as the device parameters (not a per-step crossing)
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
@@ -179,6 +258,7 @@ class ZeroOffload final : public Strategy {
                     s.wire_p.tiles[k], whole(s.wire_p.tiles[k]));
     }
     to_device(rt_.crossing(t).named("h2d.param." + p.name), bf16_ ? s.wire_p : s.master, p.value);
+    allgather_param(t, p);  // stage >= 1: the other ranks' partitions
   }
 
   struct State {
@@ -191,11 +271,25 @@ class ZeroOffload final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
-                                        int64_t steps_per_epoch) {
-  if (spec.strategy == "zenflow") return make_zenflow(spec, rt, params, steps_per_epoch);
-  if (spec.strategy == "zero-offload-dpu") return make_zero_offload_dpu(spec, rt, params);
+                                        int64_t steps_per_epoch, const Comm* comm) {
+  if (spec.zero_stage >= 1) {  // docs/data-parallel.md, "ZeRO stages"
+    const std::string where = spec.where("zero_optimization.stage");
+    const std::string st = std::to_string(spec.zero_stage);
+    if (spec.strategy == "device-adam")
+      throw InputError(where, st + " partitions the host optimizer state of the offloading strategies (zero-offload, "
+                              "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
+    const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
+    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && spec.zenflow.update_interval < 0)
+      throw InputError(where, "2 with zenflow.update_interval \"auto\": the auto rule reads whole gradients, which "
+                              "stage 2 reduce-scatters; use stage 1 or a fixed update_interval");
+    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && rt.device_is_cuda())
+      throw InputError(where, "2 with zenflow on CUDA workers: the selected columns' all-reduce inside the "
+                              "reduce-scatter runs on CPU workers only; use stage 1");
+  }
+  if (spec.strategy == "zenflow") return make_zenflow(spec, rt, params, steps_per_epoch, comm);
+  if (spec.strategy == "zero-offload-dpu") return make_zero_offload_dpu(spec, rt, params, comm);
   if (spec.strategy == "device-adam") return std::make_unique<DeviceAdam>(rt, params, spec);
-  if (spec.strategy == "zero-offload") return std::make_unique<ZeroOffload>(rt, params, spec);
+  if (spec.strategy == "zero-offload") return std::make_unique<ZeroOffload>(rt, params, spec, comm);
   throw InputError(spec.source + ": strategy", "unknown strategy '" + spec.strategy + "'");
 }
 

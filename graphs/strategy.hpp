@@ -9,6 +9,7 @@
 // Device-side and host-side copies are separate handles; every crossing is a copy task whose
 // bytes are counted.
 #pragma once
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -26,11 +27,22 @@ namespace zf {
 // over the host workers. tiles[i] mirrors device elements slices[i]. elem_size 2: bf16 or fp16
 // tiles (`half`), the form in which values cross with precision "bf16" or "fp16" (insert_copy
 // converts).
+//
+// ZeRO stage 1 and 2 (docs/data-parallel.md): a partitioned HostTensor holds only the tiles of this
+// rank's segment [bounds[rank], bounds[rank + 1]) of the tensor's `numel` elements (tiles and
+// slices list those, slices giving their offsets in the whole tensor); the other ranks hold the
+// rest. Checkpoints gather the segments on rank 0 (StateWriter) and every rank reads its own back
+// (StateReader), so the files are those of stage 0.
 struct HostTensor {
   std::vector<Tensor> tiles;
   std::vector<Slice> slices;
+  size_t numel = 0;                             // of the whole tensor
+  const std::vector<size_t>* bounds = nullptr;  // partitioned: ranks + 1 offsets (the strategy's)
+  const Comm* comm = nullptr;                   // partitioned: the ranks
   HostTensor() = default;
-  HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size = 4, Half half = Half::Bf16);
+  HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size = 4, Half half = Half::Bf16,
+             const std::vector<size_t>* bounds = nullptr, const Comm* comm = nullptr);
+  size_t bytes() const;  // of the tiles held here
 };
 
 // One step's update as the trainer hands it to a strategy.
@@ -74,11 +86,38 @@ class Strategy {
   int64_t bytes_h2d() const { return h2d_; }
   // Bytes this rank contributed to collectives submitted by before_gradient_allreduce.
   int64_t bytes_allreduce() const { return allreduce_; }
+  // Data-parallel runs: the step's gradient collectives, after before_gradient_allreduce: every
+  // gradient all-reduced (the mean over the ranks), or with zero_optimization.stage 2 the
+  // partitioned ones reduce-scattered (each rank receives its partition's mean).
+  virtual void submit_gradient_collectives(const UpdateStep& u, const Comm& comm);
+  // Collective bytes (buffer sizes, summed over the steps): gradients all-reduced,
+  // reduce-scattered, and device weights all-gathered after the host updates (stages 1 and 2).
+  int64_t bytes_grad_allreduce() const { return grad_allreduce_; }
+  int64_t bytes_reduce_scatter() const { return reduce_scatter_; }
+  int64_t bytes_allgather() const { return allgather_; }
+  // This rank's host-side optimizer state (every host tile it allocated: fp32 masters, moments,
+  // host gradients and the 2-byte crossing buffers; ZenFlow's accumulators, results, resync).
+  int64_t host_state_bytes() const { return host_state_; }
+  // zero_optimization.stage in effect: 0 in a single process (nothing to partition)
+  int zero_stage() const { return comm_ ? spec_.zero_stage : 0; }
   // gradient_clipping > 0: the clip points (graphs/clip.hpp); null otherwise.
   const GradClip* grad_clip() const { return clip_.get(); }
 
  protected:
-  Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec);
+  Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm);
+  // ZeRO stage >= 1 over several ranks (else a no-op): partitions the host tiles of `ps` (whole
+  // tiles, contiguous ranges in model order, balanced by elements) over the ranks. Call before
+  // the host tensors are made. Throws an InputError when some rank would own no tile.
+  void plan_partition(const std::vector<Param*>& ps);
+  // This rank's share of p's host copy (all of it unless partitioned), counted in host_state_bytes.
+  HostTensor host_tensor(const Param& p, const std::string& name, size_t elem_size = 4);
+  // p's partition bounds (null: p is not partitioned)
+  const std::vector<size_t>* bounds(const Param& p) const {
+    auto it = bounds_.find(&p);
+    return it == bounds_.end() ? nullptr : &it->second;
+  }
+  // After this rank's updated partition of p crossed into p.value: every rank's partition in.
+  void allgather_param(int64_t t, const Param& p);
   // Crossing copies, counted (by the host tiles' bytes: 2 per element for bf16 and fp16 tiles).
   void to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count = true);
   void to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev, bool count = true);
@@ -98,19 +137,27 @@ class Strategy {
   Half half_;
   int64_t d2h_ = 0, h2d_ = 0;
   int64_t allreduce_ = 0;
+  int64_t grad_allreduce_ = 0, reduce_scatter_ = 0, allgather_ = 0, host_state_ = 0;
+  const Comm* comm_;  // null: one process, or zero_optimization.stage 0 (nothing partitioned)
+  std::map<const Param*, std::vector<size_t>> bounds_;
   // gradient_clipping: created by the strategy that clips (device_side: where its parts live)
   std::unique_ptr<GradClip> clip_;
   bool clipping() const { return spec_.gradient_clipping > 0; }
   void make_clip(bool device_side) {
-    if (clipping()) clip_ = std::make_unique<GradClip>(rt_, name(), (float)spec_.gradient_clipping, device_side);
+    if (clipping())
+      clip_ = std::make_unique<GradClip>(rt_, name(), (float)spec_.gradient_clipping, device_side,
+                                         bounds_.empty() ? nullptr : comm_);
   }
 };
 
+// comm: the ranks of a data-parallel run (null or one rank: a single process); with
+// zero_optimization.stage >= 1 the strategy partitions its host state over them.
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
-                                        int64_t steps_per_epoch);
+                                        int64_t steps_per_epoch, const Comm* comm = nullptr);
 // graphs/zenflow.cpp
 std::unique_ptr<Strategy> make_zenflow(const Spec& spec, Runtime& rt, std::vector<Param*> params,
-                                       int64_t steps_per_epoch);
-std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params);
+                                       int64_t steps_per_epoch, const Comm* comm);
+std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                                const Comm* comm);
 
 }  // namespace zf

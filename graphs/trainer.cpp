@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <numeric>
+#include <string_view>
 #include <tuple>
 
 #include "graphs/checkpoint.hpp"
@@ -188,7 +189,8 @@ Spec rank_spec(const Spec& spec, int ranks) {
 
 // Collective bytes per step, and whether every rank ended with the same weights (FNV-1a 64 of all
 // parameter bytes, gathered on rank 0). Called by every rank.
-json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat, int64_t steps) {
+// host_adam_us: this rank's host AdamW time per measured step (microseconds).
+json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat, int64_t steps, double host_adam_us) {
   uint64_t h = kFnvOffset;
   int64_t grad_bytes = 0, imp_per_selection = 0, matrix_bytes = 0;
   for (Param* p : wl.params()) {
@@ -202,6 +204,11 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
     }
   }
   const std::vector<uint64_t> all = comm.gather(h);
+  // per rank (rank 0 receives them): the host state and host AdamW time ZeRO stages 1 and 2 divide
+  const std::vector<uint64_t> state = comm.gather((uint64_t)strat.host_state_bytes());
+  const std::vector<uint64_t> adam_ns = comm.gather((uint64_t)std::llround(host_adam_us * 1e3));
+  json adam_s = json::array();
+  for (uint64_t x : adam_ns) adam_s.push_back((double)x * 1e-9);
   json hashes = json::array();
   for (uint64_t x : all) {  // hex strings: JSON numbers lose 64-bit integers in many readers
     char b[24];
@@ -212,9 +219,16 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
   const int64_t selections = imp_per_selection ? strat.bytes_allreduce() / imp_per_selection : 0;
   // what gathering every rank's 2-D gradients for the selection would cost instead (R x numel x 4)
   const int64_t gather = (int64_t)comm.size() * matrix_bytes;
+  (void)grad_bytes;
   return {{"ranks", comm.size()},
+          {"zero_stage", strat.zero_stage()},
           {"allreduce_bytes_per_step",
-           {{"gradients", (double)grad_bytes}, {"importance", (double)strat.bytes_allreduce() / (double)steps}}},
+           {{"gradients", (double)strat.bytes_grad_allreduce() / (double)steps},
+            {"importance", (double)strat.bytes_allreduce() / (double)steps}}},
+          {"reduce_scatter_bytes_per_step", (double)strat.bytes_reduce_scatter() / (double)steps},
+          {"allgather_bytes_per_step", (double)strat.bytes_allgather() / (double)steps},
+          {"host_state_bytes_per_rank", state},
+          {"host_adam_s_per_step_per_rank", adam_s},
           {"selections", selections},
           {"per_selection",
            {{"importance_bytes", imp_per_selection},
@@ -283,7 +297,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   };
   round_params(-1);  // the masters start from the bf16 values
   const int64_t per_epoch = steps_per_epoch(spec, wl->epoch_size());
-  std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params(), per_epoch);
+  std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params(), per_epoch, comm);
   // fp16 (graphs/loss_scaler.hpp): the scaler, the updates applied so far (UpdateStep::o) and the
   // steps skipped for an overflow; all three are in the checkpoints
   LossScaler scaler(spec.fp16);
@@ -463,8 +477,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     UpdateStep u{t, fp16 ? applied : t, 1.0f};
     if (comm) {  // the mean of the ranks' local-batch mean gradients: the global batch's
       strat->before_gradient_allreduce(u, *comm);
-      for (Param* p : wl->params())
-        insert_allreduce(rt.device(t).named("allreduce.grad." + p->name), p->grad, 1.0f / (float)ranks, *comm);
+      strat->submit_gradient_collectives(u, *comm);  // all-reduce; ZeRO stage 2: reduce-scatter
     }
     if (opt.after_backward) opt.after_backward(rt, *wl, t);
     bool skip = false;
@@ -476,6 +489,10 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       // NaN in the sum). The builder waits for it here, as DeepSpeed reads its overflow flag on the
       // host every step: the step's update depends on it.
       for (Param* p : wl->params()) insert_round_fp16(rt.device(t).named("fp16.grad." + p->name), p->grad, overflow);
+      // ZeRO stage 2: a rank's reduce-scattered gradients are its partition's sums and the rest
+      // its local values; an inf or NaN in any rank's local gradient is one in its owner's sum, so
+      // the OR over the ranks of their flags is the global gradient's (every rank agrees)
+      if (comm && strat->zero_stage() == 2) insert_allreduce_flag(rt.host(t).named("fp16.overflow.allreduce"), overflow, *comm);
       // The tracker's wait first: a blocking starpu_data_acquire issued while the step's tasks
       // still run made every device task of gpt-kjv.json 4-7x slower on the 2-core machine (median
       // step 549-574 ms against 82 ms); after the wait the acquire finds the flag written (and on a
@@ -503,11 +520,19 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       status.rethrow_if_failed();
       progress(t - L + 1);
     }
-    if (!opt.checkpoint_dir.empty() &&
+    if (!opt_in.checkpoint_dir.empty() &&
         (t == T - 1 || (opt.checkpoint_every > 0 && (t + 1) % opt.checkpoint_every == 0))) {
-      rt.wait_all();  // the state after step t, in-flight host updates included
-      std::string d = ckdir->write(t, spec, *wl, *strat, save_trainer_state);
-      if (!opt.quiet) out << "checkpoint: " << d << "\n" << std::flush;
+      if (ckdir) {
+        rt.wait_all();  // the state after step t, in-flight host updates included
+        std::string d = ckdir->write(t, spec, *wl, *strat, save_trainer_state);
+        if (!opt.quiet) out << "checkpoint: " << d << "\n" << std::flush;
+      } else if (strat->zero_stage() >= 1) {
+        // ZeRO stage >= 1: rank 0 gathers the partitioned host state (graphs/checkpoint.hpp);
+        // the other ranks send theirs, in the same order (StateWriter keeps nothing here)
+        rt.wait_all();
+        StateWriter w;
+        strat->save_state(w);
+      }
     }
   }
   strat->flush(UpdateStep{T - 1, fp16 ? applied - 1 : T - 1, 1.0f});
@@ -534,6 +559,12 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const double wall = std::accumulate(step_s.begin(), step_s.end(), 0.0);
   const int64_t M = (int64_t)step_s.size();
   const double stall = wall > 0 ? 1.0 - busy / (wall * rt.device_worker_count()) : 0.0;
+  // host AdamW time of this rank per measured step (the host optimizer's tasks, adam.host.*)
+  double host_adam_us = 0;
+  for (const TaskRecord& r : rt.tracker().records())
+    if (r.step >= t0 + W && r.step < T && std::string_view(r.name).rfind("adam.host.", 0) == 0)
+      host_adam_us += r.end_us - r.start_us;
+  if (M) host_adam_us /= (double)M;
   double train_loss = 0;
   const int64_t tail = std::min<int64_t>(T - t0, 50);
   for (int64_t s = T - tail; s < T; ++s) train_loss += rec[s].stats[0] / std::max(1.0, rec[s].stats[2]);
@@ -582,7 +613,9 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   m["train_wall_s"] = train_wall_s;
   strat->add_metrics(m, T);
   if (const GradClip* c = strat->grad_clip()) m["gradient_clipping"] = c->metrics();
-  if (comm) m["data_parallel"] = data_parallel_metrics(*comm, *wl, *strat, T - t0);
+  m["host_state_bytes"] = strat->host_state_bytes();
+  m["host_adam_s_per_step"] = host_adam_us * 1e-6;
+  if (comm) m["data_parallel"] = data_parallel_metrics(*comm, *wl, *strat, T - t0, host_adam_us);
 
   if (!opt.trace_path.empty() || !opt.trace_csv_path.empty()) {
     auto recs = rt.tracker().records();
@@ -636,6 +669,11 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
                                            " gradients / " +
                                            fmt("%.0f", dp["allreduce_bytes_per_step"]["importance"].get<double>()) +
                                            " importance");
+      if (strat->zero_stage() >= 1)
+        row("ZeRO stage " + std::to_string(strat->zero_stage()),
+            fmt("%.0f", dp["reduce_scatter_bytes_per_step"].get<double>()) + " reduce-scatter / " +
+                fmt("%.0f", dp["allgather_bytes_per_step"].get<double>()) + " all-gather bytes per step, host state " +
+                fmt("%.0f", (double)strat->host_state_bytes()) + " bytes on rank 0");
     }
     row("throughput", fmt("%.0f", wall > 0 ? (double)(M * B) / wall : 0.0) + " samples/s");
     if (m.contains("staleness") && m.contains("host_updates"))  // zenflow

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "graphs/strategy.hpp"
+#include "runtime/comm.hpp"
 
 namespace zf {
 namespace {
@@ -47,8 +48,8 @@ struct Pending {
 
 class ZenFlowStrategy final : public Strategy {
  public:
-  ZenFlowStrategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, int64_t spe)
-      : Strategy(rt, params, spec), z_(spec.zenflow) {
+  ZenFlowStrategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, int64_t spe, const Comm* comm)
+      : Strategy(rt, params, spec, comm), z_(spec.zenflow) {
     D_ = z_.staleness();
     W_ = z_.full_warm_up_rounds;
     K_ = z_.update_interval;  // -1: auto
@@ -63,6 +64,12 @@ class ZenFlowStrategy final : public Strategy {
                        "the select interval (" + std::to_string(S_) + " steps) must be >= update_interval (" +
                            std::to_string(K_) + ")");
     const int ring = D_ + 1;
+    {  // stage >= 1: the host state is the 2-D weights' (and the 1-D window sums' of the clip)
+      std::vector<Param*> host;
+      for (Param* p : params_)
+        if (p->is_matrix() || (ds_ && clipping())) host.push_back(p);
+      plan_partition(host);
+    }
     for (Param* p : params_) {
       if (!p->is_matrix()) {
         vec_.push_back(Vector{p, Tensor::home(p->value.shape(), p->name + ".m"),
@@ -74,7 +81,7 @@ class ZenFlowStrategy final : public Strategy {
           }
         if (ds_ && clipping())
           for (int i = 0; i < ring; ++i)
-            vec_.back().acc.emplace_back(p->name + ".acc" + std::to_string(i), p->value.numel(), tile_elems_);
+            vec_.back().acc.push_back(host_tensor(*p, p->name + ".acc" + std::to_string(i)));
         continue;
       }
       auto mx = std::make_unique<Matrix>();
@@ -84,7 +91,6 @@ class ZenFlowStrategy final : public Strategy {
       w.C = (int)p->cols();
       w.k = std::clamp((int)std::floor(z_.topk_ratio * w.C), 1, w.C);
       const std::string& n = p->name;
-      const size_t numel = p->value.numel();
       w.sel = Tensor::home({w.k}, n + ".sel", sizeof(int32_t));
       w.imp = Tensor::lazy({w.C}, n + ".importance");
       if (z_.offload) {
@@ -97,20 +103,20 @@ class ZenFlowStrategy final : public Strategy {
         w.v_sel = Tensor::home({w.R, w.k}, n + ".v_sel");
       }
       w.mass = Tensor::home({2}, n + ".mass", sizeof(double));
-      w.master = HostTensor(n + ".master", numel, tile_elems_);
-      w.m = HostTensor(n + ".m", numel, tile_elems_);
-      w.v = HostTensor(n + ".v", numel, tile_elems_);
+      w.master = host_tensor(*p, n + ".master");
+      w.m = host_tensor(*p, n + ".m");
+      w.v = host_tensor(*p, n + ".v");
       if (two_sets_) {
-        w.m2 = HostTensor(n + ".m2", numel, tile_elems_);
-        w.v2 = HostTensor(n + ".v2", numel, tile_elems_);
+        w.m2 = host_tensor(*p, n + ".m2");
+        w.v2 = host_tensor(*p, n + ".v2");
       }
       // with precision bf16 the parameters cross as bf16 both ways (resync down, results up); the
       // accumulators stay fp32 (a sum of bf16 gradients needs the wider type)
       const size_t wire = bf16_ ? 2 : 4;
-      w.resync = HostTensor(n + ".resync", numel, tile_elems_, wire, half_);
+      w.resync = host_tensor(*p, n + ".resync", wire);
       for (int i = 0; i < ring; ++i) {
-        w.acc.emplace_back(n + ".acc" + std::to_string(i), numel, tile_elems_);
-        w.res.emplace_back(n + ".res" + std::to_string(i), numel, tile_elems_, wire, half_);
+        w.acc.push_back(host_tensor(*p, n + ".acc" + std::to_string(i)));
+        w.res.push_back(host_tensor(*p, n + ".res" + std::to_string(i), wire));
       }
       to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
       mat_.push_back(std::move(mx));
@@ -177,6 +183,69 @@ class ZenFlowStrategy final : public Strategy {
     imp_reduced_at_ = u.t;
   }
 
+  // ZenFlow's selection at step t (update o): the top-k columns of each 2-D weight's importance.
+  void select_columns(int64_t t, int64_t o) {
+    if (sel_o_ == o && !sel_dropped_.empty()) {
+      // stage 2 under fp16: the selection runs before the overflow check, and the step that made
+      // the previous one at this update was skipped; it is selected again now and the skipped
+      // step's selection leaves the metrics (a skipped step selects nothing: docs/zenflow.md)
+      sel_dropped_.back() = 1;
+      for (auto& wp : mat_) allreduce_ -= (int64_t)wp->imp.bytes();
+    }
+    sel_dropped_.push_back(0);
+    sel_o_ = o;
+    for (auto& wp : mat_) {
+      Matrix& w = *wp;
+      const std::string& n = w.p->name;
+      if (o == W_ && W_ > 0 && z_.reset_host_moments)  // after the last warm-up update's AdamW (RAW/WAR)
+        for (size_t i = 0; i < w.m.tiles.size(); ++i) {
+          insert_zero(rt_.host(t).named("reset.m." + n + "[" + std::to_string(i) + "]"), w.m.tiles[i]);
+          insert_zero(rt_.host(t).named("reset.v." + n + "[" + std::to_string(i) + "]"), w.v.tiles[i]);
+        }
+      if (o != 0) {  // M <- P: staged so the device never waits for in-flight host jobs
+        to_host(rt_.crossing(t).named("d2h.resync." + n), w.p->value, w.resync);
+        for (size_t i = 0; i < w.master.tiles.size(); ++i)
+          insert_copy(rt_.host(t).named("resync." + n + "[" + std::to_string(i) + "]"), w.resync.tiles[i],
+                      whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
+      }
+      SubmitOptions o = rt_.device(t);
+      if (imp_reduced_at_ == t)  // data-parallel: already summed over the ranks (this step's gradient);
+        allreduce_ += (int64_t)w.imp.bytes();  // counted here: a step skipped for an fp16 overflow selects nothing
+      else
+        insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
+      insert_topk(o.named("select.topk." + n), w.imp, w.sel);
+      insert_zero(o.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);
+      insert_zero(o.named("select.zero_v." + n), z_.offload ? w.v_sel_host : w.v_sel);
+      w.selections.emplace_back(w.k);
+      rt_.read_async(w.sel, w.selections.back().data(), w.k * sizeof(int32_t), t);
+    }
+    selected_ = true;
+    selected_at_ = t;
+  }
+
+  // Stage 2 (docs/data-parallel.md): the 2-D gradients are reduce-scattered, their selected
+  // columns all-reduced in the same task (the device update reads them on every rank), so the
+  // selection of this step comes first; the 1-D gradients (device-updated) are all-reduced.
+  void submit_gradient_collectives(const UpdateStep& u, const Comm& comm) override {
+    if (zero_stage() != 2) return Strategy::submit_gradient_collectives(u, comm);
+    if (is_select(u.o)) select_columns(u.t, u.o);
+    const float mean = 1.0f / (float)comm.size();
+    for (Param* p : params_) {
+      const Matrix* w = nullptr;
+      for (auto& wp : mat_)
+        if (wp->p == p) w = wp.get();
+      if (w) {
+        insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *bounds(*p), comm,
+                              selected_ ? &w->sel : nullptr);
+        reduce_scatter_ += (int64_t)p->grad.bytes();
+        if (selected_) grad_allreduce_ += (int64_t)w->R * w->k * (int64_t)sizeof(float);
+      } else {
+        insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p->name), p->grad, mean, comm);
+        grad_allreduce_ += (int64_t)p->grad.bytes();
+      }
+    }
+  }
+
   // Step u.t's update. Every counter below runs on o, the applied updates (UpdateStep): a step
   // skipped for an fp16 overflow does not exist for ZenFlow (no selection, no accumulation, no
   // host or device update; docs/zenflow.md). t only tags the tasks.
@@ -196,36 +265,9 @@ class ZenFlowStrategy final : public Strategy {
     // mass); its mass task is tagged with a step <= t - 1
     last_vote_ = K_ < 0 && o - 1 >= W_ && auto_vote(t - 1);
 
-    // 1. selection
+    // 1. selection (stage 2: already submitted before the gradient collectives)
     const bool select = is_select(o);
-    if (select) {
-      for (auto& wp : mat_) {
-        Matrix& w = *wp;
-        const std::string& n = w.p->name;
-        if (o == W_ && W_ > 0 && z_.reset_host_moments)  // after the last warm-up update's AdamW (RAW/WAR)
-          for (size_t i = 0; i < w.m.tiles.size(); ++i) {
-            insert_zero(rt_.host(t).named("reset.m." + n + "[" + std::to_string(i) + "]"), w.m.tiles[i]);
-            insert_zero(rt_.host(t).named("reset.v." + n + "[" + std::to_string(i) + "]"), w.v.tiles[i]);
-          }
-        if (o != 0) {  // M <- P: staged so the device never waits for in-flight host jobs
-          to_host(rt_.crossing(t).named("d2h.resync." + n), w.p->value, w.resync);
-          for (size_t i = 0; i < w.master.tiles.size(); ++i)
-            insert_copy(rt_.host(t).named("resync." + n + "[" + std::to_string(i) + "]"), w.resync.tiles[i],
-                        whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
-        }
-        SubmitOptions o = rt_.device(t);
-        if (imp_reduced_at_ == t)  // data-parallel: already summed over the ranks (this step's gradient);
-          allreduce_ += (int64_t)w.imp.bytes();  // counted here: a step skipped for an fp16 overflow selects nothing
-        else
-          insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
-        insert_topk(o.named("select.topk." + n), w.imp, w.sel);
-        insert_zero(o.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);
-        insert_zero(o.named("select.zero_v." + n), z_.offload ? w.v_sel_host : w.v_sel);
-        w.selections.emplace_back(w.k);
-        rt_.read_async(w.sel, w.selections.back().data(), w.k * sizeof(int32_t), t);
-      }
-      selected_ = true;
-    }
+    if (select && selected_at_ != t) select_columns(t, o);
 
     // 2. accumulation of the full gradient into this interval's buffer
     const int64_t slot = job_ % (D_ + 1);
@@ -237,7 +279,7 @@ class ZenFlowStrategy final : public Strategy {
         else
           insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), p.grad, acc.slices[i], 1.0f);
       }
-      d2h_ += (int64_t)p.grad.bytes();
+      for (const Slice& sl : acc.slices) d2h_ += (int64_t)(sl.n * p.grad.elem_size());  // this rank's tiles
     };
     for (auto& wp : mat_) accumulate(*wp->p, wp->acc[slot]);
     for (Vector& v : vec_)  // semantics deepspeed with clipping: the 1-D window sums, for the norm
@@ -569,7 +611,9 @@ class ZenFlowStrategy final : public Strategy {
     int64_t changes = 0, pairs = 0, reselections = 0;
     double overlap = 0;
     for (auto& wp : mat_) {
-      const auto& sv = wp->selections;
+      std::vector<std::vector<int32_t>> sv;  // without the selections of skipped steps
+      for (size_t i = 0; i < wp->selections.size(); ++i)
+        if (i >= sel_dropped_.size() || !sel_dropped_[i]) sv.push_back(wp->selections[i]);
       for (size_t i = 1; i < sv.size(); ++i) {
         std::vector<int32_t> common;
         std::set_intersection(sv[i - 1].begin(), sv[i - 1].end(), sv[i].begin(), sv[i].end(),
@@ -588,18 +632,27 @@ class ZenFlowStrategy final : public Strategy {
   }
 
  private:
+  // Stage >= 1: each rank merges its partition's tiles, then the weight is all-gathered (the
+  // selected columns, updated alike on every rank, travel with the rest).
   template <class Src>
   void merge_all(int64_t t, Src src, MergeEvent ev) {
+    bool logged = false;  // one event per merge: at its first tile on this rank
     for (auto& wp : mat_) {
       Matrix& w = *wp;
       const HostTensor& h = src(w);
+      size_t elems = 0;
       for (size_t i = 0; i < h.tiles.size(); ++i) {
         insert_merge(rt_.device(t).named("merge." + w.p->name + "[" + std::to_string(i) + "]"), h.tiles[i],
-                     w.p->value, h.slices[i], selected_ ? &w.sel : nullptr,
-                     (&wp == &mat_.front() && i == 0) ? &log_ : nullptr, ev);
+                     w.p->value, h.slices[i], selected_ ? &w.sel : nullptr, logged ? nullptr : &log_, ev);
+        logged = true;
+        elems += h.slices[i].n;
       }
+      // the unselected columns' share of this rank's tiles
       const int64_t cols = selected_ ? w.C - w.k : w.C;
-      h2d_ += (int64_t)w.R * cols * (int64_t)h.tiles.front().elem_size();
+      if (!h.tiles.empty())
+        h2d_ += (int64_t)elems / w.C * cols * (int64_t)h.tiles.front().elem_size() +
+                (int64_t)elems % w.C * (int64_t)h.tiles.front().elem_size() * cols / w.C;
+      allgather_param(t, *w.p);
     }
   }
 
@@ -634,6 +687,9 @@ class ZenFlowStrategy final : public Strategy {
   int64_t job_ = 0, n_ = 0, first_async_job_ = -1, u_ = 0;
   bool selected_ = false, last_vote_ = false;
   int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced
+  int64_t selected_at_ = -1;     // step whose selection select_columns submitted
+  int64_t sel_o_ = -1;           // the update of the latest selection
+  std::vector<char> sel_dropped_;  // per selection of this run: made at a step later skipped (fp16)
   std::deque<Pending> pending_;
   std::vector<int64_t> update_steps_;
   MergeLog log_;
@@ -643,20 +699,21 @@ class ZenFlowStrategy final : public Strategy {
 // step t + 1, and its result is copied to the device at the end of step t + 1.
 class ZeroOffloadDpu final : public Strategy {
  public:
-  ZeroOffloadDpu(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec) {
+  ZeroOffloadDpu(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm)
+      : Strategy(rt, params, spec, comm) {
+    plan_partition(params_);  // stage >= 1: each rank's share of every parameter's host state
     for (Param* p : params_) {
-      const size_t n = p->value.numel();
       State s;
-      s.master = HostTensor(p->name + ".master", n, tile_elems_);
-      s.m = HostTensor(p->name + ".m", n, tile_elems_);
-      s.v = HostTensor(p->name + ".v", n, tile_elems_);
+      s.master = host_tensor(*p, p->name + ".master");
+      s.m = host_tensor(*p, p->name + ".m");
+      s.v = host_tensor(*p, p->name + ".v");
       // bf16: gradients and results cross as bf16; the host unpacks gradients into hgrad32
       const size_t wire = bf16_ ? 2 : 4;
       for (int i = 0; i < 2; ++i) {
-        s.hgrad[i] = HostTensor(p->name + ".hgrad" + std::to_string(i), n, tile_elems_, wire, half_);
-        s.res[i] = HostTensor(p->name + ".res" + std::to_string(i), n, tile_elems_, wire, half_);
+        s.hgrad[i] = host_tensor(*p, p->name + ".hgrad" + std::to_string(i), wire);
+        s.res[i] = host_tensor(*p, p->name + ".res" + std::to_string(i), wire);
       }
-      if (bf16_) s.hgrad32 = HostTensor(p->name + ".hgrad.f32", n, tile_elems_);
+      if (bf16_) s.hgrad32 = host_tensor(*p, p->name + ".hgrad.f32");
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, s.master, false);
       st_.push_back(std::move(s));
     }
@@ -736,13 +793,18 @@ class ZeroOffloadDpu final : public Strategy {
       insert_copy(rt_.host(t).due_at(t + 2).named("result." + nm).prefetched(1), s.master.tiles[k], whole(s.master.tiles[k]),
                   s.res[b].tiles[k], whole(s.res[b].tiles[k]));
     }
-    if (u.o >= 1) to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
+    if (u.o >= 1) {
+      to_device(rt_.crossing(t).named("h2d.param." + p.name), s.res[b ^ 1], p.value);
+      allgather_param(t, p);  // stage >= 1: the other ranks' partitions
+    }
   }
   void flush(const UpdateStep& last) override {
     if (last_ < 0) return;
-    for (size_t i = 0; i < params_.size(); ++i)
+    for (size_t i = 0; i < params_.size(); ++i) {
       to_device(rt_.crossing(last.t).named("h2d.param." + params_[i]->name), st_[i].res[last_ & 1],
                 params_[i]->value);
+      allgather_param(last.t, *params_[i]);
+    }
   }
 
  private:
@@ -757,12 +819,13 @@ class ZeroOffloadDpu final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_zenflow(const Spec& spec, Runtime& rt, std::vector<Param*> params,
-                                       int64_t steps_per_epoch) {
-  return std::make_unique<ZenFlowStrategy>(rt, std::move(params), spec, steps_per_epoch);
+                                       int64_t steps_per_epoch, const Comm* comm) {
+  return std::make_unique<ZenFlowStrategy>(rt, std::move(params), spec, steps_per_epoch, comm);
 }
 
-std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params) {
-  return std::make_unique<ZeroOffloadDpu>(rt, std::move(params), spec);
+std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                                const Comm* comm) {
+  return std::make_unique<ZeroOffloadDpu>(rt, std::move(params), spec, comm);
 }
 
 }  // namespace zf

@@ -89,6 +89,73 @@ int Comm::allreduce_sum(double* x, size_t n) const {
   return 0;
 }
 
+#ifdef ZF_USE_MPI
+namespace {
+// MPI's counts and displacements are ints: a segment beyond 2^31 elements is refused (error code).
+bool int_counts(const std::vector<size_t>& bounds, std::vector<int>& counts, std::vector<int>& displs) {
+  const size_t r = bounds.size() - 1;
+  counts.resize(r);
+  displs.resize(r);
+  for (size_t i = 0; i < r; ++i) {
+    if (bounds[i + 1] > (size_t)INT_MAX) return false;
+    counts[i] = (int)(bounds[i + 1] - bounds[i]);
+    displs[i] = (int)bounds[i];
+  }
+  return true;
+}
+}  // namespace
+#endif
+
+int Comm::reduce_scatter_sum(float* x, const std::vector<size_t>& bounds) const {
+#ifdef ZF_USE_MPI
+  if (size_ == 1) return 0;
+  std::vector<int> counts, displs;
+  if (bounds.size() != (size_t)size_ + 1 || !int_counts(bounds, counts, displs)) return MPI_ERR_COUNT;
+  // MPI_Reduce_scatter's in-place form leaves the result at the start of the buffer: through a
+  // segment-sized buffer to this rank's own offset instead
+  std::vector<float> mine((size_t)counts[rank_] + 1);
+  if (int rc = MPI_Reduce_scatter(x, mine.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)) return rc;
+  std::copy(mine.begin(), mine.begin() + counts[rank_], x + displs[rank_]);
+#else
+  (void)x, (void)bounds;
+#endif
+  return 0;
+}
+
+int Comm::allgather(float* x, const std::vector<size_t>& bounds) const {
+#ifdef ZF_USE_MPI
+  if (size_ == 1) return 0;
+  std::vector<int> counts, displs;
+  if (bounds.size() != (size_t)size_ + 1 || !int_counts(bounds, counts, displs)) return MPI_ERR_COUNT;
+  return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+#else
+  (void)x, (void)bounds;
+  return 0;
+#endif
+}
+
+int Comm::gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const {
+#ifdef ZF_USE_MPI
+  if (size_ > 1) {
+    std::vector<int> counts, displs;
+    if (bounds.size() != (size_t)size_ + 1 || !int_counts(bounds, counts, displs)) return MPI_ERR_COUNT;
+    return MPI_Gatherv(mine, counts[rank_], MPI_FLOAT, full, counts.data(), displs.data(), MPI_FLOAT, 0,
+                       MPI_COMM_WORLD);
+  }
+#endif
+  if (full != mine) std::copy(mine, mine + (bounds.back() - bounds.front()), full + bounds.front());
+  return 0;
+}
+
+int Comm::allreduce_or(uint32_t* x, size_t n) const {
+#ifdef ZF_USE_MPI
+  if (size_ > 1) return MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD);
+#else
+  (void)x, (void)n;
+#endif
+  return 0;
+}
+
 void Comm::barrier() const {
 #ifdef ZF_USE_MPI
   if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);

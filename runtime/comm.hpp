@@ -29,6 +29,16 @@ class Comm {
   // throwing: they are called from codelets (noexcept).
   int allreduce_sum(float* x, size_t n) const;
   int allreduce_sum(double* x, size_t n) const;
+  // In place, bitwise OR over the ranks (the fp16 overflow flag under ZeRO stage 2).
+  int allreduce_or(uint32_t* x, size_t n) const;
+  // ZeRO partitions (docs/data-parallel.md): `bounds` holds size()+1 element offsets into x, rank r
+  // owning [bounds[r], bounds[r+1]). reduce_scatter_sum: x[bounds[rank]..bounds[rank+1]) <- the SUM
+  // over the ranks of that segment (the other segments keep this rank's values). allgather: every
+  // segment <- its owner's (in place). gather_to_root: rank 0's `full` (bounds.back() elements)
+  // receives every rank's `mine` (its segment) at its offset; the others pass null.
+  int reduce_scatter_sum(float* x, const std::vector<size_t>& bounds) const;
+  int allgather(float* x, const std::vector<size_t>& bounds) const;
+  int gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const;
   void barrier() const;
   // Rank 0 receives every rank's value (index = rank); the others get an empty vector.
   std::vector<uint64_t> gather(uint64_t v) const;

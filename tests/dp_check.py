@@ -5,6 +5,13 @@
                                                        gradient bytes = 4 x parameters, importance bytes
                                                        per selection = sum over 2-D weights of C x 4
   dp_check.py single M.json                            a single-process run has no data_parallel block
+  dp_check.py zero M0.json M.json STAGE W.safetensors PARTS TILE
+                                                       ZeRO stage STAGE (M.json) against stage 0 (M0.json), same
+                                                       ranks: host_state_bytes per rank sum to stage 0's and each
+                                                       is within one tile of 1/R of it; collective bytes per step
+                                                       (all-gather = partitioned parameters x 4; stage 2:
+                                                       reduce-scatter = the same, stage 1: none); PARTS: "all"
+                                                       (zero-offload) or "2d" (zenflow) partitioned parameters
 Prints what it compared; exits 1 with "FAIL: ..." on a mismatch."""
 import json
 import struct
@@ -65,7 +72,11 @@ def metrics(m_path, w_path, ranks):
         fail("ranks %d, expected %d" % (dp["ranks"], ranks))
     if dp["replicas_identical"] is not True or len(set(dp["weight_hashes"])) != 1 or len(dp["weight_hashes"]) != ranks:
         fail("replicas differ: %s" % dp["weight_hashes"])
-    if dp["allreduce_bytes_per_step"]["gradients"] != 4 * numel:
+    if dp.get("zero_stage", 0) == 2:  # reduce-scattered ones are not all-reduced (checked by "zero")
+        got = dp["allreduce_bytes_per_step"]["gradients"] + dp["reduce_scatter_bytes_per_step"]
+        if got < 4 * numel:
+            fail("all-reduced + reduce-scattered gradient bytes per step %g, expected >= %d" % (got, 4 * numel))
+    elif dp["allreduce_bytes_per_step"]["gradients"] != 4 * numel:
         fail("gradient bytes per step %g, expected %d" % (dp["allreduce_bytes_per_step"]["gradients"], 4 * numel))
     if dp["per_selection"]["importance_bytes"] != imp:
         fail("per_selection.importance_bytes %d, expected %d" % (dp["per_selection"]["importance_bytes"], imp))
@@ -74,6 +85,47 @@ def metrics(m_path, w_path, ranks):
             fail("importance bytes %g for %d selections, expected %d each" % (got_imp, sel, imp))
     elif got_imp != 0:
         fail("importance bytes %g without zenflow" % got_imp)
+
+
+def zero(m0_path, m_path, stage, w_path, parts, tile):
+    m0, m = json.load(open(m0_path)), json.load(open(m_path))
+    d0, d = m0["data_parallel"], m["data_parallel"]
+    w = read_safetensors(w_path)
+    part = sum(len(v) for shape, v in w.values() if parts == "all" or len(shape) == 2)
+    numel = sum(len(v) for _, v in w.values())
+    ranks = d["ranks"]
+    s0, s = d0["host_state_bytes_per_rank"], d["host_state_bytes_per_rank"]
+    per_elem = s0[0] / part  # host bytes per partitioned element (every buffer of the strategy)
+    bound = per_elem * tile  # one tile's worth of every buffer: the partition's rounding
+    print("stage %d, %d ranks: host state per rank %s (stage 0: %s; 1/R = %.0f, bound +-%.0f); bytes/step: "
+          "all-reduce %g, reduce-scatter %g, all-gather %g; host AdamW s/step per rank %s"
+          % (stage, ranks, s, s0, s0[0] / ranks, bound, d["allreduce_bytes_per_step"]["gradients"],
+             d["reduce_scatter_bytes_per_step"], d["allgather_bytes_per_step"], d["host_adam_s_per_step_per_rank"]))
+    if d["zero_stage"] != stage or d0["zero_stage"] != 0:
+        fail("zero_stage %d and %d, expected %d and 0" % (d["zero_stage"], d0["zero_stage"], stage))
+    if len(s) != ranks or len(set(s0)) != 1 or len(s0) != ranks:
+        fail("host_state_bytes_per_rank %s / stage 0 %s" % (s, s0))
+    if sum(s) != s0[0]:
+        fail("the ranks' host state sums to %d, stage 0 holds %d per rank" % (sum(s), s0[0]))
+    worst = max(abs(x - s0[0] / ranks) for x in s)
+    if worst > bound:
+        fail("a rank's host state is %g bytes off 1/R of stage 0's (bound %g)" % (worst, bound))
+    if m["host_state_bytes"] != s[0]:
+        fail("host_state_bytes %d, rank 0 has %d" % (m["host_state_bytes"], s[0]))
+    if len(d["host_adam_s_per_step_per_rank"]) != ranks or min(d["host_adam_s_per_step_per_rank"]) <= 0:
+        fail("host_adam_s_per_step_per_rank %s" % d["host_adam_s_per_step_per_rank"])
+    if m["strategy"] != "zenflow" and d["allgather_bytes_per_step"] != 4 * part:  # zenflow: at merges only
+        fail("all-gather bytes per step %g, expected %d" % (d["allgather_bytes_per_step"], 4 * part))
+    if m["strategy"] == "zenflow" and not 0 < d["allgather_bytes_per_step"] <= 4 * part:
+        fail("all-gather bytes per step %g, expected in (0, %d]" % (d["allgather_bytes_per_step"], 4 * part))
+    rs = d["reduce_scatter_bytes_per_step"]
+    if stage == 2 and rs != 4 * part:
+        fail("reduce-scatter bytes per step %g, expected %d" % (rs, 4 * part))
+    if stage == 1 and (rs != 0 or d["allreduce_bytes_per_step"]["gradients"] != 4 * numel):
+        fail("stage 1: reduce-scatter %g, all-reduce %g bytes per step, expected 0 and %d"
+             % (rs, d["allreduce_bytes_per_step"]["gradients"], 4 * numel))
+    if stage == 2 and parts == "all" and d["allreduce_bytes_per_step"]["gradients"] != 0:
+        fail("stage 2: gradients all-reduced (%g bytes per step)" % d["allreduce_bytes_per_step"]["gradients"])
 
 
 def single(m_path):
@@ -89,6 +141,8 @@ if __name__ == "__main__":
         close(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif cmd == "metrics" and len(sys.argv) == 5:
         metrics(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif cmd == "zero" and len(sys.argv) == 8:
+        zero(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], int(sys.argv[7]))
     elif cmd == "single" and len(sys.argv) == 3:
         single(sys.argv[2])
     else:

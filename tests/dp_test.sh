@@ -14,6 +14,27 @@
 #   batch_not_divisible  global batch 63 on 2 ranks: exit code 2 naming train.batch_size
 #   clip_accumulate      gradient_clipping 0.5 and 2 accumulation steps, 2 ranks vs one process at the
 #                        same global batch: weights within ATOL (the norm is the global one), steps clipped
+# ZeRO stages (zero_optimization.stage, docs/data-parallel.md), host tiles of 1024 elements:
+#   zero_offload_r2/_r4  zero-offload at stages 0, 1, 2 on 2 (4) ranks: each within ATOL of one process
+#                        and of stage 0 (measured: 0 at R = 2, 1.5e-8 at R = 4, stage 2), replicas
+#                        identical, host state per rank 1/R of stage 0's within one tile, bytes per step
+#   zenflow_zero_r2/_r4  zenflow at stages 0, 1, 2 on 2 (4) ranks: stages 1 and 2 within ATOL of stage 0
+#                        (measured: 0 at R = 2, 1.2e-7 at R = 4, stage 2), replicas identical, host state
+#                        and bytes as above. Not against one process: the data-parallel selection is the
+#                        top-k of the summed local importances at every stage (see the limits in
+#                        docs/data-parallel.md), so the selected columns differ from one process's
+#   zero_resume          zenflow stage 2 on 2 ranks resumed from its own checkpoint: bitwise the
+#                        uninterrupted run; zero-offload stage 2 checkpointed on 2 ranks, resumed on 4
+#                        ranks at stage 1 (re-partitioned): within ATOL of the uninterrupted 2-rank run
+#   zero_clip            zero-offload stage 2 with gradient_clipping on 2 ranks vs one process: weights
+#                        within ATOL, the same clipped steps, norms within 1e-5 relative (the norm is
+#                        all-reduced over the partitions)
+#   zero_fp16            precision fp16 with overflowing loss scales, zero-offload and zenflow at stage 2
+#                        vs stage 0 on 2 ranks: the same skipped steps and selections, weights within ATOL
+#   zero_dpu_bf16        zero-offload-dpu with precision bf16, stage 2 vs stage 0 on 2 ranks: within ATOL
+#   zero_refusals        exit code 2 with a message naming the field: a global batch 4 ranks do not
+#                        divide (stage 2), device-adam at stage 1, zenflow's auto update interval at
+#                        stage 2, host tiles too large for 4 ranks
 # Usage: dp_test.sh ZENFLOW_RUN SOURCE_DIR MPIRUN CASE. Prints "FAIL: ..." and exits 1 on failure.
 set -u
 
@@ -68,7 +89,135 @@ run2() {
       mkdir -p "$STARPU_HOME" && exec "$@"' rank "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
 }
 
+# runN NP ARGS...: zenflow-run on NP ranks, as run2
+runN() {
+  local np=$1
+  shift
+  timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$np" -x STARPU_HOME -x STARPU_SILENT \
+    -x STARPU_WORKERS_NOBIND bash -c 'export STARPU_HOME="$STARPU_HOME/rank-${OMPI_COMM_WORLD_RANK:-0}"
+      mkdir -p "$STARPU_HOME" && exec "$@"' rank "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
+}
+# ZeRO: host tiles of 1024 elements, so that 4 ranks each own whole tiles (the 784 x 32 weight has 25)
+ZTILE=1024
+ZBASE=("${BASE[@]}" --set runtime.tile_elems=$ZTILE)
+ZSMALL=("${ZBASE[@]}" --steps 20)
+
+# zero_stages NP PARTS ARGS...: stages 0, 1, 2 on NP ranks into $TMP/s{0,1,2}.{safetensors,json},
+# each checked: metrics, replicas, host state and bytes against stage 0, weights within ATOL of it
+zero_stages() {
+  local np=$1 parts=$2
+  shift 2
+  for st in 0 1 2; do
+    runN "$np" "${ZSMALL[@]}" "$@" --set zero_optimization.stage=$st --save "$TMP/s$st.safetensors" \
+      --metrics "$TMP/s$st.json" || fail "$np-rank stage $st run exited $?"
+    $CHECK metrics "$TMP/s$st.json" "$TMP/s$st.safetensors" "$np" || exit 1
+  done
+  for st in 1 2; do
+    $CHECK zero "$TMP/s0.json" "$TMP/s$st.json" $st "$TMP/s$st.safetensors" "$parts" $ZTILE || exit 1
+    $CHECK close "$TMP/s$st.safetensors" "$TMP/s0.safetensors" "$ATOL" || exit 1
+  done
+}
+
+# refused NP WHAT ARGS...: exit code 2 and a message containing WHAT
+refused() {
+  local np=$1 what=$2
+  shift 2
+  runN "$np" "$@"
+  local rc=$?
+  [ "$rc" -eq 2 ] || fail "exit code $rc, expected 2 ($what)"
+  grep -qF "$what" "$TMP/out" || fail "the message does not say: $what"
+  echo "exit code 2: $(grep -m1 -F "$what" "$TMP/out")"
+}
+
 case "$CASE" in
+  zero_offload_r2 | zero_offload_r4)
+    NP=${CASE##*_r}
+    timeout 300 "$BIN" "$SPEC" "${ZSMALL[@]}" --strategy zero-offload --save "$TMP/w1.safetensors" >"$TMP/out" 2>&1 ||
+      fail "single-process run exited $?"
+    zero_stages "$NP" all --strategy zero-offload
+    for st in 0 1 2; do $CHECK close "$TMP/s$st.safetensors" "$TMP/w1.safetensors" "$ATOL" || exit 1; done
+    ;;
+  zenflow_zero_r2 | zenflow_zero_r4)
+    zero_stages "${CASE##*_r}" 2d "${ZENFLOW[@]}"
+    ;;
+  zero_resume)
+    Z2=(--set zero_optimization.stage=2)
+    runN 2 "${ZSMALL[@]}" "${ZENFLOW[@]}" "${Z2[@]}" --save "$TMP/full.safetensors" || fail "2-rank run exited $?"
+    runN 2 "${ZBASE[@]}" "${ZENFLOW[@]}" "${Z2[@]}" --steps 12 --checkpoint-dir "$TMP/ck" \
+      --checkpoint-every 6 || fail "2-rank run with checkpoints exited $?"
+    runN 2 "${ZSMALL[@]}" "${ZENFLOW[@]}" "${Z2[@]}" --resume "$TMP/ck" --save "$TMP/resumed.safetensors" \
+      --metrics "$TMP/m.json" || fail "2-rank resumed run exited $?"
+    $CHECK metrics "$TMP/m.json" "$TMP/resumed.safetensors" 2 || exit 1
+    $CHECK close "$TMP/resumed.safetensors" "$TMP/full.safetensors" 0 || exit 1
+    # another rank count and stage: the checkpoint holds the whole state (rank 0 gathered it)
+    ZO=(--strategy zero-offload)
+    runN 2 "${ZSMALL[@]}" "${ZO[@]}" "${Z2[@]}" --save "$TMP/zfull.safetensors" || fail "2-rank run exited $?"
+    runN 2 "${ZBASE[@]}" "${ZO[@]}" "${Z2[@]}" --steps 12 --checkpoint-dir "$TMP/zck" --checkpoint-every 12 ||
+      fail "2-rank run with checkpoints exited $?"
+    runN 4 "${ZSMALL[@]}" "${ZO[@]}" --set zero_optimization.stage=1 --resume "$TMP/zck" \
+      --save "$TMP/zresumed.safetensors" --metrics "$TMP/zm.json" || fail "4-rank resumed run exited $?"
+    $CHECK metrics "$TMP/zm.json" "$TMP/zresumed.safetensors" 4 || exit 1
+    $CHECK close "$TMP/zresumed.safetensors" "$TMP/zfull.safetensors" "$ATOL" || exit 1
+    ;;
+  zero_clip)
+    CL=(--strategy zero-offload --set gradient_clipping=0.05)
+    timeout 300 "$BIN" "$SPEC" "${ZSMALL[@]}" "${CL[@]}" --save "$TMP/w1.safetensors" --metrics "$TMP/m1.json" \
+      >"$TMP/out" 2>&1 || fail "single-process run exited $?"
+    runN 2 "${ZSMALL[@]}" "${CL[@]}" --set zero_optimization.stage=2 --save "$TMP/w2.safetensors" \
+      --metrics "$TMP/m2.json" || fail "2-rank run exited $?"
+    $CHECK metrics "$TMP/m2.json" "$TMP/w2.safetensors" 2 || exit 1
+    $CHECK close "$TMP/w2.safetensors" "$TMP/w1.safetensors" "$ATOL" || exit 1
+    /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f))['gradient_clipping'] for f in sys.argv[1:])
+assert a['clipped_steps'] > 0, 'nothing clipped'
+assert a['clipped_steps'] == b['clipped_steps'], (a['clipped_steps'], b['clipped_steps'])
+d = max(abs(x - y) / x for x, y in zip(a['norms'], b['norms']))
+assert d < 1e-5, 'norms differ by %g (relative)' % d
+print('clipped %d of %d steps on both; norms within %.1e' % (a['clipped_steps'], a['clip_points'], d))" \
+      "$TMP/m1.json" "$TMP/m2.json" || fail "clipping metrics differ"
+    ;;
+  zero_fp16)
+    # fp16 with overflowing first loss scales, stage 2 vs stage 0 on 2 ranks: the same skipped steps
+    # (the flag is OR-ed over the ranks, each checking its own partition's sums), weights within
+    # ATOL (measured: equal), zenflow's selections of skipped steps not counted
+    FP=(--set precision=fp16 --set fp16.initial_scale_power=24 --set fp16.loss_scale_window=5)
+    for s in zero-offload zenflow; do
+      A=(--strategy zero-offload)
+      [ $s = zenflow ] && A=("${ZENFLOW[@]}")
+      for st in 0 2; do
+        runN 2 "${ZSMALL[@]}" "${A[@]}" "${FP[@]}" --set zero_optimization.stage=$st --save "$TMP/s$st.safetensors" \
+          --metrics "$TMP/s$st.json" || fail "$s stage $st run exited $?"
+        $CHECK metrics "$TMP/s$st.json" "$TMP/s$st.safetensors" 2 || exit 1
+      done
+      $CHECK close "$TMP/s2.safetensors" "$TMP/s0.safetensors" "$ATOL" || exit 1
+      /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a['fp16']['skipped_steps'] > 0, 'no step skipped: the case tests nothing'
+assert a['fp16']['skipped_at'] == b['fp16']['skipped_at'], (a['fp16']['skipped_at'], b['fp16']['skipped_at'])
+assert a.get('selection') == b.get('selection'), (a.get('selection'), b.get('selection'))
+print('$s: skipped %s at both stages' % a['fp16']['skipped_at'])" "$TMP/s0.json" "$TMP/s2.json" ||
+        fail "$s: stage 2 skips other steps or selects otherwise than stage 0"
+    done
+    ;;
+  zero_dpu_bf16)
+    D=(--strategy zero-offload-dpu --set precision=bf16)
+    runN 2 "${ZSMALL[@]}" "${D[@]}" --save "$TMP/s0.safetensors" --metrics "$TMP/s0.json" || fail "stage 0 run exited $?"
+    runN 2 "${ZSMALL[@]}" "${D[@]}" --set zero_optimization.stage=2 --save "$TMP/s2.safetensors" \
+      --metrics "$TMP/s2.json" || fail "stage 2 run exited $?"
+    $CHECK metrics "$TMP/s2.json" "$TMP/s2.safetensors" 2 || exit 1
+    $CHECK zero "$TMP/s0.json" "$TMP/s2.json" 2 "$TMP/s2.safetensors" all $ZTILE || exit 1
+    $CHECK close "$TMP/s2.safetensors" "$TMP/s0.safetensors" "$ATOL" || exit 1
+    ;;
+  zero_refusals)
+    Z2=(--set zero_optimization.stage=2)
+    refused 4 "not divisible by the 4 ranks" "${ZSMALL[@]}" --strategy zero-offload "${Z2[@]}" --set train.batch_size=62
+    refused 2 "zero_optimization.stage: 1 partitions the host optimizer state" "${ZSMALL[@]}" \
+      --set zero_optimization.stage=1
+    refused 2 "zero_optimization.stage: 2 with zenflow.update_interval \"auto\"" "${ZSMALL[@]}" "${ZENFLOW[@]}" \
+      "${Z2[@]}" --set 'zenflow.update_interval="auto"'
+    refused 4 "runtime.tile_elems: 1048576 elements per host tile leave rank 0 of 4 without a tile" "${SMALL[@]}" \
+      --strategy zero-offload "${Z2[@]}"
+    ;;
   device_adam)
     timeout 300 "$BIN" "$SPEC" "${SMALL[@]}" --save "$TMP/w1.safetensors" --metrics "$TMP/m1.json" >"$TMP/out" 2>&1 ||
       fail "single-process run exited $?"

@@ -242,6 +242,24 @@ TEST(MemoryEstimate, GradientAccumulation) {
   EXPECT_LT(e4.activations, e1.activations);
 }
 
+// zero_optimization.stage >= 1 on R ranks: each rank holds 1/R of the host optimizer state
+TEST(MemoryEstimate, ZeroStagePartitionsTheHostState) {
+  const json model = {{"hidden", {64}}};
+  for (const char* strategy : {"zero-offload", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    json j = {{"model", model}, {"strategy", strategy}, {"train", {{"batch_size", 16}}}};
+    const zf::Spec s0 = zf::parse_spec(j, "s.json");
+    j["zero_optimization"] = {{"stage", 2}};
+    const zf::Spec s2 = zf::parse_spec(j, "s.json");
+    const double P = (double)zf::estimate_memory(s0, -1).param_count;
+    const double whole = zf::estimate_memory(s0, -1, 4).optimizer;
+    const double part = zf::estimate_memory(s2, -1, 4).optimizer;
+    const double device = std::string(strategy) == "zenflow" ? 4 * P : 0;  // the selected columns' moments
+    EXPECT_DOUBLE_EQ(part - device, (whole - device) / 4);
+    EXPECT_DOUBLE_EQ(zf::estimate_memory(s2, -1, 1).optimizer, whole);  // one process: stage 0
+  }
+}
+
 // the estimate exceeds what any machine here has; the check names the fields behind it
 void expect_refused(const zf::Spec& s, int64_t steps, std::initializer_list<std::string> parts) {
   zf::MemoryEstimate e = zf::estimate_memory(s, steps);

@@ -183,6 +183,32 @@ TEST(DeepSpeedConfig, BatchSizesCountTheDataParallelRanks) {
   EXPECT_NE(notes[0].find("update_interval"), std::string::npos);
 }
 
+// zero_optimization.stage: mapped with the optimizer offloaded (zero-offload, zenflow), noted and
+// left at 0 without it (device-adam's state stays on the device), 3 refused
+TEST(DeepSpeedConfig, ZeroStageMapsForOffloadedOptimizers) {
+  auto cfg = [](int stage, bool offload) {
+    json c = json::parse(R"({"train_batch_size": 16})");
+    c["zero_optimization"]["stage"] = stage;
+    if (offload) c["zero_optimization"]["offload_optimizer"]["device"] = "cpu";
+    return c;
+  };
+  for (int st : {1, 2}) {
+    const json p = deepspeed_patch(cfg(st, true), "ds.json", nullptr, 1);
+    EXPECT_EQ(p["strategy"], "zero-offload");
+    EXPECT_EQ(p["zero_optimization"]["stage"], st);
+    std::vector<std::string> notes;
+    const json q = deepspeed_patch(cfg(st, false), "ds.json", &notes, 1);
+    EXPECT_EQ(q["strategy"], "device-adam");
+    EXPECT_FALSE(q.contains("zero_optimization"));
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_NE(notes[0].find("zero_optimization.stage " + std::to_string(st)), std::string::npos) << notes[0];
+  }
+  EXPECT_FALSE(deepspeed_patch(cfg(0, true), "ds.json", nullptr, 1).contains("zero_optimization"));
+  const std::string msg = input_error([&] { deepspeed_patch(cfg(3, true), "ds.json", nullptr, 1); });
+  EXPECT_NE(msg.find("ds.json: zero_optimization.stage"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stage 3"), std::string::npos) << msg;
+}
+
 // DeepSpeedExamples' ZenFlow fine-tuning config (training/DeepSpeed-ZenFlow/finetuning/zf_config.json,
 // its keys in graphs/specs/ds-zenflow-finetune.json) on the GPT spec: accepted unchanged
 TEST(DeepSpeedConfig, DeepSpeedExamplesZenFlowConfigLoadsOnTheGptSpec) {

@@ -41,6 +41,10 @@ const NcclApi* nccl_api(const char** error) {
     sym(a.comm_destroy, "ncclCommDestroy");
     sym(a.all_reduce, "ncclAllReduce");
     sym(a.get_error_string, "ncclGetErrorString");
+    sym(a.reduce, "ncclReduce");
+    sym(a.broadcast, "ncclBroadcast");
+    sym(a.group_start, "ncclGroupStart");
+    sym(a.group_end, "ncclGroupEnd");
     return ok ? &a : nullptr;
   }();
   if (!api && error) *error = err.c_str();
@@ -58,6 +62,51 @@ Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStr
   if (scale == 1.0f) return nullptr;
   scale_k<<<blocks_for(n), kThreads, 0, s>>>(x, n, scale);
   return launched();
+}
+
+namespace {
+// One rooted NCCL call per segment (root = the segment's owner), grouped.
+template <class Call>
+Status per_segment(const std::vector<size_t>& bounds, ncclComm_t comm, Call call) {
+  if (!comm) return "NCCL collective without a communicator (Comm::init_nccl was not called)";
+  const char* err = nullptr;
+  const NcclApi* nc = nccl_api(&err);
+  if (!nc) return err;
+  if (ncclResult_t r = nc->group_start(); r != ncclSuccess) return nc->get_error_string(r);
+  ncclResult_t first = ncclSuccess;
+  for (size_t root = 0; root + 1 < bounds.size(); ++root) {
+    const size_t n = bounds[root + 1] - bounds[root];
+    if (!n) continue;
+    ncclResult_t r = call(*nc, (int)root, bounds[root], n);
+    if (r != ncclSuccess && first == ncclSuccess) first = r;
+  }
+  ncclResult_t r = nc->group_end();
+  if (first != ncclSuccess) return nc->get_error_string(first);
+  if (r != ncclSuccess) return nc->get_error_string(r);
+  return nullptr;
+}
+}  // namespace
+
+Status reduce_scatter_scale(float* x, const std::vector<size_t>& bounds, int rank, float scale, ncclComm_t comm,
+                            cudaStream_t s) {
+  if (Status e = per_segment(bounds, comm, [&](const NcclApi& nc, int root, size_t off, size_t n) {
+        return nc.reduce(x + off, x + off, n, ncclFloat32, ncclSum, root, comm, s);
+      }))
+    return e;
+  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off, end = bounds.back();
+  // the other segments <- 0 (codelets/allreduce.cpp: the fp16 overflow check reads whole gradients)
+  if (off && cudaMemsetAsync(x, 0, off * sizeof(float), s) != cudaSuccess) return "cudaMemsetAsync failed";
+  if (off + n < end && cudaMemsetAsync(x + off + n, 0, (end - off - n) * sizeof(float), s) != cudaSuccess)
+    return "cudaMemsetAsync failed";
+  if (scale == 1.0f || !n) return nullptr;
+  scale_k<<<blocks_for(n), kThreads, 0, s>>>(x + off, n, scale);
+  return launched();
+}
+
+Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s) {
+  return per_segment(bounds, comm, [&](const NcclApi& nc, int root, size_t off, size_t n) {
+    return nc.broadcast(x + off, x + off, n, ncclFloat32, root, comm, s);
+  });
 }
 
 }  // namespace zf::kernels::cuda

@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "codelets/kernels/cuda/kernels.hpp"
 
@@ -21,11 +22,25 @@ struct NcclApi {
   ncclResult_t (*comm_destroy)(ncclComm_t);
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
   const char* (*get_error_string)(ncclResult_t);
+  // ZeRO stage 1 and 2: uneven segments (whole host tiles), so grouped rooted collectives
+  ncclResult_t (*reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*group_start)();
+  ncclResult_t (*group_end)();
 };
 const NcclApi* nccl_api(const char** error);
 
 // x (n) <- scale * sum over the communicator's ranks of x; every rank must call it with the same n
 // in the same order (NCCL's rule, and the comm token's purpose in codelets/allreduce.cpp).
 Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStream_t s);
+
+// ZeRO partitions (docs/data-parallel.md): bounds = ranks + 1 element offsets of x. The segments
+// are whole host tiles, hence uneven, and ncclReduceScatter / ncclAllGather take equal counts: the
+// reduce-scatter is one ncclReduce per segment (rooted at its owner, in place) and the all-gather
+// one ncclBroadcast per segment (from its owner, in place), each set in one NCCL group.
+// reduce_scatter_scale then scales this rank's own segment by `scale` and zeroes the others.
+Status reduce_scatter_scale(float* x, const std::vector<size_t>& bounds, int rank, float scale, ncclComm_t comm,
+                            cudaStream_t s);
+Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s);
 
 }  // namespace zf::kernels::cuda

@@ -67,7 +67,9 @@ struct SegmentArgs {
   const Comm* comm;
   const std::vector<size_t>* bounds;
   float scale;
-  int64_t rows, cols, k;  // with selected columns (ZenFlow, stage 2): the gradient's shape and k
+  int64_t rows, cols, k;  // with selected columns (ZenFlow, stage 2): the gradient's logical shape and k
+  int in_out;              // the gradient is stored (cols, rows): a column is contiguous
+  size_t at(int64_t r, int64_t j) const { return in_out ? (size_t)(j * rows + r) : (size_t)(r * cols + j); }
 };
 
 // x's own segment <- scale * the sum over the ranks of that segment, the other segments <- 0. With selected columns
@@ -82,7 +84,7 @@ void reduce_scatter_cpu(void* b[], void* a) noexcept {
   if (sel) {
     cols.resize((size_t)(p->rows * p->k));
     for (int64_t r = 0; r < p->rows; ++r)
-      for (int64_t j = 0; j < p->k; ++j) cols[(size_t)(r * p->k + j)] = x[r * p->cols + sel[j]];
+      for (int64_t j = 0; j < p->k; ++j) cols[(size_t)(r * p->k + j)] = x[p->at(r, sel[j])];
     if (p->comm->allreduce_sum(cols.data(), cols.size()) != 0) {
       record_task_failure("MPI_Allreduce of the selected gradient columns failed");
       return;
@@ -101,7 +103,7 @@ void reduce_scatter_cpu(void* b[], void* a) noexcept {
   std::fill(x + bd[(size_t)r + 1], x + bd.back(), 0.0f);
   if (sel)
     for (int64_t r = 0; r < p->rows; ++r)
-      for (int64_t j = 0; j < p->k; ++j) x[r * p->cols + sel[j]] = cols[(size_t)(r * p->k + j)] * p->scale;
+      for (int64_t j = 0; j < p->k; ++j) x[p->at(r, sel[j])] = cols[(size_t)(r * p->k + j)] * p->scale;
 }
 void allgather_cpu(void* b[], void* a) noexcept {  // buffers: x, comm token
   auto* p = static_cast<SegmentArgs*>(a);
@@ -189,13 +191,13 @@ void check_bounds(const SubmitOptions& opt, const Tensor& x, const std::vector<s
 }  // namespace
 
 void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scale, const std::vector<size_t>& bounds,
-                           const Comm& comm, const Tensor* sel) {
+                           const Comm& comm, const Tensor* sel, bool in_out) {
   check_bounds(opt, x, bounds, comm);
-  SegmentArgs a{&comm, &bounds, scale, 0, 0, 0};
+  SegmentArgs a{&comm, &bounds, scale, 0, 0, 0, in_out ? 1 : 0};
   if (sel) {
     expect(x.shape().size() == 2 && sel->elem_size() == sizeof(int32_t), opt,
            "reduce-scatter with selected columns: " + shape_str(x) + " must be 2-D, the selection int32");
-    a.rows = x.shape()[0], a.cols = x.shape()[1], a.k = (int64_t)sel->numel();
+    a.rows = x.shape()[in_out ? 1 : 0], a.cols = x.shape()[in_out ? 0 : 1], a.k = (int64_t)sel->numel();
     TaskBuilder(reduce_scatter_cl(true), opt).rw(x).r(*sel).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
   } else {
     TaskBuilder(reduce_scatter_cl(false), opt).rw(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();

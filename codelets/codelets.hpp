@@ -14,12 +14,14 @@ namespace zf {
 
 using kernels::cpu::AdamParams;
 
-// ---- dense layers
-void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y);
+// ---- dense layers. A weight w is (N = out, K = in); in_out: it is stored transposed, a (K, N)
+// tensor (Param::in_out, docs/zenflow.md), and so is dw.
+void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,
+                       bool in_out = false);
 void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const Tensor& x,
-                              const Tensor& dw);
+                              const Tensor& dw, bool in_out = false);
 void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
-                            const Tensor& dx);
+                            const Tensor& dx, bool in_out = false);
 void insert_bias_add(const SubmitOptions& opt, const Tensor& y, const Tensor& b);
 void insert_bias_grad(const SubmitOptions& opt, const Tensor& dy, const Tensor& db);
 
@@ -85,12 +87,15 @@ void insert_scale(const SubmitOptions& opt, const Tensor& x, float s);
 void insert_zero(const SubmitOptions& opt, const Tensor& x);
 
 // ---- ZenFlow column operations (kernels/cpu/select.cpp). A weight is (R, C); sel is an int32
-// tensor of k sorted column indices.
-void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2);
+// tensor of k sorted column indices. in_out: the weight and its gradient are (C, R) tensors (stored
+// transposed, Param::in_out: a column is contiguous) and the selective moments are stored (k, R).
+void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2,
+                              bool in_out = false);
 void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel);
 // AdamW on the selected columns of w with the same columns of its gradient g (w's shape); m, v (R, k)
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
-                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v);
+                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v,
+                           bool in_out = false);
 // Merge of a host result tile into the device weight: w[ws] = src except selected columns
 // (sel == nullptr: every column). src is fp32, bf16 or fp16 (then unpacked exactly). When log != nullptr the execution is recorded there.
 struct MergeEvent {
@@ -109,9 +114,10 @@ class MergeLog {
   std::vector<MergeEvent> ev_;
 };
 void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,
-                  MergeLog* log, const MergeEvent& ev);
+                  MergeLog* log, const MergeEvent& ev, bool in_out = false);
 // out (2 doubles) = {sum |g|, sum over selected columns of |g|}
-void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out);
+void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out,
+                      bool in_out = false);
 
 // ---- gradient clipping (clip.cpp, docs/spec.md "gradient_clipping", graphs/clip.hpp)
 // partial[slot] (doubles) = sum of x[xs]^2
@@ -148,10 +154,10 @@ void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, co
 // [bounds[r], bounds[r+1]) (the vector must outlive the task). reduce_scatter: this rank's segment
 // <- scale * its sum over the ranks, the other segments <- 0; with `sel` (ZenFlow's
 // selected columns, int32, x 2-D) those columns of every row <- scale * their sum over the ranks
-// (CPU workers only). allgather: every segment <- its owner's. allreduce_partials: total (one
+// (CPU workers only; in_out: x stored (cols, rows), as Param::in_out). allgather: every segment <- its owner's. allreduce_partials: total (one
 // double) <- the sum over the ranks of every double in `partials` (the clip's sums of squares).
 void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scale, const std::vector<size_t>& bounds,
-                           const Comm& comm, const Tensor* sel = nullptr);
+                           const Comm& comm, const Tensor* sel = nullptr, bool in_out = false);
 void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm);
 void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const Tensor*>& partials,
                                const Tensor& total, const Comm& comm);

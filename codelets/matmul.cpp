@@ -1,4 +1,5 @@
-// Matmul codelets: forward y = x w^T, backward dw = dy^T x and dx = dy w (kernels/cpu/matmul.cpp).
+// Matmul codelets: forward y = x w^T, backward dw = dy^T x and dx = dy w (kernels/cpu/matmul.cpp);
+// a weight stored (in, out) (in_out) is passed through to the kernels' transpose flags.
 #include <starpu.h>
 
 #include "codelets/codelet_util.hpp"
@@ -10,36 +11,37 @@ namespace {
 
 struct MatmulArgs {
   int B, K, N;
+  bool in_out;  // w / dw stored (K, N)
 };
 
 void matmul_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N);
+  kernels::cpu::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out);
 }
 void matmul_bwd_weight_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   kernels::cpu::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                  false);
+                                  false, p->in_out);
 }
 void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N);
+  kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out);
 }
 #ifdef ZF_USE_CUDA
 void matmul_fwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   cuda_check(kernels::cuda::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                       cublas_handle(), cuda_stream()));
+                                       cublas_handle(), cuda_stream(), p->in_out));
 }
 void matmul_bwd_weight_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   cuda_check(kernels::cuda::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                              false, cublas_handle(), cuda_stream()));
+                                              false, cublas_handle(), cuda_stream(), p->in_out));
 }
 void matmul_bwd_data_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   cuda_check(kernels::cuda::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                            cublas_handle(), cuda_stream()));
+                                            cublas_handle(), cuda_stream(), p->in_out));
 }
 #endif
 
@@ -64,31 +66,31 @@ starpu_codelet& matmul_bwd_data_cl() {
   return c;
 }
 
-// x (B, K), w (N, K) -> args; checks y/dy (B, N)
-MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y) {
+// x (B, K), w (N, K) (in_out: (K, N)) -> args; checks y/dy (B, N)
+MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y, bool in_out) {
   expect(w.shape().size() == 2, opt, "weight must be 2-D: " + shape_str(w));
-  int N = (int)w.dim(0), K = (int)w.dim(1);
+  int N = (int)w.dim(in_out ? 1 : 0), K = (int)w.dim(in_out ? 0 : 1);
   expect(x.numel() % K == 0, opt, shape_str(x) + " does not match " + shape_str(w));
   int B = (int)(x.numel() / K);
   expect(y.numel() == (size_t)B * N, opt, shape_str(y) + " must hold " + std::to_string(B) + "x" +
                                               std::to_string(N));
-  return {B, K, N};
+  return {B, K, N, in_out};
 }
 
 }  // namespace
 
-void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y) {
-  TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(dims(opt, x, w, y)).submit();
+void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y, bool in_out) {
+  TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(dims(opt, x, w, y, in_out)).submit();
 }
 
 void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const Tensor& x,
-                              const Tensor& dw) {
-  TaskBuilder(matmul_bwd_weight_cl(), opt).r(dy).r(x).w(dw).args(dims(opt, x, dw, dy)).submit();
+                              const Tensor& dw, bool in_out) {
+  TaskBuilder(matmul_bwd_weight_cl(), opt).r(dy).r(x).w(dw).args(dims(opt, x, dw, dy, in_out)).submit();
 }
 
 void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
-                            const Tensor& dx) {
-  TaskBuilder(matmul_bwd_data_cl(), opt).r(dy).r(w).w(dx).args(dims(opt, dx, w, dy)).submit();
+                            const Tensor& dx, bool in_out) {
+  TaskBuilder(matmul_bwd_data_cl(), opt).r(dy).r(w).w(dx).args(dims(opt, dx, w, dy, in_out)).submit();
 }
 
 }  // namespace zf

@@ -26,11 +26,13 @@ namespace {
 struct ColArgs {
   int R, C, k;
   int l2;
+  int in_out;  // the weight is stored (C, R): a column is contiguous
   AdamParams hp;
   int64_t step;
 };
 struct MergeArgs {
   int C, k;
+  int in_out_rows;  // > 0: the weight is stored (C, R), R = in_out_rows
   size_t off, n;
   MergeLog* log;
   MergeEvent ev;
@@ -39,7 +41,7 @@ struct MergeArgs {
 
 void importance_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
-  kernels::cpu::column_importance(vec_ptr(b[0]), p->R, p->C, p->l2 != 0, vec_ptr(b[1]));
+  kernels::cpu::column_importance(vec_ptr(b[0]), p->R, p->C, p->l2 != 0, vec_ptr(b[1]), p->in_out != 0);
 }
 void topk_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
@@ -48,23 +50,24 @@ void topk_cpu(void* b[], void* a) noexcept {
 void selective_adam_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   kernels::cpu::selective_adam(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
-                               vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step);
+                               vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
 }
 void grad_mass_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   double* out = vec_as<double>(b[2]);
-  kernels::cpu::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, &out[0], &out[1]);
+  kernels::cpu::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, &out[0], &out[1], p->in_out != 0);
 }
 void merge_common(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   double t0 = starpu_timing_now();
   if (p->src_half == 1)
     kernels::cpu::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                        sel ? p->k : 0);
+                                        sel ? p->k : 0, p->in_out_rows);
   else if (p->src_half == 2)
     kernels::cpu::merge_unselected_fp16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                        sel ? p->k : 0);
+                                        sel ? p->k : 0, p->in_out_rows);
   else
-    kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0);
+    kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0,
+                                   p->in_out_rows);
   if (p->log) {
     MergeEvent e = p->ev;
     e.start_us = t0;
@@ -79,7 +82,8 @@ void merge_sel_cpu(void* b[], void* a) noexcept {
 #ifdef ZF_USE_CUDA
 void importance_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
-  cuda_check(kernels::cuda::column_importance(vec_ptr(b[0]), p->R, p->C, p->l2 != 0, vec_ptr(b[1]), cuda_stream()));
+  cuda_check(kernels::cuda::column_importance(vec_ptr(b[0]), p->R, p->C, p->l2 != 0, vec_ptr(b[1]), cuda_stream(),
+                                              p->in_out != 0));
 }
 void topk_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
@@ -88,12 +92,13 @@ void topk_cuda(void* b[], void* a) noexcept {
 void selective_adam_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   cuda_check(kernels::cuda::selective_adam(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
-                                           vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, cuda_stream()));
+                                           vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, cuda_stream(),
+                                           p->in_out != 0));
 }
 void grad_mass_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   cuda_check(kernels::cuda::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_as<double>(b[2]),
-                                      cuda_stream()));
+                                      cuda_stream(), p->in_out != 0));
 }
 // The kernel runs after this function returns (asynchronous): the event records the launch time
 // as both start and end; the staleness fields are what the merge log is read for.
@@ -101,13 +106,13 @@ void merge_common_cuda(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   const double t0 = starpu_timing_now();
   if (p->src_half == 1)
     cuda_check(kernels::cuda::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                                    sel ? p->k : 0, cuda_stream()));
+                                                    sel ? p->k : 0, cuda_stream(), p->in_out_rows));
   else if (p->src_half == 2)
     cuda_check(kernels::cuda::merge_unselected_fp16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                                    sel ? p->k : 0, cuda_stream()));
+                                                    sel ? p->k : 0, cuda_stream(), p->in_out_rows));
   else
     cuda_check(kernels::cuda::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel,
-                                               sel ? p->k : 0, cuda_stream()));
+                                               sel ? p->k : 0, cuda_stream(), p->in_out_rows));
   if (p->log) {
     MergeEvent e = p->ev;
     e.start_us = e.end_us = t0;
@@ -158,11 +163,13 @@ starpu_codelet& merge_sel_cl() {
   return c;
 }
 
-ColArgs dims(const SubmitOptions& opt, const Tensor& w, const Tensor* sel) {
+// w (R, C), or (C, R) stored transposed (in_out)
+ColArgs dims(const SubmitOptions& opt, const Tensor& w, const Tensor* sel, bool in_out) {
   expect(w.shape().size() == 2, opt, "expected a 2-D weight: " + shape_str(w));
   ColArgs a{};
-  a.R = (int)w.dim(0);
-  a.C = (int)w.dim(1);
+  a.R = (int)w.dim(in_out ? 1 : 0);
+  a.C = (int)w.dim(in_out ? 0 : 1);
+  a.in_out = in_out ? 1 : 0;
   a.k = sel ? (int)sel->numel() : 0;
   expect(!sel || (a.k >= 1 && a.k <= a.C), opt, "selection of " + std::to_string(a.k) + " columns of " + shape_str(w));
   return a;
@@ -170,8 +177,8 @@ ColArgs dims(const SubmitOptions& opt, const Tensor& w, const Tensor* sel) {
 
 }  // namespace
 
-void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2) {
-  ColArgs a = dims(opt, g, nullptr);
+void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2, bool in_out) {
+  ColArgs a = dims(opt, g, nullptr, in_out);
   expect(imp.numel() == (size_t)a.C, opt, shape_str(imp) + " must hold one value per column");
   a.l2 = l2 ? 1 : 0;
   TaskBuilder(importance_cl(), opt).r(g).w(imp).args(a).submit();
@@ -186,11 +193,11 @@ void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel)
 }
 
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
-                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v) {
-  ColArgs a = dims(opt, w, &sel);
+                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v, bool in_out) {
+  ColArgs a = dims(opt, w, &sel, in_out);
   const size_t rk = (size_t)a.R * a.k;
   expect(g.shape() == w.shape(), opt, "the gradient " + shape_str(g) + " must have the weight's shape " + shape_str(w));
-  expect(m.numel() == rk && v.numel() == rk, opt, "m and v must be (R, k)");
+  expect(m.numel() == rk && v.numel() == rk, opt, in_out ? "m and v must be (k, R)" : "m and v must be (R, k)");
   expect(step >= 1, opt, "adam: step counts from 1");
   a.hp = hp;
   a.step = step;
@@ -198,19 +205,19 @@ void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64
 }
 
 void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,
-                  MergeLog* log, const MergeEvent& ev) {
-  ColArgs d = dims(opt, w, sel);
+                  MergeLog* log, const MergeEvent& ev, bool in_out) {
+  ColArgs d = dims(opt, w, sel, in_out);
   expect(ws.offset + ws.n <= w.numel() && ws.n == src.numel(), opt, "merge slice does not match " + shape_str(src));
   expect(src.elem_size() == 4 || src.elem_size() == 2, opt, "merge: the source must be fp32, bf16 or fp16");
-  MergeArgs a{d.C, d.k, ws.offset, ws.n, log, ev, src.elem_size() == 4 ? 0 : src.half() == Half::Fp16 ? 2 : 1};
+  MergeArgs a{d.C, d.k, in_out ? d.R : 0, ws.offset, ws.n, log, ev, src.elem_size() == 4 ? 0 : src.half() == Half::Fp16 ? 2 : 1};
   if (sel)
     TaskBuilder(merge_sel_cl(), opt).r(src).rw(w).r(*sel).args(a).submit();
   else
     TaskBuilder(merge_all_cl(), opt).r(src).rw(w).args(a).submit();
 }
 
-void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out) {
-  ColArgs a = dims(opt, g, &sel);
+void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out, bool in_out) {
+  ColArgs a = dims(opt, g, &sel, in_out);
   expect(out.bytes() >= 2 * sizeof(double), opt, "grad mass needs 2 doubles");
   TaskBuilder(grad_mass_cl(), opt).r(g).r(sel).w(out).args(a).submit();
 }

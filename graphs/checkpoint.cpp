@@ -33,17 +33,36 @@ namespace zf {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-void StateWriter::put(const std::string& name, const Tensor& t) {
+namespace {
+// A weight-shaped fp32 array stored (C, R) (Param::in_out) <-> its logical (R, C) order, in place.
+void to_logical(std::vector<uint8_t>& bytes, int64_t R) {
+  if (R <= 0) return;
+  std::vector<float> a(bytes.size() / 4);
+  std::memcpy(a.data(), bytes.data(), bytes.size());
+  transpose(a.data(), (int64_t)a.size() / R, R, reinterpret_cast<float*>(bytes.data()));
+}
+std::vector<float> from_logical(const std::vector<uint8_t>& bytes, int64_t R) {
+  std::vector<float> a(bytes.size() / 4);
+  if (R > 0)
+    transpose(reinterpret_cast<const float*>(bytes.data()), R, (int64_t)a.size() / R, a.data());
+  else
+    std::memcpy(a.data(), bytes.data(), bytes.size());
+  return a;
+}
+}  // namespace
+
+void StateWriter::put(const std::string& name, const Tensor& t, int64_t in_out_rows) {
   t.acquire_read();
   StTensor s;
   s.dtype = t.bytes() == t.numel() * 8 ? "F64" : t.bytes() == t.numel() * 4 ? "F32" : "U8";
   s.shape = {(int64_t)(t.bytes() / (s.dtype == "F64" ? 8 : s.dtype == "F32" ? 4 : 1))};
   s.bytes.assign(t.as<uint8_t>(), t.as<uint8_t>() + t.bytes());
   t.release();
+  if (s.dtype == "F32") to_logical(s.bytes, in_out_rows);
   f_.tensors[name] = std::move(s);
 }
 
-void StateWriter::put(const std::string& name, const HostTensor& h) {
+void StateWriter::put(const std::string& name, const HostTensor& h, int64_t in_out_rows) {
   StTensor s;
   s.dtype = "F32";
   size_t n = 0;
@@ -73,6 +92,7 @@ void StateWriter::put(const std::string& name, const HostTensor& h) {
     s.shape = {(int64_t)n};
     s.bytes = std::move(mine);
   }
+  to_logical(s.bytes, in_out_rows);
   f_.tensors[name] = std::move(s);
 }
 
@@ -127,34 +147,40 @@ void check_values(const StateReader& r, const std::string& name, const uint8_t* 
 
 }  // namespace
 
-void StateReader::get(const std::string& name, const Tensor& t, Values v) const {
+void StateReader::get(const std::string& name, const Tensor& t, Values v, int64_t in_out_rows) const {
   const size_t es = t.numel() ? t.bytes() / t.numel() : 4;
   const StTensor& s = find(name, es == 8 ? "F64" : es == 4 ? "F32" : "U8", t.bytes());
   if (es == 4) check_values<float>(*this, name, s.bytes.data(), t.numel(), v);
   if (es == 8) check_values<double>(*this, name, s.bytes.data(), t.numel(), v);
   t.acquire_write();
-  std::memcpy(t.as<uint8_t>(), s.bytes.data(), t.bytes());
+  if (es == 4 && in_out_rows > 0)
+    std::memcpy(t.as<uint8_t>(), from_logical(s.bytes, in_out_rows).data(), t.bytes());
+  else
+    std::memcpy(t.as<uint8_t>(), s.bytes.data(), t.bytes());
   t.release();
 }
 
-void StateReader::get(const std::string& name, const HostTensor& h, Values v) const {
+void StateReader::get(const std::string& name, const HostTensor& h, Values v, int64_t in_out_rows) const {
   size_t n = 0;
   for (auto& t : h.tiles) n += t.numel() * 4;
   // a partitioned tensor reads its tiles at their offsets in the whole one (any partition: the
   // file is the same for every stage and rank count)
   const StTensor& s = find(name, "F32", h.bounds ? h.numel * 4 : n);
   check_values<float>(*this, name, s.bytes.data(), s.bytes.size() / 4, v);
+  std::vector<float> stored;  // in_out: the storage order
+  if (in_out_rows > 0) stored = from_logical(s.bytes, in_out_rows);
+  const uint8_t* src = in_out_rows > 0 ? reinterpret_cast<const uint8_t*>(stored.data()) : s.bytes.data();
   size_t off = 0;
   for (size_t i = 0; i < h.tiles.size(); ++i) {
     const Tensor& t = h.tiles[i];
     if (h.bounds) off = h.slices[i].offset * 4;
     t.acquire_write();
     if (t.elem_size() == 2 && t.half() == Half::Fp16)  // values written from fp16 tiles: packing is exact
-      kernels::cpu::pack_fp16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());
+      kernels::cpu::pack_fp16(reinterpret_cast<const float*>(src + off), t.as<uint16_t>(), t.numel());
     else if (t.elem_size() == 2)  // values written from bf16 tiles: packing them is exact
-      kernels::cpu::pack_bf16(reinterpret_cast<const float*>(s.bytes.data() + off), t.as<uint16_t>(), t.numel());
+      kernels::cpu::pack_bf16(reinterpret_cast<const float*>(src + off), t.as<uint16_t>(), t.numel());
     else
-      std::memcpy(t.data(), s.bytes.data() + off, t.bytes());
+      std::memcpy(t.data(), src + off, t.bytes());
     t.release();
     off += t.numel() * 4;
   }
@@ -513,11 +539,8 @@ std::string CheckpointDir::write(int64_t step, const Spec& spec, Workload& wl, c
   model.metadata["format"] = "zenflow-weights";
   model.metadata["model"] = wl.describe();
   model.metadata["step"] = std::to_string(step);
-  for (Param* p : wl.params()) {
-    p->value.acquire_read();
-    model.tensors[p->name] = st_f32(p->value.shape(), p->value.data());
-    p->value.release();
-  }
+  for (Param* p : wl.params())  // the logical layout, whatever the storage (Param::in_out)
+    model.tensors[p->name] = st_f32(p->logical_shape(), logical_values(*p).data());
   StateWriter w;
   strat.save_state(w);
   if (extra) extra(w);

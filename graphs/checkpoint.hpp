@@ -29,8 +29,10 @@ struct Spec;
 // Strategies write and read their state through these (call only while no task is in flight).
 class StateWriter {
  public:
-  void put(const std::string& name, const Tensor& t);
-  void put(const std::string& name, const HostTensor& t);  // tiles concatenated
+  // in_out_rows > 0: t holds a weight-shaped array stored transposed, (C, R) with R = in_out_rows
+  // (Param::in_out); it is written in the logical (R, C) order
+  void put(const std::string& name, const Tensor& t, int64_t in_out_rows = 0);
+  void put(const std::string& name, const HostTensor& t, int64_t in_out_rows = 0);  // tiles concatenated
   void put_i64(const std::string& name, const std::vector<int64_t>& v);
   void put_f64(const std::string& name, const std::vector<double>& v);
   StFile& file() { return f_; }
@@ -44,8 +46,9 @@ class StateReader {
   // What a float tensor's values must be (checked value by value as they are loaded).
   enum class Values { Finite, NonNegative /* and finite: second moments */, Raw /* not floats */ };
   StateReader(const StFile& f, std::string path, int64_t step) : f_(f), path_(std::move(path)), step_(step) {}
-  void get(const std::string& name, const Tensor& t, Values v = Values::Finite) const;
-  void get(const std::string& name, const HostTensor& t, Values v = Values::Finite) const;
+  // in_out_rows as StateWriter::put: the file's logical (R, C) values go to a (C, R) storage
+  void get(const std::string& name, const Tensor& t, Values v = Values::Finite, int64_t in_out_rows = 0) const;
+  void get(const std::string& name, const HostTensor& t, Values v = Values::Finite, int64_t in_out_rows = 0) const;
   // A tensor of int32 indices, each in [0, bound) and all distinct (ZenFlow's selected columns).
   void get_indices(const std::string& name, const Tensor& t, int64_t bound) const;
   std::vector<int64_t> i64(const std::string& name) const;

@@ -136,16 +136,18 @@ class DeviceAdam final : public Strategy {
   const char* name() const override { return "device-adam"; }
   void save_state(StateWriter& w) const override {
     for (size_t i = 0; i < params_.size(); ++i) {
-      w.put("device.m." + params_[i]->name, m_[i]);
-      w.put("device.v." + params_[i]->name, v_[i]);
-      if (bf16_) w.put("device.master." + params_[i]->name, master_[i]);
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
+      w.put("device.m." + params_[i]->name, m_[i], io);
+      w.put("device.v." + params_[i]->name, v_[i], io);
+      if (bf16_) w.put("device.master." + params_[i]->name, master_[i], io);
     }
   }
   void load_state(const StateReader& r) override {
     for (size_t i = 0; i < params_.size(); ++i) {
-      r.get("device.m." + params_[i]->name, m_[i]);
-      r.get("device.v." + params_[i]->name, v_[i], StateReader::Values::NonNegative);
-      if (bf16_) r.get("device.master." + params_[i]->name, master_[i]);
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
+      r.get("device.m." + params_[i]->name, m_[i], StateReader::Values::Finite, io);
+      r.get("device.v." + params_[i]->name, v_[i], StateReader::Values::NonNegative, io);
+      if (bf16_) r.get("device.master." + params_[i]->name, master_[i], StateReader::Values::Finite, io);
     }
   }
   void submit_update(const UpdateStep& u) override {
@@ -199,17 +201,19 @@ class ZeroOffload final : public Strategy {
   void save_state(StateWriter& w) const override {
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& n = params_[i]->name;
-      w.put("host.master." + n, st_[i].master);
-      w.put("host.m." + n, st_[i].m);
-      w.put("host.v." + n, st_[i].v);
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
+      w.put("host.master." + n, st_[i].master, io);
+      w.put("host.m." + n, st_[i].m, io);
+      w.put("host.v." + n, st_[i].v, io);
     }
   }
   void load_state(const StateReader& r) override {
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& n = params_[i]->name;
-      r.get("host.master." + n, st_[i].master);
-      r.get("host.m." + n, st_[i].m);
-      r.get("host.v." + n, st_[i].v, StateReader::Values::NonNegative);
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
+      r.get("host.master." + n, st_[i].master, StateReader::Values::Finite, io);
+      r.get("host.m." + n, st_[i].m, StateReader::Values::Finite, io);
+      r.get("host.v." + n, st_[i].v, StateReader::Values::NonNegative, io);
     }
   }
   void submit_update(const UpdateStep& u) override {

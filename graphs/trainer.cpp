@@ -89,11 +89,7 @@ void save_weights(Workload& w, const std::string& path, const std::string& descr
   StFile f;
   f.metadata["format"] = "zenflow-weights";
   f.metadata["model"] = description;
-  for (Param* p : w.params()) {
-    p->value.acquire_read();
-    f.tensors[p->name] = st_f32(p->value.shape(), p->value.data());
-    p->value.release();
-  }
+  for (Param* p : w.params()) f.tensors[p->name] = st_f32(p->logical_shape(), logical_values(*p).data());
   write_safetensors(path, f);
 }
 
@@ -106,13 +102,13 @@ void load_weights(Workload& w, const std::string& path) {
     if (it == f.tensors.end()) throw InputError(path + ": " + p->name, "tensor missing from the file");
     const StTensor& t = it->second;
     if (t.dtype != "F32") throw InputError(path + ": " + p->name, "dtype " + t.dtype + ", expected F32");
-    if (t.shape != p->value.shape()) {
+    if (t.shape != p->logical_shape()) {
       auto str = [](const std::vector<int64_t>& s) {
         std::string r = "[";
         for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
         return r + "]";
       };
-      throw InputError(path + ": " + p->name, "shape " + str(t.shape) + ", the model needs " + str(p->value.shape()));
+      throw InputError(path + ": " + p->name, "shape " + str(t.shape) + ", the model needs " + str(p->logical_shape()));
     }
   }
   for (auto& entry : f.tensors) {  // (clang 14 cannot capture a structured binding in a lambda)
@@ -129,9 +125,7 @@ void load_weights(Workload& w, const std::string& path) {
         throw InputError(path + ": " + p->name, "element " + std::to_string(i) + " is " +
                                                     (std::isnan(v[i]) ? "NaN" : "infinite") +
                                                     ", expected finite weights");
-    p->value.acquire_write();
-    std::copy(v.begin(), v.end(), p->value.data());
-    p->value.release();
+    set_logical_values(*p, v.data());
   }
 }
 
@@ -194,9 +188,8 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
   uint64_t h = kFnvOffset;
   int64_t grad_bytes = 0, imp_per_selection = 0, matrix_bytes = 0;
   for (Param* p : wl.params()) {
-    p->value.acquire_read();
-    h = fnv1a64(p->value.data(), p->value.bytes(), h);
-    p->value.release();
+    const std::vector<float> v = logical_values(*p);  // the same hash whatever the storage layout
+    h = fnv1a64(v.data(), v.size() * sizeof(float), h);
     grad_bytes += (int64_t)p->grad.bytes();
     if (p->is_matrix()) {
       imp_per_selection += p->cols() * (int64_t)sizeof(float);  // C floats per 2-D weight

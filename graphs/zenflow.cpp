@@ -93,14 +93,16 @@ class ZenFlowStrategy final : public Strategy {
       const std::string& n = p->name;
       w.sel = Tensor::home({w.k}, n + ".sel", sizeof(int32_t));
       w.imp = Tensor::lazy({w.C}, n + ".importance");
+      // (R, k); (k, R) for a weight stored (in, out): a selected column's moments are contiguous
+      const std::vector<int64_t> rk = p->in_out ? std::vector<int64_t>{w.k, w.R} : std::vector<int64_t>{w.R, w.k};
       if (z_.offload) {
-        w.m_sel_host = Tensor::home({w.R, w.k}, n + ".m_sel.host");
-        w.v_sel_host = Tensor::home({w.R, w.k}, n + ".v_sel.host");
-        w.m_sel = Tensor::lazy({w.R, w.k}, n + ".m_sel");
-        w.v_sel = Tensor::lazy({w.R, w.k}, n + ".v_sel");
+        w.m_sel_host = Tensor::home(rk, n + ".m_sel.host");
+        w.v_sel_host = Tensor::home(rk, n + ".v_sel.host");
+        w.m_sel = Tensor::lazy(rk, n + ".m_sel");
+        w.v_sel = Tensor::lazy(rk, n + ".v_sel");
       } else {
-        w.m_sel = Tensor::home({w.R, w.k}, n + ".m_sel");
-        w.v_sel = Tensor::home({w.R, w.k}, n + ".v_sel");
+        w.m_sel = Tensor::home(rk, n + ".m_sel");
+        w.v_sel = Tensor::home(rk, n + ".v_sel");
       }
       w.mass = Tensor::home({2}, n + ".mass", sizeof(double));
       w.master = host_tensor(*p, n + ".master");
@@ -177,7 +179,8 @@ class ZenFlowStrategy final : public Strategy {
     for (auto& wp : mat_) {
       Matrix& w = *wp;
       SubmitOptions o = rt_.device(u.t);
-      insert_column_importance(o.named("select.importance." + w.p->name), w.p->grad, w.imp, z_.importance == "l2");
+      insert_column_importance(o.named("select.importance." + w.p->name), w.p->grad, w.imp, z_.importance == "l2",
+                               w.p->in_out);
       insert_allreduce(o.named("select.allreduce." + w.p->name), w.imp, 1.0f, comm);
     }
     imp_reduced_at_ = u.t;
@@ -212,7 +215,8 @@ class ZenFlowStrategy final : public Strategy {
       if (imp_reduced_at_ == t)  // data-parallel: already summed over the ranks (this step's gradient);
         allreduce_ += (int64_t)w.imp.bytes();  // counted here: a step skipped for an fp16 overflow selects nothing
       else
-        insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2");
+        insert_column_importance(o.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2",
+                                   w.p->in_out);
       insert_topk(o.named("select.topk." + n), w.imp, w.sel);
       insert_zero(o.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);
       insert_zero(o.named("select.zero_v." + n), z_.offload ? w.v_sel_host : w.v_sel);
@@ -236,7 +240,7 @@ class ZenFlowStrategy final : public Strategy {
         if (wp->p == p) w = wp.get();
       if (w) {
         insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *bounds(*p), comm,
-                              selected_ ? &w->sel : nullptr);
+                              selected_ ? &w->sel : nullptr, p->in_out);
         reduce_scatter_ += (int64_t)p->grad.bytes();
         if (selected_) grad_allreduce_ += (int64_t)w->R * w->k * (int64_t)sizeof(float);
       } else {
@@ -368,7 +372,7 @@ class ZenFlowStrategy final : public Strategy {
           h2d_ += 2 * (int64_t)w.m_sel.bytes();
         }
         insert_selective_adam(dev.named("adam.device." + n), hp(o), selective_step(o), w.p->value, w.sel, w.p->grad,
-                              w.m_sel, w.v_sel);
+                              w.m_sel, w.v_sel, w.p->in_out);
         if (z_.offload) {
           insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
           insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
@@ -403,7 +407,7 @@ class ZenFlowStrategy final : public Strategy {
     // the auto rule reads the gradient mass of this step when the next one is submitted
     if (K_ < 0 && o >= W_)
       for (auto& wp : mat_) {
-        insert_grad_mass(dev.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass);
+        insert_grad_mass(dev.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass, wp->p->in_out);
         rt_.read_async(wp->mass, wp->mass_host, sizeof wp->mass_host, t);
       }
   }
@@ -435,20 +439,21 @@ class ZenFlowStrategy final : public Strategy {
     for (auto& wp : mat_) {
       const Matrix& m = *wp;
       const std::string& n = m.p->name;
-      w.put("host.master." + n, m.master);
-      w.put("host.m." + n, m.m);
-      w.put("host.v." + n, m.v);
+      const int64_t io = m.p->in_out ? m.R : 0;  // weight-shaped state in the logical layout
+      w.put("host.master." + n, m.master, io);
+      w.put("host.m." + n, m.m, io);
+      w.put("host.v." + n, m.v, io);
       if (two_sets_) {
-        w.put("host.m2." + n, m.m2);
-        w.put("host.v2." + n, m.v2);
+        w.put("host.m2." + n, m.m2, io);
+        w.put("host.v2." + n, m.v2, io);
       }
       for (int i = 0; i <= D_; ++i) {
-        w.put("host.acc" + std::to_string(i) + "." + n, m.acc[i]);
-        w.put("host.res" + std::to_string(i) + "." + n, m.res[i]);
+        w.put("host.acc" + std::to_string(i) + "." + n, m.acc[i], io);
+        w.put("host.res" + std::to_string(i) + "." + n, m.res[i], io);
       }
       w.put("device.sel." + n, m.sel);
-      w.put("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel);
-      w.put("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel);
+      w.put("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, io);
+      w.put("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, io);
       w.put_f64("auto.AN." + n, {m.A, m.N, m.mass_host[0], m.mass_host[1]});
     }
     for (const Vector& v : vec_) {
@@ -532,21 +537,22 @@ class ZenFlowStrategy final : public Strategy {
     for (auto& wp : mat_) {
       Matrix& m = *wp;
       const std::string& n = m.p->name;
-      r.get("host.master." + n, m.master);
-      r.get("host.m." + n, m.m);
-      r.get("host.v." + n, m.v, V::NonNegative);
+      const int64_t io = m.p->in_out ? m.R : 0;  // the file holds the logical layout
+      r.get("host.master." + n, m.master, V::Finite, io);
+      r.get("host.m." + n, m.m, V::Finite, io);
+      r.get("host.v." + n, m.v, V::NonNegative, io);
       if (two_sets_) {
-        r.get("host.m2." + n, m.m2);
-        r.get("host.v2." + n, m.v2, V::NonNegative);
+        r.get("host.m2." + n, m.m2, V::Finite, io);
+        r.get("host.v2." + n, m.v2, V::NonNegative, io);
       }
       for (int i = 0; i <= D_; ++i) {
-        r.get("host.acc" + std::to_string(i) + "." + n, m.acc[i]);
-        r.get("host.res" + std::to_string(i) + "." + n, m.res[i]);
+        r.get("host.acc" + std::to_string(i) + "." + n, m.acc[i], V::Finite, io);
+        r.get("host.res" + std::to_string(i) + "." + n, m.res[i], V::Finite, io);
       }
       if (selected)  // before the first selection the buffer is unused (and overwritten by it)
         r.get_indices("device.sel." + n, m.sel, m.C);
-      r.get("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel);
-      r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, V::NonNegative);
+      r.get("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, V::Finite, io);
+      r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, V::NonNegative, io);
       auto an = r.f64("auto.AN." + n);
       if (an.size() != 4) r.fail("auto.AN." + n, std::to_string(an.size()) + " values, expected 4");
       for (int i = 0; i < 4; ++i)
@@ -643,7 +649,8 @@ class ZenFlowStrategy final : public Strategy {
       size_t elems = 0;
       for (size_t i = 0; i < h.tiles.size(); ++i) {
         insert_merge(rt_.device(t).named("merge." + w.p->name + "[" + std::to_string(i) + "]"), h.tiles[i],
-                     w.p->value, h.slices[i], selected_ ? &w.sel : nullptr, logged ? nullptr : &log_, ev);
+                     w.p->value, h.slices[i], selected_ ? &w.sel : nullptr, logged ? nullptr : &log_, ev,
+                     w.p->in_out);
         logged = true;
         elems += h.slices[i].n;
       }
@@ -723,11 +730,12 @@ class ZeroOffloadDpu final : public Strategy {
   void save_state(StateWriter& w) const override {
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& n = params_[i]->name;
-      w.put("host.master." + n, st_[i].master);
-      w.put("host.m." + n, st_[i].m);
-      w.put("host.v." + n, st_[i].v);
-      w.put("host.res0." + n, st_[i].res[0]);
-      w.put("host.res1." + n, st_[i].res[1]);
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
+      w.put("host.master." + n, st_[i].master, io);
+      w.put("host.m." + n, st_[i].m, io);
+      w.put("host.v." + n, st_[i].v, io);
+      w.put("host.res0." + n, st_[i].res[0], io);
+      w.put("host.res1." + n, st_[i].res[1], io);
     }
     w.put_i64("dpu.last", {last_});
   }
@@ -738,11 +746,12 @@ class ZeroOffloadDpu final : public Strategy {
       r.fail("dpu.last", std::to_string(l[0]) + ", expected the checkpoint's step " + std::to_string(r.step()));
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& n = params_[i]->name;
-      r.get("host.master." + n, st_[i].master);
-      r.get("host.m." + n, st_[i].m);
-      r.get("host.v." + n, st_[i].v, StateReader::Values::NonNegative);
-      r.get("host.res0." + n, st_[i].res[0]);
-      r.get("host.res1." + n, st_[i].res[1]);
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
+      r.get("host.master." + n, st_[i].master, StateReader::Values::Finite, io);
+      r.get("host.m." + n, st_[i].m, StateReader::Values::Finite, io);
+      r.get("host.v." + n, st_[i].v, StateReader::Values::NonNegative, io);
+      r.get("host.res0." + n, st_[i].res[0], StateReader::Values::Finite, io);
+      r.get("host.res1." + n, st_[i].res[1], StateReader::Values::Finite, io);
     }
     last_ = l[0];
   }

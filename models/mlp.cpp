@@ -30,9 +30,14 @@ MlpClassifier::MlpClassifier(const MlpConfig& cfg, ImageSet train, ImageSet test
     const int64_t in = sizes_[l], out = sizes_[l + 1];
     const std::string pre = "fc" + std::to_string(l + 1);
     const float bound = 1.0f / std::sqrt((float)in);
-    Param w{pre + ".weight", Tensor::home({out, in}, pre + ".weight"), Tensor::lazy({out, in}, pre + ".weight.grad")};
+    const bool t = cfg_.weights_in_out;
+    const std::vector<int64_t> shape = t ? std::vector<int64_t>{in, out} : std::vector<int64_t>{out, in};
+    Param w{pre + ".weight", Tensor::home(shape, pre + ".weight"), Tensor::lazy(shape, pre + ".weight.grad"), t};
     Param b{pre + ".bias", Tensor::home({out}, pre + ".bias"), Tensor::lazy({out}, pre + ".bias.grad")};
-    for (size_t i = 0; i < w.value.numel(); ++i) w.value.data()[i] = rng.uniform(-bound, bound);
+    for (size_t i = 0; i < w.value.numel(); ++i) {  // logical element (r, c) = i in (out, in) order
+      const size_t r = i / (size_t)in, c = i % (size_t)in;
+      w.value.data()[t ? c * (size_t)out + r : i] = rng.uniform(-bound, bound);
+    }
     for (size_t i = 0; i < b.value.numel(); ++i) b.value.data()[i] = rng.uniform(-bound, bound);
     params_.push_back(std::move(w));
     params_.push_back(std::move(b));
@@ -88,7 +93,7 @@ void MlpClassifier::forward(const SubmitOptions& o, Acts& a, int slot) {
     const Param& w = params_[2 * l];
     const Param& b = params_[2 * l + 1];
     const std::string n = "fwd.fc" + std::to_string(l + 1);
-    insert_matmul_fwd(o.named(n + ".matmul"), in, w.value, a.z[l]);
+    insert_matmul_fwd(o.named(n + ".matmul"), in, w.value, a.z[l], w.in_out);
     insert_bias_add(o.named(n + ".bias"), a.z[l], b.value);
     if (l + 1 < L) insert_act_fwd(o.named(n + ".act"), cfg_.activation, a.z[l], a.a[l]);
   }
@@ -101,10 +106,10 @@ void MlpClassifier::backward(const SubmitOptions& o, Acts& a, int slot) {
     Param& w = params_[2 * l];
     Param& b = params_[2 * l + 1];
     const std::string n = "bwd.fc" + std::to_string(l + 1);
-    insert_matmul_bwd_weight(o.named(n + ".dw"), a.dz[l], in, w.grad);
+    insert_matmul_bwd_weight(o.named(n + ".dw"), a.dz[l], in, w.grad, w.in_out);
     insert_bias_grad(o.named(n + ".db"), a.dz[l], b.grad);
     if (l > 0) {
-      insert_matmul_bwd_data(o.named(n + ".dx"), a.dz[l], w.value, a.da[l - 1]);
+      insert_matmul_bwd_data(o.named(n + ".dx"), a.dz[l], w.value, a.da[l - 1], w.in_out);
       insert_act_bwd(o.named(n + ".act"), cfg_.activation, a.z[l - 1], a.da[l - 1], a.dz[l - 1]);
     }
   }

@@ -17,6 +17,10 @@ struct MlpConfig {
   uint64_t init_seed = 1;
   int batch_size = 128;
   int eval_batch_size = 1000;
+  // Store the weights transposed, (in, out) (Param::in_out): a column is contiguous for ZenFlow's
+  // selective step (docs/zenflow.md). The same initial values, the same logical weights; every
+  // strategy uses the same layout, so that their results compare bitwise.
+  bool weights_in_out = true;
 };
 
 class MlpClassifier : public Workload {

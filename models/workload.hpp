@@ -2,6 +2,7 @@
 // handles) and a way to submit one step's forward, loss and backward in the device context.
 // MLP-on-images and GPT-on-text both implement it; strategies never look inside.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,10 +15,46 @@ struct Param {
   std::string name;  // "fc1.weight": safetensors and trace names
   Tensor value;      // device-side parameter, shape (N, K) for a weight, (N) for a bias
   Tensor grad;       // device-side gradient, overwritten by every backward
+  // A weight stored transposed: value and grad are (K, N) = (in, out) tensors, so that a column
+  // W[:, j] (ZenFlow's unit of selection) is contiguous (docs/zenflow.md). rows() and cols() stay
+  // the logical (N, K); checkpoints, safetensors export and --init use the logical layout.
+  bool in_out = false;
   bool is_matrix() const { return value.shape().size() == 2; }
-  int64_t rows() const { return value.dim(0); }
-  int64_t cols() const { return is_matrix() ? value.dim(1) : 1; }
+  int64_t rows() const { return value.dim(in_out ? 1 : 0); }
+  int64_t cols() const { return is_matrix() ? value.dim(in_out ? 0 : 1) : 1; }
+  std::vector<int64_t> logical_shape() const { return in_out ? std::vector<int64_t>{rows(), cols()} : value.shape(); }
 };
+
+// dst (cols, rows) = src (rows, cols)^T, both row-major
+inline void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
+  constexpr int64_t kB = 32;  // blocks, so that both sides stream through the cache
+  for (int64_t i0 = 0; i0 < rows; i0 += kB)
+    for (int64_t j0 = 0; j0 < cols; j0 += kB)
+      for (int64_t i = i0; i < std::min(rows, i0 + kB); ++i)
+        for (int64_t j = j0; j < std::min(cols, j0 + kB); ++j) dst[j * rows + i] = src[i * cols + j];
+}
+
+// The parameter's values in the logical layout (weights (N, K) row-major), waiting for its writers.
+inline std::vector<float> logical_values(const Param& p) {
+  std::vector<float> v(p.value.numel());
+  p.value.acquire_read();
+  if (p.in_out)
+    transpose(p.value.data(), p.cols(), p.rows(), v.data());
+  else
+    std::copy(p.value.data(), p.value.data() + v.size(), v.begin());
+  p.value.release();
+  return v;
+}
+
+// Sets the parameter from values in the logical layout (numel() of them).
+inline void set_logical_values(Param& p, const float* v) {
+  p.value.acquire_write();
+  if (p.in_out)
+    transpose(v, p.rows(), p.cols(), p.value.data());
+  else
+    std::copy(v, v + p.value.numel(), p.value.data());
+  p.value.release();
+}
 
 struct EvalResult {
   double loss = 0.0;      // mean per example (per token for language models)

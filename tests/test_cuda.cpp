@@ -183,6 +183,20 @@ TEST_F(Matmul, CudaMatchesCpu) {
     EXPECT_TRUE(residual(gdw.get(), dw, B)) << "bwd_weight";
     EXPECT_TRUE(residual(gdwa.get(), dwa, B + 1)) << "bwd_weight accumulate";
     EXPECT_TRUE(residual(gdx.get(), dx, N)) << "bwd_data";
+    // the weight stored (in, out) (Param::in_out): w^T and dw^T
+    std::vector<float> wt((size_t)K * N), yt(y.size()), dwt(dw.size()), dxt(dx.size());
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < K; ++k) wt[(size_t)k * N + n] = w[(size_t)n * K + k];
+    cpu::matmul_fwd(x.data(), wt.data(), yt.data(), B, K, N, true);
+    cpu::matmul_bwd_weight(dy.data(), x.data(), dwt.data(), B, K, N, false, true);
+    cpu::matmul_bwd_data(dy.data(), wt.data(), dxt.data(), B, K, N, true);
+    Dev<float> gwt(wt), gyt(y.size()), gdwt(dw.size()), gdxt(dx.size());
+    ok(gpu::matmul_fwd(gx.p(), gwt.p(), gyt.p(), B, K, N, h, s, true));
+    ok(gpu::matmul_bwd_weight(gdy.p(), gx.p(), gdwt.p(), B, K, N, false, h, s, true));
+    ok(gpu::matmul_bwd_data(gdy.p(), gwt.p(), gdxt.p(), B, K, N, h, s, true));
+    EXPECT_TRUE(residual(gyt.get(), yt, K)) << "fwd, in_out";
+    EXPECT_TRUE(residual(gdwt.get(), dwt, B)) << "bwd_weight, in_out";
+    EXPECT_TRUE(residual(gdxt.get(), dxt, N)) << "bwd_data, in_out";
   }
 }
 
@@ -405,6 +419,35 @@ TEST_F(ColumnMovesAndSelectiveAdam, CudaMatchesCpu) {
     EXPECT_NEAR(gm2[1], sl, 1e-10 * sl) << "grad_mass selected";
     ok(gpu::grad_mass(gw.p(), R, C, gs.p(), k, mass.p(), s));
     EXPECT_EQ(mass.get(), gm2) << "grad_mass is deterministic";
+    // the weight stored (in, out) (Param::in_out): w, grad (C, R), m, v (k, R); the same elements
+    // as the CPU kernels' in_out variants
+    Dev<float> gwt(w), ggt(grad), gmt(m), gvt(v);
+    cpu::selective_adam(w.data(), R, C, sel.data(), k, grad.data(), m.data(), v.data(), hp, 5, true);
+    ok(gpu::selective_adam(gwt.p(), R, C, gs.p(), k, ggt.p(), gmt.p(), gvt.p(), hp, 5, s, true));
+    EXPECT_TRUE(bitwise(gwt.get(), w)) << "selective_adam w, in_out";
+    EXPECT_TRUE(bitwise(gmt.get(), m)) << "selective_adam m, in_out";
+    EXPECT_TRUE(bitwise(gvt.get(), v)) << "selective_adam v, in_out";
+    for (size_t off : {size_t(0), n / 3}) {
+      const size_t len = std::max<size_t>(1, (n - off) / 2);
+      auto src = randv(len, 40 + off);
+      Dev<float> gsrc(src);
+      cpu::merge_unselected(w.data(), C, src.data(), off, len, sel.data(), k, R);
+      ok(gpu::merge_unselected(gwt.p(), C, gsrc.p(), off, len, gs.p(), k, s, R));
+      EXPECT_TRUE(bitwise(gwt.get(), w)) << "merge, in_out, off " << off;
+    }
+    std::vector<float> impt(C);
+    Dev<float> gimpt(C);
+    cpu::column_importance(grad.data(), R, C, false, impt.data(), true);
+    ok(gpu::column_importance(ggt.p(), R, C, false, gimpt.p(), s, true));
+    if (R <= 64)
+      EXPECT_TRUE(bitwise(gimpt.get(), impt)) << "importance, in_out";
+    else
+      EXPECT_TRUE(close(gimpt.get(), impt, 0.0, 1e-5)) << "importance, in_out";  // R positive terms, other order
+    cpu::grad_mass(w.data(), R, C, sel.data(), k, &t, &sl, true);
+    ok(gpu::grad_mass(gwt.p(), R, C, gs.p(), k, mass.p(), s, true));
+    auto gm3 = mass.get();
+    EXPECT_NEAR(gm3[0], t, 1e-10 * t) << "grad_mass total, in_out";
+    EXPECT_NEAR(gm3[1], sl, 1e-10 * sl) << "grad_mass selected, in_out";
   }
 }
 

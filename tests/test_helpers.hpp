@@ -79,11 +79,7 @@ using Weights = std::map<std::string, std::vector<float>>;
 // RunOptions::inspect that copies the final device-side weights into w.
 inline std::function<void(Runtime&, Workload&)> capture_weights(Weights& w) {
   return [&w](Runtime&, Workload& wl) {
-    for (Param* p : wl.params()) {
-      p->value.acquire_read();
-      w[p->name].assign(p->value.data(), p->value.data() + p->value.numel());
-      p->value.release();
-    }
+    for (Param* p : wl.params()) w[p->name] = logical_values(*p);  // (out, in) for a weight stored in_out
   };
 }
 

@@ -78,11 +78,20 @@ class MlpRef {
     namespace k = kernels::cpu;
     const size_t L = sizes_.size() - 1;
     std::vector<std::vector<float>> z(L), a(L), dz(L), da(L);  // (B, sizes[l+1])
+    // the engine's MLP stores its weights (in, out) (Param::in_out, docs/zenflow.md) and calls the
+    // matmul kernels that way: so does the reference, on transposed copies of its (out, in) weights
+    std::vector<std::vector<float>> wt(L);  // (in, out)
+    for (size_t l = 0; l < L; ++l) {
+      const int in = (int)sizes_[l], out = (int)sizes_[l + 1];
+      wt[l].resize((size_t)in * out);
+      for (int o = 0; o < out; ++o)
+        for (int i = 0; i < in; ++i) wt[l][(size_t)i * out + o] = params_[2 * l].value[(size_t)o * in + i];
+    }
     for (size_t l = 0; l < L; ++l) {
       const int in = (int)sizes_[l], out = (int)sizes_[l + 1];
       const float* xin = l == 0 ? x.data() : a[l - 1].data();
       z[l].assign((size_t)B_ * out, 0.0f);
-      k::matmul_fwd(xin, params_[2 * l].value.data(), z[l].data(), B_, in, out);
+      k::matmul_fwd(xin, wt[l].data(), z[l].data(), B_, in, out, true);
       k::bias_add(z[l].data(), params_[2 * l + 1].value.data(), B_, out);
       if (l + 1 < L) {
         a[l].assign(z[l].size(), 0.0f);
@@ -101,12 +110,15 @@ class MlpRef {
     for (size_t l = L; l-- > 0;) {
       const int in = (int)sizes_[l], out = (int)sizes_[l + 1];
       const float* xin = l == 0 ? x.data() : a[l - 1].data();
-      k::matmul_bwd_weight(dz[l].data(), xin, grads_[2 * l].data(), B_, in, out, false);
+      std::vector<float> gt((size_t)in * out);  // (in, out), then the (out, in) gradient
+      k::matmul_bwd_weight(dz[l].data(), xin, gt.data(), B_, in, out, false, true);
+      for (int o = 0; o < out; ++o)
+        for (int i = 0; i < in; ++i) grads_[2 * l][(size_t)o * in + i] = gt[(size_t)i * out + o];
       k::bias_grad(dz[l].data(), grads_[2 * l + 1].data(), B_, out);
       if (l > 0) {
         da[l - 1].assign((size_t)B_ * in, 0.0f);
         dz[l - 1].assign((size_t)B_ * in, 0.0f);
-        k::matmul_bwd_data(dz[l].data(), params_[2 * l].value.data(), da[l - 1].data(), B_, in, out);
+        k::matmul_bwd_data(dz[l].data(), wt[l].data(), da[l - 1].data(), B_, in, out, true);
         if (gelu_)
           k::gelu_bwd(z[l - 1].data(), da[l - 1].data(), dz[l - 1].data(), z[l - 1].size());
         else

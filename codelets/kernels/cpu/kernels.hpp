@@ -11,12 +11,16 @@ namespace zf::kernels::cpu {
 // Pin BLAS to one thread: StarPU workers are the parallelism (call once at start-up).
 void blas_single_thread();
 
-// y (B, N) = x (B, K) * w (N, K)^T
-void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N);
-// dw (N, K) = dy (B, N)^T * x (B, K)   (accumulate: dw += ...)
-void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate);
-// dx (B, K) = dy (B, N) * w (N, K)
-void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N);
+// y (B, N) = x (B, K) * w (N, K)^T. w_in_out: the weight is stored transposed, w (K, N) row-major
+// (docs/zenflow.md: a column W[:, j] is then contiguous), and so is dw below. Deterministic; the
+// two layouts round the forward and the data gradient differently (the weight gradient: bitwise
+// in every shape of MatmulInOut.*).
+void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out = false);
+// dw (N, K) = dy (B, N)^T * x (B, K)   (accumulate: dw += ...); dw_in_out: dw (K, N) = x^T dy
+void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate,
+                       bool dw_in_out = false);
+// dx (B, K) = dy (B, N) * w (N, K)   (w_in_out: w (K, N))
+void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out = false);
 
 // y (B, N) += b (N)
 void bias_add(float* y, const float* b, int B, int N);
@@ -79,9 +83,13 @@ void adam_step_accumulate(float* p, float* acc, const float* g, float* m, float*
                           const AdamParams& hp, int64_t step, float grad_scale);
 
 // ---- ZenFlow: column selection and selective updates. A weight g/w is (R, C) row-major;
-// column j is [:, j]; sel holds k column indices, sorted ascending.
+// column j is [:, j]; sel holds k column indices, sorted ascending. in_out: the weight (and its
+// gradient) is stored transposed, (C, R) row-major, so column j is the contiguous row j of the
+// storage; the selective moments m, v are then stored (k, R). Every result is bitwise the same
+// as the (R, C) kernel's on the same logical values, except grad_mass's double sums, which run in
+// storage order.
 // imp (C) = per-column importance of g: L1 sum_i |g[i,j]| (l2 = false) or squared L2 sum_i g[i,j]^2.
-void column_importance(const float* g, int R, int C, bool l2, float* imp);
+void column_importance(const float* g, int R, int C, bool l2, float* imp, bool in_out = false);
 // sel (k) = the k columns of largest imp, ties broken by the lower index, returned sorted
 // ascending. NaN counts as smallest. Requires 1 <= k <= C.
 void topk_columns(const float* imp, int C, int k, int32_t* sel);
@@ -92,14 +100,16 @@ void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, f
 // AdamW on the selected columns of w (R, C) with the same columns of the gradient g (R, C) and
 // moments m, v (R, k); element by element identical to adam_step on the gathered values.
 void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
-                    float* m, float* v, const AdamParams& hp, int64_t step);
+                    float* m, float* v, const AdamParams& hp, int64_t step, bool in_out = false);
 // dst (R, C) flat elements [off, off + n) = src[0, n) except where the column is selected
 // (sel may be null with k = 0: every column is merged). Returns elements written.
+// in_out_rows > 0: dst is stored (C, R) with R = in_out_rows (flat element e is in column e / R).
 size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t n,
-                        const int32_t* sel, int k);
-// total = sum |g|; selected = sum over the selected columns of |g| (double accumulators)
+                        const int32_t* sel, int k, int in_out_rows = 0);
+// total = sum |g|; selected = sum over the selected columns of |g| (double accumulators, in
+// storage order)
 void grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* total,
-               double* selected);
+               double* selected, bool in_out = false);
 
 // acc += scale * g
 void accumulate(float* acc, const float* g, size_t n, float scale);
@@ -116,7 +126,7 @@ void round_bf16(float* x, size_t n);
 
 // merge_unselected from a bf16 source: dst values are exactly fp32(src)
 size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k);
+                             int k, int in_out_rows = 0);
 
 // ---- gradient clipping (clip.cpp, docs/spec.md "gradient_clipping")
 // sum of x[i]^2 in double, in index order
@@ -138,7 +148,7 @@ void unpack_fp16(const uint16_t* x, float* y, size_t n);
 size_t round_fp16(float* x, size_t n);
 // merge_unselected from an fp16 source: dst values are exactly fp32(src)
 size_t merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k);
+                             int k, int in_out_rows = 0);
 // x *= s (the loss scaler's unscale of a device gradient)
 void scale(float* x, size_t n, float s);
 

@@ -9,7 +9,28 @@
 
 namespace zf::kernels::cpu {
 
-void column_importance(const float* g, int R, int C, bool l2, float* imp) {
+void column_importance(const float* g, int R, int C, bool l2, float* imp, bool in_out) {
+  if (in_out) {  // column j = row j of the (C, R) storage: each sum in the order i = 0..R-1, as below;
+    constexpr int kLanes = 8;  // kLanes columns at a time (independent sums, kLanes streams)
+    int j = 0;
+    for (; j + kLanes <= C; j += kLanes) {
+      float s[kLanes] = {};
+      const float* r = g + (size_t)j * R;
+      for (int i = 0; i < R; ++i)
+        for (int l = 0; l < kLanes; ++l) {
+          const float x = r[(size_t)l * R + i];
+          s[l] += l2 ? x * x : std::fabs(x);
+        }
+      for (int l = 0; l < kLanes; ++l) imp[j + l] = s[l];
+    }
+    for (; j < C; ++j) {
+      float s = 0.0f;
+      const float* r = g + (size_t)j * R;
+      for (int i = 0; i < R; ++i) s += l2 ? r[i] * r[i] : std::fabs(r[i]);
+      imp[j] = s;
+    }
+    return;
+  }
   for (int j = 0; j < C; ++j) imp[j] = 0.0f;
   for (int i = 0; i < R; ++i) {
     const float* row = g + (size_t)i * C;
@@ -50,7 +71,14 @@ void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, f
 }
 
 void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
-                    float* m, float* v, const AdamParams& hp, int64_t step) {
+                    float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+  if (in_out) {  // one contiguous AdamW of R elements per selected column, m and v (k, R)
+    for (int c = 0; c < k; ++c) {
+      const size_t j = (size_t)sel[c] * R;
+      adam_step(w + j, g + j, m + (size_t)c * R, v + (size_t)c * R, (size_t)R, hp, step, 1.0f);
+    }
+    return;
+  }
   // Row by row: gather the row's selected weights and gradients into two small buffers (they stay
   // in L1), run the vectorised adam_step on them, scatter the weights back. One pass over the
   // scattered columns instead of a gather into an (R, k) gradient buffer first.
@@ -68,10 +96,26 @@ void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const flo
 }
 
 size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t n,
-                        const int32_t* sel, int k) {
+                        const int32_t* sel, int k, int in_out_rows) {
   if (k == 0) {
     std::copy(src, src + n, dst + off);
     return n;
+  }
+  if (in_out_rows > 0) {  // storage (C, R): runs of whole columns; a selected column is skipped
+    const size_t R = (size_t)in_out_rows, end = off + n;
+    size_t written = 0;
+    const int32_t* q = std::lower_bound(sel, sel + k, (int32_t)(off / R));
+    for (size_t e = off; e < end;) {
+      const size_t col = e / R;
+      const size_t run = std::min(end - e, (col + 1) * R - e);
+      while (q < sel + k && (size_t)*q < col) ++q;
+      if (q == sel + k || (size_t)*q != col) {
+        std::memcpy(dst + e, src + (e - off), run * sizeof(float));
+        written += run;
+      }
+      e += run;
+    }
+    return written;
   }
   // Row by row: keep the selected values of the run, copy the whole run, put them back.
   std::vector<float> keep((size_t)k);
@@ -93,9 +137,18 @@ size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t 
 }
 
 void grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* total,
-               double* selected) {
+               double* selected, bool in_out) {
   double t = 0.0, s = 0.0;
   for (size_t e = 0, n = (size_t)R * C; e < n; ++e) t += std::fabs((double)g[e]);
+  if (in_out) {
+    for (int c = 0; c < k; ++c) {
+      const float* col = g + (size_t)sel[c] * R;
+      for (int i = 0; i < R; ++i) s += std::fabs((double)col[i]);
+    }
+    *total = t;
+    *selected = s;
+    return;
+  }
   for (int i = 0; i < R; ++i) {
     const float* row = g + (size_t)i * C;
     for (int c = 0; c < k; ++c) s += std::fabs((double)row[sel[c]]);

@@ -60,15 +60,22 @@ __global__ void adam_acc_k(float* p, float* acc, const float* g, float* m, float
   }
 }
 
-// (R, k) elements: w[i, sel[c]] with g[i, sel[c]] and m, v [i, c]
+// (R, k) elements: w[i, sel[c]] with g[i, sel[c]] and m, v [i, c]; in_out (R = rows): w, g stored
+// (C, R), m, v (k, R), element e = (c, i)
 __global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
-                                 size_t n, Coef c) {
+                                 size_t n, Coef c, int in_out_rows) {
   ZF_GRID_STRIDE(e, n) {
-    const size_t i = e / (size_t)k;
-    const int col = sel[e - i * k];
-    float* pw = w + i * C + col;
+    size_t at;
+    if (in_out_rows > 0) {
+      const size_t cc = e / (size_t)in_out_rows;
+      at = (size_t)sel[cc] * in_out_rows + (e - cc * in_out_rows);
+    } else {
+      const size_t i = e / (size_t)k;
+      at = i * C + sel[e - i * k];
+    }
+    float* pw = w + at;
     float pi = *pw, mi = m[e], vi = v[e];
-    update(pi, g[i * C + col], mi, vi, c);
+    update(pi, g[at], mi, vi, c);
     *pw = pi;
     m[e] = mi;
     v[e] = vi;
@@ -92,10 +99,11 @@ Status adam_step_accumulate(float* p, float* acc, const float* g, float* m, floa
 }
 
 Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
-                      const AdamParams& hp, int64_t step, cudaStream_t s) {
+                      const AdamParams& hp, int64_t step, cudaStream_t s, bool in_out) {
   const size_t n = (size_t)R * k;
   if (!n) return nullptr;
-  selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g, m, v, n, coef(hp, step, 1.0f));
+  selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g, m, v, n, coef(hp, step, 1.0f),
+                                                      in_out ? R : 0);
   return launched();
 }
 

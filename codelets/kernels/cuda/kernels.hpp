@@ -29,12 +29,13 @@ int device_count();
 Status configure_memory_pools();
 
 // ---- dense layers: y (B, N) = x (B, K) w (N, K)^T; dw (N, K) = dy^T x; dx (B, K) = dy w
+// w_in_out / dw_in_out: the weight stored (K, N), as kernels::cpu::matmul_*
 Status matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, cublasHandle_t h,
-                  cudaStream_t s);
+                  cudaStream_t s, bool w_in_out = false);
 Status matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate,
-                         cublasHandle_t h, cudaStream_t s);
+                         cublasHandle_t h, cudaStream_t s, bool dw_in_out = false);
 Status matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, cublasHandle_t h,
-                       cudaStream_t s);
+                       cudaStream_t s, bool w_in_out = false);
 Status bias_add(float* y, const float* b, int B, int N, cudaStream_t s);
 Status bias_grad(const float* dy, float* db, int B, int N, cudaStream_t s);
 
@@ -85,23 +86,25 @@ Status round_fp16(float* x, size_t n, uint32_t* flag, cudaStream_t s);
 // x *= f
 Status scale(float* x, size_t n, float f, cudaStream_t s);
 
-// ---- ZenFlow column operations (sel: k sorted column indices, device)
-Status column_importance(const float* g, int R, int C, bool l2, float* imp, cudaStream_t s);
+// ---- ZenFlow column operations (sel: k sorted column indices, device). in_out / in_out_rows: the
+// weight stored (C, R), m and v (k, R), as kernels::cpu's column operations.
+Status column_importance(const float* g, int R, int C, bool l2, float* imp, cudaStream_t s, bool in_out = false);
 Status topk_columns(const float* imp, int C, int k, int32_t* sel, cudaStream_t s);
 Status gather_columns(const float* w, int R, int C, const int32_t* sel, int k, float* out, cudaStream_t s);
 Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, float* w, cudaStream_t s);
 // g is the whole gradient (R, C); m, v are (R, k)
 Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
-                      const AdamParams& hp, int64_t step, cudaStream_t s);
+                      const AdamParams& hp, int64_t step, cudaStream_t s, bool in_out = false);
 // As cpu::merge_unselected, without the count of elements written.
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
-                        cudaStream_t s);
+                        cudaStream_t s, int in_out_rows = 0);
 Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s);
+                             int k, cudaStream_t s, int in_out_rows = 0);
 Status merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s);
+                             int k, cudaStream_t s, int in_out_rows = 0);
 // out (2 doubles, device) = {sum |g|, sum over the selected columns of |g|}; deterministic.
-Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s);
+Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s,
+                 bool in_out = false);
 
 // ---- GPT layers
 Status embedding_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x, int B, int T, int C,

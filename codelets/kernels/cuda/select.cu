@@ -16,8 +16,9 @@ struct Importance {
   const float* g;
   int C;
   bool l2;
+  int in_out_rows;  // > 0: g stored (C, R), R = in_out_rows
   __device__ float operator()(int i, int j) const {
-    const float x = g[(size_t)i * C + j];
+    const float x = in_out_rows > 0 ? g[(size_t)j * in_out_rows + i] : g[(size_t)i * C + j];
     return l2 ? x * x : fabsf(x);
   }
 };
@@ -105,25 +106,32 @@ struct F16 {  // an fp16 source element (uint16_t is bf16)
 __device__ inline float load(const F16* src, size_t e) { return fp16::to_float(src[e].bits); }
 
 template <class Src>  // float, uint16_t for a bf16 source, F16 for an fp16 one
-__global__ void merge_k(float* dst, int C, const Src* src, size_t off, size_t n, const int32_t* sel, int k) {
+__global__ void merge_k(float* dst, int C, const Src* src, size_t off, size_t n, const int32_t* sel, int k,
+                        int in_out_rows) {
   ZF_GRID_STRIDE(e, n) {
     const size_t d = off + e;
-    if (k == 0 || !selected(sel, k, (int)(d % (size_t)C))) dst[d] = load(src, e);
+    const int col = in_out_rows > 0 ? (int)(d / (size_t)in_out_rows) : (int)(d % (size_t)C);
+    if (k == 0 || !selected(sel, k, col)) dst[d] = load(src, e);
   }
 }
 
 constexpr int kMassBlocks = 256, kMassThreads = 256;
 
 // part[b] = {sum |g|, selected sum} of block b's fixed share; deterministic for given sizes
-__global__ void mass_part_k(const float* g, int R, int C, const int32_t* sel, int k, double* part) {
+__global__ void mass_part_k(const float* g, int R, int C, const int32_t* sel, int k, double* part, bool in_out) {
   __shared__ double sh[32];
   const size_t n = (size_t)R * C, nk = (size_t)R * k;
   double t = 0.0, s = 0.0;
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
     t += fabs((double)g[e]);
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < nk; e += (size_t)gridDim.x * blockDim.x) {
-    const size_t i = e / (size_t)k;
-    s += fabs((double)g[i * C + sel[e - i * k]]);
+    if (in_out) {  // g stored (C, R): element e = (c, i) of the selected columns
+      const size_t c = e / (size_t)R;
+      s += fabs((double)g[(size_t)sel[c] * R + (e - c * R)]);
+    } else {
+      const size_t i = e / (size_t)k;
+      s += fabs((double)g[i * C + sel[e - i * k]]);
+    }
   }
   t = block_sum(t, sh);
   s = block_sum(s, sh);
@@ -145,8 +153,8 @@ __global__ void mass_finish_k(const double* part, int nb, double* out) {
 
 }  // namespace
 
-Status column_importance(const float* g, int R, int C, bool l2, float* imp, cudaStream_t s) {
-  return colsum(R, C, Importance{g, C, l2}, imp, s);
+Status column_importance(const float* g, int R, int C, bool l2, float* imp, cudaStream_t s, bool in_out) {
+  return colsum(R, C, Importance{g, C, l2, in_out ? R : 0}, imp, s);
 }
 
 Status topk_columns(const float* imp, int C, int k, int32_t* sel, cudaStream_t s) {
@@ -174,30 +182,32 @@ Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k,
 }
 
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
-                        cudaStream_t s) {
+                        cudaStream_t s, int in_out_rows) {
   if (!n) return nullptr;
-  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k);
+  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k, in_out_rows);
   return launched();
 }
 
 Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s) {
+                             int k, cudaStream_t s, int in_out_rows) {
   if (!n) return nullptr;
-  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k);
+  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k, in_out_rows);
   return launched();
 }
 
 Status merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s) {
+                             int k, cudaStream_t s, int in_out_rows) {
   if (!n) return nullptr;
-  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, reinterpret_cast<const F16*>(src), off, n, sel, k);
+  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, reinterpret_cast<const F16*>(src), off, n, sel, k,
+                                             in_out_rows);
   return launched();
 }
 
-Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s) {
+Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s,
+                 bool in_out) {
   void* part = nullptr;
   if (Status e = scratch_alloc(&part, 2 * kMassBlocks * sizeof(double), s)) return e;
-  mass_part_k<<<kMassBlocks, kMassThreads, 0, s>>>(g, R, C, sel, k, (double*)part);
+  mass_part_k<<<kMassBlocks, kMassThreads, 0, s>>>(g, R, C, sel, k, (double*)part, in_out);
   mass_finish_k<<<1, 32, 0, s>>>((const double*)part, kMassBlocks, out);
   Status st = launched();
   scratch_free(part, s);

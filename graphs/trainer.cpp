@@ -8,6 +8,8 @@
 #include <numeric>
 #include <tuple>
 
+#include <sys/resource.h>
+
 #include "graphs/checkpoint.hpp"
 #include "graphs/loss_scaler.hpp"
 #include "graphs/memory_estimate.hpp"
@@ -135,6 +137,14 @@ void load_weights(Workload& w, const std::string& path) {
 }
 
 namespace {
+// user + system CPU time of the process, every thread (getrusage)
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return (double)t.tv_sec + (double)t.tv_usec * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
 
 struct StepRecord {
   double stats[3] = {0, 0, 0};  // loss sum, correct, count (written by read_async)
@@ -391,6 +401,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   int64_t epoch = -1;
   int64_t printed = t0;
   const double t_start = rt.now_us();
+  const double cpu_start = process_cpu_seconds();
   // fp16: the loss scale step s ran with, and the steps skipped up to s (for the progress lines)
   std::vector<double> scale_of(T, 0.0);
   auto scale_at = [&](int64_t s) { return scale_of[s]; };
@@ -515,6 +526,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   rt.wait_all();
   progress(T);
   const double train_wall_s = (rt.now_us() - t_start) * 1e-6;
+  const double train_cpu_s = process_cpu_seconds() - cpu_start;
   static_assert(sizeof(StepRecord) == 3 * sizeof(double));
   for (int64_t s = t0; s < T && A > 1; ++s)  // the step's whole batch in rec
     for (int k = 0; k < 3; ++k) rec[s].stats[k] = step_stats(s, k);
@@ -580,6 +592,10 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   }
   m["throughput"] = {{"samples_per_s", wall > 0 ? (double)(M * B) / wall : 0.0}};
   m["train_wall_s"] = train_wall_s;
+  // CPU time of the whole process (every thread: workers, OpenBLAS, the submitting thread) over
+  // the training loop, and per second of its wall time: the cores kept busy (docs/metrics.md)
+  m["cpu_seconds"] = train_cpu_s;
+  m["cpu_over_wall"] = train_wall_s > 0 ? train_cpu_s / train_wall_s : 0.0;
   strat->add_metrics(m, T);
   if (const GradClip* c = strat->grad_clip()) m["gradient_clipping"] = c->metrics();
   if (comm) m["data_parallel"] = data_parallel_metrics(*comm, *wl, *strat, T - t0);
@@ -660,6 +676,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
         row("eval accuracy", "no evaluation rows");
     }
     row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
+    row("CPU time / wall (training)", fmt("%.2f", train_cpu_s) + " s / " + fmt("%.2f", m["cpu_over_wall"].get<double>()) +
+                                          " cores");
     if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);
     if (!opt.save_path.empty()) row("weights", opt.save_path);
     if (!opt.trace_path.empty()) row("trace", opt.trace_path);

@@ -1,8 +1,16 @@
-// Matmul forward and backward through CBLAS (OpenBLAS), single-threaded per call.
+// Matmul forward and backward through CBLAS (OpenBLAS), single-threaded per call, cut into tiles
+// of the output (parallel.hpp) that the device side's idle cores help with. The tiles depend on
+// the shapes only: each output element is computed by the same BLAS call however many threads
+// run the tiles, so results are bitwise independent of the thread count.
 // y = x w^T, dw = dy^T x, dx = dy w; matches tests/reference/reference.hpp.
 #include "codelets/kernels/cpu/kernels.hpp"
 
 #include <cblas.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "codelets/kernels/cpu/parallel.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -14,15 +22,57 @@ void blas_single_thread() { openblas_set_num_threads(1); }
 // rows 3-4x slower than SGEMV (B = 1) and a row-by-row rank-B update of dw (B <= 4), both of which
 // stream the weights once (memory-bound either way).
 constexpr int kSmallBatch = 4;
+
+namespace {
+// Tiles: at least kTileFlops of work each (a tile is then a few hundred microseconds: the cost of
+// publishing it and of a helper's wake-up stays small), at most kMaxTiles, each a multiple of
+// `align` long (the SGEMM kernel's register block) along the dimension cut.
+constexpr double kTileFlops = 4e6;
+constexpr int kMaxTiles = 16;
+struct Cut {
+  int n, len;  // tiles, elements per tile (the last may be shorter)
+};
+Cut cut(int extent, double flops, int align) {
+  int n = (int)std::clamp<double>(flops / kTileFlops, 1.0, (double)kMaxTiles);
+  n = std::min(n, (extent + align - 1) / align);
+  if (n <= 1) return {1, extent};
+  int len = (extent + n - 1) / n;
+  len = (len + align - 1) / align * align;
+  return {(extent + len - 1) / len, len};
+}
+template <class F>
+void over(Cut c, int extent, F&& f) {  // f(begin, count) for each tile
+  parallel_tiles(c.n, [&](int t) {
+    const int b = t * c.len;
+    f(b, std::min(c.len, extent - b));
+  });
+}
+}  // namespace
+
 void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N) {
-  if (B == 1) return cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w, K, x, 1, 0.0f, y, 1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
+  const double flops = 2.0 * B * K * N;
+  if (B < 64) {  // tiles of output features: y[:, n0:n1] = x w[n0:n1, :]^T
+    const Cut c = cut(N, flops, 16);
+    over(c, N, [&](int n0, int nn) {
+      if (B == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, nn, K, 1.0f, w + (size_t)n0 * K, K, x, 1, 0.0f, y + n0, 1);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, nn, K, 1.0f, x, K, w + (size_t)n0 * K, K, 0.0f,
+                    y + n0, N);
+    });
+    return;
+  }
+  const Cut c = cut(B, flops, 16);  // tiles of rows
+  over(c, B, [&](int b0, int bb) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bb, N, K, 1.0f, x + (size_t)b0 * K, K, w, K, 0.0f,
+                y + (size_t)b0 * N, N);
+  });
 }
 
-void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N,
-                       bool accumulate) {
-  if (B <= kSmallBatch) {  // dw[n, :] (+)= sum over b of dy[b, n] x[b, :], one pass over dw
-    for (int n = 0; n < N; ++n) {
+static void small_batch_weight(const float* dy, const float* x, float* dw, int B, int K, int N, int n_begin, int n_end,
+                        bool accumulate) {
+  {  // dw[n, :] (+)= sum over b of dy[b, n] x[b, :], one pass over dw
+    for (int n = n_begin; n < n_end; ++n) {
       float* row = dw + (size_t)n * K;
       const float d0 = dy[n];
       if (accumulate)
@@ -35,15 +85,38 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
         for (int k = 0; k < K; ++k) row[k] += d * xb[k];
       }
     }
-    return;
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, B, 1.0f, dy, N, x, K,
-              accumulate ? 1.0f : 0.0f, dw, K);
+}
+
+void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N,
+                       bool accumulate) {
+  const Cut c = cut(N, 2.0 * B * K * N, 16);  // tiles of output features (rows of dw)
+  over(c, N, [&](int n0, int nn) {
+    if (B > kSmallBatch)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nn, K, B, 1.0f, dy + n0, N, x, K,
+                  accumulate ? 1.0f : 0.0f, dw + (size_t)n0 * K, K);
+    else
+      small_batch_weight(dy, x, dw, B, K, N, n0, n0 + nn, accumulate);
+  });
 }
 
 void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N) {
-  if (B == 1) return cblas_sgemv(CblasRowMajor, CblasTrans, N, K, 1.0f, w, K, dy, 1, 0.0f, dx, 1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, K, N, 1.0f, dy, N, w, K, 0.0f, dx, K);
+  const double flops = 2.0 * B * K * N;
+  if (B < 64) {  // tiles of input features: dx[:, k0:k1] = dy w[:, k0:k1]
+    const Cut c = cut(K, flops, 16);
+    over(c, K, [&](int k0, int kk) {
+      if (B == 1)
+        cblas_sgemv(CblasRowMajor, CblasTrans, N, kk, 1.0f, w + k0, K, dy, 1, 0.0f, dx + k0, 1);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, kk, N, 1.0f, dy, N, w + k0, K, 0.0f, dx + k0, K);
+    });
+    return;
+  }
+  const Cut c = cut(B, flops, 16);  // tiles of rows
+  over(c, B, [&](int b0, int bb) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bb, K, N, 1.0f, dy + (size_t)b0 * N, N, w, K, 0.0f,
+                dx + (size_t)b0 * K, K);
+  });
 }
 
 }  // namespace zf::kernels::cpu

@@ -20,7 +20,7 @@ typedef struct _starpu_data_state* starpu_data_handle_t;
 namespace zf {
 
 struct RuntimeConfig {
-  std::string sched = "lws";  // StarPU policy for both contexts
+  std::string sched = "zf-deadline";  // StarPU policy for both contexts (or one of ours)
   int device_workers = 1;     // CPU workers driving the device side (when it has no CUDA workers)
   int host_workers = 1;       // CPU workers running the host optimizer
   // CUDA workers of the device context (builds with ZF_USE_CUDA): 0 = one per GPU seen (none when no

@@ -402,6 +402,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   int64_t printed = t0;
   const double t_start = rt.now_us();
   const double cpu_start = process_cpu_seconds();
+  const Runtime::TileCounts tiles_start = Runtime::tile_counts();
   // fp16: the loss scale step s ran with, and the steps skipped up to s (for the progress lines)
   std::vector<double> scale_of(T, 0.0);
   auto scale_at = [&](int64_t s) { return scale_of[s]; };
@@ -527,6 +528,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   progress(T);
   const double train_wall_s = (rt.now_us() - t_start) * 1e-6;
   const double train_cpu_s = process_cpu_seconds() - cpu_start;
+  const Runtime::TileCounts tiles_end = Runtime::tile_counts();
   static_assert(sizeof(StepRecord) == 3 * sizeof(double));
   for (int64_t s = t0; s < T && A > 1; ++s)  // the step's whole batch in rec
     for (int k = 0; k < 3; ++k) rec[s].stats[k] = step_stats(s, k);
@@ -596,6 +598,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   // the training loop, and per second of its wall time: the cores kept busy (docs/metrics.md)
   m["cpu_seconds"] = train_cpu_s;
   m["cpu_over_wall"] = train_wall_s > 0 ? train_cpu_s / train_wall_s : 0.0;
+  m["device_tiles"] = {{"tiles", tiles_end.tiles - tiles_start.tiles}, {"by_helpers", tiles_end.helped - tiles_start.helped}};
   strat->add_metrics(m, T);
   if (const GradClip* c = strat->grad_clip()) m["gradient_clipping"] = c->metrics();
   if (comm) m["data_parallel"] = data_parallel_metrics(*comm, *wl, *strat, T - t0);
@@ -678,6 +681,9 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
     row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
     row("CPU time / wall (training)", fmt("%.2f", train_cpu_s) + " s / " + fmt("%.2f", m["cpu_over_wall"].get<double>()) +
                                           " cores");
+    if (tiles_end.tiles > tiles_start.tiles)
+      row("device tiles / by helpers", std::to_string(tiles_end.tiles - tiles_start.tiles) + " / " +
+                                           std::to_string(tiles_end.helped - tiles_start.helped));
     if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);
     if (!opt.save_path.empty()) row("weights", opt.save_path);
     if (!opt.trace_path.empty()) row("trace", opt.trace_path);

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cpu/parallel.hpp"
 #include "runtime/sched_deadline.hpp"
 #ifdef ZF_USE_CUDA
 #include "codelets/kernels/cuda/kernels.hpp"
@@ -140,6 +141,11 @@ bool Runtime::is_policy(const std::string& name) {
 }
 
 int Runtime::max_cpu_workers() { return STARPU_MAXCPUS; }
+
+Runtime::TileCounts Runtime::tile_counts() {
+  const kernels::cpu::ParallelStats s = kernels::cpu::parallel_stats();
+  return {(uint64_t)s.tiles, (uint64_t)s.helped};
+}
 
 int Runtime::cuda_devices() {
 #ifdef ZF_USE_CUDA

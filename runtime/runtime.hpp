@@ -163,6 +163,12 @@ class Runtime {
   unsigned host_ctx() const { return host_ctx_; }
   // The policy StarPU reports for our contexts (never a silent fallback).
   const std::string& policy() const { return policy_; }
+  // Tiles of the device kernels run since the process started, and how many of them idle
+  // workers ran for another (docs/architecture.md, "Device cores").
+  struct TileCounts {
+    uint64_t tiles = 0, helped = 0;
+  };
+  static TileCounts tile_counts();
   int device_worker_count() const { return (int)device_workers_.size(); }
   // True when the device context's workers are CUDA workers (then CPU-only operations submitted to
   // the device context run on the host workers, see TaskBuilder::submit).

@@ -1,6 +1,7 @@
 #include "codelets/kernels/cpu/parallel.hpp"
 
 #include <atomic>
+#include <cstdint>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -29,6 +30,7 @@ Job job;
 std::atomic<void (*)()> wake_hook{nullptr};
 std::atomic<int> nhelpers{0};
 thread_local bool in_tile = false;
+std::atomic<uint64_t> tiles_total{0}, tiles_helped{0};  // parallel_stats()
 
 // Take and run tiles until none is left; returns how many this thread ran.
 int run_tiles() {
@@ -45,9 +47,11 @@ int run_tiles() {
   return ran;
 }
 
+
 }  // namespace
 
 void set_parallel_wake_hook(void (*hook)()) { wake_hook.store(hook); }
+ParallelStats parallel_stats() { return {tiles_total.load(), tiles_helped.load()}; }
 void set_parallel_helpers(int n) { nhelpers.store(n); }
 
 
@@ -57,7 +61,11 @@ bool parallel_help() {
   if (in_tile || !job.open.load(std::memory_order_acquire)) return false;
   job.helpers.fetch_add(1);
   bool ran = false;
-  if (job.open.load()) ran = run_tiles() > 0;
+  if (job.open.load()) {
+    const int n = run_tiles();
+    tiles_helped.fetch_add((uint64_t)n, std::memory_order_relaxed);
+    ran = n > 0;
+  }
   job.helpers.fetch_sub(1);
   return ran;
 }
@@ -67,8 +75,10 @@ void parallel_for(int n, TileFn fn, void* ctx) {
   if (n <= 1 || in_tile || nhelpers.load(std::memory_order_relaxed) == 0 ||
       !job.busy.compare_exchange_strong(expected, true)) {
     for (int t = 0; t < n; ++t) fn(ctx, t);
+    if (n > 1) tiles_total.fetch_add((uint64_t)n, std::memory_order_relaxed);
     return;
   }
+  tiles_total.fetch_add((uint64_t)n, std::memory_order_relaxed);
   job.fn = fn;
   job.ctx = ctx;
   job.n = n;

@@ -32,4 +32,11 @@ void set_parallel_helpers(int n);  // helpers the runtime provides (0: parallel_
 bool parallel_help();
 bool parallel_job_open();
 
+// Since the process started: tiles of kernels cut into more than one, and how many of them
+// helpers ran (the rest ran on their caller).
+struct ParallelStats {
+  unsigned long long tiles = 0, helped = 0;
+};
+ParallelStats parallel_stats();
+
 }  // namespace zf::kernels::cpu

@@ -136,7 +136,7 @@ struct Spec {
   } zenflow;
 
   struct Runtime {
-    std::string sched = "lws";
+    std::string sched = "zf-deadline";
     // CPU workers of each context. 0: from zenflow.pt_reserved_cores_perc of the cores hwloc
     // sees (at most STARPU_MAXCPUS): device = clamp(floor(perc * n), 1, n - 1), host = the rest.
     int device_workers = 0;

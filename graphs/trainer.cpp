@@ -9,6 +9,8 @@
 #include <string_view>
 #include <tuple>
 
+#include <sys/resource.h>
+
 #include "graphs/checkpoint.hpp"
 #include "graphs/loss_scaler.hpp"
 #include "graphs/memory_estimate.hpp"
@@ -130,6 +132,14 @@ void load_weights(Workload& w, const std::string& path) {
 }
 
 namespace {
+// user + system CPU time of the process, every thread (getrusage)
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return (double)t.tv_sec + (double)t.tv_usec * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
 
 struct StepRecord {
   double stats[3] = {0, 0, 0};  // loss sum, correct, count (written by read_async)
@@ -398,6 +408,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   int64_t epoch = -1;
   int64_t printed = t0;
   const double t_start = rt.now_us();
+  const double cpu_start = process_cpu_seconds();
+  const Runtime::TileCounts tiles_start = Runtime::tile_counts();
   // fp16: the loss scale step s ran with, and the steps skipped up to s (for the progress lines)
   std::vector<double> scale_of(T, 0.0);
   auto scale_at = [&](int64_t s) { return scale_of[s]; };
@@ -533,6 +545,8 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   rt.wait_all();
   progress(T);
   const double train_wall_s = (rt.now_us() - t_start) * 1e-6;
+  const double train_cpu_s = process_cpu_seconds() - cpu_start;
+  const Runtime::TileCounts tiles_end = Runtime::tile_counts();
   static_assert(sizeof(StepRecord) == 3 * sizeof(double));
   for (int64_t s = t0; s < T && A > 1; ++s)  // the step's whole batch in rec
     for (int k = 0; k < 3; ++k) rec[s].stats[k] = step_stats(s, k);
@@ -604,6 +618,11 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   }
   m["throughput"] = {{"samples_per_s", wall > 0 ? (double)(M * B) / wall : 0.0}};
   m["train_wall_s"] = train_wall_s;
+  // CPU time of the whole process (every thread: workers, OpenBLAS, the submitting thread) over
+  // the training loop, and per second of its wall time: the cores kept busy (docs/metrics.md)
+  m["cpu_seconds"] = train_cpu_s;
+  m["cpu_over_wall"] = train_wall_s > 0 ? train_cpu_s / train_wall_s : 0.0;
+  m["device_tiles"] = {{"tiles", tiles_end.tiles - tiles_start.tiles}, {"by_helpers", tiles_end.helped - tiles_start.helped}};
   strat->add_metrics(m, T);
   if (const GradClip* c = strat->grad_clip()) m["gradient_clipping"] = c->metrics();
   m["host_state_bytes"] = strat->host_state_bytes();
@@ -691,6 +710,11 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
         row("eval accuracy", "no evaluation rows");
     }
     row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
+    row("CPU time / wall (training)", fmt("%.2f", train_cpu_s) + " s / " + fmt("%.2f", m["cpu_over_wall"].get<double>()) +
+                                          " cores");
+    if (tiles_end.tiles > tiles_start.tiles)
+      row("device tiles / by helpers", std::to_string(tiles_end.tiles - tiles_start.tiles) + " / " +
+                                           std::to_string(tiles_end.helped - tiles_start.helped));
     if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);
     if (!opt.save_path.empty()) row("weights", opt.save_path);
     if (!opt.trace_path.empty()) row("trace", opt.trace_path);

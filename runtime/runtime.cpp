@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cpu/parallel.hpp"
 #include "runtime/sched_deadline.hpp"
 #ifdef ZF_USE_CUDA
 #include "codelets/kernels/cuda/kernels.hpp"
@@ -141,6 +142,11 @@ bool Runtime::is_policy(const std::string& name) {
 
 int Runtime::max_cpu_workers() { return STARPU_MAXCPUS; }
 
+Runtime::TileCounts Runtime::tile_counts() {
+  const kernels::cpu::ParallelStats s = kernels::cpu::parallel_stats();
+  return {(uint64_t)s.tiles, (uint64_t)s.helped};
+}
+
 int Runtime::cuda_devices() {
 #ifdef ZF_USE_CUDA
   return kernels::cuda::device_count();
@@ -191,6 +197,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     throw Error(std::to_string(ncpu) + " CPU workers requested; this StarPU build starts at most " +
                 std::to_string(STARPU_MAXCPUS) + " (STARPU_MAXCPUS)");
   kernels::cpu::blas_single_thread();
+  deadline_policy_set_idle({}, {});  // nothing sleeps or helps until our policy's contexts exist
 
   starpu_conf conf;
   starpu_conf_init(&conf);
@@ -244,6 +251,17 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     host_ctx_ = starpu_sched_ctx_create(host_workers_.data(), (int)host_workers_.size(), "host",
                                         STARPU_SCHED_CTX_POLICY_STRUCT, deadline_policy(), 0);
     deadline_policy_order_by_deadline(host_ctx_);
+    // Idle CPU workers sleep in the policy; idle device workers take tiles of the device
+    // kernels, and so do the host workers when they have cores of their own (device + host
+    // workers <= cores): a host worker's core then serves the device side while it has no host
+    // task (docs/architecture.md, "Idle workers" and "Device cores"). Not with CUDA workers:
+    // their drivers must keep polling their streams.
+    if (!device_is_cuda_) {
+      std::vector<int> all = device_workers_, helpers = device_workers_;
+      all.insert(all.end(), host_workers_.begin(), host_workers_.end());
+      if ((int)all.size() <= hwloc_cores()) helpers = all;
+      deadline_policy_set_idle(all, helpers);
+    }
   } else {
     device_ctx_ = starpu_sched_ctx_create(device_workers_.data(), (int)device_workers_.size(), "device",
                                           STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
@@ -266,6 +284,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
 
 Runtime::~Runtime() {
   starpu_task_wait_for_all();
+  deadline_policy_set_idle({}, {});
   if (comm_token_) starpu_data_unregister(comm_token_);
   starpu_sched_ctx_delete(host_ctx_);
   starpu_sched_ctx_delete(device_ctx_);

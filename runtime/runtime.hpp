@@ -20,7 +20,7 @@ typedef struct _starpu_data_state* starpu_data_handle_t;
 namespace zf {
 
 struct RuntimeConfig {
-  std::string sched = "lws";  // StarPU policy for both contexts
+  std::string sched = "zf-deadline";  // StarPU policy for both contexts (or one of ours)
   int device_workers = 1;     // CPU workers driving the device side (when it has no CUDA workers)
   int host_workers = 1;       // CPU workers running the host optimizer
   // CUDA workers of the device context (builds with ZF_USE_CUDA): 0 = one per GPU seen (none when no
@@ -163,6 +163,12 @@ class Runtime {
   unsigned host_ctx() const { return host_ctx_; }
   // The policy StarPU reports for our contexts (never a silent fallback).
   const std::string& policy() const { return policy_; }
+  // Tiles of the device kernels run since the process started, and how many of them idle
+  // workers ran for another (docs/architecture.md, "Device cores").
+  struct TileCounts {
+    uint64_t tiles = 0, helped = 0;
+  };
+  static TileCounts tile_counts();
   int device_worker_count() const { return (int)device_workers_.size(); }
   // True when the device context's workers are CUDA workers (then CPU-only operations submitted to
   // the device context run on the host workers, see TaskBuilder::submit).

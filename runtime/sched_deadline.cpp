@@ -1,17 +1,67 @@
 #include "runtime/sched_deadline.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <new>
 #include <set>
 #include <tuple>
+#include <vector>
 
+#include "codelets/kernels/cpu/parallel.hpp"
 #include "runtime/task.hpp"
 
 namespace zf {
 namespace {
+
+// Idle CPU workers sleep in pop (Debian's StarPU has non-blocking drivers: its own loop around
+// pop never blocks, docs/architecture.md "Idle workers"). kSpin: how long an idle worker keeps
+// looking before it sleeps (a task pushed or tiles published within it are taken without a
+// wake-up); max_sleep_us: the longest sleep, so that StarPU's own loop (its other context, shutdown,
+// context changes, which wait for the pop to return) runs at least that often.
+constexpr double kSpinUs = 20.0;
+std::atomic<int64_t> max_sleep_us{5000};  // deadline_policy_set_max_sleep
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Per-worker state of the sleep (indexed by StarPU worker id).
+struct WorkerState {
+  std::atomic<bool> may_sleep{false};  // CPU worker of a run without CUDA workers
+  std::atomic<bool> helps{false};      // takes tiles of kernels::cpu::parallel_for while idle
+};
+WorkerState wstate[STARPU_NMAXWORKERS];
+
+// The sleep of a context's idle workers: an epoch that every push to the context and every
+// published job of tiles advances. A worker reads the epoch, looks for work, and sleeps only while
+// the epoch has not moved. Static, indexed by context id: a sleeper never outlives it.
+struct Sleep {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<uint64_t> epoch{0};
+  std::atomic<int> sleepers{0};     // workers about to sleep or asleep (wake notifies)
+  std::atomic<int> asleep{0};       // workers in the wait
+  std::atomic<uint64_t> sleeps{0};  // sleeps entered
+  std::atomic<uint64_t> woken{0};   // sleeps ended by a push or a job (the epoch moved)
+};
+Sleep ctx_sleep[STARPU_NMAX_SCHED_CTXS];
+
+void wake_sleepers(Sleep& z) {
+  z.epoch.fetch_add(1);
+  if (z.sleepers.load() > 0) {
+    std::lock_guard<std::mutex> lk(z.mu);
+    z.cv.notify_all();
+  }
+}
+void wake_all() {  // a job of tiles: helpers may sleep in any context
+  for (Sleep& z : ctx_sleep) wake_sleepers(z);
+}
 
 struct Entry {
   int64_t key;        // deadline (host) or -priority (device): smaller runs first
@@ -90,12 +140,11 @@ int push(starpu_task* task) {
 #else
   (void)wake;
 #endif
+  wake_sleepers(ctx_sleep[ctx]);
   return 0;
 }
 
-starpu_task* pop(unsigned ctx) {
-  Queue& q = queue_of(ctx);
-  const int me = starpu_worker_get_id_check();
+starpu_task* try_pop(Queue& q, unsigned ctx, int me) {
   if (q.ntasks.load(std::memory_order_acquire) == 0) return nullptr;
 #ifdef STARPU_NON_BLOCKING_DRIVERS
   if (q.waiting[me].load(std::memory_order_acquire)) return nullptr;  // nobody pushed since
@@ -131,6 +180,60 @@ starpu_task* pop(unsigned ctx) {
   return chosen;
 }
 
+// Work this worker could take now: a task pushed since it last looked, or tiles to help with.
+bool has_work(Queue& q, int me) {
+  if (q.ntasks.load(std::memory_order_acquire) > 0 && !q.waiting[me].load(std::memory_order_acquire)) return true;
+  return wstate[me].helps.load(std::memory_order_relaxed) && kernels::cpu::parallel_job_open();
+}
+
+bool help(int me) {
+  if (!wstate[me].helps.load(std::memory_order_relaxed) || !kernels::cpu::parallel_job_open()) return false;
+  starpu_worker_relax_on();  // others may lock this worker meanwhile (as around any wait in pop)
+  const bool ran = kernels::cpu::parallel_help();
+  starpu_worker_relax_off();
+  return ran;
+}
+
+starpu_task* pop(unsigned ctx) {
+  Queue& q = queue_of(ctx);
+  const int me = starpu_worker_get_id_check();
+  if (starpu_task* t = try_pop(q, ctx, me)) return t;
+  if (!wstate[me].may_sleep.load(std::memory_order_relaxed)) return nullptr;
+  // Idle: help with tiles, look again for a while, then sleep until a push or a job moves the
+  // epoch (or max_sleep_us passes). The epoch is read before looking, so a push after the look wakes.
+  Sleep& z = ctx_sleep[ctx];
+  const double spin_end = starpu_timing_now() + kSpinUs;
+  for (;;) {
+    const uint64_t e = z.epoch.load();
+    if (help(me)) continue;
+    if (starpu_task* t = try_pop(q, ctx, me)) return t;
+    if (starpu_timing_now() < spin_end) {
+      for (int i = 0; i < 64 && z.epoch.load(std::memory_order_relaxed) == e; ++i) cpu_relax();
+      continue;
+    }
+    z.sleepers.fetch_add(1);
+    bool moved;
+    starpu_worker_relax_on();  // others may lock this worker while it sleeps
+    {
+      std::unique_lock<std::mutex> lk(z.mu);
+      if (has_work(q, me) || z.epoch.load() != e) {
+        moved = true;
+      } else {
+        z.sleeps.fetch_add(1);
+        z.asleep.fetch_add(1);
+        moved = z.cv.wait_for(lk, std::chrono::microseconds(max_sleep_us.load()), [&] { return z.epoch.load() != e; });
+        z.asleep.fetch_sub(1);
+        if (moved) z.woken.fetch_add(1);
+      }
+    }
+    starpu_worker_relax_off();
+    z.sleepers.fetch_sub(1);
+    if (!moved) return nullptr;  // back to StarPU's loop now and then
+    if (help(me)) continue;
+    return try_pop(q, ctx, me);
+  }
+}
+
 starpu_sched_policy make_policy() {
   starpu_sched_policy p{};
   p.init_sched = init;
@@ -149,6 +252,39 @@ starpu_sched_policy policy = make_policy();
 }  // namespace
 
 starpu_sched_policy* deadline_policy() { return &policy; }
+
+void deadline_policy_set_idle(const std::vector<int>& sleepers, const std::vector<int>& helpers) {
+  for (auto& w : wstate) {
+    w.may_sleep.store(false);
+    w.helps.store(false);
+  }
+  for (int w : sleepers) wstate[w].may_sleep.store(true);
+  int n = 0;
+  for (int w : helpers)
+    if (wstate[w].may_sleep.load()) {
+      wstate[w].helps.store(true);
+      ++n;
+    }
+  // one helper alone is the caller itself: its kernels run their tiles in order
+  kernels::cpu::set_parallel_wake_hook(n > 1 ? wake_all : nullptr);
+  kernels::cpu::set_parallel_helpers(n > 1 ? n : 0);
+  wake_all();
+}
+
+void deadline_policy_set_max_sleep(int64_t us) {
+  max_sleep_us.store(us);
+  wake_all();
+}
+
+DeadlineSleepStats deadline_policy_sleep_stats() {
+  DeadlineSleepStats st;
+  for (Sleep& z : ctx_sleep) {
+    st.sleeps += z.sleeps.load();
+    st.woken += z.woken.load();
+    st.asleep += z.asleep.load();
+  }
+  return st;
+}
 
 void deadline_policy_order_by_deadline(unsigned sched_ctx) {
   queue_of(sched_ctx).by_deadline.store(true, std::memory_order_relaxed);

@@ -6,8 +6,14 @@
 //   device context submission order with priorities (higher first, ties in submission order).
 // Tasks StarPU submits itself (no deadline) go first. docs/architecture.md says what it knows that
 // StarPU's own policies do not.
+// Idle CPU workers sleep inside the policy's pop (Debian's StarPU 1.3 is built with non-blocking
+// drivers: its workers would otherwise spin), woken by a push or by a kernel's tiles to help with
+// (codelets/kernels/cpu/parallel.hpp); docs/architecture.md, "Idle workers".
 #pragma once
 #include <starpu.h>
+
+#include <cstdint>
+#include <vector>
 
 namespace zf {
 
@@ -15,5 +21,21 @@ starpu_sched_policy* deadline_policy();
 // Orders the context's queue by deadline (call right after creating the context, before any task
 // is submitted to it); contexts start ordered by priority.
 void deadline_policy_order_by_deadline(unsigned sched_ctx);
+
+// Which workers sleep when idle (CPU workers of a run without CUDA workers), and which of them
+// take tiles of kernels::cpu::parallel_for while idle (the device side's cores). Call after the
+// contexts are created, before submitting; a new call replaces the previous sets.
+void deadline_policy_set_idle(const std::vector<int>& sleepers, const std::vector<int>& helpers);
+
+// Counts since the process started: sleeps entered, sleeps ended by a push or a published job
+// (not by the time bound), workers asleep now.
+struct DeadlineSleepStats {
+  uint64_t sleeps = 0, woken = 0;
+  int asleep = 0;
+};
+DeadlineSleepStats deadline_policy_sleep_stats();
+// The longest sleep before a worker returns to StarPU's loop (default 5 ms; tests lengthen it
+// so that only a push or a job can end a sleep).
+void deadline_policy_set_max_sleep(int64_t microseconds);
 
 }  // namespace zf

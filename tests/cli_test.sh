@@ -239,7 +239,7 @@ PY
   expect 0 "a run after the repair" -- "$SPEC" --steps 2 "${SMALL[@]}"
   [ ! -s "$TMP/out" ] || fail "the calibration files were not redone: $(cat "$TMP/out")"
   [ ! -s "$TMP/out" ] || fail "tiny valid run: -q printed output"
-  KEYS="strategy sched steps step_time_s.median device_busy_s_per_step stall_fraction bytes.device_to_host final.eval_accuracy throughput.samples_per_s"
+  KEYS="strategy sched steps step_time_s.median device_busy_s_per_step stall_fraction bytes.device_to_host final.eval_accuracy throughput.samples_per_s cpu_seconds cpu_over_wall"
   if command -v python3 >/dev/null 2>&1; then
     python3 - "$M" $KEYS >"$TMP/out" 2>&1 <<'PY' || fail "metrics JSON check"
 import json, sys
@@ -251,7 +251,8 @@ for key in sys.argv[2:]:
             sys.exit("metrics lack " + key)
         v = v[part]
 assert m["steps"] == 5, "steps %r" % m["steps"]
-assert m["strategy"] == "device-adam" and m["sched"] == "lws", (m["strategy"], m["sched"])
+assert m["strategy"] == "device-adam" and m["sched"] == "zf-deadline", (m["strategy"], m["sched"])
+assert m["cpu_seconds"] > 0 and m["cpu_over_wall"] > 0, (m["cpu_seconds"], m["cpu_over_wall"])
 assert 0.0 <= m["final"]["eval_accuracy"] <= 1.0
 assert m["step_time_s"]["median"] > 0
 PY

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/sched_deadline.hpp"
 #include "runtime/task.hpp"
 #include "test_helpers.hpp"
 
@@ -140,6 +143,84 @@ TEST(Priorities, LwsHostWorkerRunsTheSoonestNeededFirst) {
   }
 }
 
+
+// ------------------------------------------------------------------ idle workers
+
+// Waits (yielding) until pred() holds; false if it does not within a minute (a hang guard, not a
+// measurement: every wait below ends in microseconds to milliseconds when the feature works).
+template <class P>
+bool eventually(P pred) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Idle workers of zf-deadline sleep in the policy (Debian's StarPU drivers never block: they
+// would spin), and a push wakes them. The sleeps' time bound is made longer than the test, so
+// that only the push can end the device worker's sleep: the task runs, and a sleep ended by the
+// epoch moving is counted.
+TEST(ZfDeadline, IdleWorkersSleepAndAPushWakesThem) {
+  Runtime rt(one_each("zf-deadline", true));
+  deadline_policy_set_max_sleep(int64_t(3600) * 1000000);
+  struct Restore {
+    ~Restore() { deadline_policy_set_max_sleep(5000); }
+  } restore;
+  ASSERT_TRUE(eventually([] { return deadline_policy_sleep_stats().asleep == 2; }))
+      << "the idle device and host workers never both slept";
+  const uint64_t woken = deadline_policy_sleep_stats().woken;
+  order.clear();
+  TaskBuilder(mark_cl, rt.device(0).named("mark")).args(7).submit();
+  ASSERT_TRUE(eventually([] {
+    std::lock_guard<std::mutex> lk(order_mu);
+    return order.size() == 1;
+  })) << "the pushed task did not run: the sleeping device worker was not woken";
+  rt.wait_all();
+  EXPECT_EQ(order, std::vector<int>{7});
+  EXPECT_GT(deadline_policy_sleep_stats().woken, woken);
+}
+
+// Under StarPU's own policies nothing sleeps in ours.
+TEST(ZfDeadline, OtherPoliciesLeaveNobodyAsleepInOurs) {
+  Runtime rt(one_each("lws", true));
+  const uint64_t sleeps = deadline_policy_sleep_stats().sleeps;
+  TaskBuilder(mark_cl, rt.device(0).named("mark")).args(1).submit();
+  rt.wait_all();
+  EXPECT_EQ(deadline_policy_sleep_stats().sleeps, sleeps);
+}
+
+// Tiles of a device kernel (kernels::cpu::parallel_for) are taken by an idle worker: two tiles
+// that each wait until both have started can only end if a second thread runs one of them.
+std::atomic<int> tiles_started{0};
+std::atomic<bool> tiles_met{false};
+void two_tiles_cpu(void*[], void*) {
+  tiles_started = 0;
+  tiles_met = true;
+  kernels::cpu::parallel_tiles(2, [](int) {
+    tiles_started.fetch_add(1);
+    if (!eventually([] { return tiles_started.load() == 2; })) tiles_met = false;
+  });
+}
+starpu_codelet two_tiles_cl = make_cl(two_tiles_cpu, "test_two_tiles");
+
+TEST(ZfDeadline, IdleWorkersHelpWithDeviceTiles) {
+  for (auto [dev, host] : {std::pair{2, 1}, std::pair{1, 1}}) {
+    // device workers help each other; with one device worker the host worker lends its core
+    // when the workers fit the cores
+    if (dev == 1 && dev + host > Runtime::hwloc_cores()) continue;
+    SCOPED_TRACE(std::to_string(dev) + " device + " + std::to_string(host) + " host workers");
+    RuntimeConfig c = one_each("zf-deadline", true);
+    c.device_workers = dev;
+    c.host_workers = host;
+    Runtime rt(c);
+    TaskBuilder(two_tiles_cl, rt.device(0).named("tiles")).submit();
+    rt.wait_all();
+    EXPECT_TRUE(tiles_met.load()) << "no second thread took a tile";
+  }
+}
+
 // ------------------------------------------------------------------ same weights
 
 
@@ -198,6 +279,27 @@ TEST(ZfDeadline, EveryStrategySameWeightsAsLwsOnOneAndTwoHostWorkers) {
         EXPECT_EQ(first_difference(wb, wa), "");
         EXPECT_EQ(mb.value("sched", ""), "zf-deadline");
       }
+}
+
+// The device kernels' tiles make no result depend on how many cores run them: an MLP whose
+// matmuls are cut into several tiles trains to bitwise the same weights on one device-side core
+// (one device worker, two host workers: more workers than cores, so the host ones do not lend),
+// on two device workers, and on one device worker with the host worker lending its core.
+TEST(DeviceCores, MlpWeightsBitwiseSameOnOneAndTwoDeviceCores) {
+  for (const char* strategy : {"device-adam", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    auto spec = [&](int dev, int host) {
+      Spec s = small(strategy, "zf-deadline", 1, host, true);
+      s.model.hidden = {256};  // fc1: 64 x 784 x 256, eight row tiles of its matmuls
+      s.train.steps = 6;
+      s.runtime.device_workers = dev;
+      return s;
+    };
+    const Weights one = train_and_capture(spec(1, 2));
+    ASSERT_FALSE(one.empty());
+    EXPECT_EQ(first_difference(train_and_capture(spec(2, 1)), one), "") << "two device workers";
+    EXPECT_EQ(first_difference(train_and_capture(spec(1, 1)), one), "") << "the host worker lending";
+  }
 }
 
 }  // namespace

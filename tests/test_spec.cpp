@@ -73,7 +73,7 @@ TEST(Spec, DefaultsParse) {
   EXPECT_EQ(s.strategy, "device-adam");
   EXPECT_EQ(s.model.hidden, (std::vector<int>{256, 128}));
   EXPECT_EQ(s.train.batch_size, 128);
-  EXPECT_EQ(s.runtime.sched, "lws");
+  EXPECT_EQ(s.runtime.sched, "zf-deadline");
   EXPECT_FLOAT_EQ(s.optimizer.beta2, 0.999f);
 }
 

@@ -3,6 +3,10 @@
 // and its backward are plain loops. Forward: S = q k^T / sqrt(hs), att = softmax over j <= i,
 // out = att v. Backward: datt = dout v^T, dv = att^T dout, dS = att * (datt - rowsum(att datt)),
 // dq = dS k / sqrt(hs), dk = dS^T q / sqrt(hs).
+// Each (batch, head) is a tile of kernels::cpu::parallel_for: the device side's idle cores help,
+// and every tile computes the same values whoever runs it (bitwise independent of the thread
+// count). The backward's (T, T) scratch: the caller's for tiles it runs, a per-thread buffer
+// for the tiles a helper runs (fully written before it is read, so its contents never matter).
 // Causal blocking: rows are taken kBlock at a time and a block of rows [r0, r1) only reads
 // columns [0, r1), the columns a causal row can see; likewise a block of columns [c0, c1) of the
 // transposed products only reads rows [c0, T). What is skipped lies above the diagonal, where
@@ -12,8 +16,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cpu/parallel.hpp"
 
 namespace zf::kernels::cpu {
 
@@ -24,8 +31,8 @@ constexpr int kBlock = 64;
 void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH) {
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt((float)hs);
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
+  parallel_tiles(B * NH, [&](int tile) {
+      const int b = tile / NH, h = tile % NH;
       const float* q = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs), row stride 3C
       const float* k = q + C;
       const float* v = q + 2 * C;
@@ -52,16 +59,23 @@ void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, ab, T, v, C3, 0.0f,
                     o + (size_t)r0 * C, C);
       }
-    }
+  });
 }
 
 void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch,
                    int B, int T, int C, int NH) {
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt((float)hs);
-  float* ds = scratch;  // (T, T): datt, then dS in place; row block [r0, r1) holds columns [0, r1)
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
+  thread_local std::vector<float> own;  // a helper's scratch
+  float* const caller_scratch = scratch;
+  const std::thread::id caller = std::this_thread::get_id();
+  parallel_tiles(B * NH, [&](int tile) {
+      const int b = tile / NH, h = tile % NH;
+      float* ds = caller_scratch;  // (T, T): datt, then dS in place; row block [r0, r1) holds columns [0, r1)
+      if (std::this_thread::get_id() != caller) {
+        if (own.size() < (size_t)T * T) own.resize((size_t)T * T);
+        ds = own.data();
+      }
       const float* q = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs), row stride 3C
       const float* k = q + C;
       const float* v = q + 2 * C;
@@ -94,7 +108,7 @@ void attention_bwd(const float* dout, const float* qkv, const float* att, float*
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, ds + (size_t)c0 * T + c0, T,
                     q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
       }
-    }
+  });
 }
 
 }  // namespace zf::kernels::cpu

@@ -2,15 +2,21 @@
 // as in llm.c's layernorm_forward/backward. Row statistics are accumulated in double, in a fixed
 // order, so the result does not depend on the worker; the backward's formula:
 //   dx = rstd * (dy w - mean(dy w) - xhat * mean(dy w xhat)),  dw = sum dy xhat,  db = sum dy.
+// The forward's rows are tiles of parallel.hpp (each row alone: independent of who runs it); the
+// backward sums dw and db over the rows in order, so it runs on its caller alone.
+#include <algorithm>
 #include <cmath>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cpu/parallel.hpp"
 
 namespace zf::kernels::cpu {
 
 void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                    int N, int C, float eps) {
-  for (int i = 0; i < N; ++i) {
+  const int rows = std::max(1, 16384 / std::max(1, C));  // rows per tile
+  parallel_tiles((N + rows - 1) / rows, [&](int t) {
+  for (int i = t * rows; i < std::min(N, (t + 1) * rows); ++i) {
     const float* xi = x + (size_t)i * C;  // (C)
     float* yi = y + (size_t)i * C;
     double s = 0.0;
@@ -26,6 +32,7 @@ void layernorm_fwd(const float* x, const float* w, const float* b, float* y, flo
     mean[i] = m;
     rstd[i] = r;
   }
+  });
 }
 
 void layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,

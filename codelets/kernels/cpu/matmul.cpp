@@ -1,4 +1,7 @@
-// Matmul forward and backward through CBLAS (OpenBLAS), single-threaded per call.
+// Matmul forward and backward through CBLAS (OpenBLAS), single-threaded per call, cut into tiles
+// of the output (parallel.hpp) that the device side's idle cores help with. The tiles depend on
+// the shapes only: each output element is computed by the same BLAS call however many threads
+// run the tiles, so results are bitwise independent of the thread count.
 // y = x w^T, dw = dy^T x, dx = dy w; matches tests/reference/reference.hpp. A weight stored
 // (in, out) (w_in_out: w^T row-major, ZenFlow's column-contiguous layout, docs/zenflow.md) only
 // changes the BLAS transpose flags and the leading dimension.
@@ -7,7 +10,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
+
+#include "codelets/kernels/cpu/parallel.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -19,59 +25,95 @@ void blas_single_thread() { openblas_set_num_threads(1); }
 // rows 3-4x slower than SGEMV (B = 1) and a row-by-row rank-B update of dw (B <= 4), both of which
 // stream the weights once (memory-bound either way).
 constexpr int kSmallBatch = 4;
+
+namespace {
+// Tiles: at least kTileFlops of work each (a tile is then a few hundred microseconds: the cost of
+// publishing it and of a helper's wake-up stays small), at most kMaxTiles, each a multiple of
+// `align` long (the SGEMM kernel's register block) along the dimension cut.
+constexpr double kTileFlops = 4e6;
+constexpr int kMaxTiles = 16;
+struct Cut {
+  int n, len;  // tiles, elements per tile (the last may be shorter)
+};
+Cut cut(int extent, double flops, int align) {
+  int n = (int)std::clamp<double>(flops / kTileFlops, 1.0, (double)kMaxTiles);
+  n = std::min(n, (extent + align - 1) / align);
+  if (n <= 1) return {1, extent};
+  int len = (extent + n - 1) / n;
+  len = (len + align - 1) / align * align;
+  return {(extent + len - 1) / len, len};
+}
+template <class F>
+void over(Cut c, int extent, F&& f) {  // f(begin, count) for each tile
+  parallel_tiles(c.n, [&](int t) {
+    const int b = t * c.len;
+    f(b, std::min(c.len, extent - b));
+  });
+}
+}  // namespace
+
 constexpr int kStreamMinN = 256;  // below, a row of w is too short for the streaming loop to pay
 void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out) {
-  if (w_in_out) {  // w (K, N)
+  const double flops = 2.0 * B * K * N;
+  if (w_in_out) {  // w (K, N): tiles of output features, or of rows for large batches
     if (B <= kSmallBatch && N >= kStreamMinN) {
       // y[b, :] = sum over k of x[b, k] w[k, :], in k order: one pass over w (memory-bound, like
       // SGEMV); OpenBLAS's SGEMM took 1.6x as long here for the headline's first layer (2 x 784 x
       // 16384), packing w first. Column blocks keep the B rows of y in L1.
       constexpr int kCols = 2048;
-      for (int n0 = 0; n0 < N; n0 += kCols) {
-        const int nn = std::min(kCols, N - n0);
-        for (int b = 0; b < B; ++b) std::fill(y + (size_t)b * N + n0, y + (size_t)b * N + n0 + nn, 0.0f);
-        for (int k = 0; k < K; ++k) {
-          const float* wr = w + (size_t)k * N + n0;
-          for (int b = 0; b < B; ++b) {
-            const float xb = x[(size_t)b * K + k];
-            float* yr = y + (size_t)b * N + n0;
-            for (int n = 0; n < nn; ++n) yr[n] += xb * wr[n];
+      over(cut(N, flops, kCols), N, [&](int t0, int tn) {
+        for (int n0 = t0; n0 < t0 + tn; n0 += kCols) {
+          const int nn = std::min(kCols, t0 + tn - n0);
+          for (int b = 0; b < B; ++b) std::fill(y + (size_t)b * N + n0, y + (size_t)b * N + n0 + nn, 0.0f);
+          for (int k = 0; k < K; ++k) {
+            const float* wr = w + (size_t)k * N + n0;
+            for (int b = 0; b < B; ++b) {
+              const float xb = x[(size_t)b * K + k];
+              float* yr = y + (size_t)b * N + n0;
+              for (int n = 0; n < nn; ++n) yr[n] += xb * wr[n];
+            }
           }
         }
-      }
+      });
       return;
     }
-    if (B == 1) return cblas_sgemv(CblasRowMajor, CblasTrans, K, N, 1.0f, w, N, x, 1, 0.0f, y, 1);
-    return cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, N, K, 1.0f, x, K, w, N, 0.0f, y, N);
+    if (B < 64) {
+      over(cut(N, flops, 16), N, [&](int n0, int nn) {
+        if (B == 1)
+          cblas_sgemv(CblasRowMajor, CblasTrans, K, nn, 1.0f, w + n0, N, x, 1, 0.0f, y + n0, 1);
+        else
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nn, K, 1.0f, x, K, w + n0, N, 0.0f, y + n0, N);
+      });
+      return;
+    }
+    over(cut(B, flops, 16), B, [&](int b0, int bb) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bb, N, K, 1.0f, x + (size_t)b0 * K, K, w, N, 0.0f,
+                  y + (size_t)b0 * N, N);
+    });
+    return;
   }
-  if (B == 1) return cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w, K, x, 1, 0.0f, y, 1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
+  if (B < 64) {  // tiles of output features: y[:, n0:n1] = x w[n0:n1, :]^T
+    const Cut c = cut(N, flops, 16);
+    over(c, N, [&](int n0, int nn) {
+      if (B == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, nn, K, 1.0f, w + (size_t)n0 * K, K, x, 1, 0.0f, y + n0, 1);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, nn, K, 1.0f, x, K, w + (size_t)n0 * K, K, 0.0f,
+                    y + n0, N);
+    });
+    return;
+  }
+  const Cut c = cut(B, flops, 16);  // tiles of rows
+  over(c, B, [&](int b0, int bb) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bb, N, K, 1.0f, x + (size_t)b0 * K, K, w, K, 0.0f,
+                y + (size_t)b0 * N, N);
+  });
 }
 
-void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N,
-                       bool accumulate, bool dw_in_out) {
-  if (dw_in_out) {  // dw (K, N) = x^T dy
-    if (B <= kSmallBatch) {  // dw[k, :] (+)= sum over b of x[b, k] dy[b, :]: the same products and
-      for (int k = 0; k < K; ++k) {  // sums, in the same order, as the (N, K) loop below
-        float* row = dw + (size_t)k * N;
-        const float x0 = x[k];
-        if (accumulate)
-          for (int n = 0; n < N; ++n) row[n] += dy[n] * x0;
-        else
-          for (int n = 0; n < N; ++n) row[n] = dy[n] * x0;
-        for (int b = 1; b < B; ++b) {
-          const float xb = x[(size_t)b * K + k];
-          const float* d = dy + (size_t)b * N;
-          for (int n = 0; n < N; ++n) row[n] += d[n] * xb;
-        }
-      }
-      return;
-    }
-    return cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, B, 1.0f, x, K, dy, N,
-                       accumulate ? 1.0f : 0.0f, dw, N);
-  }
-  if (B <= kSmallBatch) {  // dw[n, :] (+)= sum over b of dy[b, n] x[b, :], one pass over dw
-    for (int n = 0; n < N; ++n) {
+static void small_batch_weight(const float* dy, const float* x, float* dw, int B, int K, int N, int n_begin, int n_end,
+                        bool accumulate) {
+  {  // dw[n, :] (+)= sum over b of dy[b, n] x[b, :], one pass over dw
+    for (int n = n_begin; n < n_end; ++n) {
       float* row = dw + (size_t)n * K;
       const float d0 = dy[n];
       if (accumulate)
@@ -84,28 +126,85 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
         for (int k = 0; k < K; ++k) row[k] += d * xb[k];
       }
     }
+  }
+}
+
+void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N,
+                       bool accumulate, bool dw_in_out) {
+  if (dw_in_out) {  // dw (K, N) = x^T dy, in tiles of its rows (input features)
+    over(cut(K, 2.0 * B * K * N, 16), K, [&](int k0, int kk) {
+      if (B > kSmallBatch) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, N, B, 1.0f, x + k0, K, dy, N,
+                    accumulate ? 1.0f : 0.0f, dw + (size_t)k0 * N, N);
+        return;
+      }
+      // dw[k, :] (+)= sum over b of x[b, k] dy[b, :]: the same products and sums, in the same
+      // order, as the (N, K) loop above
+      for (int k = k0; k < k0 + kk; ++k) {
+        float* row = dw + (size_t)k * N;
+        const float x0 = x[k];
+        if (accumulate)
+          for (int n = 0; n < N; ++n) row[n] += dy[n] * x0;
+        else
+          for (int n = 0; n < N; ++n) row[n] = dy[n] * x0;
+        for (int b = 1; b < B; ++b) {
+          const float xb = x[(size_t)b * K + k];
+          const float* d = dy + (size_t)b * N;
+          for (int n = 0; n < N; ++n) row[n] += d[n] * xb;
+        }
+      }
+    });
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, B, 1.0f, dy, N, x, K,
-              accumulate ? 1.0f : 0.0f, dw, K);
+  const Cut c = cut(N, 2.0 * B * K * N, 16);  // tiles of output features (rows of dw)
+  over(c, N, [&](int n0, int nn) {
+    if (B > kSmallBatch)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nn, K, B, 1.0f, dy + n0, N, x, K,
+                  accumulate ? 1.0f : 0.0f, dw + (size_t)n0 * K, K);
+    else
+      small_batch_weight(dy, x, dw, B, K, N, n0, n0 + nn, accumulate);
+  });
 }
 
 void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out) {
-  if (w_in_out) {  // w (K, N)
-    if (B == 1) return cblas_sgemv(CblasRowMajor, CblasNoTrans, K, N, 1.0f, w, N, dy, 1, 0.0f, dx, 1);
+  const double flops = 2.0 * B * K * N;
+  if (w_in_out) {  // w (K, N): tiles of input features (rows of w)
+    const Cut c = cut(K, flops, 16);
+    if (B == 1) {
+      over(c, K, [&](int k0, int kk) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, kk, N, 1.0f, w + (size_t)k0 * N, N, dy, 1, 0.0f, dx + k0, 1);
+      });
+      return;
+    }
     // dx^T (K, B) = w (K, N) dy^T (N, B), through B x N and B x K scratch transposes: OpenBLAS's
     // no-transpose SGEMM, which the (N, K) layout takes, ran 1.6-2.4x faster than its
     // no-transpose / transpose one for the batch-8 MLP's shapes (K = N = 1024)
     std::vector<float> dyt((size_t)N * B), dxt((size_t)K * B);
     for (int b = 0; b < B; ++b)
       for (int n = 0; n < N; ++n) dyt[(size_t)n * B + b] = dy[(size_t)b * N + n];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, K, B, N, 1.0f, w, N, dyt.data(), B, 0.0f, dxt.data(), B);
+    over(c, K, [&](int k0, int kk) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kk, B, N, 1.0f, w + (size_t)k0 * N, N, dyt.data(), B,
+                  0.0f, dxt.data() + (size_t)k0 * B, B);
+    });
     for (int k = 0; k < K; ++k)
       for (int b = 0; b < B; ++b) dx[(size_t)b * K + k] = dxt[(size_t)k * B + b];
     return;
   }
-  if (B == 1) return cblas_sgemv(CblasRowMajor, CblasTrans, N, K, 1.0f, w, K, dy, 1, 0.0f, dx, 1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, K, N, 1.0f, dy, N, w, K, 0.0f, dx, K);
+  if (B < 64) {  // tiles of input features: dx[:, k0:k1] = dy w[:, k0:k1]
+    const Cut c = cut(K, flops, 16);
+    over(c, K, [&](int k0, int kk) {
+      if (B == 1)
+        cblas_sgemv(CblasRowMajor, CblasTrans, N, kk, 1.0f, w + k0, K, dy, 1, 0.0f, dx + k0, 1);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, kk, N, 1.0f, dy, N, w + k0, K, 0.0f, dx + k0, K);
+    });
+    return;
+  }
+  const Cut c = cut(B, flops, 16);  // tiles of rows
+  over(c, B, [&](int b0, int bb) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bb, K, N, 1.0f, dy + (size_t)b0 * N, N, w, K, 0.0f,
+                dx + (size_t)b0 * K, K);
+  });
 }
 
 }  // namespace zf::kernels::cpu

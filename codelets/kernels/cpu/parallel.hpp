@@ -1,0 +1,42 @@
+// Splitting one kernel call across the cores of the device side, StarPU-free.
+//
+// A kernel cuts its work into tiles whose number and bounds depend only on the shapes (never on
+// how many threads run them), so its result is bitwise the same however many threads help.
+// parallel_for(n, fn) publishes the tiles and runs them on the calling thread; threads that the
+// runtime lets help (idle StarPU workers waiting in the zf-deadline policy, runtime/
+// sched_deadline.cpp) take tiles too. Without helpers, or while another call holds the one job
+// slot, or when called from inside a tile, the tiles run in order on the caller.
+#pragma once
+
+namespace zf::kernels::cpu {
+
+using TileFn = void (*)(void* ctx, int tile);
+
+// Runs fn(ctx, t) for t in [0, n), each exactly once, and returns when all have ended.
+void parallel_for(int n, TileFn fn, void* ctx);
+
+template <class F>
+void parallel_tiles(int n, F&& f) {
+  if (n <= 1) {
+    if (n == 1) f(0);
+    return;
+  }
+  parallel_for(n, [](void* c, int t) { (*static_cast<F*>(c))(t); }, &f);
+}
+
+// For the runtime. The hook is called (from the posting thread) when a job with tiles to take is
+// published: it wakes the threads that may help. help() runs tiles of the published job, if any,
+// until none is left to take; true if it ran at least one. job_open(): a job has tiles to take.
+void set_parallel_wake_hook(void (*hook)());
+void set_parallel_helpers(int n);  // helpers the runtime provides (0: parallel_for runs serially)
+bool parallel_help();
+bool parallel_job_open();
+
+// Since the process started: tiles of kernels cut into more than one, and how many of them
+// helpers ran (the rest ran on their caller).
+struct ParallelStats {
+  unsigned long long tiles = 0, helped = 0;
+};
+ParallelStats parallel_stats();
+
+}  // namespace zf::kernels::cpu

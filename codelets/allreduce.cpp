@@ -206,7 +206,7 @@ void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scal
 
 void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm) {
   check_bounds(opt, x, bounds, comm);
-  SegmentArgs a{&comm, &bounds, 1.0f, 0, 0, 0};
+  SegmentArgs a{&comm, &bounds, 1.0f, 0, 0, 0, 0};
   TaskBuilder(allgather_cl(), opt).rw(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
 }
 
@@ -214,7 +214,7 @@ void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const
                                const Tensor& total, const Comm& comm) {
   expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
   expect(total.elem_size() == sizeof(double) && total.numel() == 1, opt, "the total must be one double");
-  SegmentArgs a{&comm, nullptr, 1.0f, 0, 0, 0};
+  SegmentArgs a{&comm, nullptr, 1.0f, 0, 0, 0, 0};
   TaskBuilder tb(allreduce_partials_cl(), opt);
   for (const Tensor* p : partials) {
     expect(p->elem_size() == sizeof(double), opt, shape_str(*p) + " must hold doubles");
@@ -226,7 +226,7 @@ void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const
 void insert_allreduce_flag(const SubmitOptions& opt, const Tensor& flag, const Comm& comm) {
   expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
   expect(flag.elem_size() == sizeof(uint32_t), opt, shape_str(flag) + " must hold 4-byte words");
-  SegmentArgs a{&comm, nullptr, 1.0f, 0, 0, 0};
+  SegmentArgs a{&comm, nullptr, 1.0f, 0, 0, 0, 0};
   TaskBuilder(allreduce_flag_cl(), opt).rw(flag).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
 }
 

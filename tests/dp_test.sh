@@ -104,6 +104,17 @@ ZSMALL=("${ZBASE[@]}" --steps 20)
 
 # zero_stages NP PARTS ARGS...: stages 0, 1, 2 on NP ranks into $TMP/s{0,1,2}.{safetensors,json},
 # each checked: metrics, replicas, host state and bytes against stage 0, weights within ATOL of it
+# same_clipping M1 M2: both runs clipped the same steps (at least one), norms within 1e-5 relative
+same_clipping() {
+  /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f))['gradient_clipping'] for f in sys.argv[1:])
+assert a['clipped_steps'] > 0, 'nothing clipped'
+assert a['clipped_steps'] == b['clipped_steps'], (a['clipped_steps'], b['clipped_steps'])
+d = max(abs(x - y) / x for x, y in zip(a['norms'], b['norms']))
+assert d < 1e-5, 'norms differ by %g (relative)' % d
+print('clipped %d of %d steps on both; norms within %.1e' % (a['clipped_steps'], a['clip_points'], d))" \
+    "$1" "$2" || fail "clipping metrics differ"
+}
 zero_stages() {
   local np=$1 parts=$2
   shift 2
@@ -167,14 +178,7 @@ case "$CASE" in
       --metrics "$TMP/m2.json" || fail "2-rank run exited $?"
     $CHECK metrics "$TMP/m2.json" "$TMP/w2.safetensors" 2 || exit 1
     $CHECK close "$TMP/w2.safetensors" "$TMP/w1.safetensors" "$ATOL" || exit 1
-    /usr/bin/python3 -c "import json, sys
-a, b = (json.load(open(f))['gradient_clipping'] for f in sys.argv[1:])
-assert a['clipped_steps'] > 0, 'nothing clipped'
-assert a['clipped_steps'] == b['clipped_steps'], (a['clipped_steps'], b['clipped_steps'])
-d = max(abs(x - y) / x for x, y in zip(a['norms'], b['norms']))
-assert d < 1e-5, 'norms differ by %g (relative)' % d
-print('clipped %d of %d steps on both; norms within %.1e' % (a['clipped_steps'], a['clip_points'], d))" \
-      "$TMP/m1.json" "$TMP/m2.json" || fail "clipping metrics differ"
+    same_clipping "$TMP/m1.json" "$TMP/m2.json"
     ;;
   zero_fp16)
     # fp16 with overflowing first loss scales, stage 2 vs stage 0 on 2 ranks: the same skipped steps
@@ -276,14 +280,7 @@ print('$s: skipped %s at both stages' % a['fp16']['skipped_at'])" "$TMP/s0.json"
     run2 "${SMALL[@]}" "${CA[@]}" --save "$TMP/w2.safetensors" --metrics "$TMP/m2.json" || fail "2-rank run exited $?"
     $CHECK metrics "$TMP/m2.json" "$TMP/w2.safetensors" 2 || exit 1
     $CHECK close "$TMP/w2.safetensors" "$TMP/w1.safetensors" "$ATOL" || exit 1
-    /usr/bin/python3 -c "import json, sys
-a, b = (json.load(open(f))['gradient_clipping'] for f in sys.argv[1:])
-assert a['clipped_steps'] > 0, 'nothing clipped'
-assert a['clipped_steps'] == b['clipped_steps'], (a['clipped_steps'], b['clipped_steps'])
-d = max(abs(x - y) / x for x, y in zip(a['norms'], b['norms']))
-assert d < 1e-5, 'norms differ by %g (relative)' % d
-print('clipped %d of %d steps on both; norms within %.1e' % (a['clipped_steps'], a['clip_points'], d))" \
-      "$TMP/m1.json" "$TMP/m2.json" || fail "clipping metrics differ"
+    same_clipping "$TMP/m1.json" "$TMP/m2.json"
     ;;
   batch_not_divisible)
     run2 "${SMALL[@]}" --set train.batch_size=63

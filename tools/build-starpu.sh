@@ -10,7 +10,10 @@
 # Environment: ZF_STARPU_SRC (work dir, default build/starpu-src), CUDA_DIR (default /usr/local/cuda),
 # ZF_STARPU_JOBS (make -j, default nproc). The CMake build uses it with
 #   cmake -DZF_ENABLE_CUDA=ON -DZF_STARPU_PREFIX=PREFIX ...
-set -euo pipefail
+set -Eeuo pipefail
+# a command that fails where nothing handles it ends the script (-E: in functions too): say which,
+# never silently
+trap 'echo "build-starpu: error: line $LINENO: \`$BASH_COMMAND\` failed (exit $?)" >&2' ERR
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 prefix="${1:-$root/build/starpu-cuda}"
 mkdir -p "$prefix"
@@ -40,7 +43,7 @@ say() { echo "build-starpu: $*"; }
 die() { echo "build-starpu: error: $*" >&2; exit 1; }
 # free disk and memory where the build writes, for a failure's report
 report_machine() {
-  { df -h "$work" "$prefix" 2>/dev/null | awk '!seen[$0]++'; free -m 2>/dev/null | head -2; } |
+  { df -h "$work" "$prefix" 2>/dev/null | awk '!seen[$0]++'; free -m 2>/dev/null | sed -n 1,2p; } |
     sed 's/^/build-starpu: machine: /' >&2 || true
 }
 free_mb() { df -Pm "$1" 2>/dev/null | awk 'NR == 2 {print $4}'; }
@@ -81,7 +84,7 @@ fi
 pkgs=(dpkg-dev patch make gcc g++ pkg-config libhwloc-dev libfxt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
 done
 if ((${#missing[@]})) || ((need_update)); then
   $sudo apt-get update -qq
@@ -147,7 +150,9 @@ t3=$(date +%s)
 cd "$work" && rm -rf src obj
 
 # FxT's shared library travels with the prefix (a GPU machine may not have libfxt2)
-fxt_lib="$(ldconfig -p | awk '/libfxt\.so\.[0-9]/ {print $NF; exit}')"
+# (awk reads to the end: an early exit would kill ldconfig with SIGPIPE, and pipefail + set -e
+# would then end this script silently, at random)
+fxt_lib="$(ldconfig -p | awk '/libfxt\.so\.[0-9]/ && !found {print $NF; found = 1}')"
 [ -n "$fxt_lib" ] && cp -L "$fxt_lib" "$prefix/lib/"
 
 # 5. what the engine relies on

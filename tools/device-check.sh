@@ -108,8 +108,8 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_6
   [ -d "$d" ] && libpath="$libpath:$d"
 done
 for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcusparse.so.12 libnvJitLink.so.13; do
-  if ! LD_LIBRARY_PATH="$libpath" ldd "$test_bin" 2>/dev/null | grep -q "$lib => /"; then
-    f="$(find /opt /usr -name "$lib" 2>/dev/null | head -1)"
+  if ! LD_LIBRARY_PATH="$libpath" ldd "$test_bin" 2>/dev/null | grep "$lib => /" >/dev/null; then
+    f="$(find /opt /usr -name "$lib" -print -quit 2>/dev/null)"
     [ -n "$f" ] && libpath="$libpath:$(dirname "$f")"
   fi
 done
@@ -117,7 +117,7 @@ export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Debian 12's glibc is 2.36: on an older one run through the bundle's own loader and libc
 launcher=()
 sysglibc="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')"
-if [ -n "${b:-}" ] && [ "$(printf '%s\n2.36\n' "$sysglibc" | sort -V | head -1)" != 2.36 ]; then
+if [ -n "${b:-}" ] && [ "$(printf '%s\n2.36\n' "$sysglibc" | sort -V | sed -n 1p)" != 2.36 ]; then
   launcher=("$b/glibc/ld-linux-x86-64.so.2" --library-path "$b/glibc:$LD_LIBRARY_PATH")
   say "glibc $sysglibc < 2.36: running through the bundled loader"
 fi
@@ -130,7 +130,7 @@ fi
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH" ldd "$test_bin" | grep -E "not found|starpu|cuda|cublas|openblas|hwloc"
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
-if ldd "$test_bin" | grep -q "not found"; then
+if ldd "$test_bin" | grep "not found" >/dev/null; then
   say "libraries missing (see env.txt)"
 fi
 
@@ -142,7 +142,7 @@ say "CUDA tests (budget left $(left) s)"
 ZF_FASHION_MNIST_DIR="$fashion" timeout 200 "${launcher[@]}" "$test_bin" >"$out/cuda-tests.log" 2>&1
 rc_tests=$?
 grep -E '^\[ *(OK|FAILED|SKIPPED) *\] .*\(|^\[==========\]|^\[  PASSED  \]|Failure|Expected|Which is|got |residual' \
-  "$out/cuda-tests.log" | head -80
+  "$out/cuda-tests.log" | sed -n 1,80p
 say "CUDA tests exit $rc_tests"
 
 # 3. headline on the GPU spec: one run per strategy, each bounded by what is left

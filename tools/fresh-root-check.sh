@@ -117,7 +117,7 @@ if ((rc == 0 && deb)); then
     r2="$R"
     mkdir -p "$r2/root/debs"
     cp "${debs[@]}" "$r2/root/debs/"
-    in_root "$r2" deb-install "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /root/debs/*.deb && dpkg -s zenflow | grep -E '^(Version|Depends)' && zenflow-run --help | head -5" || rc=$?
+    in_root "$r2" deb-install "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /root/debs/*.deb && dpkg -s zenflow | grep -E '^(Version|Depends)' && zenflow-run --help | sed -n 1,5p" || rc=$?
     grep -E '^(Version|Depends)|zenflow-run' "$logs/deb-install.log" | tee -a "$logs/summary.txt" || true
   fi
 fi

@@ -17,7 +17,7 @@ py=/usr/bin/python3  # Debian's interpreter: python3-torch is installed for it
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 for p in libbenchmark-dev python3-torch; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null; then
     echo "run.sh: installing $p"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$p" >/dev/null

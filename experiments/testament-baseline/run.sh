@@ -8,7 +8,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 bash "$root/tools/zf" setup  # bible-kjv and /var/tmp/zenflow/kjv.txt
-if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
+if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep "install ok installed" >/dev/null; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "run.sh: installing python3-torch"

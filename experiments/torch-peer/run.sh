@@ -21,7 +21,7 @@ rounds="${ROUNDS:-3}" gpt_steps="${GPT_STEPS:-60}" mlp_steps="${MLP_STEPS:-300}"
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
+if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep "install ok installed" >/dev/null; then
   echo "run.sh: installing python3-torch"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-torch >/dev/null

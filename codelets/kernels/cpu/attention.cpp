@@ -1,6 +1,7 @@
 // Causal multi-head self-attention (GPT-2), one (batch, head) at a time: the products are
 // single-threaded SGEMMs on strided views of qkv (B, T, 3C) = [q | k | v]; the causal softmax
-// and its backward are plain loops. Forward: S = q k^T / sqrt(hs), att = softmax over j <= i,
+// and its backward are loops that GCC vectorizes (exp through gelu_math's exp_poly, row sums in
+// lanes.hpp's fixed order). Forward: S = q k^T / sqrt(hs), att = softmax over j <= i,
 // out = att v. Backward: datt = dout v^T, dv = att^T dout, dS = att * (datt - rowsum(att datt)),
 // dq = dS k / sqrt(hs), dk = dS^T q / sqrt(hs).
 // Each (batch, head) is a tile of kernels::cpu::parallel_for: the device side's idle cores help,
@@ -20,7 +21,9 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cpu/lanes.hpp"
 #include "codelets/kernels/cpu/parallel.hpp"
+#include "codelets/kernels/gelu_math.hpp"
 
 namespace zf::kernels::cpu {
 
@@ -45,14 +48,9 @@ void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C
                     0.0f, ab, T);
         for (int i = r0; i < r1; ++i) {
           float* row = a + (size_t)i * T;
-          float mx = row[0];
-          for (int j = 1; j <= i; ++j) mx = row[j] > mx ? row[j] : mx;
-          float sum = 0.0f;
-          for (int j = 0; j <= i; ++j) {
-            row[j] = std::exp(row[j] - mx);
-            sum += row[j];
-          }
-          const float inv = 1.0f / sum;
+          const float mx = lane_max(row, i + 1);
+          for (int j = 0; j <= i; ++j) row[j] = gelu_math::exp_poly(row[j] - mx);
+          const float inv = 1.0f / lane_sum<float>(i + 1, [&](size_t j) { return row[j]; });
           for (int j = 0; j <= i; ++j) row[j] *= inv;
           for (int j = i + 1; j < T; ++j) row[j] = 0.0f;
         }
@@ -92,8 +90,7 @@ void attention_bwd(const float* dout, const float* qkv, const float* att, float*
         for (int i = r0; i < r1; ++i) {
           const float* ar = a + (size_t)i * T;
           float* dr = ds + (size_t)i * T;
-          float dot = 0.0f;
-          for (int j = 0; j <= i; ++j) dot += ar[j] * dr[j];
+          const float dot = lane_sum<float>(i + 1, [&](size_t j) { return ar[j] * dr[j]; });
           for (int j = 0; j <= i; ++j) dr[j] = ar[j] * (dr[j] - dot);
           for (int j = i + 1; j < r1; ++j) dr[j] = 0.0f;
         }

@@ -27,16 +27,23 @@ void blas_single_thread() { openblas_set_num_threads(1); }
 constexpr int kSmallBatch = 4;
 
 namespace {
-// Tiles: at least kTileFlops of work each (a tile is then a few hundred microseconds: the cost of
-// publishing it and of a helper's wake-up stays small), at most kMaxTiles, each a multiple of
-// `align` long (the SGEMM kernel's register block) along the dimension cut.
-constexpr double kTileFlops = 4e6;
+// Tiles: about kTileFlops of work each, a power of two of them (2 as soon as there are
+// kSplitFlops: an even split over two cores), at most kMaxTiles, each a multiple of `align` long
+// (the SGEMM kernel's register block) along the dimension cut. Few large tiles: every tile packs
+// its own copy of the operand it shares with the others (the whole of x when dw is cut by output
+// features), and a larger SGEMM runs closer to the kernel's peak. Measured on the GPT's shapes
+// (B = 1024 rows, K, N in 128..512, 2 cores): 2 tiles of c_fc's forward 701 us against 957 us in 16
+// tiles, mlp.c_proj's dw 861 against 1221 us in 8; gpt-kjv's device-adam step 54.6-57.5 ms with
+// 4 MFLOP tiles, 47.9-49.8 ms with these (interleaved runs, docs/architecture.md "Device cores").
+constexpr double kTileFlops = 32e6, kSplitFlops = 8e6;
 constexpr int kMaxTiles = 16;
 struct Cut {
   int n, len;  // tiles, elements per tile (the last may be shorter)
 };
 Cut cut(int extent, double flops, int align) {
   int n = (int)std::clamp<double>(flops / kTileFlops, 1.0, (double)kMaxTiles);
+  if (flops >= kSplitFlops) n = std::max(n, 2);
+  n = 1 << (31 - __builtin_clz((unsigned)n));  // a power of two, rounded down
   n = std::min(n, (extent + align - 1) / align);
   if (n <= 1) return {1, extent};
   int len = (extent + n - 1) / n;

@@ -1,34 +1,58 @@
-// Softmax cross-entropy over rows: max-subtracted softmax in float, loss accumulated in double.
+// Softmax cross-entropy over rows: max-subtracted softmax in float (exp through gelu_math's
+// vectorized exp_poly, the row sum in lanes.hpp's fixed order), loss accumulated in double.
 // A negative label marks a row to ignore (padding): no loss, no count, a zero gradient.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "codelets/kernels/class_posterior.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cpu/lanes.hpp"
+#include "codelets/kernels/cpu/parallel.hpp"
+#include "codelets/kernels/gelu_math.hpp"
 
 namespace zf::kernels::cpu {
 
+namespace {
+constexpr int kRowElems = 16384;  // elements of logits a tile of rows holds (at least one row)
+}  // namespace
+
 double softmax_xent_fwd(const float* logits, const int32_t* labels, float* probs, int B, int C,
                         int64_t* correct, int64_t* counted) {
+  // Tiles of rows (shapes only), each with its own loss and counts, added in tile order after:
+  // the same result whoever runs which tile.
+  const int rows = std::max(1, kRowElems / std::max(1, C)), tiles = (B + rows - 1) / rows;
+  struct Part {
+    double loss = 0.0;
+    int64_t ok = 0, n = 0;
+  };
+  std::vector<Part> part((size_t)std::max(tiles, 1));
+  parallel_tiles(tiles, [&](int t) {
+    Part& q = part[(size_t)t];
+    for (int i = t * rows; i < std::min(B, (t + 1) * rows); ++i) {
+      const float* z = logits + (size_t)i * C;
+      float* p = probs + (size_t)i * C;
+      const float mx = lane_max(z, C);
+      int arg = 0;  // the first maximum
+      while (arg < C - 1 && !(z[arg] == mx)) ++arg;
+      for (int j = 0; j < C; ++j) p[j] = gelu_math::exp_poly(z[j] - mx);
+      const float sum = lane_sum<float>(C, [&](size_t j) { return p[j]; });
+      const float inv = 1.0f / sum;
+      for (int j = 0; j < C; ++j) p[j] *= inv;
+      const int y = labels[i];
+      if (y < 0) continue;
+      // log softmax of the label, computed from the logits for accuracy when p is tiny
+      q.loss += -((double)z[y] - (double)mx - std::log((double)sum));
+      q.ok += (arg == y);
+      ++q.n;
+    }
+  });
   double loss = 0.0;
   int64_t ok = 0, n = 0;
-  for (int i = 0; i < B; ++i) {
-    const float* z = logits + (size_t)i * C;
-    float* p = probs + (size_t)i * C;
-    int arg = 0;
-    float mx = z[0];
-    for (int j = 1; j < C; ++j)
-      if (z[j] > mx) { mx = z[j]; arg = j; }
-    float sum = 0.0f;
-    for (int j = 0; j < C; ++j) { p[j] = std::exp(z[j] - mx); sum += p[j]; }
-    float inv = 1.0f / sum;
-    for (int j = 0; j < C; ++j) p[j] *= inv;
-    int y = labels[i];
-    if (y < 0) continue;
-    // log softmax of the label, computed from the logits for accuracy when p is tiny
-    loss += -((double)z[y] - (double)mx - std::log((double)sum));
-    ok += (arg == y);
-    ++n;
+  for (const Part& q : part) {
+    loss += q.loss;
+    ok += q.ok;
+    n += q.n;
   }
   if (correct) *correct = ok;
   if (counted) *counted = n;

@@ -132,10 +132,12 @@ static void small_batch_weight(const float* dy, const float* x, float* dw, int B
 void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N,
                        bool accumulate, bool dw_in_out) {
   if (dw_in_out) {  // dw (K, N) = x^T dy
-    if (B > kSmallBatch) {
+    if (B >= 64 && N > K) {
       // in tiles of its columns (output features), as the (N, K) call's tiles of rows: each tile
-      // packs x and a slice of dy once (tiles of rows packed the whole of dy each, 1.2x the time
-      // on the GPT's 1024 x 128 x 384 and 512 layers)
+      // packs x and a slice of dy (tiles of rows packed the whole of dy each: 1.16-1.31x the time
+      // on the GPT's 1024 x 128 x 384 and 512 layers, against 1.00-1.02x; the rows stay better
+      // where N <= K or for fewer rows, e.g. 0.79x at 1024 x 512 x 128 and 1.00x against 1.27x
+      // at 8 x 1024 x 1024, experiments/zenflow-layout/gpt_matmul_bench.cpp)
       over(cut(N, 2.0 * B * K * N, 16), N, [&](int n0, int nn) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nn, B, 1.0f, x, K, dy + n0, N,
                     accumulate ? 1.0f : 0.0f, dw + n0, N);
@@ -143,6 +145,11 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
       return;
     }
     over(cut(K, 2.0 * B * K * N, 16), K, [&](int k0, int kk) {  // tiles of its rows (input features)
+      if (B > kSmallBatch) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, N, B, 1.0f, x + k0, K, dy, N,
+                    accumulate ? 1.0f : 0.0f, dw + (size_t)k0 * N, N);
+        return;
+      }
       // dw[k, :] (+)= sum over b of x[b, k] dy[b, :]: the same products and sums, in the same
       // order, as the (N, K) loop above
       for (int k = k0; k < k0 + kk; ++k) {

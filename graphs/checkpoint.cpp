@@ -675,7 +675,12 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
   differ("strategy", at(ck.spec, "strategy"), at(now, "strategy"));
   // checkpoints from before the precision option are fp32
   differ("precision", ck.spec.contains("precision") ? ck.spec["precision"] : json("fp32"), json(spec.precision));
-  differ("model", at(ck.spec, "model"), at(now, "model"));
+  auto model = [&](const json& j) {  // the storage layout does not change the saved state (logical layout)
+    json m = at(j, "model");
+    if (m.is_object()) m.erase("weight_layout");
+    return m;
+  };
+  differ("model", model(ck.spec), model(now));
   differ("optimizer", at(ck.spec, "optimizer"), at(now, "optimizer"));
   differ("scheduler", at(ck.spec, "scheduler"), at(now, "scheduler"));
   if (!spec.scheduler.type.empty() && ck.lr_timing != "deepspeed")

@@ -292,6 +292,7 @@ Spec parse_spec(const json& j, const std::string& source) {
     f.integer("context", s.model.context, 1, 8192);
     f.str("pool", s.model.pool, {"mean", "max", "last"});
     f.str("head", s.model.head, {"linear", "generative"});
+    f.str("weight_layout", s.model.weight_layout, {"auto", "in_out", "out_in"});
     f.finish();
     if (s.model.n_embd % s.model.n_head)
       f.fail("model.n_embd", std::to_string(s.model.n_embd) + " is not a multiple of model.n_head (" +
@@ -486,6 +487,7 @@ json Spec::to_json() const {
   // absent without a schedule (with the default head): older checkpoints' specs compare equal
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler, peak_lr());
   if (model.head != "linear") j["model"]["head"] = model.head;
+  if (model.weight_layout != "auto") j["model"]["weight_layout"] = model.weight_layout;  // absent: auto
   if (zenflow.reset_host_moments) j["zenflow"]["reset_host_moments"] = true;
   if (zenflow.deepspeed_rules()) j["zenflow"]["semantics"] = zenflow.semantics;  // absent: "zenflow"
   if (gradient_clipping > 0) j["gradient_clipping"] = gradient_clipping;

@@ -52,6 +52,11 @@ struct Spec {
     // gpt-classifier: linear (a classification layer on the pooled output) | generative (Bayes'
     // rule over the language model conditioned on a class byte; docs/gpt.md)
     std::string head = "linear";
+    // How 2-D weights are stored (docs/zenflow.md, "Weight layout"): in_out (transposed, a column
+    // contiguous for ZenFlow's selective step) | out_in | auto (the MLP in_out; the GPT's block
+    // weights in_out under zenflow, out_in otherwise). Storage only: saved weights, checkpoints
+    // and --init files keep the logical (out, in) layout, and a checkpoint resumes under any value.
+    std::string weight_layout = "auto";
   } model;
 
   struct Data {

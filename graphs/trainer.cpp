@@ -43,6 +43,7 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
     c.init_seed = spec.model.init_seed;
     c.batch_size = spec.train.batch_size;
     c.eval_batch_size = spec.train.eval_batch_size;
+    c.weights_in_out = spec.model.weight_layout != "out_in";
     return std::make_unique<MlpClassifier>(c, std::move(d.train), std::move(d.test), status);
   }
   if (spec.model.type == "gpt" || spec.model.type == "gpt-classifier") {  // docs/gpt.md
@@ -55,6 +56,10 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
     c.batch_size = spec.train.batch_size;
     c.eval_batch_size = spec.train.eval_batch_size;
     c.eval_limit = spec.data.eval_limit;
+    // (in, out) where ZenFlow's selective step gains from it; the other strategies keep the (out,
+    // in) layout, whose matmuls the device-adam step is tuned on (docs/zenflow.md)
+    c.weights_in_out = spec.model.weight_layout == "in_out" ||
+                       (spec.model.weight_layout == "auto" && spec.strategy == "zenflow");
     const std::string where = spec.source + ": data.path";
     int64_t units = 0;
     std::unique_ptr<Workload> w;

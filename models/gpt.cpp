@@ -37,16 +37,21 @@ struct GptBody::Acts {
   Tensor dfch, dfcg;                        // (BT, 4C)
 };
 
-Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float v, bool normal) {
-  Param p{name, Tensor::home(shape, name), Tensor::lazy(shape, name + ".grad")};
+Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float v, bool normal, bool in_out) {
+  in_out = in_out && shape.size() == 2;
+  const std::vector<int64_t> stored = in_out ? std::vector<int64_t>{shape[1], shape[0]} : shape;
+  Param p{name, Tensor::home(stored, name), Tensor::lazy(stored, name + ".grad"), in_out};
   float* d = p.value.data();
-  for (size_t i = 0; i < p.value.numel(); ++i) d[i] = normal ? (float)(v * rng.normal()) : v;
+  const size_t R = (size_t)shape[0], C = in_out ? (size_t)shape[1] : 1;
+  for (size_t i = 0; i < p.value.numel(); ++i)  // logical element (r, c) = i in (out, in) order
+    d[in_out ? (i % C) * R + i / C : i] = normal ? (float)(v * rng.normal()) : v;
   return p;
 }
 
 GptBody::GptBody(const GptConfig& c, Rng& rng) : cfg_(c) {
   const int64_t C = c.n_embd;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * (float)c.n_layer);
+  const bool t = c.weights_in_out;
   params_.reserve(2 + 12 * (size_t)c.n_layer + 2);
   params_.push_back(gpt_param("wte", {c.vocab, C}, rng, std, true));
   params_.push_back(gpt_param("wpe", {c.context, C}, rng, std, true));
@@ -54,15 +59,15 @@ GptBody::GptBody(const GptConfig& c, Rng& rng) : cfg_(c) {
     const std::string h = "h." + std::to_string(l) + ".";
     params_.push_back(gpt_param(h + "ln_1.weight", {C}, rng, 1.0f, false));
     params_.push_back(gpt_param(h + "ln_1.bias", {C}, rng, 0.0f, false));
-    params_.push_back(gpt_param(h + "attn.c_attn.weight", {3 * C, C}, rng, std, true));
+    params_.push_back(gpt_param(h + "attn.c_attn.weight", {3 * C, C}, rng, std, true, t));
     params_.push_back(gpt_param(h + "attn.c_attn.bias", {3 * C}, rng, 0.0f, false));
-    params_.push_back(gpt_param(h + "attn.c_proj.weight", {C, C}, rng, proj_std, true));
+    params_.push_back(gpt_param(h + "attn.c_proj.weight", {C, C}, rng, proj_std, true, t));
     params_.push_back(gpt_param(h + "attn.c_proj.bias", {C}, rng, 0.0f, false));
     params_.push_back(gpt_param(h + "ln_2.weight", {C}, rng, 1.0f, false));
     params_.push_back(gpt_param(h + "ln_2.bias", {C}, rng, 0.0f, false));
-    params_.push_back(gpt_param(h + "mlp.c_fc.weight", {4 * C, C}, rng, std, true));
+    params_.push_back(gpt_param(h + "mlp.c_fc.weight", {4 * C, C}, rng, std, true, t));
     params_.push_back(gpt_param(h + "mlp.c_fc.bias", {4 * C}, rng, 0.0f, false));
-    params_.push_back(gpt_param(h + "mlp.c_proj.weight", {C, 4 * C}, rng, proj_std, true));
+    params_.push_back(gpt_param(h + "mlp.c_proj.weight", {C, 4 * C}, rng, proj_std, true, t));
     params_.push_back(gpt_param(h + "mlp.c_proj.bias", {C}, rng, 0.0f, false));
   }
   params_.push_back(gpt_param("ln_f.weight", {C}, rng, 1.0f, false));
@@ -131,18 +136,19 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
     Acts::Layer& L = a.layers[l];
     const std::string n = "fwd.h" + std::to_string(l) + ".";
     auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
+    auto io = [&](int k) { return blk(l, k).in_out; };
     insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), L.ln1, L.ln1_mean, L.ln1_rstd);
-    insert_matmul_fwd(o.named(n + "c_attn"), L.ln1, v(kAttnW), L.qkv);
+    insert_matmul_fwd(o.named(n + "c_attn"), L.ln1, v(kAttnW), L.qkv, io(kAttnW));
     insert_bias_add(o.named(n + "c_attn.bias"), L.qkv, v(kAttnB));
     insert_attention_fwd(o.named(n + "attention"), L.qkv, L.atty, L.att, nullptr);
-    insert_matmul_fwd(o.named(n + "attn.c_proj"), L.atty, v(kAttnProjW), L.res1);
+    insert_matmul_fwd(o.named(n + "attn.c_proj"), L.atty, v(kAttnProjW), L.res1, io(kAttnProjW));
     insert_bias_add(o.named(n + "attn.c_proj.bias"), L.res1, v(kAttnProjB));
     insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), *r, whole(*r), 1.0f);
     insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), L.ln2, L.ln2_mean, L.ln2_rstd);
-    insert_matmul_fwd(o.named(n + "c_fc"), L.ln2, v(kFcW), L.fch);
+    insert_matmul_fwd(o.named(n + "c_fc"), L.ln2, v(kFcW), L.fch, io(kFcW));
     insert_bias_add(o.named(n + "c_fc.bias"), L.fch, v(kFcB));
     insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, L.fcg);
-    insert_matmul_fwd(o.named(n + "mlp.c_proj"), L.fcg, v(kMlpProjW), L.res2);
+    insert_matmul_fwd(o.named(n + "mlp.c_proj"), L.fcg, v(kMlpProjW), L.res2, io(kMlpProjW));
     insert_bias_add(o.named(n + "mlp.c_proj.bias"), L.res2, v(kMlpProjB));
     insert_accumulate(o.named(n + "residual_2"), L.res2, whole(L.res2), L.res1, whole(L.res1), 1.0f);
     r = &L.res2;
@@ -167,24 +173,24 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     const std::string n = "bwd.h" + std::to_string(l) + ".";
     auto P = [&](int k) -> Param& { return blk(l, k); };
     // MLP: r2 = r1 + gelu(LN(r1) Wfc^T + bfc) Wp^T + bp
-    insert_matmul_bwd_weight(o.named(n + "mlp.c_proj.dw"), *dA, L.fcg, P(kMlpProjW).grad);
+    insert_matmul_bwd_weight(o.named(n + "mlp.c_proj.dw"), *dA, L.fcg, P(kMlpProjW).grad, P(kMlpProjW).in_out);
     insert_bias_grad(o.named(n + "mlp.c_proj.db"), *dA, P(kMlpProjB).grad);
-    insert_matmul_bwd_data(o.named(n + "mlp.c_proj.dx"), *dA, P(kMlpProjW).value, a.dfcg);
+    insert_matmul_bwd_data(o.named(n + "mlp.c_proj.dx"), *dA, P(kMlpProjW).value, a.dfcg, P(kMlpProjW).in_out);
     insert_act_bwd(o.named(n + "gelu"), Activation::Gelu, L.fch, a.dfcg, a.dfch);
-    insert_matmul_bwd_weight(o.named(n + "c_fc.dw"), a.dfch, L.ln2, P(kFcW).grad);
+    insert_matmul_bwd_weight(o.named(n + "c_fc.dw"), a.dfch, L.ln2, P(kFcW).grad, P(kFcW).in_out);
     insert_bias_grad(o.named(n + "c_fc.db"), a.dfch, P(kFcB).grad);
-    insert_matmul_bwd_data(o.named(n + "c_fc.dx"), a.dfch, P(kFcW).value, a.dln);
+    insert_matmul_bwd_data(o.named(n + "c_fc.dx"), a.dfch, P(kFcW).value, a.dln, P(kFcW).in_out);
     insert_layernorm_bwd(o.named(n + "ln_2"), a.dln, L.res1, L.ln2_mean, L.ln2_rstd, P(kLn2W).value, *dB,
                          P(kLn2W).grad, P(kLn2B).grad);
     insert_accumulate(o.named(n + "residual_2"), *dB, whole(*dB), *dA, whole(*dA), 1.0f);
     // attention: r1 = r + attn(LN(r) Wqkv^T + bqkv) Wo^T + bo
-    insert_matmul_bwd_weight(o.named(n + "attn.c_proj.dw"), *dB, L.atty, P(kAttnProjW).grad);
+    insert_matmul_bwd_weight(o.named(n + "attn.c_proj.dw"), *dB, L.atty, P(kAttnProjW).grad, P(kAttnProjW).in_out);
     insert_bias_grad(o.named(n + "attn.c_proj.db"), *dB, P(kAttnProjB).grad);
-    insert_matmul_bwd_data(o.named(n + "attn.c_proj.dx"), *dB, P(kAttnProjW).value, a.datty);
+    insert_matmul_bwd_data(o.named(n + "attn.c_proj.dx"), *dB, P(kAttnProjW).value, a.datty, P(kAttnProjW).in_out);
     insert_attention_bwd(o.named(n + "attention"), a.datty, L.qkv, L.att, a.dqkv, nullptr);
-    insert_matmul_bwd_weight(o.named(n + "c_attn.dw"), a.dqkv, L.ln1, P(kAttnW).grad);
+    insert_matmul_bwd_weight(o.named(n + "c_attn.dw"), a.dqkv, L.ln1, P(kAttnW).grad, P(kAttnW).in_out);
     insert_bias_grad(o.named(n + "c_attn.db"), a.dqkv, P(kAttnB).grad);
-    insert_matmul_bwd_data(o.named(n + "c_attn.dx"), a.dqkv, P(kAttnW).value, a.dln);
+    insert_matmul_bwd_data(o.named(n + "c_attn.dx"), a.dqkv, P(kAttnW).value, a.dln, P(kAttnW).in_out);
     insert_layernorm_bwd(o.named(n + "ln_1"), a.dln, in, L.ln1_mean, L.ln1_rstd, P(kLn1W).value, *dA,
                          P(kLn1W).grad, P(kLn1B).grad);
     insert_accumulate(o.named(n + "residual_1"), *dA, whole(*dA), *dB, whole(*dB), 1.0f);

@@ -2,7 +2,8 @@
 // pre-LayerNorm blocks (causal multi-head self-attention, then a 4x GELU MLP, each added to the
 // residual stream), a final LayerNorm and an untied LM head (lm_head.weight (256, C), no bias).
 // Parameter names and shapes follow GPT-2 (wte, wpe, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight,
-// ...), with 2-D weights stored (out_features, in_features) like the MLP's. Initialisation as
+// ...), with 2-D weights (out_features, in_features) like the MLP's (the blocks' four Linear weights
+// stored transposed under GptConfig::weights_in_out, Param::in_out). Initialisation as
 // GPT-2: weights normal(0, 0.02), the two residual projections per block 0.02 / sqrt(2 n_layer),
 // biases 0, LayerNorm gains 1. docs/gpt.md; the naive reference is tests/reference/gpt_ref.hpp.
 #pragma once
@@ -24,6 +25,11 @@ struct GptConfig {
   int batch_size = 16;
   int eval_batch_size = 16;
   int64_t eval_limit = 0;  // evaluation windows / examples (0: all; else evenly spaced)
+  // Store the blocks' Linear weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) transposed,
+  // (in, out) (Param::in_out): a column is contiguous for ZenFlow's selective step
+  // (docs/zenflow.md). The same initial values and logical weights; wte, wpe and the heads keep
+  // (rows, C) (the embeddings read rows). make_workload sets it from model.weight_layout.
+  bool weights_in_out = false;
 };
 
 // The transformer without its head: parameters and one batch's forward (to the final
@@ -64,8 +70,9 @@ class GptBody {
 // Shared by the language model and the classifier: "GPT 4x128, 4 heads, context 128, N parameters"
 std::string describe_gpt(const GptConfig& c, size_t parameters);
 // A parameter tensor initialised normal(0, std) (2-D) or constant (1-D).
+// in_out: a 2-D (out, in) shape stored (in, out), the values drawn in the logical (out, in) order.
 Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float std_or_value,
-                bool normal);
+                bool normal, bool in_out = false);
 
 // The next-byte head's buffers for one batch size B (the language model's and the generative
 // classifier's): tokens (B, T) and targets (B*T) int32, double-buffered by step slot; logits,

@@ -19,7 +19,8 @@ struct MlpConfig {
   int eval_batch_size = 1000;
   // Store the weights transposed, (in, out) (Param::in_out): a column is contiguous for ZenFlow's
   // selective step (docs/zenflow.md). The same initial values, the same logical weights; every
-  // strategy uses the same layout, so that their results compare bitwise.
+  // strategy uses the same layout, so that their results compare bitwise (model.weight_layout
+  // out_in, read by make_workload, turns it off).
   bool weights_in_out = true;
 };
 

@@ -110,18 +110,18 @@ Spec tiny_gpt_spec(const std::string& type, const std::string& dataset, const st
 ref::GptRef::Params randomize(Workload& wl, uint64_t seed) {
   Rng r(seed);
   ref::GptRef::Params out;
-  for (Param* p : wl.params()) {
-    p->value.acquire_write();
-    float* d = p->value.data();
+  for (Param* p : wl.params()) {  // in the logical layout (a weight stored (in, out) transposed in)
+    std::vector<float> d(p->value.numel());
     const bool gain = p->name.find("ln_") != std::string::npos && p->name.find(".weight") != std::string::npos;
-    for (size_t i = 0; i < p->value.numel(); ++i) d[i] = (float)((gain ? 1.0 : 0.0) + 0.4 * r.normal());
-    out[p->name].assign(d, d + p->value.numel());
-    p->value.release();
+    for (size_t i = 0; i < d.size(); ++i) d[i] = (float)((gain ? 1.0 : 0.0) + 0.4 * r.normal());
+    set_logical_values(*p, d.data());
+    out[p->name].assign(d.begin(), d.end());
   }
   return out;
 }
 
-// Every gradient of the workload, copied into home tensors through the codelet layer.
+// Every gradient of the workload, copied into home tensors through the codelet layer, in the
+// logical layout.
 std::map<std::string, std::vector<float>> read_grads(Runtime& rt, Workload& wl) {
   std::vector<Tensor> copies;
   for (Param* p : wl.params()) {
@@ -131,7 +131,11 @@ std::map<std::string, std::vector<float>> read_grads(Runtime& rt, Workload& wl) 
   rt.wait_all();
   std::map<std::string, std::vector<float>> g;
   auto params = wl.params();
-  for (size_t i = 0; i < params.size(); ++i) g[params[i]->name].assign(copies[i].data(), copies[i].data() + copies[i].numel());
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<float>& v = g[params[i]->name];
+    v.assign(copies[i].data(), copies[i].data() + copies[i].numel());
+    if (params[i]->in_out) transpose(copies[i].data(), params[i]->cols(), params[i]->rows(), v.data());
+  }
   return g;
 }
 
@@ -166,10 +170,13 @@ RuntimeConfig rt_config(const std::string& sched = "lws") {
   return c;
 }
 
-TEST(GptEngine, LanguageModelStepMatchesDoubleReference) {
+// One step of the language model against the double reference, its weights stored as `layout`
+// (model.weight_layout) says.
+void lm_step_matches_reference(const std::string& layout) {
   TempDir dir;
   const std::string text = fixture_text();
   Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", text));
+  s.model.weight_layout = layout;
   Runtime rt(rt_config());
   auto wl = make_workload(s, &rt.tracker().status());
   ref::GptRef model({2, 2, 16, 256}, randomize(*wl, 11));
@@ -192,6 +199,61 @@ TEST(GptEngine, LanguageModelStepMatchesDoubleReference) {
   EXPECT_EQ(st[2], (double)(B * T)) << "the loss is per token";
   EXPECT_NEAR(st[0] / st[2], loss, 1e-5 * loss);
   expect_grads_match(grads, g);
+}
+
+TEST(GptEngine, LanguageModelStepMatchesDoubleReference) { lm_step_matches_reference("auto"); }  // (out, in)
+
+// ------------------------------------------------------------------ the (in, out) storage
+
+// The blocks' four Linear weights stored (in, out) (model.weight_layout in_out, the default under
+// zenflow; docs/zenflow.md): the same step, every gradient within the reference's tolerance (a
+// weight or gradient read in the wrong layout is off at the 1e-1 level).
+TEST(GptLayout, InOutStepMatchesDoubleReference) { lm_step_matches_reference("in_out"); }
+
+// Which weights are stored (in, out) under each layout and strategy, and the same initial values
+// in the logical layout whatever the storage (drawn in (out, in) order).
+TEST(GptLayout, BlockWeightsInOutUnderZenflowSameInitialValues) {
+  TempDir dir;
+  const std::string text = dir.write("t.txt", fixture_text()), kjv = dir.write("kjv.txt", fixture_kjv());
+  Runtime rt(rt_config());
+  for (const std::string type : {"gpt", "gpt-classifier"}) {
+    SCOPED_TRACE(type);
+    Spec s = tiny_gpt_spec(type, type == "gpt" ? "text" : "kjv", type == "gpt" ? text : kjv);
+    std::map<std::string, std::vector<float>> init[2];
+    for (const char* strategy : {"device-adam", "zero-offload", "zenflow"})
+      for (const char* layout : {"auto", "in_out", "out_in"}) {
+        SCOPED_TRACE(std::string(strategy) + " " + layout);
+        s.strategy = strategy;
+        s.model.weight_layout = layout;
+        const bool io = s.model.weight_layout == "in_out" || (s.model.weight_layout == "auto" && s.strategy == "zenflow");
+        auto wl = make_workload(s, &rt.tracker().status());
+        int stored_in_out = 0;
+        for (Param* p : wl->params()) {
+          SCOPED_TRACE(p->name);
+          const std::string& n = p->name;
+          const bool block_weight = n.rfind("h.", 0) == 0 && n.find(".ln_") == std::string::npos &&
+                                    n.compare(n.size() - 7, 7, ".weight") == 0;
+          EXPECT_EQ(p->in_out, io && block_weight);
+          if (p->in_out) {
+            ++stored_in_out;
+            EXPECT_EQ(p->value.shape(), (std::vector<int64_t>{p->cols(), p->rows()}));
+            EXPECT_EQ(p->grad.shape(), p->value.shape());
+          }
+          if (n.find("c_attn.weight") != std::string::npos) {
+            EXPECT_EQ(p->logical_shape(), (std::vector<int64_t>{48, 16}));  // (out, in) = (3C, C)
+          }
+          if (n.find("mlp.c_proj.weight") != std::string::npos) {
+            EXPECT_EQ(p->logical_shape(), (std::vector<int64_t>{16, 64}));  // (C, 4C)
+          }
+          std::vector<float> v = logical_values(*p);
+          auto& seen = init[io][n];
+          if (seen.empty()) seen = v;
+          EXPECT_EQ(v, seen) << "the same initial values each time";
+        }
+        EXPECT_EQ(stored_in_out, io ? 4 * 2 : 0);  // 2 blocks of 4 Linear weights
+      }
+    EXPECT_EQ(init[0], init[1]) << "the same logical initial values in both layouts";
+  }
 }
 
 class GptClassifierStep : public ::testing::TestWithParam<std::string> {};
@@ -778,6 +840,14 @@ TEST(GptSpec, FieldsAndErrors) {
                      {"x.json: data.labels", "testament"});
   expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt", "context": 0}, "data": {"dataset": "kjv"}})"), "x.json"); },
                      {"x.json: model.context"});
+  // model.weight_layout: absent from the JSON at its default, round-trips otherwise
+  EXPECT_EQ(s.model.weight_layout, "auto");
+  EXPECT_FALSE(s.to_json()["model"].contains("weight_layout"));
+  Spec l = parse_spec(json::parse(R"({"model": {"type": "gpt", "weight_layout": "in_out"}, "data": {"dataset": "kjv"}})"), "x.json");
+  EXPECT_EQ(l.model.weight_layout, "in_out");
+  EXPECT_EQ(parse_spec(l.to_json(), "round-trip").model.weight_layout, "in_out");
+  expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt", "weight_layout": "transposed"}, "data": {"dataset": "kjv"}})"), "x.json"); },
+                     {"x.json: model.weight_layout", "out_in"});
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 # the repeats, the ratios) into $OUT (default ./out).
 #   BEFORE=/path/to/old/zenflow-run bash experiments/zenflow-layout/run.sh
 # env: REPEATS (3), STEPS (600, headline), KNOB_STEPS (400), SKIP_KNOBS=1, AFTER (build/zenflow-run)
+# The GPT (one build, both layouts through model.weight_layout): gpt.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/out}"

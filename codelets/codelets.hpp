@@ -79,7 +79,7 @@ void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Te
 // x = fp32(bf16(x)) (precision "bf16": device parameters and gradients hold bf16 values)
 void insert_round_bf16(const SubmitOptions& opt, const Tensor& x);
 // x = fp32(fp16(x)) (precision "fp16"); overflow (one uint32, RW) is set to 1 when a rounded value is
-// inf or NaN, else left as it is (the loss scaler's overflow check, graphs/loss_scaler.hpp)
+// inf or NaN, else left as it is (the loss scaler's overflow check, graphs/train/loss_scaler.hpp)
 void insert_round_fp16(const SubmitOptions& opt, const Tensor& x, const Tensor& overflow);
 // x *= s
 void insert_scale(const SubmitOptions& opt, const Tensor& x, float s);
@@ -119,7 +119,7 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
 void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out,
                       bool in_out = false);
 
-// ---- gradient clipping (clip.cpp, docs/spec.md "gradient_clipping", graphs/clip.hpp)
+// ---- gradient clipping (clip.cpp, docs/spec.md "gradient_clipping", graphs/strategies/clip.hpp)
 // partial[slot] (doubles) = sum of x[xs]^2
 void insert_sumsq(const SubmitOptions& opt, const Tensor& x, Slice xs, const Tensor& partial, size_t slot);
 // One clip point's result, logged by the CPU factor task (a CUDA one is read back instead).

@@ -81,7 +81,7 @@ class Workload {
   virtual bool optional_on_init(const std::string& name) const { return false; }
   // --init: a tensor of the file this model does not have and may ignore (e.g. lm_head.weight).
   virtual bool ignorable_on_init(const std::string& name) const { return false; }
-  // Precision "fp16" (graphs/loss_scaler.hpp): the training loss of the steps submitted from now on
+  // Precision "fp16" (graphs/train/loss_scaler.hpp): the training loss of the steps submitted from now on
   // is multiplied by `scale` (the backward starts from scale / rows instead of 1 / rows), so every
   // gradient comes out multiplied by it; the reported loss is not scaled.
   void set_loss_scale(float scale) { loss_scale_ = scale; }

@@ -17,7 +17,7 @@
 #ifdef ZF_USE_NCCL
 #include <cuda_runtime_api.h>
 
-#include "codelets/kernels/cuda/allreduce.hpp"  // NCCL, loaded at run time
+#include "runtime/nccl.hpp"  // loaded at run time
 #endif
 
 namespace zf {
@@ -54,7 +54,7 @@ Comm::Comm(int* argc, char*** argv) {
 
 Comm::~Comm() {
 #ifdef ZF_USE_NCCL
-  if (nccl_) kernels::cuda::nccl_api(nullptr)->comm_destroy(static_cast<ncclComm_t>(nccl_));
+  if (nccl_) nccl_api(nullptr)->comm_destroy(static_cast<ncclComm_t>(nccl_));
 #endif
 #ifdef ZF_USE_MPI
   if (mpi_) MPI_Finalize();
@@ -185,7 +185,7 @@ void Comm::init_nccl(int device) {
 #ifdef ZF_USE_NCCL
   if (size_ == 1 || nccl_) return;
   const char* err = nullptr;
-  const kernels::cuda::NcclApi* nc = kernels::cuda::nccl_api(&err);
+  const NcclApi* nc = nccl_api(&err);
   if (!nc) throw Error(std::string("data parallelism across GPUs: ") + err);
   ncclUniqueId id{};
   if (rank_ == 0)

@@ -10,11 +10,10 @@
 #include <cstring>
 #include <iostream>
 
-#include "codelets/kernels/cpu/kernels.hpp"
-#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/parallel.hpp"
 #include "runtime/sched_deadline.hpp"
 #ifdef ZF_USE_CUDA
-#include "codelets/kernels/cuda/kernels.hpp"
+#include "runtime/cuda_device.hpp"
 #endif
 
 namespace zf {
@@ -143,13 +142,13 @@ bool Runtime::is_policy(const std::string& name) {
 int Runtime::max_cpu_workers() { return STARPU_MAXCPUS; }
 
 Runtime::TileCounts Runtime::tile_counts() {
-  const kernels::cpu::ParallelStats s = kernels::cpu::parallel_stats();
+  const ParallelStats s = parallel_stats();
   return {(uint64_t)s.tiles, (uint64_t)s.helped};
 }
 
 int Runtime::cuda_devices() {
 #ifdef ZF_USE_CUDA
-  return kernels::cuda::device_count();
+  return cuda_device_count();
 #else
   return 0;
 #endif
@@ -196,7 +195,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   if (ncpu > STARPU_MAXCPUS)
     throw Error(std::to_string(ncpu) + " CPU workers requested; this StarPU build starts at most " +
                 std::to_string(STARPU_MAXCPUS) + " (STARPU_MAXCPUS)");
-  kernels::cpu::blas_single_thread();
+  blas_single_thread();
   deadline_policy_set_idle({}, {});  // nothing sleeps or helps until our policy's contexts exist
 
   starpu_conf conf;
@@ -233,7 +232,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     }
 #ifdef ZF_USE_CUDA
     starpu_cublas_init();  // one cuBLAS handle per CUDA worker, bound to its stream
-    if (const char* e = kernels::cuda::configure_memory_pools())
+    if (const char* e = cuda_keep_memory_pools())
       std::cerr << "zenflow: CUDA memory pools left as they are: " << e << "\n";
 #endif
     device_workers_.assign(gpus_ids, gpus_ids + ncuda);

@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/parallel.hpp"
 #include "runtime/task.hpp"
 
 namespace zf {
@@ -34,7 +34,7 @@ inline void cpu_relax() {
 // Per-worker state of the sleep (indexed by StarPU worker id).
 struct WorkerState {
   std::atomic<bool> may_sleep{false};  // CPU worker of a run without CUDA workers
-  std::atomic<bool> helps{false};      // takes tiles of kernels::cpu::parallel_for while idle
+  std::atomic<bool> helps{false};      // takes tiles of parallel_for while idle
 };
 WorkerState wstate[STARPU_NMAXWORKERS];
 
@@ -183,13 +183,13 @@ starpu_task* try_pop(Queue& q, unsigned ctx, int me) {
 // Work this worker could take now: a task pushed since it last looked, or tiles to help with.
 bool has_work(Queue& q, int me) {
   if (q.ntasks.load(std::memory_order_acquire) > 0 && !q.waiting[me].load(std::memory_order_acquire)) return true;
-  return wstate[me].helps.load(std::memory_order_relaxed) && kernels::cpu::parallel_job_open();
+  return wstate[me].helps.load(std::memory_order_relaxed) && parallel_job_open();
 }
 
 bool help(int me) {
-  if (!wstate[me].helps.load(std::memory_order_relaxed) || !kernels::cpu::parallel_job_open()) return false;
+  if (!wstate[me].helps.load(std::memory_order_relaxed) || !parallel_job_open()) return false;
   starpu_worker_relax_on();  // others may lock this worker meanwhile (as around any wait in pop)
-  const bool ran = kernels::cpu::parallel_help();
+  const bool ran = parallel_help();
   starpu_worker_relax_off();
   return ran;
 }
@@ -266,8 +266,8 @@ void deadline_policy_set_idle(const std::vector<int>& sleepers, const std::vecto
       ++n;
     }
   // one helper alone is the caller itself: its kernels run their tiles in order
-  kernels::cpu::set_parallel_wake_hook(n > 1 ? wake_all : nullptr);
-  kernels::cpu::set_parallel_helpers(n > 1 ? n : 0);
+  set_parallel_wake_hook(n > 1 ? wake_all : nullptr);
+  set_parallel_helpers(n > 1 ? n : 0);
   wake_all();
 }
 

@@ -8,7 +8,7 @@
 // StarPU's own policies do not.
 // Idle CPU workers sleep inside the policy's pop (Debian's StarPU 1.3 is built with non-blocking
 // drivers: its workers would otherwise spin), woken by a push or by a kernel's tiles to help with
-// (codelets/kernels/cpu/parallel.hpp); docs/architecture.md, "Idle workers".
+// (runtime/parallel.hpp); docs/architecture.md, "Idle workers".
 #pragma once
 #include <starpu.h>
 

@@ -10,7 +10,7 @@ mkdir -p "$work/starpu-home"
 export STARPU_HOME="$work/starpu-home"  # this test's own calibration files
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
 echo "consumer_test: installed $(find "$work/prefix" -type f | wc -l) files into $work/prefix"
-for f in bin/zenflow-run lib/cmake/zenflow/zenflowConfig.cmake include/zenflow/graphs/trainer.hpp share/zenflow/specs/mlp-fashion.json; do
+for f in bin/zenflow-run lib/cmake/zenflow/zenflowConfig.cmake include/zenflow/graphs/train/trainer.hpp share/zenflow/specs/mlp-fashion.json; do
   [ -e "$work/prefix/$f" ] || { echo "consumer_test: $f was not installed"; exit 1; }
 done
 "$work/prefix/bin/zenflow-run" --help >/dev/null

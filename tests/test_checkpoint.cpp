@@ -14,8 +14,8 @@
 #include <climits>
 #include <functional>
 
-#include "graphs/checkpoint.hpp"
-#include "graphs/spec.hpp"
+#include "graphs/train/checkpoint.hpp"
+#include "graphs/spec/spec.hpp"
 #include "test_helpers.hpp"
 
 namespace zf::test {
@@ -413,9 +413,9 @@ TEST_F(BadCheckpoint, StaleTemporariesOfDeadWritersAreRemoved) {
 
 // The weight layout is storage only (model.weight_layout, docs/zenflow.md): a zenflow checkpoint
 // holds the logical (out, in) layout, so one written with the blocks' weights stored (in, out)
-// resumes with them stored (out, in), and the other way round. The two layouts round the forward
-// and the data gradient differently, so the resumed run is not bitwise the one that kept the
-// layout: it must agree with it to within what three steps of that rounding make (measured at most
+// resumes with them stored (out, in), and the other way round. The two layouts take different
+// BLAS calls (docs/zenflow.md), which round differently, so the resumed run is not bitwise the one
+// that kept the layout, on any OpenBLAS kernel: it must agree with it to within what three steps of that rounding make (measured at most
 // 5e-6 of a tensor's largest value, on h.0.attn.c_attn.bias, which starts at 0; 4e-8 on the
 // weights), so the bound 1e-4 is wider than the default by that, and still far below what a weight
 // or moment read transposed or out of place makes (the order of the values themselves).

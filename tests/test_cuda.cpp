@@ -25,6 +25,7 @@
 #include "codelets/kernels/cuda/kernels.hpp"
 #ifdef ZF_USE_NCCL
 #include "codelets/kernels/cuda/allreduce.hpp"
+#include "runtime/cuda_device.hpp"
 #endif
 #include "models/rng.hpp"
 #include "test_helpers.hpp"
@@ -123,7 +124,7 @@ class Dev {
 class Cuda : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (gpu::device_count() == 0)
+    if (cuda_device_count() == 0)
       GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount sees none): the CUDA kernels are built but not run here";
     ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
     ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
@@ -711,7 +712,7 @@ TEST_F(Fp16, CudaBitwiseEqualsCpu) {
 // runs wherever libnccl.so.2 is on the loader's path (the CUDA 13 toolkit's lib/ is, here).
 TEST(Nccl, LoadsAtRunTimeWithEverySymbol) {
   const char* err = nullptr;
-  const gpu::NcclApi* nc = gpu::nccl_api(&err);
+  const NcclApi* nc = nccl_api(&err);
   if (!nc) GTEST_SKIP() << err;
   EXPECT_NE(nc->get_unique_id, nullptr);
   EXPECT_NE(nc->comm_init_rank, nullptr);

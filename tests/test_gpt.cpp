@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "graphs/spec.hpp"
-#include "graphs/trainer.hpp"
+#include "graphs/spec/spec.hpp"
+#include "graphs/train/trainer.hpp"
+#include "models/weights.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_classifier.hpp"
 #include "models/safetensors.hpp"

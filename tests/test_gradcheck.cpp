@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/parallel.hpp"
 #include "tests/reference/reference.hpp"
 
 namespace {
@@ -293,7 +294,7 @@ TEST(GradCheck, MlpChain) {
 // float inputs. Matmul-like results use the norm-scaled residual, elementwise ones atol/rtol.
 
 TEST(KernelBackward, LinearMatchesReference) {
-  cpu::blas_single_thread();
+  zf::blas_single_thread();
   for (auto [B, K, N] : {std::tuple{1, 1, 1}, std::tuple{22, 55, 64}, std::tuple{64, 1000, 55},
                          std::tuple{1000, 22, 64}}) {
     SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
@@ -351,7 +352,7 @@ TEST(KernelBackward, SoftmaxXentMatchesReference) {
 // norms times the total reduction length along the path (B + K + H + C), with C + 16 for the
 // softmax rows (logit range here stays well under 16).
 TEST(KernelBackward, MlpChainMatchesReference) {
-  cpu::blas_single_thread();
+  zf::blas_single_thread();
   const int B = 64, K = 55, H = 100, C = 22;
   Mlp m = Mlp::make(B, K, H, C, 90);
   // round the double parameters to float first, so both sides start from the same values

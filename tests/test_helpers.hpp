@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec.hpp"
-#include "graphs/trainer.hpp"
+#include "graphs/spec/spec.hpp"
+#include "graphs/train/trainer.hpp"
 #include "models/workload.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"

@@ -14,8 +14,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "graphs/memory_estimate.hpp"
-#include "graphs/spec.hpp"
+#include "graphs/train/memory_estimate.hpp"
+#include "graphs/spec/spec.hpp"
 #include "models/idx.hpp"
 #include "models/text.hpp"
 #include "runtime/calibration.hpp"

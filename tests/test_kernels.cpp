@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/parallel.hpp"
 #include "codelets/kernels/fp16.hpp"
 #include "tests/reference/bf16_ref.hpp"
 #include "tests/reference/fp16_ref.hpp"
@@ -133,7 +134,7 @@ std::vector<Shape> matmul_shapes() {
 
 class Matmul : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { cpu::blas_single_thread(); }
+  static void SetUpTestSuite() { zf::blas_single_thread(); }
 };
 
 TEST_F(Matmul, FwdMatchesReference) {

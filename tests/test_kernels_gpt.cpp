@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/parallel.hpp"
 #include "tests/reference/gpt_ref.hpp"
 
 namespace {
@@ -229,7 +230,7 @@ TEST(GptKernels, LayerNormMatchesReference) {
 }
 
 TEST(GptKernels, AttentionMatchesReference) {
-  cpu::blas_single_thread();
+  zf::blas_single_thread();
   for (auto [B, T, C, NH] : {std::tuple{1, 1, 4, 1}, std::tuple{2, 7, 12, 3}, std::tuple{2, 22, 64, 4},
                              std::tuple{1, 55, 32, 2}, std::tuple{1, 64, 64, 1},
                              // across the kernel's 64-row causal blocks: one row past, a partial

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <map>
 
-#include "graphs/checkpoint.hpp"
-#include "graphs/spec.hpp"
+#include "graphs/train/checkpoint.hpp"
+#include "graphs/spec/spec.hpp"
 #include "test_helpers.hpp"
 
 namespace zf::test {

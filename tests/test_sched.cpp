@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/parallel.hpp"
 #include "runtime/sched_deadline.hpp"
 #include "runtime/task.hpp"
 #include "test_helpers.hpp"
@@ -191,14 +191,14 @@ TEST(ZfDeadline, OtherPoliciesLeaveNobodyAsleepInOurs) {
   EXPECT_EQ(deadline_policy_sleep_stats().sleeps, sleeps);
 }
 
-// Tiles of a device kernel (kernels::cpu::parallel_for) are taken by an idle worker: two tiles
+// Tiles of a device kernel (parallel_for) are taken by an idle worker: two tiles
 // that each wait until both have started can only end if a second thread runs one of them.
 std::atomic<int> tiles_started{0};
 std::atomic<bool> tiles_met{false};
 void two_tiles_cpu(void*[], void*) {
   tiles_started = 0;
   tiles_met = true;
-  kernels::cpu::parallel_tiles(2, [](int) {
+  parallel_tiles(2, [](int) {
     tiles_started.fetch_add(1);
     if (!eventually([] { return tiles_started.load() == 2; })) tiles_met = false;
   });

@@ -1,4 +1,4 @@
-// Spec validation (graphs/spec.hpp): defaults, the shipped specs, and every class of bad input
+// Spec validation (graphs/spec/spec.hpp): defaults, the shipped specs, and every class of bad input
 // (unknown key, wrong type, impossible value, bad --set override, invalid or missing file) must
 // be a zf::InputError whose message names the source file and the field path (style.md, Errors).
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec.hpp"
+#include "graphs/spec/spec.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 

@@ -10,8 +10,8 @@
 #include <iostream>
 #include <memory>
 
-#include "graphs/spec.hpp"
-#include "graphs/trainer.hpp"
+#include "graphs/spec/spec.hpp"
+#include "graphs/train/trainer.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"

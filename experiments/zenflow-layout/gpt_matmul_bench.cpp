@@ -1,7 +1,7 @@
 // The GPT's matmul shapes (B = batch * context = 1024 rows) in both weight layouts, through
 // kernels::cpu (one thread, no helpers), interleaved, median of REPS calls each; the (in, out) data
 // gradient also through the scratch-transpose path it took before (old_bwd_data, copied here).
-//   c++ -O2 -std=c++20 -I. experiments/zenflow-layout/gpt_matmul_bench.cpp build/libzf_kernels.a -lopenblas
+//   c++ -O2 -std=c++20 -I. experiments/zenflow-layout/gpt_matmul_bench.cpp build/libzf_kernels.a build/libzf_runtime.a -lopenblas
 //   ./a.out [calls (30)] [mlp]
 #include <cblas.h>
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/parallel.hpp"
 
 namespace cpu = zf::kernels::cpu;
 
@@ -41,7 +42,7 @@ void old_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, in
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
-  cpu::blas_single_thread();
+  zf::blas_single_thread();
   std::mt19937 g(1);
   std::normal_distribution<float> nd;
   auto rnd = [&](size_t n) { std::vector<float> v(n); for (auto& x : v) x = nd(g); return v; };

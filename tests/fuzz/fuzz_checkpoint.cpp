@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "graphs/checkpoint.hpp"
-#include "graphs/spec.hpp"
-#include "graphs/strategy.hpp"
-#include "graphs/trainer.hpp"
+#include "graphs/train/checkpoint.hpp"
+#include "graphs/spec/spec.hpp"
+#include "graphs/strategies/strategy.hpp"
+#include "graphs/train/trainer.hpp"
 #include "models/safetensors.hpp"
 #include "models/workload.hpp"
 #include "runtime/runtime.hpp"

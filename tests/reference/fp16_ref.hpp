@@ -1,5 +1,5 @@
 // Naive IEEE fp16 rounding and DeepSpeed's dynamic loss scaler for the tests (the engine uses
-// codelets/kernels/fp16.hpp and graphs/loss_scaler.hpp).
+// codelets/kernels/fp16.hpp and graphs/train/loss_scaler.hpp).
 #pragma once
 #include <cmath>
 #include <cstdint>

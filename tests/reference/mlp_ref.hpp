@@ -1,5 +1,5 @@
 // A sequential, StarPU-free driver for the MLP of models/mlp.cpp: same initialisation, same
-// batches (graphs/trainer.cpp's per-epoch permutation), same float kernels called in the same
+// batches (graphs/train/trainer.cpp's per-epoch permutation), same float kernels called in the same
 // order on the same inputs, so its gradients are bitwise those of the engine. The optimizer is
 // not here: tests/reference/zenflow_ref.hpp drives the parameters.
 #pragma once
@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "graphs/spec.hpp"
+#include "runtime/parallel.hpp"
+#include "graphs/spec/spec.hpp"
 #include "models/idx.hpp"
 #include "models/rng.hpp"
 
@@ -28,7 +29,7 @@ struct RefParam {
 class MlpRef {
  public:
   explicit MlpRef(const Spec& s) : spec_(s) {
-    kernels::cpu::blas_single_thread();
+    blas_single_thread();
     FashionMnist d = load_fashion_mnist(s.data.dir, s.data.train_limit, s.data.eval_limit);
     train_ = std::move(d.train);
     gelu_ = s.model.activation == "gelu";

@@ -22,7 +22,7 @@
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "codelets/kernels/cpu/lanes.hpp"
-#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/parallel.hpp"
 #include "codelets/kernels/gelu_math.hpp"
 
 namespace zf::kernels::cpu {

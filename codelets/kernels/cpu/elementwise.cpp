@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/parallel.hpp"
 #include "codelets/kernels/gelu_math.hpp"
 
 namespace zf::kernels::cpu {

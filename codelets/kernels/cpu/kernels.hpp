@@ -8,13 +8,11 @@
 
 namespace zf::kernels::cpu {
 
-// Pin BLAS to one thread: StarPU workers are the parallelism (call once at start-up).
-void blas_single_thread();
-
 // y (B, N) = x (B, K) * w (N, K)^T. w_in_out: the weight is stored transposed, w (K, N) row-major
-// (docs/zenflow.md: a column W[:, j] is then contiguous), and so is dw below. Deterministic; the
-// two layouts round the forward and the data gradient differently (the weight gradient: bitwise
-// in every shape of MatmulInOut.*).
+// (docs/zenflow.md: a column W[:, j] is then contiguous), and so is dw below. Deterministic for a
+// given BLAS kernel; the two layouts take different BLAS calls (or our own loops), so they round
+// differently: both within rounding of the exact result (MatmulInOut.*), bitwise equal only for
+// the weight gradient of at most 4 rows, which is our own loop in both.
 void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out = false);
 // dw (N, K) = dy (B, N)^T * x (B, K)   (accumulate: dw += ...); dw_in_out: dw (K, N) = x^T dy
 void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate,

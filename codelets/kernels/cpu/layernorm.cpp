@@ -13,7 +13,7 @@
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "codelets/kernels/cpu/lanes.hpp"
-#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/parallel.hpp"
 
 namespace zf::kernels::cpu {
 

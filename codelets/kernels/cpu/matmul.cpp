@@ -13,13 +13,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "codelets/kernels/cpu/parallel.hpp"
-
-extern "C" void openblas_set_num_threads(int);
+#include "runtime/parallel.hpp"
 
 namespace zf::kernels::cpu {
-
-void blas_single_thread() { openblas_set_num_threads(1); }
 
 // Small batches: OpenBLAS's SGEMM packs the whole weight matrix first, which made a batch of 1-4
 // rows 3-4x slower than SGEMV (B = 1) and a row-by-row rank-B update of dw (B <= 4), both of which

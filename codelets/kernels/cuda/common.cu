@@ -1,4 +1,4 @@
-// Device discovery, memory pools and the shared helpers of common.cuh.
+// The shared helpers of common.cuh.
 #include "codelets/kernels/cuda/common.cuh"
 
 #include <cstdint>
@@ -19,25 +19,5 @@ __global__ void colsum_finish(const float* part, int nchunk, int C, float* out) 
 }
 
 }  // namespace detail
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear "no driver" / "no device"
-    return 0;
-  }
-  return n;
-}
-
-Status configure_memory_pools() {
-  const int n = device_count();
-  for (int d = 0; d < n; ++d) {
-    cudaMemPool_t pool;
-    if (Status e = detail::check(cudaDeviceGetDefaultMemPool(&pool, d))) return e;
-    uint64_t keep = UINT64_MAX;
-    if (Status e = detail::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep))) return e;
-  }
-  return nullptr;
-}
 
 }  // namespace zf::kernels::cuda

@@ -23,11 +23,6 @@ namespace zf::kernels::cuda {
 using cpu::AdamParams;
 using Status = const char*;  // nullptr: launched
 
-// CUDA devices seen (0 when there is no driver or no device: never an error).
-int device_count();
-// Keep freed scratch in every device's default pool (no trim at synchronizations). Call once.
-Status configure_memory_pools();
-
 // ---- dense layers: y (B, N) = x (B, K) w (N, K)^T; dw (N, K) = dy^T x; dx (B, K) = dy w
 // w_in_out / dw_in_out: the weight stored (K, N), as kernels::cpu::matmul_*
 Status matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, cublasHandle_t h,

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "graphs/spec.hpp"
+#include "graphs/spec/spec.hpp"
 
 namespace zf {
 
@@ -47,9 +47,5 @@ nlohmann::json run_training(const Spec& spec, const RunOptions& opt);
 
 // Builds the spec's workload (model + data). Needs a live Runtime.
 std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status);
-
-// Weights of a workload as a safetensors file, and back (names and shapes must match).
-void save_weights(Workload& w, const std::string& path, const std::string& description);
-void load_weights(Workload& w, const std::string& path);
 
 }  // namespace zf

@@ -21,7 +21,7 @@ struct Spec {
   // DeepSpeed's loss scaling (the fp16 block below)
   std::string precision = "fp32";
   // DeepSpeed's gradient_clipping: the global L2 norm of the step's gradients is clipped to it,
-  // with DeepSpeed's coefficient (graphs/clip.hpp, docs/spec.md); 0: off
+  // with DeepSpeed's coefficient (graphs/strategies/clip.hpp, docs/spec.md); 0: off
   double gradient_clipping = 0.0;
   // DeepSpeed's zero_optimization.stage (docs/data-parallel.md): 0 replicates the host optimizer
   // state on every rank; 1 partitions it over the ranks (each rank's host AdamW / ZenFlow host
@@ -30,7 +30,7 @@ struct Spec {
   int zero_stage = 0;
 
   // DeepSpeed's "fp16" block without "enabled" (precision "fp16" is that): same keys, types and
-  // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/loss_scaler.hpp.
+  // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/train/loss_scaler.hpp.
   struct Fp16 {
     double loss_scale = 0.0;        // 0: dynamic loss scaling; > 0: this static scale
     int initial_scale_power = 16;   // dynamic: the first scale is 2^this

@@ -1,4 +1,4 @@
-#include "codelets/kernels/cpu/parallel.hpp"
+#include "runtime/parallel.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -10,7 +10,12 @@
 #define ZF_PAUSE() ((void)0)
 #endif
 
-namespace zf::kernels::cpu {
+extern "C" void openblas_set_num_threads(int);
+
+namespace zf {
+
+void blas_single_thread() { openblas_set_num_threads(1); }
+
 namespace {
 
 // The one job slot. A helper announces itself (helpers + 1) before reading the job and checks
@@ -93,4 +98,4 @@ void parallel_for(int n, TileFn fn, void* ctx) {
   job.busy.store(false, std::memory_order_release);
 }
 
-}  // namespace zf::kernels::cpu
+}  // namespace zf

@@ -11,7 +11,7 @@
 #include <map>
 #include <set>
 
-#include "graphs/strategy.hpp"
+#include "graphs/strategies/strategy.hpp"
 #include "runtime/comm.hpp"
 
 namespace zf {

@@ -1,4 +1,4 @@
-#include "graphs/clip.hpp"
+#include "graphs/strategies/clip.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 //                 parameters back; the next forward waits for them (ZeRO-Offload).
 //   zero-offload-dpu  the same with ZeRO-Offload's one-step delayed parameter update.
 //   zenflow       top-k columns on the device, the rest accumulated and updated on the host
-//                 with bounded staleness (graphs/zenflow.cpp, docs/zenflow.md).
+//                 with bounded staleness (graphs/strategies/zenflow.cpp, docs/zenflow.md).
 // Device-side and host-side copies are separate handles; every crossing is a copy task whose
 // bytes are counted.
 #pragma once
@@ -15,35 +15,14 @@
 #include <vector>
 
 #include "codelets/codelets.hpp"
-#include "graphs/checkpoint.hpp"
-#include "graphs/clip.hpp"
+#include "graphs/strategies/host_tensor.hpp"
+#include "graphs/strategies/state_io.hpp"
+#include "graphs/strategies/clip.hpp"
 #include "runtime/trace.hpp"
-#include "graphs/spec.hpp"
+#include "graphs/spec/spec.hpp"
 #include "models/workload.hpp"
 
 namespace zf {
-
-// A host-resident copy of a device tensor, split into SIMD-aligned tiles so host work spreads
-// over the host workers. tiles[i] mirrors device elements slices[i]. elem_size 2: bf16 or fp16
-// tiles (`half`), the form in which values cross with precision "bf16" or "fp16" (insert_copy
-// converts).
-//
-// ZeRO stage 1 and 2 (docs/data-parallel.md): a partitioned HostTensor holds only the tiles of this
-// rank's segment [bounds[rank], bounds[rank + 1]) of the tensor's `numel` elements (tiles and
-// slices list those, slices giving their offsets in the whole tensor); the other ranks hold the
-// rest. Checkpoints gather the segments on rank 0 (StateWriter) and every rank reads its own back
-// (StateReader), so the files are those of stage 0.
-struct HostTensor {
-  std::vector<Tensor> tiles;
-  std::vector<Slice> slices;
-  size_t numel = 0;                             // of the whole tensor
-  const std::vector<size_t>* bounds = nullptr;  // partitioned: ranks + 1 offsets (the strategy's)
-  const Comm* comm = nullptr;                   // partitioned: the ranks
-  HostTensor() = default;
-  HostTensor(const std::string& name, size_t numel, int64_t tile_elems, size_t elem_size = 4, Half half = Half::Bf16,
-             const std::vector<size_t>* bounds = nullptr, const Comm* comm = nullptr);
-  size_t bytes() const;  // of the tiles held here
-};
 
 // One step's update as the trainer hands it to a strategy.
 //   t: the trainer's step; it tags the tasks (metrics, traces, the lookahead throttle).
@@ -75,7 +54,7 @@ class Strategy {
   virtual void flush(const UpdateStep& last) {}
   virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
   // Full optimizer state for checkpoints (no task may be in flight), and back (before step 0
-  // of the resumed run is submitted). graphs/checkpoint.hpp.
+  // of the resumed run is submitted). graphs/train/checkpoint.hpp.
   // ZenFlow events for traces (selections, host updates, merges), from the task records.
   virtual std::vector<TraceEvent> trace_events(const std::vector<TaskRecord>& records) const { return {}; }
   virtual void save_state(StateWriter& w) const = 0;
@@ -100,7 +79,7 @@ class Strategy {
   int64_t host_state_bytes() const { return host_state_; }
   // zero_optimization.stage in effect: 0 in a single process (nothing to partition)
   int zero_stage() const { return comm_ ? spec_.zero_stage : 0; }
-  // gradient_clipping > 0: the clip points (graphs/clip.hpp); null otherwise.
+  // gradient_clipping > 0: the clip points (graphs/strategies/clip.hpp); null otherwise.
   const GradClip* grad_clip() const { return clip_.get(); }
 
  protected:
@@ -154,7 +133,7 @@ class Strategy {
 // zero_optimization.stage >= 1 the strategy partitions its host state over them.
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                         int64_t steps_per_epoch, const Comm* comm = nullptr);
-// graphs/zenflow.cpp
+// graphs/strategies/zenflow.cpp
 std::unique_ptr<Strategy> make_zenflow(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                        int64_t steps_per_epoch, const Comm* comm);
 std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params,

@@ -1,4 +1,4 @@
-#include "graphs/loss_scaler.hpp"
+#include "graphs/train/loss_scaler.hpp"
 
 #include <cmath>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "graphs/trainer.hpp"
+#include "graphs/train/trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -11,10 +11,10 @@
 
 #include <sys/resource.h>
 
-#include "graphs/checkpoint.hpp"
-#include "graphs/loss_scaler.hpp"
-#include "graphs/memory_estimate.hpp"
-#include "graphs/strategy.hpp"
+#include "graphs/train/checkpoint.hpp"
+#include "graphs/train/loss_scaler.hpp"
+#include "graphs/train/memory_estimate.hpp"
+#include "graphs/strategies/strategy.hpp"
 #include "runtime/trace.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_classifier.hpp"
@@ -23,6 +23,7 @@
 #include "models/text.hpp"
 #include "models/rng.hpp"
 #include "models/safetensors.hpp"
+#include "models/weights.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/runtime.hpp"
 
@@ -92,49 +93,6 @@ std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
   throw InputError(spec.source + ": model.type", "unknown model type '" + spec.model.type + "'");
 }
 
-void save_weights(Workload& w, const std::string& path, const std::string& description) {
-  StFile f;
-  f.metadata["format"] = "zenflow-weights";
-  f.metadata["model"] = description;
-  for (Param* p : w.params()) f.tensors[p->name] = st_f32(p->logical_shape(), logical_values(*p).data());
-  write_safetensors(path, f);
-}
-
-void load_weights(Workload& w, const std::string& path) {
-  StFile f = read_safetensors(path);
-  auto params = w.params();
-  for (Param* p : params) {
-    auto it = f.tensors.find(p->name);
-    if (it == f.tensors.end() && w.optional_on_init(p->name)) continue;  // keeps its initial value
-    if (it == f.tensors.end()) throw InputError(path + ": " + p->name, "tensor missing from the file");
-    const StTensor& t = it->second;
-    if (t.dtype != "F32") throw InputError(path + ": " + p->name, "dtype " + t.dtype + ", expected F32");
-    if (t.shape != p->logical_shape()) {
-      auto str = [](const std::vector<int64_t>& s) {
-        std::string r = "[";
-        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-        return r + "]";
-      };
-      throw InputError(path + ": " + p->name, "shape " + str(t.shape) + ", the model needs " + str(p->logical_shape()));
-    }
-  }
-  for (auto& entry : f.tensors) {  // (clang 14 cannot capture a structured binding in a lambda)
-    const std::string& name = entry.first;
-    bool known = std::any_of(params.begin(), params.end(), [&](Param* p) { return p->name == name; });
-    if (!known && !w.ignorable_on_init(name))
-      throw InputError(path + ": " + name, "tensor not in this model (different architecture?)");
-  }
-  for (Param* p : params) {
-    if (!f.tensors.count(p->name)) continue;  // optional_on_init
-    auto v = f.tensors[p->name].as_f32();
-    for (size_t i = 0; i < v.size(); ++i)  // a NaN or Inf weight would train to NaN silently
-      if (!std::isfinite(v[i]))
-        throw InputError(path + ": " + p->name, "element " + std::to_string(i) + " is " +
-                                                    (std::isnan(v[i]) ? "NaN" : "infinite") +
-                                                    ", expected finite weights");
-    set_logical_values(*p, v.data());
-  }
-}
 
 namespace {
 // user + system CPU time of the process, every thread (getrusage)
@@ -261,7 +219,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   MemoryEstimate mem = estimate_memory(spec, spec.train.steps > 0 ? spec.train.steps : -1, ranks);
   check_memory(spec, mem);
   // the checkpoint directory, locked for the whole run before anything is loaded
-  // (graphs/checkpoint.hpp: one writer, stale temporaries, another run's checkpoints)
+  // (graphs/train/checkpoint.hpp: one writer, stale temporaries, another run's checkpoints)
   std::unique_ptr<CheckpointDir> ckdir;
   if (!opt.checkpoint_dir.empty())
     ckdir = std::make_unique<CheckpointDir>(opt.checkpoint_dir, spec, opt.checkpoint_overwrite);
@@ -306,7 +264,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   round_params(-1);  // the masters start from the bf16 values
   const int64_t per_epoch = steps_per_epoch(spec, wl->epoch_size());
   std::unique_ptr<Strategy> strat = make_strategy(spec, rt, wl->params(), per_epoch, comm);
-  // fp16 (graphs/loss_scaler.hpp): the scaler, the updates applied so far (UpdateStep::o) and the
+  // fp16 (graphs/train/loss_scaler.hpp): the scaler, the updates applied so far (UpdateStep::o) and the
   // steps skipped for an overflow; all three are in the checkpoints
   LossScaler scaler(spec.fp16);
   int64_t applied = 0;
@@ -537,7 +495,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
         std::string d = ckdir->write(t, spec, *wl, *strat, save_trainer_state);
         if (!opt.quiet) out << "checkpoint: " << d << "\n" << std::flush;
       } else if (strat->zero_stage() >= 1) {
-        // ZeRO stage >= 1: rank 0 gathers the partitioned host state (graphs/checkpoint.hpp);
+        // ZeRO stage >= 1: rank 0 gathers the partitioned host state (graphs/train/checkpoint.hpp);
         // the other ranks send theirs, in the same order (StateWriter keeps nothing here)
         rt.wait_all();
         StateWriter w;

@@ -1,4 +1,4 @@
-#include "graphs/spec.hpp"
+#include "graphs/spec/spec.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,32 +1,8 @@
-#include "graphs/strategy.hpp"
+#include "graphs/strategies/strategy.hpp"
 
 #include "runtime/comm.hpp"
 
 namespace zf {
-
-HostTensor::HostTensor(const std::string& name, size_t numel_, int64_t tile_elems, size_t elem_size, Half half,
-                       const std::vector<size_t>* bounds_, const Comm* comm_)
-    : numel(numel_), bounds(bounds_), comm(comm_) {
-  const size_t tile = (size_t)tile_elems;
-  size_t lo = 0, hi = numel;
-  if (bounds) {  // this rank's segment (tile-aligned: Strategy::plan_partition)
-    lo = (*bounds)[(size_t)comm->rank()];
-    hi = (*bounds)[(size_t)comm->rank() + 1];
-  }
-  for (size_t off = 0, i = 0; off < numel; off += tile, ++i) {
-    if (off < lo || off >= hi) continue;
-    const size_t n = std::min(tile, numel - off);
-    tiles.push_back(Tensor::home({(int64_t)n}, name + "[" + std::to_string(i) + "]", elem_size));
-    tiles.back().set_half(half);
-    slices.push_back({off, n});
-  }
-}
-
-size_t HostTensor::bytes() const {
-  size_t b = 0;
-  for (const Tensor& t : tiles) b += t.bytes();
-  return b;
-}
 
 Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm)
     : rt_(rt), params_(std::move(params)), spec_(spec), tile_elems_(spec.runtime.tile_elems),
@@ -165,7 +141,7 @@ class DeviceAdam final : public Strategy {
       const Tensor& x = bf16_ ? master_[i] : p.value;
       insert_adam_step(o.named("adam.device." + p.name), hp(u.o), u.o + 1, gs, x, whole(x), p.grad,
                        whole(p.grad), m_[i], v_[i]);
-      // the trainer rounds the parameters to bf16 / fp16 after the update (graphs/trainer.cpp)
+      // the trainer rounds the parameters to bf16 / fp16 after the update (graphs/train/trainer.cpp)
       if (bf16_) insert_copy(o.named("master.device." + p.name), x, whole(x), p.value, whole(p.value));
     }
   }

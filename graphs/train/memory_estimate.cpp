@@ -1,4 +1,4 @@
-#include "graphs/memory_estimate.hpp"
+#include "graphs/train/memory_estimate.hpp"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "graphs/spec.hpp"
+#include "graphs/spec/spec.hpp"
 #include "runtime/error.hpp"
 
 namespace zf {
@@ -40,7 +40,7 @@ std::string MemoryEstimate::describe() const {
 MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   MemoryEstimate e;
   e.steps = steps;
-  // the micro-batch of one rank (graphs/trainer.cpp rank_spec: batch = micro x accumulation x ranks)
+  // the micro-batch of one rank (graphs/train/trainer.cpp rank_spec: batch = micro x accumulation x ranks)
   const int A = std::max(1, s.train.gradient_accumulation_steps);
   const double B = std::max<double>(1.0, (double)s.train.batch_size / std::max(1, ranks) / A);
   const double Be = (double)s.train.eval_batch_size;

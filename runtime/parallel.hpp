@@ -1,4 +1,5 @@
-// Splitting one kernel call across the cores of the device side, StarPU-free.
+// Splitting one kernel call across the cores of the device side (StarPU-free: the kernels use it,
+// the runtime lends it idle workers), and the BLAS library's own threads.
 //
 // A kernel cuts its work into tiles whose number and bounds depend only on the shapes (never on
 // how many threads run them), so its result is bitwise the same however many threads help.
@@ -8,7 +9,7 @@
 // slot, or when called from inside a tile, the tiles run in order on the caller.
 #pragma once
 
-namespace zf::kernels::cpu {
+namespace zf {
 
 using TileFn = void (*)(void* ctx, int tile);
 
@@ -39,4 +40,8 @@ struct ParallelStats {
 };
 ParallelStats parallel_stats();
 
-}  // namespace zf::kernels::cpu
+// Every BLAS call runs on its caller's thread: the kernels cut their work into tiles themselves
+// (a BLAS library's own threads would fight the StarPU workers for the cores).
+void blas_single_thread();
+
+}  // namespace zf

@@ -1,0 +1,52 @@
+# The layers' include rule (docs/architecture.md): runtime < codelets/kernels < codelets < models <
+# graphs < tools. A file may include (with "...") only files of its own layer or of a layer below.
+# Run by the build before anything compiles and by ctest (test `layers`):
+#   cmake -DROOT=<source dir> -P tools/cmake/check_layers.cmake
+# Prints every wrong-way include as FILE:LINE: includes "X" (layer A may not use layer B) and fails.
+if(NOT ROOT)
+  message(FATAL_ERROR "check_layers.cmake: pass -DROOT=<the source directory>")
+endif()
+set(_layers runtime codelets/kernels codelets models graphs tools)
+
+# The layer index of a path relative to ROOT (-1: not in a layer)
+function(layer_of path out)
+  set(_best -1)
+  set(_i 0)
+  foreach(_l IN LISTS _layers)
+    string(LENGTH "${_l}/" _n)
+    string(SUBSTRING "${path}" 0 ${_n} _head)
+    if(_head STREQUAL "${_l}/")
+      set(_best ${_i})  # codelets/kernels/ also starts with codelets/: the later, longer match wins
+    endif()
+    math(EXPR _i "${_i} + 1")
+  endforeach()
+  set(${out} ${_best} PARENT_SCOPE)
+endfunction()
+
+file(GLOB_RECURSE _files RELATIVE "${ROOT}"
+     "${ROOT}/runtime/*" "${ROOT}/codelets/*" "${ROOT}/models/*" "${ROOT}/graphs/*" "${ROOT}/tools/*")
+list(FILTER _files INCLUDE REGEX "\\.(cpp|hpp|cu|cuh|h)$")
+set(_bad 0)
+set(_checked 0)
+foreach(_f IN LISTS _files)
+  layer_of("${_f}" _from)
+  if(_from LESS 0)
+    continue()
+  endif()
+  math(EXPR _checked "${_checked} + 1")
+  file(STRINGS "${ROOT}/${_f}" _lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  foreach(_line IN LISTS _lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*" "\\1" _inc "${_line}")
+    layer_of("${_inc}" _to)
+    if(_to GREATER _from)
+      list(GET _layers ${_from} _a)
+      list(GET _layers ${_to} _b)
+      message("${_f}: includes \"${_inc}\" (layer ${_a} may not use layer ${_b}, which is above it)")
+      math(EXPR _bad "${_bad} + 1")
+    endif()
+  endforeach()
+endforeach()
+if(_bad GREATER 0)
+  message(FATAL_ERROR "layers: ${_bad} wrong-way include(s): runtime < codelets/kernels < codelets < models < graphs < tools (docs/architecture.md)")
+endif()
+message(STATUS "layers: ${_checked} files, every include within its layer or below")

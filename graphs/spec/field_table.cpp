@@ -11,32 +11,42 @@ namespace {
 using json = nlohmann::json;
 using Read = std::function<void(Fields&, const std::string&, Spec&)>;
 
+using Write = std::function<json(const Spec&)>;
+
+FieldDef entry(std::string name, Read read, Write write) {
+  FieldDef d;
+  d.name = std::move(name);
+  d.read = std::move(read);
+  d.write = std::move(write);
+  return d;
+}
+
 // The typed entries: `get` is a generic lambda returning the Spec member (const or not), e.g.
 // [](auto& s) -> auto& { return s.train.seed; }.
 template <class Get>
 FieldDef text(std::string name, Get get, std::vector<std::string> allowed = {}) {
-  return {std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.str(k, get(s), allowed); },
-          [=](const Spec& s) { return json(get(s)); }};
+  return entry(std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.str(k, get(s), allowed); },
+               [=](const Spec& s) { return json(get(s)); });
 }
 template <class Get>
 FieldDef integer(std::string name, Get get, int64_t lo, int64_t hi) {
-  return {std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.integer(k, get(s), lo, hi); },
-          [=](const Spec& s) { return json(get(s)); }};
+  return entry(std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.integer(k, get(s), lo, hi); },
+               [=](const Spec& s) { return json(get(s)); });
 }
 template <class Get>
 FieldDef number(std::string name, Get get, double lo, double hi, bool open_lo = false) {
-  return {std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.number(k, get(s), lo, hi, open_lo); },
-          [=](const Spec& s) { return json(get(s)); }};
+  return entry(std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.number(k, get(s), lo, hi, open_lo); },
+               [=](const Spec& s) { return json(get(s)); });
 }
 template <class Get>
 FieldDef boolean(std::string name, Get get) {
-  return {std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.boolean(k, get(s)); },
-          [=](const Spec& s) { return json(get(s)); }};
+  return entry(std::move(name), [=](Fields& f, const std::string& k, Spec& s) { f.boolean(k, get(s)); },
+               [=](const Spec& s) { return json(get(s)); });
 }
 // An entry whose read has its own rules.
 template <class Get>
 FieldDef custom(std::string name, Get get, Read read) {
-  return {std::move(name), std::move(read), [=](const Spec& s) { return json(get(s)); }};
+  return entry(std::move(name), std::move(read), [=](const Spec& s) { return json(get(s)); });
 }
 
 bool uses_zenflow(const Spec& s) { return s.strategy == "zenflow"; }
@@ -168,21 +178,21 @@ std::vector<FieldDef> data_train_optimizer_fields() {
       text("optimizer.type", [](auto& s) -> auto& { return s.optimizer.type; }, {"adamw"}).must_match(Match::block, 4),
       number("optimizer.lr", [](auto& s) -> auto& { return s.optimizer.lr; }, 0.0, 10.0, true)
           .must_match(Match::block, 4),
-      FieldDef{"optimizer.betas", read_betas,
-               [](const Spec& s) { return json::array({s.optimizer.beta1, s.optimizer.beta2}); }}
+      entry("optimizer.betas", read_betas,
+            [](const Spec& s) { return json::array({s.optimizer.beta1, s.optimizer.beta2}); })
           .must_match(Match::block, 4),
       number("optimizer.eps", [](auto& s) -> auto& { return s.optimizer.eps; }, 0.0, 1.0, true)
           .must_match(Match::block, 4),
       number("optimizer.weight_decay", [](auto& s) -> auto& { return s.optimizer.weight_decay; }, 0.0, 1.0)
           .must_match(Match::block, 4),
-      FieldDef{"scheduler",
-               [](Fields& f, const std::string& k, Spec& s) {
-                 if (auto* sc = f.object(k)) {
-                   Fields g(*sc, "scheduler", f.source());
-                   s.scheduler = LrSchedule::parse(g);
-                 }
-               },
-               [](const Spec& s) { return s.scheduler.to_json(s.peak_lr()); }}
+      entry("scheduler",
+            [](Fields& f, const std::string& k, Spec& s) {
+              if (auto* sc = f.object(k)) {
+                Fields g(*sc, "scheduler", f.source());
+                s.scheduler = LrSchedule::parse(g);
+              }
+            },
+            [](const Spec& s) { return s.scheduler.to_json(s.peak_lr()); })
           .only_if([](const Spec& s) { return !s.scheduler.type.empty(); })
           .must_match(Match::block, 5),
   };
@@ -195,17 +205,17 @@ std::vector<FieldDef> zenflow_fields() {
       z(number("zenflow.topk_ratio", [](auto& s) -> auto& { return s.zenflow.topk_ratio; }, 0.0, 1.0)),
       z(text("zenflow.select_strategy", [](auto& s) -> auto& { return s.zenflow.select_strategy; },
              {"auto", "step", "epoch"})),
-      z(FieldDef{"zenflow.select_interval",
-                 [](Fields& f, const std::string& k, Spec& s) {
-                   UpdateInterval v;
-                   if (read_int_or_auto(f, k, v)) s.zenflow.select_interval = v.is_auto ? -1 : v.steps;
-                 },
-                 [](const Spec& s) {
-                   return s.zenflow.select_interval < 0 ? json("auto") : json(s.zenflow.select_interval);
-                 }}),
-      z(FieldDef{"zenflow.update_interval",
-                 [](Fields& f, const std::string& k, Spec& s) { read_int_or_auto(f, k, s.zenflow.update_interval); },
-                 [](const Spec& s) { return s.zenflow.update_interval.to_json(); }}),
+      z(entry("zenflow.select_interval",
+              [](Fields& f, const std::string& k, Spec& s) {
+                UpdateInterval v;
+                if (read_int_or_auto(f, k, v)) s.zenflow.select_interval = v.is_auto ? -1 : v.steps;
+              },
+              [](const Spec& s) {
+                return s.zenflow.select_interval < 0 ? json("auto") : json(s.zenflow.select_interval);
+              })),
+      z(entry("zenflow.update_interval",
+              [](Fields& f, const std::string& k, Spec& s) { read_int_or_auto(f, k, s.zenflow.update_interval); },
+              [](const Spec& s) { return s.zenflow.update_interval.to_json(); })),
       z(boolean("zenflow.overlap_step", [](auto& s) -> auto& { return s.zenflow.overlap_step; })),
       z(boolean("zenflow.offload", [](auto& s) -> auto& { return s.zenflow.offload; })),
       z(number("zenflow.auto_ratio", [](auto& s) -> auto& { return s.zenflow.auto_ratio; }, 0.0, 1.0)),
@@ -222,9 +232,9 @@ std::vector<FieldDef> zenflow_fields() {
                  f.number(k, s.zenflow.pt_reserved_cores_perc, 0.0, 1.0);
                })),
       // written resolved: the staleness the run uses
-      z(FieldDef{"zenflow.max_staleness",
-                 [](Fields& f, const std::string& k, Spec& s) { f.integer(k, s.zenflow.max_staleness, 0, 64); },
-                 [](const Spec& s) { return json(s.zenflow.staleness()); }}),
+      z(entry("zenflow.max_staleness",
+              [](Fields& f, const std::string& k, Spec& s) { f.integer(k, s.zenflow.max_staleness, 0, 64); },
+              [](const Spec& s) { return json(s.zenflow.staleness()); })),
       z(text("zenflow.importance", [](auto& s) -> auto& { return s.zenflow.importance; }, {"l1", "l2"})),
       z(boolean("zenflow.reset_host_moments", [](auto& s) -> auto& { return s.zenflow.reset_host_moments; })
             .only_if([](const Spec& s) { return s.zenflow.reset_host_moments; })),

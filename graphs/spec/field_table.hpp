@@ -1,7 +1,8 @@
 // The spec's field table: every field once, with how it is read and validated, how to_json writes
 // it, and whether a resumed run must match the checkpoint's value. parse_spec, Spec::to_json and
 // the checkpoint compatibility check all walk this table; docs/spec.md lists every entry
-// (tests/graphs/test_spec_fields.cpp checks that).
+// (tests/graphs/test_spec_fields.cpp checks that). A field's default is its Spec member's
+// initializer (write(Spec{})), so that it is written once.
 #pragma once
 #include <functional>
 #include <string>

@@ -180,8 +180,7 @@ int64_t steps_per_epoch(const Spec& s, int64_t epoch_size) {
   return std::max<int64_t>(1, epoch_size / s.train.batch_size);
 }
 
-int64_t select_interval_steps(const Spec& s, int64_t spe) {
-  const auto& z = s.zenflow;
+int64_t select_interval_steps(const Spec::ZenFlow& z, int64_t spe) {
   if (z.select_strategy == "auto") return spe;  // "epoch", interval 1
   if (z.select_strategy == "epoch") return z.select_interval * spe;
   return z.select_interval;

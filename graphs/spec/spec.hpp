@@ -1,6 +1,8 @@
 // The graph spec: one JSON file describing a run (model, data, training, optimizer, strategy,
 // runtime). Every field has a default; an unknown key, a wrong type or an impossible value is an
-// InputError naming the file and the field path. Documented in docs/spec.md.
+// InputError naming the file and the field path. Documented in docs/spec.md. The fields' reading,
+// writing and resume rules are one table (graphs/spec/field_table.hpp); the checks against the
+// machine are graphs/spec/machine_check.hpp; the DeepSpeed translator graphs/spec/deepspeed.cpp.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -194,7 +196,10 @@ void apply_override(nlohmann::json& j, const std::string& assignment, const std:
 
 int64_t steps_per_epoch(const Spec& s, int64_t epoch_size);
 // The select interval in steps (0: never reselect).
-int64_t select_interval_steps(const Spec& s, int64_t steps_per_epoch);
+int64_t select_interval_steps(const Spec::ZenFlow& z, int64_t steps_per_epoch);
+inline int64_t select_interval_steps(const Spec& s, int64_t steps_per_epoch) {
+  return select_interval_steps(s.zenflow, steps_per_epoch);
+}
 int64_t total_steps(const Spec& s, int64_t epoch_size);
 
 }  // namespace zf

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "graphs/spec/machine_check.hpp"
 #include "graphs/spec/spec.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
@@ -59,10 +60,10 @@ void expect_input_error(const std::function<void()>& f, std::initializer_list<st
 
 constexpr const char* kSrc = "my-run.json";
 
-// parse_spec on j, expecting an InputError naming kSrc, `field` and `what`.
+// parse_spec and check_machine on j, expecting an InputError naming kSrc, `field` and `what`.
 void expect_spec_error(const json& j, const std::string& field, const std::string& what) {
   SCOPED_TRACE(j.dump());
-  expect_input_error([&] { zf::parse_spec(j, kSrc); }, {std::string(kSrc) + ": " + field, what});
+  expect_input_error([&] { zf::check_machine(zf::parse_spec(j, kSrc)); }, {std::string(kSrc) + ": " + field, what});
 }
 
 TEST(Spec, DefaultsParse) {
@@ -203,7 +204,8 @@ TEST(Spec, UnknownSchedPolicy) {
   expect_spec_error(json{{"runtime", {{"sched", "fastest"}}}}, "runtime.sched",
                     "unknown StarPU scheduling policy 'fastest'");
   // the message lists the known policies
-  expect_input_error([] { zf::parse_spec(json{{"runtime", {{"sched", "fastest"}}}}, kSrc); }, {"lws", "dmda"});
+  expect_input_error([] { zf::check_machine(zf::parse_spec(json{{"runtime", {{"sched", "fastest"}}}}, kSrc)); },
+                     {"lws", "dmda"});
   for (const char* p : {"lws", "eager", "prio", "dmda", "dmdas", "ws"}) {
     SCOPED_TRACE(p);
     EXPECT_EQ(zf::parse_spec(json{{"runtime", {{"sched", p}}}}, kSrc).runtime.sched, p);
@@ -336,7 +338,7 @@ TEST(SpecFile, ErrorsNameTheFile) {
   expect_input_error([&] { zf::load_spec(q, {"train.batch_size=0"}); }, {"ok.json: train.batch_size", "outside"});
   expect_input_error([&] { zf::load_spec(q, {"train.batch_size=abc"}); },
                      {"ok.json: train.batch_size", "expected an integer, got a string"});
-  expect_input_error([&] { zf::load_spec(q, {"runtime.sched=nope"}); }, {"ok.json: runtime.sched", "nope"});
+  expect_input_error([&] { zf::check_machine(zf::load_spec(q, {"runtime.sched=nope"})); }, {"ok.json: runtime.sched", "nope"});
   expect_input_error([&] { zf::load_spec(q, {"train.batch_size.x=1"}); }, {"ok.json", "'train.batch_size' is not an object"});
   std::string r = d.file("wrong-type.json", R"({"optimizer": {"lr": "fast"}})");
   expect_input_error([&] { zf::load_spec(r, {}); }, {"wrong-type.json: optimizer.lr", "expected a number"});

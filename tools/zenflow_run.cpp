@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 
+#include "graphs/spec/machine_check.hpp"
 #include "graphs/spec/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "runtime/comm.hpp"
@@ -137,6 +138,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
     if (!strategy.empty()) sets.push_back("strategy=\"" + strategy + "\"");
     if (!sched.empty()) sets.push_back("runtime.sched=\"" + sched + "\"");
     zf::Spec spec = zf::load_spec(spec_path, sets, deepspeed, comm.size());
+    zf::check_machine(spec);
     if (print_spec) {
       std::cout << spec.to_json().dump(2) << "\n";
       return 0;

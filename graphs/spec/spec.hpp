@@ -1,6 +1,8 @@
 // The graph spec: one JSON file describing a run (model, data, training, optimizer, strategy,
 // runtime). Every field has a default; an unknown key, a wrong type or an impossible value is an
-// InputError naming the file and the field path. Documented in docs/spec.md.
+// InputError naming the file and the field path. Documented in docs/spec.md. The fields' reading,
+// writing and resume rules are one table (graphs/spec/field_table.hpp); the checks against the
+// machine are graphs/spec/machine_check.hpp; the DeepSpeed translator graphs/spec/deepspeed.cpp.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -9,7 +11,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graphs/spec/lr_schedule.hpp"
+
 namespace zf {
+
+// zenflow.update_interval: every `steps` steps (DeepSpeed's fixed interval), or "auto", the
+// adaptive rule (docs/zenflow.md). A plain integer converts to a fixed interval.
+struct UpdateInterval {
+  bool is_auto = true;
+  int64_t steps = 0;  // >= 1 when !is_auto
+  UpdateInterval() = default;
+  UpdateInterval(int64_t every) : is_auto(false), steps(every) {}  // NOLINT: a fixed interval
+  static UpdateInterval automatic() { return {}; }
+  bool operator==(const UpdateInterval&) const = default;
+  // "auto" or the number of steps, as the spec writes it.
+  nlohmann::json to_json() const { return is_auto ? nlohmann::json("auto") : nlohmann::json(steps); }
+};
 
 struct Spec {
   std::string source = "<defaults>";  // file the spec came from (for messages)
@@ -86,33 +103,17 @@ struct Spec {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   } optimizer;
 
-  // DeepSpeed's "scheduler" block, same form and formulas (docs/spec.md), on DeepSpeed's timing:
-  // the engine steps the scheduler after the optimizer, so optimizer step t (0-based) runs at the
-  // rate the scheduler holds at last_batch_iteration = t - 1 (-1: the value its constructor set).
-  // No block: the constant optimizer.lr.
-  struct Scheduler {
-    std::string type;             // "" (none) | WarmupLR | WarmupDecayLR | WarmupCosineLR
-    double warmup_min_lr = 0.0;
-    // -1: optimizer.lr (WarmupLR's default, the optimizer's rate; deepspeed_patch writes
-    // WarmupDecayLR's default, 0.001)
-    double warmup_max_lr = -1.0;
-    int64_t warmup_num_steps = 1000;
-    int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR: required
-    std::string warmup_type = "log";  // log | linear
-    // WarmupCosineLR: ratios of optimizer.lr (its peak is the optimizer's rate)
-    double warmup_min_ratio = 0.0, cos_min_ratio = 0.0001;
-  } scheduler;
+  // DeepSpeed's "scheduler" block (graphs/spec/lr_schedule.hpp); no block: the constant optimizer.lr.
+  using Scheduler = LrSchedule;
+  LrSchedule scheduler;
   // The rate DeepSpeed's scheduler holds at last_batch_iteration `it` (>= -1).
-  double schedule_at(int64_t it) const;
+  double schedule_at(int64_t it) const { return scheduler.schedule_at(it, optimizer.lr); }
   // The learning rate of optimizer step t (0-based): schedule_at(t - 1).
-  double lr_at(int64_t t) const { return schedule_at(t - 1); }
-  // The schedule's rate after the warm-up: warmup_max_lr, or optimizer.lr when it is unset (and
-  // for WarmupCosineLR, whose peak is always optimizer.lr).
-  double peak_lr() const {
-    return scheduler.warmup_max_lr < 0 || scheduler.type == "WarmupCosineLR" ? optimizer.lr : scheduler.warmup_max_lr;
-  }
+  double lr_at(int64_t t) const { return scheduler.lr_at(t, optimizer.lr); }
+  // The schedule's rate after the warm-up (LrSchedule::peak_lr).
+  double peak_lr() const { return scheduler.peak_lr(optimizer.lr); }
   // One line for the run header: "constant 0.001" or the schedule with its numbers.
-  std::string describe_lr() const;
+  std::string describe_lr() const { return scheduler.describe(optimizer.lr); }
 
   // DeepSpeed's zero_optimization.zenflow block: same keys, types, defaults and constraints
   // (docs/zenflow.md), plus max_staleness, importance, reset_host_moments and semantics.
@@ -120,7 +121,7 @@ struct Spec {
     double topk_ratio = 0.1;
     std::string select_strategy = "auto";  // auto | step | epoch
     int64_t select_interval = -1;          // -1: "auto"
-    int64_t update_interval = -1;          // -1: "auto"
+    UpdateInterval update_interval;        // default "auto"
     bool overlap_step = false;
     bool offload = false;
     double auto_ratio = 0.99;
@@ -195,9 +196,10 @@ void apply_override(nlohmann::json& j, const std::string& assignment, const std:
 
 int64_t steps_per_epoch(const Spec& s, int64_t epoch_size);
 // The select interval in steps (0: never reselect).
-int64_t select_interval_steps(const Spec& s, int64_t steps_per_epoch);
-// Worker split actually used (resolves 0 = auto); throws InputError on an impossible split.
-std::pair<int, int> worker_split(const Spec& s);
+int64_t select_interval_steps(const Spec::ZenFlow& z, int64_t steps_per_epoch);
+inline int64_t select_interval_steps(const Spec& s, int64_t steps_per_epoch) {
+  return select_interval_steps(s.zenflow, steps_per_epoch);
+}
 int64_t total_steps(const Spec& s, int64_t epoch_size);
 
 }  // namespace zf

@@ -259,7 +259,7 @@ std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vect
       throw InputError(where, st + " partitions the host optimizer state of the offloading strategies (zero-offload, "
                               "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
     const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
-    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && spec.zenflow.update_interval < 0)
+    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && spec.zenflow.update_interval.is_auto)
       throw InputError(where, "2 with zenflow.update_interval \"auto\": the auto rule reads whole gradients, which "
                               "stage 2 reduce-scatters; use stage 1 or a fixed update_interval");
     if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && rt.device_is_cuda())

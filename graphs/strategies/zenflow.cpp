@@ -52,7 +52,7 @@ class ZenFlowStrategy final : public Strategy {
       : Strategy(rt, params, spec, comm), z_(spec.zenflow) {
     D_ = z_.staleness();
     W_ = z_.full_warm_up_rounds;
-    K_ = z_.update_interval;  // -1: auto
+    K_ = z_.update_interval.is_auto ? -1 : z_.update_interval.steps;  // -1: auto
     S_ = select_interval_steps(spec, spe);
     ds_ = z_.deepspeed_rules();
     two_sets_ = ds_ && z_.overlap_step;

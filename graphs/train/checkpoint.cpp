@@ -1,5 +1,7 @@
 #include "graphs/train/checkpoint.hpp"
 
+#include "graphs/spec/field_table.hpp"
+
 #include "runtime/comm.hpp"
 
 #include <fcntl.h>
@@ -479,37 +481,12 @@ void check_compatible(const CheckpointInfo& ck, const Spec& spec) {
     if (a != b)
       throw InputError(ck.dir + ": " + field, "the checkpoint was written with " + brief(a) + ", this run has " + brief(b));
   };
-  const json none;
-  auto at = [&](const json& j, const char* key, const char* sub = nullptr) -> const json& {
-    auto it = j.find(key);
-    if (it == j.end()) return none;
-    if (!sub) return *it;
-    if (!it->is_object()) return none;
-    auto s = it->find(sub);
-    return s == it->end() ? none : *s;
-  };
-  differ("strategy", at(ck.spec, "strategy"), at(now, "strategy"));
-  // checkpoints from before the precision option are fp32
-  differ("precision", ck.spec.contains("precision") ? ck.spec["precision"] : json("fp32"), json(spec.precision));
-  auto model = [&](const json& j) {  // the storage layout does not change the saved state (logical layout)
-    json m = at(j, "model");
-    if (m.is_object()) m.erase("weight_layout");
-    return m;
-  };
-  differ("model", model(ck.spec), model(now));
-  differ("optimizer", at(ck.spec, "optimizer"), at(now, "optimizer"));
-  differ("scheduler", at(ck.spec, "scheduler"), at(now, "scheduler"));
-  if (!spec.scheduler.type.empty() && ck.lr_timing != "deepspeed")
-    throw InputError(ck.dir + ": scheduler", "the checkpoint ran step t at the schedule's lr(t) (before 2026-12-01); "
-                                             "this engine runs it at lr(t - 1) as DeepSpeed does: restart the run");
-  const json& clip = at(ck.spec, "gradient_clipping");
-  differ("gradient_clipping", clip.is_null() ? json(0.0) : clip, json(spec.gradient_clipping));
-  const json& ga = at(ck.spec, "train", "gradient_accumulation_steps");
-  differ("train.gradient_accumulation_steps", ga.is_null() ? json(1) : ga, json(spec.train.gradient_accumulation_steps));
-  for (const char* k : {"dataset", "dir", "train_limit"}) differ(std::string("data.") + k, at(ck.spec, "data", k), at(now, "data", k));
-  for (const char* k : {"batch_size", "seed"}) differ(std::string("train.") + k, at(ck.spec, "train", k), at(now, "train", k));
-  if (spec.strategy == "zenflow") differ("zenflow", at(ck.spec, "zenflow"), at(now, "zenflow"));
-  if (spec.precision == "fp16") differ("fp16", at(ck.spec, "fp16"), at(now, "fp16"));  // the loss scaler's settings
+  for (const ResumeCheck& c : resume_checks(spec)) {  // the spec's field table says which must match
+    differ(c.name, c.value(ck.spec), c.value(now));
+    if (c.name == "scheduler" && !spec.scheduler.type.empty() && ck.lr_timing != "deepspeed")
+      throw InputError(ck.dir + ": scheduler", "the checkpoint ran step t at the schedule's lr(t) (before 2026-12-01); "
+                                               "this engine runs it at lr(t - 1) as DeepSpeed does: restart the run");
+  }
 }
 
 void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat,

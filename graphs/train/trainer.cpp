@@ -11,6 +11,7 @@
 
 #include <sys/resource.h>
 
+#include "graphs/spec/machine_check.hpp"
 #include "graphs/train/checkpoint.hpp"
 #include "graphs/train/loss_scaler.hpp"
 #include "graphs/train/memory_estimate.hpp"

@@ -101,7 +101,7 @@ inline ZenFlowConfig zenflow_config(const Spec& s, int64_t steps_per_epoch) {
   ZenFlowConfig c;
   c.topk_ratio = z.topk_ratio;
   c.warm_up = z.full_warm_up_rounds;
-  c.update_interval = z.update_interval;  // -1 = auto
+  c.update_interval = z.update_interval.is_auto ? -1 : z.update_interval.steps;  // -1 = auto
   if (z.select_strategy == "step")
     c.select_interval = z.select_interval;
   else if (z.select_strategy == "epoch")

@@ -1,6 +1,6 @@
 // GPT layer kernels (codelets/kernels/cpu/{embedding,layernorm,attention,pool,text}.cpp):
 // 1. the double reference's backward (tests/reference/gpt_ref.hpp) against central finite
-//    differences, h = 1e-6, of L = sum(Y * R) with random R (as tests/test_gradcheck.cpp);
+//    differences, h = 1e-6, of L = sum(Y * R) with random R (as tests/kernels/test_gradcheck.cpp);
 // 2. each float kernel, forward and backward, against the reference on the same float inputs,
 //    with the norm-scaled residual max|x - ref| / (scale * eps) < 10 (Chameleon), scale = the
 //    operands' magnitude times the reduction length along the path.

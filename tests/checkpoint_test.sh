@@ -205,7 +205,7 @@ print(sorted(k for k in h if k.startswith('device.sel.'))[0])")
   bad --i32 "$SEL" 0 1000000000
   expect 2 "a selected column of 1e9" "$ST: $SEL" "outside" -- --steps 8 --resume "$TMP/bad"
 else
-  echo "skipped: bad checkpoints through the CLI (python3 not installed; tests/test_checkpoint.cpp has them all)"
+  echo "skipped: bad checkpoints through the CLI (python3 not installed; tests/graphs/test_checkpoint.cpp has them all)"
 fi
 
 echo "checkpoint_test: all $PASSED checks passed"

@@ -16,10 +16,10 @@
 #                        same global batch: weights within ATOL (the norm is the global one), steps clipped
 # ZeRO stages (zero_optimization.stage, docs/data-parallel.md), host tiles of 1024 elements:
 #   zero_offload_r2/_r4  zero-offload at stages 0, 1, 2 on 2 (4) ranks: each within ATOL of one process
-#                        and of stage 0 (measured: 0 at R = 2, 1.5e-8 at R = 4, stage 2), replicas
+#                        and of stage 0 (tests/README.md: the differences seen), replicas
 #                        identical, host state per rank 1/R of stage 0's within one tile, bytes per step
 #   zenflow_zero_r2/_r4  zenflow at stages 0, 1, 2 on 2 (4) ranks: stages 1 and 2 within ATOL of stage 0
-#                        (measured: 0 at R = 2, 1.2e-7 at R = 4, stage 2), replicas identical, host state
+#                        (tests/README.md: the differences seen), replicas identical, host state
 #                        and bytes as above. Not against one process: the data-parallel selection is the
 #                        top-k of the summed local importances at every stage (see the limits in
 #                        docs/data-parallel.md), so the selected columns differ from one process's
@@ -70,8 +70,8 @@ ZENFLOW_ALL=(--strategy zenflow --set zenflow.topk_ratio=1 --set zenflow.update_
 # and halved, where one process takes the mean over 64 rows; the two differ by rounding (a few ulps
 # of each gradient element). AdamW moves a weight by lr x m/(sqrt(v)+eps), insensitive to the
 # gradient's scale, so a relative gradient perturbation d changes a step by about lr x d: 20 steps
-# x lr 1e-3 x ~1e-6 ~ 2e-8 (measured 3e-8). ATOL = 1e-5 (1 % of one step's largest move) keeps a
-# wide margin and still fails on a wrong split of the batch or a missing 1/R (measured 6e-4).
+# x lr 1e-3 x ~1e-6 ~ 2e-8. ATOL = 1e-5 (1 % of one step's largest move) keeps a wide margin and
+# still fails on a wrong split of the batch or a missing 1/R (tests/README.md: the values seen).
 ATOL=1e-5
 
 fail() {
@@ -183,7 +183,7 @@ case "$CASE" in
   zero_fp16)
     # fp16 with overflowing first loss scales, stage 2 vs stage 0 on 2 ranks: the same skipped steps
     # (the flag is OR-ed over the ranks, each checking its own partition's sums), weights within
-    # ATOL (measured: equal), zenflow's selections of skipped steps not counted
+    # ATOL, zenflow's selections of skipped steps not counted
     FP=(--set precision=fp16 --set fp16.initial_scale_power=24 --set fp16.loss_scale_window=5)
     for s in zero-offload zenflow; do
       A=(--strategy zero-offload)

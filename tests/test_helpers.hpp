@@ -1,8 +1,12 @@
-// Small specs and weight capture shared by the engine tests.
+// Helpers shared by the engine tests (zf_engine_tests, zf_cuda_tests): a temporary directory,
+// whole-file reads and writes, the expected zf::InputError, small specs, runs that capture the
+// final weights, and comparisons of captured weights.
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +46,29 @@ struct TempDir {
     std::ofstream(path(name), std::ios::binary) << content;
     return path(name);
   }
+  std::string write(const std::string& name, const std::string& content) const { return file(name, content); }
+  const std::filesystem::path& root() const { return p; }
+  // Names of the entries in the directory, sorted.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (auto& e : std::filesystem::directory_iterator(p)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 };
+
+using Bytes = std::vector<uint8_t>;
+
+inline Bytes read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void write_plain(const std::string& path, const Bytes& b) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
+  ASSERT_TRUE(out.good()) << path;
+}
 
 // Runs f, expects a zf::InputError whose message contains every one of `parts`.
 inline void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
@@ -55,6 +81,16 @@ inline void expect_input_error(const std::function<void()>& f, std::initializer_
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
   }
+}
+
+// The message of the zf::InputError f throws, "" if it throws none.
+inline std::string input_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const zf::InputError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // A small MLP on a Fashion-MNIST subset: fast enough for many runs per test.
@@ -99,33 +135,34 @@ inline std::string first_difference(const Weights& a, const Weights& b) {
   return "";
 }
 
-// Runs the spec and returns the final device-side weights.
-inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullptr, bool evaluate = false) {
+// Runs the spec quietly with the options o and returns the final device-side weights (and the
+// run's metrics).
+inline Weights run_capturing(const Spec& s, RunOptions o, nlohmann::json* metrics) {
   Weights w;
-  RunOptions o;
   o.quiet = true;
-  o.evaluate = evaluate;
   o.inspect = capture_weights(w);
   nlohmann::json m = run_training(s, o);
   if (metrics) *metrics = m;
   return w;
 }
 
+// Runs the spec and returns the final device-side weights.
+inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullptr, bool evaluate = false) {
+  RunOptions o;
+  o.evaluate = evaluate;
+  return run_capturing(s, o, metrics);
+}
+
 // Runs the spec without evaluation, with optional checkpoints (every N steps into ckdir) or a
 // resume, and returns the final device-side weights (and the run's metrics).
 inline Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, const std::string& resume,
                         nlohmann::json* metrics = nullptr) {
-  Weights w;
   RunOptions o;
-  o.quiet = true;
   o.evaluate = false;
   o.checkpoint_dir = ckdir;
   o.checkpoint_every = every;
   o.resume_path = resume;
-  o.inspect = capture_weights(w);
-  nlohmann::json m = run_training(s, o);
-  if (metrics) *metrics = m;
-  return w;
+  return run_capturing(s, o, metrics);
 }
 
 // Largest relative difference |a-b| / max(|b|, 1e-30) over all weights; +inf on shape mismatch.

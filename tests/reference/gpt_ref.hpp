@@ -1,8 +1,8 @@
 // Naive double-precision reference of the GPT layers (codelets/kernels/cpu/{embedding,
 // layernorm,attention,pool}.cpp) and of the whole model of models/gpt.hpp and
 // models/gpt_classifier.hpp: same shapes and formulas, textbook loops, every intermediate in
-// double. Gradient checks (tests/test_kernels_gpt.cpp) verify the backward functions here by
-// finite differences; the kernels and the StarPU step graph are compared against this file.
+// double. Gradient checks (tests/kernels/test_kernels_gpt.cpp) verify the backward functions here
+// by finite differences; the kernels and the StarPU step graph are compared against this file.
 #pragma once
 #include <algorithm>
 #include <cmath>

@@ -18,37 +18,22 @@
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
+#include "tests/kernels/kernel_helpers.hpp"
 #include "tests/reference/reference.hpp"
 
 namespace {
 
 namespace cpu = zf::kernels::cpu;
 namespace ref = zf::ref;
-
-using Vec = std::vector<double>;
-
-constexpr double kH = 1e-6;          // finite-difference step
-constexpr double kGradRtol = 1e-6;   // analytic vs numeric, relative
-// Absolute floor for gradients near zero: L(x+h) and L(x-h) each carry a rounding error of a
-// few DBL_EPSILON * sum|terms of L|, divided by 2h; kFdRounding * eps * |L|_1 / h bounds it.
-constexpr double kFdRounding = 64.0;
-constexpr double kResidualMax = 10.0;  // norm-scaled residual bound (Chameleon)
-constexpr double kAtol = 1e-6;         // elementwise defaults, as in test_kernels.cpp
-constexpr double kRtol = 1e-5;
-constexpr double kFeps = FLT_EPSILON;
+using namespace zf::test;
+using zf::test::max_abs;
+using zf::test::elementwise_close;
+using zf::test::residual_ok;
 
 Vec uniform_d(size_t n, double lo, double hi, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> d(lo, hi);
   Vec v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<float> uniform_f(size_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
 }
@@ -60,49 +45,10 @@ std::vector<int32_t> random_labels(int B, int C, uint32_t seed) {
   return l;
 }
 
-double max_abs(const Vec& a) {
-  double m = 0.0;
-  for (double x : a) m = std::max(m, std::fabs(x));
-  return m;
-}
-
 double max_abs(const std::vector<float>& a) {
   double m = 0.0;
   for (float x : a) m = std::max(m, std::fabs((double)x));
   return m;
-}
-
-// A scalar loss that also reports sum|terms| (the magnitude its rounding error scales with).
-struct LossValue { double value, abs_sum; };
-using LossFn = std::function<LossValue()>;
-
-// Compare the analytic gradient `grad` of `loss` with respect to `x` against central
-// differences, element by element. `loss` reads x by reference.
-::testing::AssertionResult gradcheck(const LossFn& loss, Vec& x, const Vec& grad,
-                                     const char* what) {
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0.0, worst_num = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    const double xp = x0 + kH, xm = x0 - kH;
-    x[i] = xp;
-    LossValue lp = loss();
-    x[i] = xm;
-    LossValue lm = loss();
-    x[i] = x0;
-    const double num = (lp.value - lm.value) / (xp - xm);  // the step actually taken
-    const double err = std::fabs(num - grad[i]);
-    const double floor = kFdRounding * DBL_EPSILON * std::max(lp.abs_sum, lm.abs_sum) / kH;
-    const double tol = kGradRtol * std::max(std::fabs(num), std::fabs(grad[i])) + floor;
-    const double ratio = err / tol;
-    if (!(err <= tol)) ++bad;
-    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; worst_num = num; }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << what << ": " << bad << " of " << x.size() << " gradients off; worst [" << worst
-         << "] analytic " << grad[worst] << " numeric " << worst_num << " (err/tol "
-         << worst_ratio << ")";
 }
 
 // |x - ref| <= atol + rtol*|ref| everywhere.
@@ -132,16 +78,6 @@ using LossFn = std::function<LossValue()>;
 }
 
 std::vector<float> to_float(const Vec& a) { return std::vector<float>(a.begin(), a.end()); }
-
-// L = sum(Y * R) and sum|Y * R|.
-LossValue dot_loss(const Vec& y, const Vec& r) {
-  LossValue l{0.0, 0.0};
-  for (size_t i = 0; i < y.size(); ++i) {
-    l.value += y[i] * r[i];
-    l.abs_sum += std::fabs(y[i] * r[i]);
-  }
-  return l;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Gradient checks of the double reference.

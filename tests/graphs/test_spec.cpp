@@ -16,47 +16,13 @@
 #include "graphs/spec/spec.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
+#include "test_helpers.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "zf_spec_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name, const std::string& content) const {
-    std::string p = (path_ / name).string();
-    std::ofstream(p, std::ios::binary) << content;
-    return p;
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-// Runs f, expects an InputError whose message contains every one of `parts`.
-void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError thrown (expected a message with '" << *parts.begin() << "')";
-  } catch (const zf::InputError& e) {
-    const std::string msg = e.what();
-    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
-  }
-}
+using namespace zf::test;  // TempDir, expect_input_error (test_helpers.hpp)
 
 constexpr const char* kSrc = "my-run.json";
 

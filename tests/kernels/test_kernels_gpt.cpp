@@ -1,6 +1,6 @@
 // GPT layer kernels (codelets/kernels/cpu/{embedding,layernorm,attention,pool,text}.cpp):
 // 1. the double reference's backward (tests/reference/gpt_ref.hpp) against central finite
-//    differences, h = 1e-6, of L = sum(Y * R) with random R (as tests/test_gradcheck.cpp);
+//    differences, h = 1e-6, of L = sum(Y * R) with random R (as tests/kernels/test_gradcheck.cpp);
 // 2. each float kernel, forward and backward, against the reference on the same float inputs,
 //    with the norm-scaled residual max|x - ref| / (scale * eps) < 10 (Chameleon), scale = the
 //    operands' magnitude times the reduction length along the path.
@@ -18,78 +18,23 @@
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
+#include "tests/kernels/kernel_helpers.hpp"
 #include "tests/reference/gpt_ref.hpp"
 
 namespace {
 
 namespace cpu = zf::kernels::cpu;
 namespace ref = zf::ref;
-using Vec = std::vector<double>;
+using namespace zf::test;
+using zf::test::residual_ok;
 using FVec = std::vector<float>;
 
-constexpr double kH = 1e-6;
-constexpr double kGradRtol = 1e-6;
-constexpr double kFdRounding = 64.0;  // see test_gradcheck.cpp: rounding floor of the differences
-constexpr double kResidualMax = 10.0;
-
-FVec uniform_f(size_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  FVec v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 Vec widen(const FVec& a) { return Vec(a.begin(), a.end()); }
 std::vector<int32_t> random_ints(size_t n, int lo, int hi, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> v(n);
   for (auto& x : v) x = lo + (int32_t)(rng() % (uint32_t)(hi - lo + 1));
   return v;
-}
-double max_abs(const Vec& a) {
-  double m = 0.0;
-  for (double x : a) m = std::max(m, std::fabs(x));
-  return m;
-}
-
-struct LossValue {
-  double value, abs_sum;
-};
-LossValue dot_loss(const Vec& y, const Vec& r) {
-  LossValue l{0.0, 0.0};
-  for (size_t i = 0; i < y.size(); ++i) {
-    l.value += y[i] * r[i];
-    l.abs_sum += std::fabs(y[i] * r[i]);
-  }
-  return l;
-}
-
-::testing::AssertionResult gradcheck(const std::function<LossValue()>& loss, Vec& x, const Vec& grad,
-                                     const char* what) {
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0.0, worst_num = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    const double xp = x0 + kH, xm = x0 - kH;
-    x[i] = xp;
-    LossValue lp = loss();
-    x[i] = xm;
-    LossValue lm = loss();
-    x[i] = x0;
-    const double num = (lp.value - lm.value) / (xp - xm);
-    const double err = std::fabs(num - grad[i]);
-    const double tol = kGradRtol * std::max(std::fabs(num), std::fabs(grad[i])) +
-                       kFdRounding * DBL_EPSILON * std::max(lp.abs_sum, lm.abs_sum) / kH;
-    if (!(err <= tol)) ++bad;
-    if (!(err / tol <= worst_ratio)) {
-      worst_ratio = err / tol;
-      worst = i;
-      worst_num = num;
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << x.size() << " gradients off; worst ["
-                                       << worst << "] analytic " << grad[worst] << " numeric " << worst_num;
 }
 
 ::testing::AssertionResult residual_ok(const FVec& x, const Vec& r, double scale, const char* what) {

@@ -17,42 +17,14 @@
 
 #include "models/idx.hpp"
 #include "runtime/error.hpp"
+#include "test_helpers.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using Bytes = std::vector<uint8_t>;
+using namespace zf::test;  // TempDir, Bytes, read_file, expect_input_error (test_helpers.hpp)
 
 constexpr const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "zf_data_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError thrown (expected a message with '" << *parts.begin() << "')";
-  } catch (const zf::InputError& e) {
-    const std::string msg = e.what();
-    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
-  }
-}
 
 void put_be32(Bytes& b, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back((uint8_t)(v >> s));
@@ -79,12 +51,6 @@ Bytes labels_idx(uint32_t n, uint8_t classes = 10) {
   return idx(0x00000801u, {n}, data);
 }
 
-void write_plain(const std::string& path, const Bytes& b) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
-  ASSERT_TRUE(out.good()) << path;
-}
-
 void write_gz(const std::string& path, const Bytes& b) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr) << path;
@@ -92,11 +58,6 @@ void write_gz(const std::string& path, const Bytes& b) {
     ASSERT_EQ(gzwrite(f, b.data(), (unsigned)b.size()), (int)b.size());
   }
   ASSERT_EQ(gzclose(f), Z_OK);
-}
-
-Bytes read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
 }
 
 // Every case runs on plain and on gzip-compressed files (the loader reads both).

@@ -24,16 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
-
 // A one-layer byte-level GPT on a small generated text, with ZenFlow keeping two host jobs in
 // flight (max_staleness 2) and reselecting: every kind of ZenFlow state is non-trivial at the
 // checkpoints, and a run takes a fraction of a second.
@@ -415,9 +405,9 @@ TEST_F(BadCheckpoint, StaleTemporariesOfDeadWritersAreRemoved) {
 // holds the logical (out, in) layout, so one written with the blocks' weights stored (in, out)
 // resumes with them stored (out, in), and the other way round. The two layouts take different
 // BLAS calls (docs/zenflow.md), which round differently, so the resumed run is not bitwise the one
-// that kept the layout, on any OpenBLAS kernel: it must agree with it to within what three steps of that rounding make (measured at most
-// 5e-6 of a tensor's largest value, on h.0.attn.c_attn.bias, which starts at 0; 4e-8 on the
-// weights), so the bound 1e-4 is wider than the default by that, and still far below what a weight
+// that kept the layout, on any OpenBLAS kernel: it must agree with it to within what three steps
+// of that rounding make (largest, relative to a tensor's largest value, on a bias that starts at 0;
+// tests/README.md), so the bound 1e-4 is wider than the default, and still far below what a weight
 // or moment read transposed or out of place makes (the order of the values themselves).
 TEST(CheckpointLayout, ResumesUnderTheOtherWeightLayout) {
   TempDir tmp("zf_ckpt_layout");

@@ -1,8 +1,7 @@
 // safetensors I/O (models/safetensors.hpp): round trip of several dtypes with metadata; the
 // written file parsed by an independent reader (a Python 3 script using only json and struct,
 // following the format description of huggingface/safetensors); malformed files rejected with a
-// zf::InputError naming the file; write_file_atomic leaves the old or the new content, never a
-// partial file or a temporary.
+// zf::InputError naming the file. write_file_atomic: tests/runtime/test_atomic_file.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,58 +24,12 @@
 
 #include "models/safetensors.hpp"
 #include "runtime/error.hpp"
+#include "test_helpers.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using Bytes = std::vector<uint8_t>;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "zf_st_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& root() const { return path_; }
-  // Names of the entries in the directory.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  fs::path path_;
-};
-
-void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError thrown (expected a message with '" << *parts.begin() << "')";
-  } catch (const zf::InputError& e) {
-    const std::string msg = e.what();
-    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected zf::InputError, got another exception: " << e.what();
-  }
-}
-
-Bytes read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_plain(const std::string& path, const Bytes& b) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
-}
+using namespace zf::test;  // TempDir, Bytes, read_file, expect_input_error (test_helpers.hpp)
 
 template <class T>
 zf::StTensor tensor(const std::string& dtype, std::vector<int64_t> shape, const std::vector<T>& v) {
@@ -437,66 +390,6 @@ TEST_F(Malformed, MissingOrNotAFile) {
   std::string d = dir_.path("a-directory");
   fs::create_directory(d);
   expect_rejected(d, {"a-directory"});
-}
-
-TEST(WriteFileAtomic, ReplacesExistingFile) {
-  TempDir d;
-  std::string p = d.path("f.bin");
-  std::string a(1000, 'a'), b(3000, 'b');
-  zf::write_file_atomic(p, a.data(), a.size());
-  Bytes ra = read_file(p);
-  EXPECT_EQ(std::string(ra.begin(), ra.end()), a);
-  zf::write_file_atomic(p, b.data(), b.size());
-  Bytes rb = read_file(p);
-  EXPECT_EQ(std::string(rb.begin(), rb.end()), b);
-  zf::write_file_atomic(p, "", 0);
-  EXPECT_EQ(fs::file_size(p), 0u);
-  EXPECT_EQ(d.entries(), std::vector<std::string>{"f.bin"});
-}
-
-TEST(WriteFileAtomic, ReadersSeeOldOrNewNeverPartial) {
-  TempDir d;
-  std::string p = d.path("f.bin");
-  const std::string a(4096, 'a'), b(3 * 4096 + 5, 'b');
-  zf::write_file_atomic(p, a.data(), a.size());
-  std::atomic<bool> done{false};
-  std::atomic<int> reads{0}, bad{0};
-  std::string bad_sample;
-  std::thread reader([&] {
-    while (!done.load()) {
-      Bytes r = read_file(p);
-      std::string s(r.begin(), r.end());
-      if (s != a && s != b) {
-        if (bad.fetch_add(1) == 0) bad_sample = s.substr(0, 32) + "... (" + std::to_string(s.size()) + " bytes)";
-      }
-      reads.fetch_add(1);
-    }
-  });
-  for (int i = 0; i < 60; ++i) {
-    const std::string& s = (i % 2) ? a : b;
-    zf::write_file_atomic(p, s.data(), s.size());
-  }
-  done = true;
-  reader.join();
-  EXPECT_EQ(bad.load(), 0) << "a reader saw a partial file: " << bad_sample;
-  EXPECT_GT(reads.load(), 0);
-  EXPECT_EQ(d.entries(), std::vector<std::string>{"f.bin"});
-}
-
-TEST(WriteFileAtomic, FailedWriteLeavesOldContentAndNoTemporary) {
-  TempDir d;
-  // the target is a non-empty directory: the rename fails after the temporary was written
-  std::string p = d.path("target");
-  fs::create_directory(p);
-  std::ofstream(p + "/keep") << "old";
-  std::string s = "new content";
-  EXPECT_THROW(zf::write_file_atomic(p, s.data(), s.size()), zf::Error);
-  EXPECT_TRUE(fs::is_directory(p));
-  EXPECT_EQ(fs::file_size(p + "/keep"), 3u);
-  EXPECT_EQ(d.entries(), std::vector<std::string>{"target"});
-  // the directory of the target does not exist: nothing is created
-  EXPECT_THROW(zf::write_file_atomic(d.path("no/such/dir/f"), s.data(), s.size()), zf::Error);
-  EXPECT_EQ(d.entries(), std::vector<std::string>{"target"});
 }
 
 TEST(WriteFileAtomic, SafetensorsOverwrite) {

@@ -1,0 +1,164 @@
+// The engine with CUDA workers (docs/gpu.md): a few training steps of the MLP (every strategy,
+// fp32 and bf16) and of a tiny GPT against the same run on CPU workers (runtime.cuda_workers = -1);
+// NCCL loaded at run time. Skipped, with a message, where no GPU is seen.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cuda/kernels.hpp"
+#ifdef ZF_USE_NCCL
+#include "codelets/kernels/cuda/allreduce.hpp"
+#include "runtime/cuda_device.hpp"
+#endif
+#include "models/rng.hpp"
+#include "test_helpers.hpp"
+#include "tests/cuda/cuda_helpers.hpp"
+namespace zf::test {
+namespace {
+#ifdef ZF_USE_NCCL
+// NCCL is loaded at run time (kernels/cuda/allreduce.hpp); loading needs no GPU, so this test
+// runs wherever libnccl.so.2 is on the loader's path (the CUDA 13 toolkit's lib/ is, here).
+TEST(Nccl, LoadsAtRunTimeWithEverySymbol) {
+  const char* err = nullptr;
+  const NcclApi* nc = nccl_api(&err);
+  if (!nc) GTEST_SKIP() << err;
+  EXPECT_NE(nc->get_unique_id, nullptr);
+  EXPECT_NE(nc->comm_init_rank, nullptr);
+  EXPECT_NE(nc->comm_destroy, nullptr);
+  EXPECT_NE(nc->all_reduce, nullptr);
+  ASSERT_NE(nc->get_error_string, nullptr);
+  EXPECT_STREQ(nc->get_error_string(ncclSuccess), "no error");
+}
+#endif
+
+// ---- the engine on CUDA workers vs the same run on CPU workers
+
+// ||a - b|| / ||b|| over all weights
+double rel_norm_diff(const Weights& a, const Weights& b) {
+  double d = 0, n = 0;
+  for (auto& [k, v] : b) {
+    auto it = a.find(k);
+    if (it == a.end() || it->second.size() != v.size()) return INFINITY;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double e = (double)it->second[i] - v[i];
+      d += e * e;
+      n += (double)v[i] * v[i];
+    }
+  }
+  return std::sqrt(d / std::max(n, 1e-300));
+}
+
+class CudaEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Runtime::cuda_devices() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount sees none): the engine's CUDA workers are not run here";
+  }
+};
+
+// Matmul rounding (cuBLAS vs OpenBLAS) is the only difference at step 1; AdamW turns it into
+// differences of up to ~lr on weights whose gradient is near zero, hence the norm tolerance.
+constexpr double kEngineTol = 2e-3;
+
+TEST_F(CudaEngine, MlpStepsOnCudaWorkersMatchCpuWorkers) {
+  // ZF_FASHION_MNIST_DIR: a copy of the data where the Debian package is not installed
+  // (tools/device-check.sh carries a 2048 + 500 example subset to GPU machines).
+  const char* dir = std::getenv("ZF_FASHION_MNIST_DIR");
+  const std::string data_dir = dir ? dir : Spec().data.dir;
+  if (!std::filesystem::exists(data_dir + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "no Fashion-MNIST in " << data_dir << " (install dataset-fashion-mnist or set ZF_FASHION_MNIST_DIR)";
+  for (const char* strategy : {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    Spec s = tiny_spec(4, strategy);
+    s.data.dir = data_dir;
+    if (std::string(strategy) == "zenflow") {
+      s.zenflow.update_interval = 2;
+      s.zenflow.overlap_step = true;
+      s.zenflow.given = true;
+    }
+    s.runtime.cuda_workers = -1;
+    nlohmann::json ref_metrics;
+    const Weights ref = train_and_capture(s, &ref_metrics);
+    EXPECT_EQ(ref_metrics["prefetches"].get<int64_t>(), 0) << "no prefetch without CUDA workers";
+    s.runtime.cuda_workers = 1;
+    nlohmann::json metrics;
+    const Weights got = train_and_capture(s, &metrics);
+    EXPECT_LT(rel_norm_diff(got, ref), kEngineTol);
+    // every host result that crosses back is prefetched to the GPU when written
+    if (std::string(strategy) != "device-adam") {
+      EXPECT_GT(metrics["prefetches"].get<int64_t>(), 0);
+    }
+  }
+}
+
+TEST_F(CudaEngine, Bf16StepsOnCudaWorkersMatchCpuWorkers) {
+  const char* dir = std::getenv("ZF_FASHION_MNIST_DIR");
+  const std::string data_dir = dir ? dir : Spec().data.dir;
+  if (!std::filesystem::exists(data_dir + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "no Fashion-MNIST in " << data_dir << " (install dataset-fashion-mnist or set ZF_FASHION_MNIST_DIR)";
+  for (const char* strategy : {"device-adam", "zero-offload", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    Spec s = tiny_spec(4, strategy);
+    s.data.dir = data_dir;
+    s.precision = "bf16";
+    s.runtime.cuda_workers = -1;
+    const Weights ref = train_and_capture(s);
+    s.runtime.cuda_workers = 1;
+    const Weights got = train_and_capture(s);
+    // bf16 rounding can turn a last-bit matmul difference into one bf16 ulp (2^-8 relative) on a
+    // few weights, hence a tolerance above kEngineTol's
+    EXPECT_LT(rel_norm_diff(got, ref), 1e-2);
+    for (auto& [name, v] : got)
+      for (float x : v) {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        ASSERT_EQ(u & 0xffffu, 0u) << name << ": a device parameter that is not a bf16 value";
+      }
+  }
+}
+
+TEST_F(CudaEngine, GptStepsOnCudaWorkersMatchCpuWorkers) {
+  std::string text;
+  Rng r(5);
+  const char* words[] = {"in", "the", "beginning", "God", "created", "heaven", "and", "earth."};
+  while (text.size() < 4000) text += std::string(words[r.below(8)]) + (r.below(7) ? " " : "\n");
+  const std::string path = (std::filesystem::temp_directory_path() / ("zf_cuda_text_" + std::to_string(getpid()))).string();
+  std::ofstream(path, std::ios::binary) << text;
+  Spec s;
+  s.source = "tiny-gpt-cuda";
+  s.model.type = "gpt";
+  s.model.n_layer = 2;
+  s.model.n_head = 2;
+  s.model.n_embd = 32;
+  s.model.context = 16;
+  s.data.dataset = "text";
+  s.data.path = path;
+  s.data.split = "verse";
+  s.train.batch_size = 4;
+  s.train.eval_batch_size = 4;
+  s.train.steps = 3;
+  s.optimizer.lr = 1e-3;
+  s.log.every = 0;
+  s.log.warmup_steps = 0;
+  for (const char* strategy : {"device-adam", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    s.strategy = strategy;
+    s.runtime.cuda_workers = -1;
+    const Weights ref = train_and_capture(s);
+    s.runtime.cuda_workers = 1;
+    const Weights got = train_and_capture(s);
+    EXPECT_LT(rel_norm_diff(got, ref), kEngineTol);
+  }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace zf::test

@@ -1,0 +1,363 @@
+// CPU kernels (codelets/kernels/cpu/, float) against the naive double reference
+// (tests/reference/reference.hpp), on sizes with SIMD tails: 1, 22, 55, 64, 1000 and 2^20
+// (elementwise, unless ZF_QUICK is set). Elementwise: |x - ref| <= atol + rtol*|ref| (llm.c);
+// matmuls and reductions: max|C - Cref| / (max|A| max|B| K eps) < 10 (Chameleon's residual).
+// AdamW: test_kernels_adam.cpp; bf16 and fp16: test_kernels_precision.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/parallel.hpp"
+#include "tests/kernels/kernel_helpers.hpp"
+#include "tests/reference/reference.hpp"
+
+namespace {
+
+namespace cpu = zf::kernels::cpu;
+namespace ref = zf::ref;
+using namespace zf::test;
+
+std::string shape_str(int B, int K, int N) {
+  std::ostringstream s;
+  s << "B=" << B << " K=" << K << " N=" << N;
+  return s.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmuls. Every size appears as each of B, K, N; the 1000^3 cube only without ZF_QUICK.
+struct Shape { int B, K, N; };
+
+std::vector<Shape> matmul_shapes() {
+  std::vector<Shape> s;
+  for (size_t n : kSmallSizes)
+    if (n < 1000 || !quick()) s.push_back({(int)n, (int)n, (int)n});
+  const std::vector<Shape> mixed = {
+      {1, 22, 55},   {22, 55, 64},   {55, 64, 1000}, {64, 1000, 1},  {1000, 1, 22},
+      {1, 1000, 64}, {1000, 64, 55}, {22, 1, 1000},  {55, 1000, 22}, {64, 22, 1},
+      {1000, 55, 1}, {7, 17, 9},
+      // batches of 1-4 rows take the SGEMV / row-by-row paths (codelets/kernels/cpu/matmul.cpp)
+      {2, 55, 64}, {3, 1000, 22}, {4, 17, 1000}, {5, 64, 55}, {1, 784, 1000},
+  };
+  s.insert(s.end(), mixed.begin(), mixed.end());
+  return s;
+}
+
+class Matmul : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { zf::blas_single_thread(); }
+};
+
+TEST_F(Matmul, FwdMatchesReference) {
+  uint32_t seed = 1;
+  for (const Shape& s : matmul_shapes()) {
+    SCOPED_TRACE(shape_str(s.B, s.K, s.N));
+    auto x = uniform((size_t)s.B * s.K, -1.f, 1.f, seed++);  // (B, K)
+    auto w = uniform((size_t)s.N * s.K, -1.f, 1.f, seed++);  // (N, K)
+    std::vector<float> y((size_t)s.B * s.N, NAN);            // (B, N)
+    cpu::matmul_fwd(x.data(), w.data(), y.data(), s.B, s.K, s.N);
+    auto xd = ref::to_double(x), wd = ref::to_double(w);
+    std::vector<double> yr(y.size());
+    ref::matmul_fwd(xd.data(), wd.data(), yr.data(), s.B, s.K, s.N);
+    EXPECT_TRUE(residual_ok(y.data(), yr.data(), y.size(),
+                            max_abs(x.data(), x.size()) * max_abs(w.data(), w.size()) * s.K));
+  }
+}
+
+TEST_F(Matmul, BwdWeightMatchesReference) {
+  uint32_t seed = 100;
+  for (const Shape& s : matmul_shapes()) {
+    for (bool acc : {false, true}) {
+      SCOPED_TRACE(shape_str(s.B, s.K, s.N) + (acc ? " accumulate" : " overwrite"));
+      auto dy = uniform((size_t)s.B * s.N, -1.f, 1.f, seed++);  // (B, N)
+      auto x = uniform((size_t)s.B * s.K, -1.f, 1.f, seed++);   // (B, K)
+      // (N, K): prior contents; must be ignored (NaN would leak) unless accumulating
+      std::vector<float> dw = acc ? uniform((size_t)s.N * s.K, -1.f, 1.f, seed++)
+                                  : std::vector<float>((size_t)s.N * s.K, NAN);
+      std::vector<double> dwr = acc ? ref::to_double(dw) : std::vector<double>(dw.size(), 0.0);
+      double c0 = acc ? max_abs(dw.data(), dw.size()) : 0.0;
+      cpu::matmul_bwd_weight(dy.data(), x.data(), dw.data(), s.B, s.K, s.N, acc);
+      auto dyd = ref::to_double(dy), xd = ref::to_double(x);
+      ref::matmul_bwd_weight(dyd.data(), xd.data(), dwr.data(), s.B, s.K, s.N, acc);
+      // reduction over B; accumulation adds one rounding of |dw0|
+      double scale = max_abs(dy.data(), dy.size()) * max_abs(x.data(), x.size()) * s.B + c0;
+      EXPECT_TRUE(residual_ok(dw.data(), dwr.data(), dw.size(), scale));
+    }
+  }
+}
+
+TEST_F(Matmul, BwdDataMatchesReference) {
+  uint32_t seed = 200;
+  for (const Shape& s : matmul_shapes()) {
+    SCOPED_TRACE(shape_str(s.B, s.K, s.N));
+    auto dy = uniform((size_t)s.B * s.N, -1.f, 1.f, seed++);  // (B, N)
+    auto w = uniform((size_t)s.N * s.K, -1.f, 1.f, seed++);   // (N, K)
+    std::vector<float> dx((size_t)s.B * s.K, NAN);            // (B, K)
+    cpu::matmul_bwd_data(dy.data(), w.data(), dx.data(), s.B, s.K, s.N);
+    auto dyd = ref::to_double(dy), wd = ref::to_double(w);
+    std::vector<double> dxr(dx.size());
+    ref::matmul_bwd_data(dyd.data(), wd.data(), dxr.data(), s.B, s.K, s.N);
+    // reduction over N
+    EXPECT_TRUE(residual_ok(dx.data(), dxr.data(), dx.size(),
+                            max_abs(dy.data(), dy.size()) * max_abs(w.data(), w.size()) * s.N));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bias.
+TEST(BiasAdd, MatchesReference) {
+  uint32_t seed = 300;
+  for (size_t B : kSmallSizes)
+    for (size_t N : kSmallSizes) {
+      SCOPED_TRACE("B=" + std::to_string(B) + " N=" + std::to_string(N));
+      auto y = uniform(B * N, -2.f, 2.f, seed++);  // (B, N)
+      auto b = uniform(N, -2.f, 2.f, seed++);      // (N)
+      auto yr = ref::to_double(y), br = ref::to_double(b);
+      cpu::bias_add(y.data(), b.data(), (int)B, (int)N);
+      ref::bias_add(yr.data(), br.data(), (int)B, (int)N);
+      EXPECT_TRUE(elementwise_close(y.data(), yr.data(), y.size()));
+    }
+}
+
+TEST(BiasGrad, MatchesReference) {
+  uint32_t seed = 400;
+  for (size_t B : kSmallSizes)
+    for (size_t N : kSmallSizes) {
+      SCOPED_TRACE("B=" + std::to_string(B) + " N=" + std::to_string(N));
+      auto dy = uniform(B * N, -1.f, 1.f, seed++);  // (B, N)
+      std::vector<float> db(N, NAN);                // (N): overwritten, not accumulated
+      cpu::bias_grad(dy.data(), db.data(), (int)B, (int)N);
+      auto dyd = ref::to_double(dy);
+      std::vector<double> dbr(N);
+      ref::bias_grad(dyd.data(), dbr.data(), (int)B, (int)N);
+      EXPECT_TRUE(residual_ok(db.data(), dbr.data(), N, max_abs(dy.data(), dy.size()) * B));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ReLU: a selection, so the result must be exact (including x = +-0, where dx = 0).
+TEST(Relu, FwdBwdExact) {
+  uint32_t seed = 500;
+  for (size_t n : elementwise_sizes()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    auto x = uniform(n, -3.f, 3.f, seed++);
+    auto dy = uniform(n, -1.f, 1.f, seed++);
+    for (size_t i = 0; i < n; i += 7) x[i] = (i % 2) ? 0.0f : -0.0f;
+    std::vector<float> y(n, NAN), dx(n, NAN);
+    cpu::relu_fwd(x.data(), y.data(), n);
+    cpu::relu_bwd(x.data(), dy.data(), dx.data(), n);
+    auto xd = ref::to_double(x), dyd = ref::to_double(dy);
+    std::vector<double> yr(n), dxr(n);
+    ref::relu_fwd(xd.data(), yr.data(), n);
+    ref::relu_bwd(xd.data(), dyd.data(), dxr.data(), n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += ((double)y[i] != yr[i]) + ((double)dx[i] != dxr[i]);
+    EXPECT_EQ(bad, 0u);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU (tanh form). Inputs in [-5, 5], the range of pre-activations in practice; the float
+// kernel's error there is dominated by tanhf's rounding near +-1 (about 1e-7 absolute).
+TEST(Gelu, FwdMatchesReference) {
+  uint32_t seed = 600;
+  for (size_t n : elementwise_sizes()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    auto x = uniform(n, -5.f, 5.f, seed++);
+    x[0] = 0.0f;
+    std::vector<float> y(n, NAN);
+    cpu::gelu_fwd(x.data(), y.data(), n);
+    auto xd = ref::to_double(x);
+    std::vector<double> yr(n);
+    ref::gelu_fwd(xd.data(), yr.data(), n);
+    EXPECT_TRUE(elementwise_close(y.data(), yr.data(), n));
+  }
+}
+
+TEST(Gelu, BwdMatchesReference) {
+  uint32_t seed = 700;
+  for (size_t n : elementwise_sizes()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    auto x = uniform(n, -5.f, 5.f, seed++);
+    auto dy = uniform(n, -1.f, 1.f, seed++);
+    x[0] = 0.0f;
+    std::vector<float> dx(n, NAN);
+    cpu::gelu_bwd(x.data(), dy.data(), dx.data(), n);
+    auto xd = ref::to_double(x), dyd = ref::to_double(dy);
+    std::vector<double> dxr(n);
+    ref::gelu_bwd(xd.data(), dyd.data(), dxr.data(), n);
+    EXPECT_TRUE(elementwise_close(dx.data(), dxr.data(), n));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax cross-entropy. probs and the loss are reductions over a row: a row's rounding error
+// is bounded by eps * (C + max_j |z_j - max z|) (sum of C exps, each exp(fl(z - max))), so the
+// residuals are scaled by that, per row for probs and summed over rows for the loss.
+struct XentCheck {
+  double loss, loss_ref;
+  int64_t correct, correct_ref;
+};
+
+XentCheck check_softmax_xent(const std::vector<float>& z, const std::vector<int32_t>& labels,
+                             int B, int C) {
+  std::vector<float> p((size_t)B * C, NAN);  // (B, C)
+  int64_t correct = -1, correct_ref = -1;
+  double loss = cpu::softmax_xent_fwd(z.data(), labels.data(), p.data(), B, C, &correct);
+  auto zd = ref::to_double(z);
+  std::vector<double> pr(p.size());
+  double loss_ref = ref::softmax_xent_fwd(zd.data(), labels.data(), pr.data(), B, C, &correct_ref);
+
+  double loss_scale = 0.0;
+  for (int i = 0; i < B; ++i) {
+    const float* zi = z.data() + (size_t)i * C;
+    double mx = -INFINITY, mn = INFINITY;
+    for (int j = 0; j < C; ++j) mx = std::max(mx, (double)zi[j]), mn = std::min(mn, (double)zi[j]);
+    double row_scale = C + (mx - mn);
+    loss_scale += row_scale;
+    SCOPED_TRACE("probs row " + std::to_string(i));
+    EXPECT_TRUE(residual_ok(p.data() + (size_t)i * C, pr.data() + (size_t)i * C, C,
+                            max_abs(std::vector<double>(pr.begin() + (size_t)i * C,
+                                                        pr.begin() + (size_t)(i + 1) * C)) *
+                                row_scale));
+  }
+  EXPECT_TRUE(std::isfinite(loss));
+  double loss_res = std::fabs(loss - loss_ref) / (loss_scale * kFeps);
+  EXPECT_LT(loss_res, kResidualMax) << "loss " << loss << " want " << loss_ref;
+  EXPECT_EQ(correct, correct_ref);
+  return {loss, loss_ref, correct, correct_ref};
+}
+
+TEST(SoftmaxXent, FwdMatchesReference) {
+  uint32_t seed = 800;
+  for (size_t B : kSmallSizes)
+    for (size_t C : kSmallSizes) {
+      SCOPED_TRACE("B=" + std::to_string(B) + " C=" + std::to_string(C));
+      auto z = uniform(B * C, -8.f, 8.f, seed++);  // (B, C)
+      std::mt19937 rng(seed++);
+      std::vector<int32_t> labels(B);  // (B)
+      for (size_t i = 0; i < B; ++i) {
+        labels[i] = (int32_t)(rng() % C);
+        if (i % 2 == 0) {  // make half the rows correct, so the count is exercised
+          size_t arg = 0;
+          for (size_t j = 1; j < C; ++j)
+            if (z[i * C + j] > z[i * C + arg]) arg = j;
+          labels[i] = (int32_t)arg;
+        }
+      }
+      auto r = check_softmax_xent(z, labels, (int)B, (int)C);
+      EXPECT_GE(r.correct, (int64_t)((B + 1) / 2));
+    }
+}
+
+TEST(SoftmaxXent, HugeLogitsUseMaxSubtraction) {
+  const int B = 4, C = 5;
+  std::vector<float> z = {
+      1000.f,  -1000.f, 0.f,     3.f,     -2.f,     // exp(1000) overflows without max-subtraction
+      -1000.f, -1000.f, -999.f,  -1001.f, -1000.f,  // everything underflows without it
+      1000.f,  -1000.f, 1000.f,  999.f,   -1000.f,  // a tie at 1000: argmax is index 0
+      88.f,    89.f,    -88.f,   0.f,     87.5f,
+  };
+  std::vector<int32_t> labels = {1, 2, 2, 1};  // row 0's label has probability ~exp(-2000)
+  auto r = check_softmax_xent(z, labels, B, C);
+  EXPECT_EQ(r.correct, 2);  // rows 1 (argmax 2) and 3 (argmax 1); row 2's tie picks index 0
+  EXPECT_GT(r.loss, 2000.0);
+}
+
+TEST(SoftmaxXent, ArgmaxTieTakesLowestIndex) {
+  const int B = 4, C = 4;
+  std::vector<float> z = {
+      3.f, 5.f, 5.f, 1.f,  // tie between 1 and 2
+      3.f, 5.f, 5.f, 1.f,
+      2.f, 2.f, 2.f, 2.f,  // all equal: argmax 0
+      2.f, 2.f, 2.f, 2.f,
+  };
+  std::vector<int32_t> labels = {1, 2, 0, 3};  // correct, wrong, correct, wrong
+  auto r = check_softmax_xent(z, labels, B, C);
+  EXPECT_EQ(r.correct, 2);
+}
+
+TEST(SoftmaxXent, BwdMatchesReference) {
+  uint32_t seed = 900;
+  for (size_t B : kSmallSizes)
+    for (size_t C : kSmallSizes) {
+      SCOPED_TRACE("B=" + std::to_string(B) + " C=" + std::to_string(C));
+      // probs: any row-stochastic float input; the kernel and the reference read the same one
+      auto p = uniform(B * C, 0.f, 1.f, seed++);
+      for (size_t i = 0; i < B; ++i) {
+        float s = 0.f;
+        for (size_t j = 0; j < C; ++j) s += p[i * C + j];
+        for (size_t j = 0; j < C; ++j) p[i * C + j] /= s;
+      }
+      std::mt19937 rng(seed++);
+      std::vector<int32_t> labels(B);
+      for (auto& l : labels) l = (int32_t)(rng() % C);
+      const float scale = 1.0f / (float)B;
+      std::vector<float> d(B * C, NAN);  // (B, C)
+      cpu::softmax_xent_bwd(p.data(), labels.data(), d.data(), (int)B, (int)C, scale);
+      auto pd = ref::to_double(p);
+      std::vector<double> dr(d.size());
+      ref::softmax_xent_bwd(pd.data(), labels.data(), dr.data(), (int)B, (int)C, (double)scale);
+      EXPECT_TRUE(elementwise_close(d.data(), dr.data(), d.size()));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// accumulate, copy, zero.
+TEST(Accumulate, MatchesReference) {
+  uint32_t seed = 3000;
+  for (size_t n : elementwise_sizes())
+    for (float scale : {1.0f, -0.5f, 0.3f}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " scale=" + std::to_string(scale));
+      auto acc = uniform(n, -1.f, 1.f, seed++);
+      auto g = uniform(n, -1.f, 1.f, seed++);
+      auto accr = ref::to_double(acc), gd = ref::to_double(g);
+      cpu::accumulate(acc.data(), g.data(), n, scale);
+      ref::accumulate(accr.data(), gd.data(), n, (double)scale);
+      EXPECT_TRUE(elementwise_close(acc.data(), accr.data(), n));
+    }
+}
+
+TEST(Copy, IsExact) {
+  uint32_t seed = 4000;
+  for (size_t n : elementwise_sizes()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    auto src = uniform(n, -1.f, 1.f, seed++);
+    src[0] = -0.0f;
+    std::vector<float> dst(n + 1, 7.0f);  // one guard element past the end
+    cpu::copy(dst.data(), src.data(), n);
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(dst[n], 7.0f);
+  }
+  std::vector<float> dst = {5.0f}, src = {6.0f};
+  cpu::copy(dst.data(), src.data(), 0);
+  EXPECT_EQ(dst[0], 5.0f);
+}
+
+TEST(Zero, IsExact) {
+  for (size_t n : elementwise_sizes()) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    std::vector<float> x(n + 1, NAN);  // one guard element past the end
+    cpu::zero(x.data(), n);
+    std::vector<double> xr(n, 1.0);
+    ref::zero(xr.data(), n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += !(x[i] == 0.0f && !std::signbit(x[i]) && xr[i] == 0.0);
+    EXPECT_EQ(bad, 0u);
+    EXPECT_TRUE(std::isnan(x[n]));
+  }
+  std::vector<float> x = {5.0f};
+  cpu::zero(x.data(), 0);
+  EXPECT_EQ(x[0], 5.0f);
+}
+}  // namespace

@@ -1,0 +1,276 @@
+// bf16 and fp16 (codelets/kernels/cpu/, codelets/kernels/fp16.hpp): rounding on hand-checked
+// values and against the naive references (tests/reference/bf16_ref.hpp, fp16_ref.hpp) on random
+// bits, overflow counts, and the merges from the 2-byte formats.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/fp16.hpp"
+#include "tests/kernels/kernel_helpers.hpp"
+#include "tests/reference/bf16_ref.hpp"
+#include "tests/reference/fp16_ref.hpp"
+
+namespace {
+
+namespace cpu = zf::kernels::cpu;
+namespace ref = zf::ref;
+using namespace zf::test;
+
+// ---------------------------------------------------------------- bf16
+float f32_of(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+TEST(Bf16, HandCheckedRounding) {
+  struct Case {
+    uint32_t in;
+    uint16_t want;
+    const char* what;
+  };
+  const Case cases[] = {
+      {0x3f800000u, 0x3f80, "1.0 exact"},
+      {0x3f808000u, 0x3f80, "1 + 2^-8: tie, to the even 1.0"},
+      {0x3f818000u, 0x3f82, "1 + 3*2^-8: tie, to the even 1 + 2^-6"},
+      {0x3f808001u, 0x3f81, "just above the tie: up"},
+      {0x3f807fffu, 0x3f80, "just below the tie: down"},
+      {0xbf818000u, 0xbf82, "negative tie to even"},
+      {0x80000000u, 0x8000, "-0"},
+      {0x000116c2u, 0x0001, "a subnormal, nearer its truncation"},
+      {0x00018000u, 0x0002, "a subnormal tie: to the even"},
+      {0x7f7f0000u, 0x7f7f, "largest finite bf16, exact"},
+      {0x7f7f7fffu, 0x7f7f, "below the overflow tie: stays finite"},
+      {0x7f7f8000u, 0x7f80, "overflow tie: to the even, infinity"},
+      {0x7f7fffffu, 0x7f80, "FLT_MAX rounds to infinity"},
+      {0xff800000u, 0xff80, "-infinity"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const float x = f32_of(c.in);
+    uint16_t h = 0;
+    cpu::pack_bf16(&x, &h, 1);
+    EXPECT_EQ(h, c.want);
+    float back = 0;
+    cpu::unpack_bf16(&h, &back, 1);
+    EXPECT_EQ(bits_of(back), (uint32_t)c.want << 16) << "unpacking is exact";
+  }
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xffffffffu}) {  // quiet and signalling NaNs stay NaN
+    const float x = f32_of(nan);
+    uint16_t h = 0;
+    cpu::pack_bf16(&x, &h, 1);
+    float back = 0;
+    cpu::unpack_bf16(&h, &back, 1);
+    EXPECT_TRUE(std::isnan(back)) << std::hex << nan;
+    EXPECT_EQ(h >> 15, nan >> 31) << "sign kept";
+  }
+}
+
+TEST(Bf16, PackAndRoundMatchNaiveOnRandomBits) {
+  std::mt19937 rng(7);
+  std::vector<float> x(1 << 16);
+  for (auto& v : x) v = f32_of(rng());
+  std::vector<uint16_t> h(x.size());
+  cpu::pack_bf16(x.data(), h.data(), x.size());
+  std::vector<float> r = x;
+  cpu::round_bf16(r.data(), r.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = ref::naive_bf16(x[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(r[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(bits_of(r[i]), bits_of(want)) << "x bits " << std::hex << bits_of(x[i]);
+    ASSERT_EQ((uint32_t)h[i] << 16, bits_of(want)) << "x bits " << std::hex << bits_of(x[i]);
+  }
+}
+
+TEST(Bf16, MergeFromBf16EqualsMergeOfUnpackedValues) {
+  // a 7 x 1000 weight, a tile starting mid-row, 3 selected columns; longer than the kernel's block
+  const int R = 7, C = 1000, k = 3;
+  const int32_t sel[k] = {2, 500, 999};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> w((size_t)R * C), src(5003);
+  for (auto& v : w) v = u(rng);
+  for (auto& v : src) v = u(rng);
+  std::vector<uint16_t> packed(src.size());
+  cpu::pack_bf16(src.data(), packed.data(), src.size());
+  std::vector<float> unpacked(src.size());
+  cpu::unpack_bf16(packed.data(), unpacked.data(), src.size());
+  for (int kk : {0, k}) {
+    std::vector<float> a = w, b = w;
+    const size_t na = cpu::merge_unselected_bf16(a.data(), C, packed.data(), 1001, src.size(), sel, kk);
+    const size_t nb = cpu::merge_unselected(b.data(), C, unpacked.data(), 1001, src.size(), sel, kk);
+    EXPECT_EQ(na, nb);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "k=" << kk;
+  }
+}
+
+// ---------------------------------------------------------------- fp16
+uint32_t bits32(float x) { return bits_of(x); }
+
+TEST(Fp16, HandCheckedRounding) {
+  struct Case {
+    uint32_t in;
+    uint16_t want;
+    const char* what;
+  };
+  const Case cases[] = {
+      {0x3f800000u, 0x3c00, "1.0 exact"},
+      {0x3f801000u, 0x3c00, "1 + 2^-11: tie, to the even 1.0"},
+      {0x3f803000u, 0x3c02, "1 + 3*2^-11: tie, to the even 1 + 2^-9"},
+      {0x3f801001u, 0x3c01, "just above the tie: up"},
+      {0x3f800fffu, 0x3c00, "just below the tie: down"},
+      {0xbf803000u, 0xbc02, "negative tie to even"},
+      {0x80000000u, 0x8000, "-0"},
+      {0x477fe000u, 0x7bff, "65504, the largest finite fp16"},
+      {0x477fefffu, 0x7bff, "just below 65520: stays finite"},
+      {0x477ff000u, 0x7c00, "65520: the overflow tie, to the even, infinity"},
+      {0x47800000u, 0x7c00, "65536: infinity"},
+      {0x7f7fffffu, 0x7c00, "FLT_MAX: infinity"},
+      {0xff800000u, 0xfc00, "-infinity"},
+      {0x38800000u, 0x0400, "2^-14, the smallest normal"},
+      {0x387fc000u, 0x03ff, "2^-14 - 2^-24, the largest subnormal, exact"},
+      {0x387fe000u, 0x0400, "2^-14 - 2^-25: tie, up to the even smallest normal"},
+      {0x33800000u, 0x0001, "2^-24, the smallest subnormal"},
+      {0x33000000u, 0x0000, "2^-25: the tie between 0 and 2^-24, to the even 0"},
+      {0x33000001u, 0x0001, "just above 2^-25: up"},
+      {0x33c00000u, 0x0002, "1.5 x 2^-24: tie, to the even 2 x 2^-24"},
+      {0x35000000u, 0x0008, "2^-21, a subnormal"},
+      {0x00000001u, 0x0000, "an fp32 subnormal: zero"},
+      {0x80000001u, 0x8000, "a negative fp32 subnormal: -0"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const float x = f32_of(c.in);
+    uint16_t h = 0;
+    cpu::pack_fp16(&x, &h, 1);
+    EXPECT_EQ(h, c.want);
+    float back = 0;
+    cpu::unpack_fp16(&h, &back, 1);
+    if (!std::isinf(back)) {
+      EXPECT_EQ((double)back, ref::naive_fp16_value(c.want)) << "unpacking is exact";
+    }
+    EXPECT_EQ(bits32(ref::naive_fp16(x)), bits32(back)) << "the naive reference agrees";
+  }
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xffffffffu, 0xff812345u}) {  // quiet and signalling NaNs
+    const float x = f32_of(nan);
+    uint16_t h = 0;
+    cpu::pack_fp16(&x, &h, 1);
+    EXPECT_EQ(h & 0x7e00u, 0x7e00u) << "a quiet NaN " << std::hex << nan;
+    EXPECT_EQ(h >> 15, nan >> 31) << "sign kept";
+    float back = 0;
+    cpu::unpack_fp16(&h, &back, 1);
+    EXPECT_TRUE(std::isnan(back));
+  }
+}
+
+TEST(Fp16, UnpackIsExactForEveryHalf) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = (uint16_t)i;
+  for (size_t off : {0, 3}) {  // the SIMD body and the scalar tail
+    std::vector<float> f(all.size() - off);
+    cpu::unpack_fp16(all.data() + off, f.data(), f.size());
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint16_t h = all[i + off];
+      const double want = ref::naive_fp16_value(h);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(f[i])) << std::hex << h;
+        continue;
+      }
+      ASSERT_EQ((double)f[i], want) << std::hex << h;
+      ASSERT_EQ(std::signbit(f[i]), (h >> 15) != 0) << std::hex << h;
+      ASSERT_EQ(zf::kernels::fp16::to_float(h), f[i]) << "the scalar path agrees, " << std::hex << h;
+      uint16_t back = 0;
+      cpu::pack_fp16(&f[i], &back, 1);
+      ASSERT_EQ(back, h) << "round trip";
+    }
+  }
+}
+
+TEST(Fp16, PackAndRoundMatchNaiveOnRandomBitsAndTheSubnormalRange) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> small(-1e-4f, 1e-4f);  // subnormal fp16s and their edge
+  for (size_t n : {1, 22, 55, 64, 1000, 1 << 16}) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = i % 2 ? f32_of(rng()) : small(rng);
+    std::vector<uint16_t> h(n);
+    cpu::pack_fp16(x.data(), h.data(), n);
+    std::vector<float> r = x;
+    const size_t bad = cpu::round_fp16(r.data(), n);
+    size_t want_bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float want = ref::naive_fp16(x[i]);
+      want_bad += !std::isfinite(want);
+      ASSERT_EQ(zf::kernels::fp16::from_float(x[i]), h[i]) << "scalar and vector paths agree, x bits " << std::hex << bits32(x[i]);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(r[i])) << i;
+        continue;
+      }
+      ASSERT_EQ(bits32(r[i]), bits32(want)) << "n=" << n << " x bits " << std::hex << bits32(x[i]);
+      float u = 0;
+      cpu::unpack_fp16(&h[i], &u, 1);
+      ASSERT_EQ(bits32(u), bits32(want)) << "x bits " << std::hex << bits32(x[i]);
+    }
+    EXPECT_EQ(bad, want_bad) << "n=" << n << ": round_fp16 counts the inf and NaN results";
+  }
+}
+
+TEST(Fp16, RoundCountsOverflowsInEveryLane) {
+  for (size_t n : {1, 7, 8, 9, 64, 1000}) {
+    for (size_t at : {(size_t)0, n / 2, n - 1}) {
+      std::vector<float> x(n, 1.5f);
+      x[at] = 70000.0f;  // finite in fp32, inf in fp16
+      EXPECT_EQ(cpu::round_fp16(x.data(), n), 1u) << "n=" << n << " at " << at;
+      EXPECT_TRUE(std::isinf(x[at]));
+      x[at] = NAN;
+      EXPECT_EQ(cpu::round_fp16(x.data(), n), 1u);
+      x[at] = 65504.0f;
+      EXPECT_EQ(cpu::round_fp16(x.data(), n), 0u);
+    }
+  }
+}
+
+TEST(Fp16, ScaleAndMergeFromFp16) {
+  std::vector<float> x = {1.0f, -2.0f, 3.5f};
+  cpu::scale(x.data(), x.size(), 0.25f);
+  EXPECT_EQ(x, (std::vector<float>{0.25f, -0.5f, 0.875f}));
+  const int R = 7, C = 1000, k = 3;
+  const int32_t sel[k] = {2, 500, 999};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> w((size_t)R * C), src(5003);
+  for (auto& v : w) v = u(rng);
+  for (auto& v : src) v = u(rng);
+  std::vector<uint16_t> packed(src.size());
+  cpu::pack_fp16(src.data(), packed.data(), src.size());
+  std::vector<float> unpacked(src.size());
+  cpu::unpack_fp16(packed.data(), unpacked.data(), src.size());
+  for (int kk : {0, k}) {
+    std::vector<float> a = w, b = w;
+    const size_t na = cpu::merge_unselected_fp16(a.data(), C, packed.data(), 1001, src.size(), sel, kk);
+    const size_t nb = cpu::merge_unselected(b.data(), C, unpacked.data(), 1001, src.size(), sel, kk);
+    EXPECT_EQ(na, nb);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "k=" << kk;
+  }
+}
+
+}  // namespace

@@ -1,3 +1,5 @@
+// The checkpoint format (graphs/train/checkpoint.hpp): what a step directory holds, and how a
+// checkpoint is found, checked against the run and loaded.
 #include "graphs/train/checkpoint.hpp"
 
 #include <algorithm>

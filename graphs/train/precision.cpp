@@ -1,3 +1,5 @@
+// bf16 / fp16 rounding, the fp16 overflow check and loss scale, and their checkpoint state
+// (graphs/train/precision.hpp).
 #include "graphs/train/precision.hpp"
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // hold bf16 (fp16) values, rounded after every update and after every backward (the fp32 masters
 // are the strategies': host-side for the offloading ones, device-side for device-adam). Under fp16
 // also the loss scale (graphs/train/loss_scaler.hpp), the overflow check that skips a step, the
-// updates applied so far and their checkpoint state (trainer.fp16.*). fp32: every call is a no-op
+// updates applied so far and their checkpoint state (trainer.fp16.*). fp32: nothing is rounded
 // and every update is applied.
 #pragma once
 #include <cstdint>

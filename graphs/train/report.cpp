@@ -1,3 +1,4 @@
+// The run's reports (graphs/train/report.hpp): progress lines, metrics JSON, traces, summary table.
 #include "graphs/train/report.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// One training step's task graph (graphs/train/step_graph.hpp): micro-batches, collectives,
+// precision rounding, the strategy's update.
 #include "graphs/train/step_graph.hpp"
 
 #include <string>

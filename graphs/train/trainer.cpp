@@ -185,12 +185,12 @@ void checkpoint_after(Run& r, int64_t t, bool any_rank_writes) {
 json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono::steady_clock::time_point wall0) {
   const RunOptions& opt = r.opt;
   Runtime& rt = *r.rt;
-  RunReport rep{r.spec, opt,  rt,        *r.wl, *r.strat, *r.prec, r.comm, r.t0, r.T, r.A, graph.batch_rows(),
-                graph.micro_batch_rows(), r.ranks, clock};
-  rep.times = measure_steps(rt, r.t0, r.T, r.spec.log.warmup_steps);
-  // host AdamW time of this rank per measured step (the host optimizer's tasks)
-  rep.host_adam_us = host_adam_us_per_step(rt.tracker().records(), r.t0 + rep.times.W, r.T, rep.times.M);
-  rep.train_loss = last_steps_loss(graph, r.t0, r.T);
+  const StepTimes times = measure_steps(rt, r.t0, r.T, r.spec.log.warmup_steps);
+  RunReport rep{r.spec, opt, rt, *r.wl, *r.strat, *r.prec, r.comm, r.t0, r.T, r.A, graph.batch_rows(),
+                graph.micro_batch_rows(), r.ranks, clock, times,
+                // host AdamW time of this rank per measured step (the host optimizer's tasks)
+                host_adam_us_per_step(rt.tracker().records(), r.t0 + times.W, r.T, times.M),
+                last_steps_loss(graph, r.t0, r.T), EvalResult{}};
   if (opt.evaluate) rep.ev = r.wl->evaluate(rt);
   json m = metrics_json(rep);
   write_traces(rep);

@@ -1,3 +1,4 @@
+// The spec's workload (graphs/train/workload_factory.hpp): model.type -> MLP, GPT or GPT classifier.
 #include "graphs/train/workload_factory.hpp"
 
 #include <string>

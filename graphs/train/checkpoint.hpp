@@ -3,20 +3,19 @@
 // model.safetensors holds the device-side weights (loadable with --init); state.safetensors the
 // strategy's state (moments, host master weights, ZenFlow's selection, device moments,
 // accumulators, in-flight host results, counters), the step, and the effective spec. Both files
-// carry CRC-32s of their header and their data. A step directory is written under a temporary name,
-// fsync'ed, renamed (or exchanged) into place, and only then does `latest` switch to it: whatever
-// moment a writer dies at, `latest` names a complete checkpoint. One writer per directory (an
-// advisory lock held for the run). The loader validates every value whether or not a checksum
-// matches, and refuses anything else with an InputError naming the file and the field.
+// carry CRC-32s of their header and their data. This file is the format: what a step directory
+// holds, how it is found and loaded; graphs/train/checkpoint_dir.hpp installs step directories so
+// that `latest` names a complete one whatever moment a writer dies at. The loader validates every
+// value whether or not a checksum matches, and refuses anything else with an InputError naming the
+// file and the field.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
-#include <vector>
 
 #include "graphs/strategies/state_io.hpp"
+#include "graphs/train/checkpoint_dir.hpp"
 #include "models/safetensors.hpp"
 #include "runtime/runtime.hpp"
 
@@ -27,42 +26,26 @@ class Workload;
 class Strategy;
 struct Spec;
 
-// The checkpoint directory a run writes into, held for the run: created if missing, locked
-// (flock on DIR/lock, which names the holder: pid, host, start time; a second writer is refused
-// with an InputError naming it), stale temporaries of dead writers removed, and a directory that
-// holds another run's checkpoints (another strategy, model, data, optimizer, schedule, batch size or
-// seed: check_compatible) refused unless `overwrite`; with it, the other run's step directories
-// are deleted once this run's first checkpoint is complete.
+// The checkpoint directory a run writes into, held for the run (a CrashSafeDir): a directory that
+// holds another run's checkpoints (another strategy, model, data, optimizer, schedule, batch size
+// or seed: check_compatible) is refused unless `overwrite`; with it, the other run's step
+// directories are deleted once this run's first checkpoint is complete.
 class CheckpointDir {
  public:
   CheckpointDir(const std::string& dir, const Spec& spec, bool overwrite);
-  ~CheckpointDir();
-  CheckpointDir(const CheckpointDir&) = delete;
-  CheckpointDir& operator=(const CheckpointDir&) = delete;
   // Writes the checkpoint of the state after `step` (all tasks must be finished). Returns its dir.
   // `extra` adds the trainer's own state (the fp16 loss scaler) to state.safetensors.
   std::string write(int64_t step, const Spec& spec, Workload& wl, const Strategy& strat,
                     const std::function<void(StateWriter&)>& extra = nullptr);
-  const std::string& path() const { return dir_; }
+  const std::string& path() const { return dir_.path(); }
 
  private:
-  std::string dir_;
-  int lock_fd_ = -1;
-  std::set<std::string> foreign_;  // step directories of another run (deleted after our first write)
+  CrashSafeDir dir_;
 };
 
 // One checkpoint into `dir` through a CheckpointDir held for this call only (tests, fuzzing).
 std::string write_checkpoint(const std::string& dir, int64_t step, const Spec& spec, Workload& wl,
                              const Strategy& strat, const std::function<void(StateWriter&)>& extra = nullptr);
-
-// Removes what a dead writer left in `dir` (.tmp-step-*, .old-step-*, .latest.tmp.*, and
-// .pin-step-* unless `latest` names it). Only call while holding the directory's lock.
-void remove_stale_temporaries(const std::string& dir);
-
-// Fault injection for the crash tests (docs/checkpoints.md): with ZF_FAULT_AFTER_FSOPS=N in the
-// environment, the process kills itself (SIGKILL, as kill -9) right after the Nth filesystem
-// operation of its checkpoint writes. Returns the number of operations counted so far.
-int64_t checkpoint_fs_ops();
 
 struct CheckpointInfo {
   std::string dir;    // the step directory

@@ -1,7 +1,7 @@
 // The loss scaler of precision "fp16": DeepSpeed's DynamicLossScaler.update_scale
 // (deepspeed/runtime/fp16/loss_scaler.py) with the fp16 block's keys (docs/spec.md), or a static
 // scale. The trainer multiplies the loss by scale(), checks the step's fp16 gradients for inf/NaN
-// and calls update(overflow); an overflowed step is skipped (graphs/train/trainer.cpp).
+// and calls update(overflow); an overflowed step is skipped (graphs/train/precision.cpp).
 //
 // Dynamic rule (DeepSpeed's, step by step): on an overflow, when hysteresis is 1 or the remaining
 // hysteresis is down to 1, the scale halves (not below min_loss_scale; an overflow at

@@ -1,6 +1,7 @@
 // The training driver: builds the runtime, workload and strategy from a spec, submits one step
 // graph per step (at most runtime.lookahead steps ahead of the oldest unfinished one), prints
-// progress, evaluates, saves weights and computes the metrics (docs/metrics.md).
+// progress, evaluates, saves weights and computes the metrics (docs/metrics.md). The parts:
+// graphs/train/workload_factory.hpp, step_graph.hpp, precision.hpp, report.hpp, checkpoint.hpp.
 #pragma once
 #include <functional>
 #include <iosfwd>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "graphs/spec/spec.hpp"
+#include "graphs/train/workload_factory.hpp"
 
 namespace zf {
 
@@ -44,8 +46,5 @@ struct RunOptions {
 
 // Runs the spec; returns the metrics JSON (also written to metrics_path if set).
 nlohmann::json run_training(const Spec& spec, const RunOptions& opt);
-
-// Builds the spec's workload (model + data). Needs a live Runtime.
-std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status);
 
 }  // namespace zf

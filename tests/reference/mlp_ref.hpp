@@ -1,5 +1,5 @@
 // A sequential, StarPU-free driver for the MLP of models/mlp.cpp: same initialisation, same
-// batches (graphs/train/trainer.cpp's per-epoch permutation), same float kernels called in the same
+// batches (graphs/train/step_graph.cpp's per-epoch permutation), same float kernels called in the same
 // order on the same inputs, so its gradients are bitwise those of the engine. The optimizer is
 // not here: tests/reference/zenflow_ref.hpp drives the parameters.
 #pragma once

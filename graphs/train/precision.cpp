@@ -1,0 +1,142 @@
+// bf16 / fp16 rounding, the fp16 overflow check and loss scale, and their checkpoint state
+// (graphs/train/precision.hpp).
+#include "graphs/train/precision.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "codelets/codelets.hpp"
+#include "graphs/strategies/strategy.hpp"
+#include "models/workload.hpp"
+#include "runtime/comm.hpp"
+
+namespace zf {
+
+using json = nlohmann::json;
+
+Precision::Precision(const Spec& spec, Runtime& rt, Workload& wl)
+    : rt_(rt),
+      wl_(wl),
+      bf16_(spec.precision == "bf16"),
+      fp16_(spec.precision == "fp16"),
+      overflow_(fp16_ ? Tensor::home({1}, "fp16.overflow") : Tensor()),
+      param_overflow_(fp16_ ? Tensor::home({1}, "fp16.param_overflow") : Tensor()),
+      scaler_(spec.fp16) {}
+
+std::string Precision::describe() const {
+  return std::string(bf16_ ? " (bf16)" : "") +
+         (fp16_ ? (scaler_.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "");
+}
+
+void Precision::round_params(int64_t step) const {
+  for (Param* p : wl_.params())
+    if (bf16_)
+      insert_round_bf16(rt_.device(step).named("bf16.param." + p->name), p->value);
+    else if (fp16_)
+      insert_round_fp16(rt_.device(step).named("fp16.param." + p->name), p->value, param_overflow_);
+}
+
+void Precision::begin_step(int64_t t) {
+  step_scale_ = scaler_.scale();
+  if (fp16_) wl_.set_loss_scale((float)step_scale_);
+  scale_of_[t] = fp16_ ? step_scale_ : 1.0;
+}
+
+bool Precision::finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u) {
+  if (bf16_)
+    for (Param* p : wl_.params()) insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), p->grad);
+  if (!fp16_) return true;
+  // The overflow check: the rounding to fp16 raises the flag on an inf or NaN in any gradient of
+  // the step (after the all-reduce, so on every rank alike: an inf on one rank is an inf or NaN in
+  // the sum). The builder waits for it here, as DeepSpeed reads its overflow flag on the host every
+  // step: the step's update depends on it.
+  for (Param* p : wl_.params()) insert_round_fp16(rt_.device(t).named("fp16.grad." + p->name), p->grad, overflow_);
+  // ZeRO stage 2: a rank's reduce-scattered gradients are its partition's sums and the rest its
+  // local values; an inf or NaN in any rank's local gradient is one in its owner's sum, so the OR
+  // over the ranks of their flags is the global gradient's (every rank agrees)
+  if (comm && strat.zero_stage() == 2) insert_allreduce_flag(rt_.host(t).named("fp16.overflow.allreduce"), overflow_, *comm);
+  // The tracker's wait first: a blocking acquire issued while the step's tasks still run slows
+  // every device task several times (docs/spec.md); after the wait the acquire finds the flag
+  // written (and on a GPU only copies the word back).
+  rt_.tracker().wait_device_through(t);
+  overflow_.acquire_write();
+  const bool skip = overflow_.as<uint32_t>()[0] != 0;
+  overflow_.as<uint32_t>()[0] = 0;
+  overflow_.release();
+  rt_.tracker().status().rethrow_if_failed();
+  scaler_.update(skip);  // DeepSpeed's update_scale (throws at min_loss_scale)
+  if (scaler_.scale() != step_scale_) scale_changes_.push_back({t, scaler_.scale()});
+  // unscale by the scale this step ran with (DeepSpeed divides by the scale update_scale has just
+  // changed: docs/spec.md)
+  u.grad_scale = (float)(1.0 / step_scale_);
+  if (skip) skipped_.push_back(t);
+  return !skip;
+}
+
+int64_t Precision::skipped_through(int64_t s) const {
+  return (int64_t)(std::upper_bound(skipped_.begin(), skipped_.end(), s) - skipped_.begin());
+}
+
+json Precision::metrics() const {
+  json changes = json::array();
+  for (auto& [step, sc] : scale_changes_) changes.push_back({step, sc});
+  return {{"dynamic", scaler_.dynamic()},
+          {"loss_scale", scaler_.scale()},
+          {"skipped_steps", (int64_t)skipped_.size()},
+          {"skipped_at", skipped_},
+          {"applied_steps", applied_},
+          {"scale_changes", changes}};
+}
+
+void Precision::save_state(StateWriter& w) const {
+  if (!fp16_) return;
+  w.put_f64("trainer.fp16.scaler", scaler_.state());
+  w.put_i64("trainer.fp16.applied", {applied_});
+  w.put_i64("trainer.fp16.skipped", skipped_);
+  std::vector<double> changes;  // (step, scale) pairs, flat
+  for (auto& [step, sc] : scale_changes_) changes.insert(changes.end(), {(double)step, sc});
+  w.put_f64("trainer.fp16.scale_changes", changes);
+}
+
+void Precision::load_state(const StateReader& r) {
+  if (!fp16_) return;
+  try {
+    scaler_.set_state(r.f64("trainer.fp16.scaler"));
+  } catch (const std::invalid_argument& e) {
+    r.fail("trainer.fp16.scaler", e.what());
+  }
+  const std::vector<int64_t> a = r.i64("trainer.fp16.applied");
+  if (a.size() != 1 || a[0] < 0) r.fail("trainer.fp16.applied", "expected one count >= 0");
+  applied_ = a[0];
+  skipped_ = r.i64("trainer.fp16.skipped");
+  const std::vector<double> changes = r.f64("trainer.fp16.scale_changes");
+  if (changes.size() % 2) r.fail("trainer.fp16.scale_changes", "expected (step, scale) pairs, got an odd count");
+  scale_changes_.clear();
+  for (size_t i = 0; i < changes.size(); i += 2) {
+    const double step = changes[i], sc = changes[i + 1];
+    if (!(step >= 0 && step <= 9.0e15 && step == std::floor(step)) || !(std::isfinite(sc) && sc > 0) ||
+        (!scale_changes_.empty() && (int64_t)step <= scale_changes_.back().first))
+      r.fail("trainer.fp16.scale_changes",
+             "pair " + std::to_string(i / 2) + ": expected an increasing whole step >= 0 and a finite scale > 0");
+    scale_changes_.push_back({(int64_t)step, sc});
+  }
+}
+
+void Precision::check_resumed(const std::string& dir, int64_t step) const {
+  if (!fp16_) return;
+  if (applied_ + (int64_t)skipped_.size() != step + 1)
+    throw InputError(dir + "/state.safetensors: trainer.fp16.applied",
+                     "applied + skipped steps differ from the checkpoint's step + 1");
+  for (size_t i = 0; i < skipped_.size(); ++i)
+    if (skipped_[i] < 0 || skipped_[i] > step || (i > 0 && skipped_[i] <= skipped_[i - 1]))
+      throw InputError(dir + "/state.safetensors: trainer.fp16.skipped",
+                       "entry " + std::to_string(i) + " (" + std::to_string(skipped_[i]) +
+                           "): expected increasing steps in [0, " + std::to_string(step) + "]");
+  if (!scale_changes_.empty() && scale_changes_.back().first > step)
+    throw InputError(dir + "/state.safetensors: trainer.fp16.scale_changes",
+                     "a change at step " + std::to_string(scale_changes_.back().first) + ", after the checkpoint's step " +
+                         std::to_string(step));
+}
+
+}  // namespace zf

@@ -1,0 +1,93 @@
+// The spec's workload (graphs/train/workload_factory.hpp): model.type -> MLP, GPT or GPT classifier.
+#include "graphs/train/workload_factory.hpp"
+
+#include <string>
+#include <vector>
+
+#include "models/gpt.hpp"
+#include "models/gpt_classifier.hpp"
+#include "models/idx.hpp"
+#include "models/mlp.hpp"
+#include "models/text.hpp"
+#include "runtime/error.hpp"
+
+namespace zf {
+namespace {
+
+std::unique_ptr<Workload> make_mlp(const Spec& spec, StepStatus* status) {
+  FashionMnist d = load_fashion_mnist(spec.data.dir, spec.data.train_limit, spec.data.eval_limit);
+  if (spec.train.batch_size > d.train.rows)
+    throw InputError(spec.where("train.batch_size"),
+                     std::to_string(spec.train.batch_size) + " exceeds the " +
+                         std::to_string(d.train.rows) + " training examples");
+  MlpConfig c;
+  c.hidden = spec.model.hidden;
+  c.activation = spec.model.activation == "gelu" ? Activation::Gelu : Activation::Relu;
+  c.init_seed = spec.model.init_seed;
+  c.batch_size = spec.train.batch_size;
+  c.eval_batch_size = spec.train.eval_batch_size;
+  c.weights_in_out = spec.model.weight_layout != "out_in";
+  return std::make_unique<MlpClassifier>(c, std::move(d.train), std::move(d.test), status);
+}
+
+GptConfig gpt_config(const Spec& spec) {
+  GptConfig c;
+  c.n_layer = spec.model.n_layer;
+  c.n_head = spec.model.n_head;
+  c.n_embd = spec.model.n_embd;
+  c.context = spec.model.context;
+  c.init_seed = spec.model.init_seed;
+  c.batch_size = spec.train.batch_size;
+  c.eval_batch_size = spec.train.eval_batch_size;
+  c.eval_limit = spec.data.eval_limit;
+  // (in, out) where ZenFlow's selective step gains from it; the other strategies keep the (out,
+  // in) layout, whose matmuls the device-adam step is tuned on (docs/zenflow.md)
+  c.weights_in_out = spec.model.weight_layout == "in_out" ||
+                     (spec.model.weight_layout == "auto" && spec.strategy == "zenflow");
+  return c;
+}
+
+// model.type "gpt-classifier": a verse classifier on the KJV (docs/gpt.md)
+std::unique_ptr<Workload> make_gpt_classifier(const Spec& spec, const GptConfig& c, const std::string& where,
+                                              StepStatus* status) {
+  const std::vector<Verse> verses = load_kjv(spec.data.path, where);
+  VerseTask t = make_verse_task(verses, spec.data.labels, spec.data.split, c.context);
+  if (t.eval.rows == 0)  // nothing to evaluate: an accuracy of 0 / 0 is no result
+    throw InputError(where + ": " + spec.data.path,
+                     "no held-out verses for data.split \"" + spec.data.split + "\" (" +
+                         (spec.data.split == "book" ? "the held-out books are absent from the file"
+                                                    : "every 10th verse is held out; the file has too few") +
+                         "): the run would have no evaluation rows");
+  if (spec.model.head == "generative") return std::make_unique<GptGenerativeClassifier>(c, std::move(t), verses, status);
+  return std::make_unique<GptClassifier>(c, std::move(t), spec.model.pool, status);
+}
+
+std::unique_ptr<Workload> make_gpt(const Spec& spec, StepStatus* status) {  // docs/gpt.md
+  const GptConfig c = gpt_config(spec);
+  const std::string where = spec.source + ": data.path";
+  std::unique_ptr<Workload> w;
+  if (spec.model.type == "gpt") {
+    TextSplit t = spec.data.dataset == "kjv" ? kjv_lm_split(load_kjv(spec.data.path, where))
+                                             : load_text_split(spec.data.path, where);
+    check_split(t, c.context, spec.data.path, where);
+    w = std::make_unique<GptLanguageModel>(c, std::move(t), status);
+  } else {
+    w = make_gpt_classifier(spec, c, where, status);
+  }
+  const int64_t units = w->epoch_size();
+  if (spec.train.batch_size > units)
+    throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) + " exceeds the " +
+                                                             std::to_string(units) + " training " +
+                                                             (spec.model.type == "gpt" ? "windows" : "verses"));
+  return w;
+}
+
+}  // namespace
+
+std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
+  if (spec.model.type == "mlp") return make_mlp(spec, status);
+  if (spec.model.type == "gpt" || spec.model.type == "gpt-classifier") return make_gpt(spec, status);
+  throw InputError(spec.source + ": model.type", "unknown model type '" + spec.model.type + "'");
+}
+
+}  // namespace zf

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "graphs/spec/machine_check.hpp"
 #include "graphs/spec/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "runtime/error.hpp"
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   try {
     zf::Spec spec = zf::load_spec(argv[1], {"train.steps=" + std::to_string(steps), "strategy=\"zenflow\"",
                                            "data.eval_limit=500", "log.warmup_steps=0"});
+    zf::check_machine(spec);  // the policy and worker counts against this machine
     zf::RunOptions opt;
     opt.quiet = true;
     const nlohmann::json m = zf::run_training(spec, opt);

@@ -532,7 +532,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   // host AdamW time of this rank per measured step (the host optimizer's tasks, adam.host.*)
   double host_adam_us = 0;
   for (const TaskRecord& r : rt.tracker().records())
-    if (r.step >= t0 + W && r.step < T && std::string_view(r.name).rfind("adam.host.", 0) == 0)
+    if (r.step >= t0 + W && r.step < T && Strategy::host_adam_task(r))
       host_adam_us += r.end_us - r.start_us;
   if (M) host_adam_us /= (double)M;
   double train_loss = 0;
@@ -651,10 +651,9 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
                 fmt("%.0f", (double)strat->host_state_bytes()) + " bytes on rank 0");
     }
     row("throughput", fmt("%.0f", wall > 0 ? (double)(M * B) / wall : 0.0) + " samples/s");
-    if (m.contains("staleness") && m.contains("host_updates"))  // zenflow
-      row("host updates / staleness", std::to_string(m["host_updates"].get<int64_t>()) + " / max " +
-                                          fmt("%.0f", m["staleness"]["max"].get<double>()) + ", mean " +
-                                          fmt("%.1f", m["staleness"]["mean"].get<double>()) + " steps");
+    if (const auto z = strat->report().zenflow)
+      row("host updates / staleness", std::to_string(z->host_updates) + " / max " + fmt("%.0f", z->staleness_max) +
+                                          ", mean " + fmt("%.1f", z->staleness_mean) + " steps");
     if (m.contains("gradient_clipping")) {
       const json& c = m["gradient_clipping"];
       row("gradient clipping", fmt("%g", c["max_norm"].get<double>()) + ": " + std::to_string(c["clipped_steps"].get<int64_t>()) +

@@ -4,7 +4,7 @@
 // unscale_and_clip_grads, the single point where a loss scale would join) and every part scaled
 // in place by it, before the optimizer reads it. The strategies choose the parts and the side:
 // device-adam the device gradients, zero-offload(-dpu) the host copies of the gradients, ZenFlow
-// its host accumulators at each interval's boundary (graphs/strategies/zenflow.cpp; with semantics
+// its host accumulators at each interval's boundary (graphs/strategies/zenflow/update.cpp; with semantics
 // "deepspeed" the 1-D parameters' host window sums too, as norm-only parts). Data-parallel runs clip
 // after the gradient all-reduce, so every rank holds the global gradient and its norm already (no
 // further collective), except under ZeRO stage >= 1, where each rank's parts are its partition
@@ -25,7 +25,7 @@ struct ClipPart {
   Slice slice;
   // false: the part enters the norm but is not scaled (ZenFlow's semantics "deepspeed": the 1-D
   // parameters' window sums, which DeepSpeed's norm counts but whose clipped host step is dropped
-  // after the warm-up; graphs/strategies/zenflow.cpp)
+  // after the warm-up; graphs/strategies/zenflow/update.cpp)
   bool scaled = true;
 };
 

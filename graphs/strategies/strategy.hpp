@@ -1,16 +1,17 @@
 // Training strategies: what happens after a step's backward. Each submits the optimizer part of
 // step t as tasks over the model's device-side handles and its own host-side handles:
-//   device-adam   AdamW on the device, no offload (the speed reference).
+//   device-adam   AdamW on the device, no offload (the speed reference; device_adam.cpp).
 //   zero-offload  gradients to host buffers, AdamW on fp32 master weights in the host context,
-//                 parameters back; the next forward waits for them (ZeRO-Offload).
+//                 parameters back; the next forward waits for them (ZeRO-Offload; zero_offload.cpp).
 //   zero-offload-dpu  the same with ZeRO-Offload's one-step delayed parameter update.
 //   zenflow       top-k columns on the device, the rest accumulated and updated on the host
-//                 with bounded staleness (graphs/strategies/zenflow.cpp, docs/zenflow.md).
+//                 with bounded staleness (graphs/strategies/zenflow/, docs/zenflow.md).
 // Device-side and host-side copies are separate handles; every crossing is a copy task whose
 // bytes are counted.
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -38,6 +39,18 @@ struct UpdateStep {
   float grad_scale = 1.0f;
 };
 
+// What the trainer reads of a strategy's run besides its metrics JSON, typed.
+struct StrategyReport {
+  struct ZenFlow {
+    int64_t host_updates = 0;
+    double staleness_max = 0, staleness_mean = 0;  // steps from a host result's newest gradient to its merge
+  };
+  std::optional<ZenFlow> zenflow;  // strategy zenflow
+};
+
+// The name prefix of every host AdamW task (the trainer's host optimizer time, traces).
+inline constexpr const char* kHostAdamTask = "adam.host.";
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -53,6 +66,9 @@ class Strategy {
   // (last.t: the last step; last.o: the last applied update, -1 when none was).
   virtual void flush(const UpdateStep& last) {}
   virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
+  virtual StrategyReport report() const { return {}; }
+  // Whether r is one of the host optimizer's AdamW tasks.
+  static bool host_adam_task(const TaskRecord& r);
   // Full optimizer state for checkpoints (no task may be in flight), and back (before step 0
   // of the resumed run is submitted). graphs/train/checkpoint.hpp.
   // ZenFlow events for traces (selections, host updates, merges), from the task records.
@@ -133,10 +149,12 @@ class Strategy {
 // zero_optimization.stage >= 1 the strategy partitions its host state over them.
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                         int64_t steps_per_epoch, const Comm* comm = nullptr);
-// graphs/strategies/zenflow.cpp
+// One per strategy (device_adam.cpp, zero_offload.cpp, zenflow/zenflow.cpp); make_strategy picks.
+std::unique_ptr<Strategy> make_device_adam(const Spec& spec, Runtime& rt, std::vector<Param*> params);
+// delayed_update: zero-offload-dpu
+std::unique_ptr<Strategy> make_zero_offload(const Spec& spec, Runtime& rt, std::vector<Param*> params, const Comm* comm,
+                                            bool delayed_update);
 std::unique_ptr<Strategy> make_zenflow(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                        int64_t steps_per_epoch, const Comm* comm);
-std::unique_ptr<Strategy> make_zero_offload_dpu(const Spec& spec, Runtime& rt, std::vector<Param*> params,
-                                                const Comm* comm);
 
 }  // namespace zf

@@ -130,12 +130,13 @@ double last_steps_loss(const StepGraph& graph, int64_t t0, int64_t T) {
   return train_loss;
 }
 
-// ---------------------------------------------------------------- what strategies report by name
-// The host AdamW's tasks are found by their name (adam.host.*), ZenFlow's metrics by their keys.
+// ---------------------------------------------------------------- what strategies report
+// The host AdamW's tasks as the strategies mark them (Strategy::host_adam_task), ZenFlow's
+// figures from its typed report (StrategyReport).
 double host_adam_us_per_step(const std::vector<TaskRecord>& records, int64_t from, int64_t T, int64_t M) {
   double host_adam_us = 0;
   for (const TaskRecord& r : records)
-    if (r.step >= from && r.step < T && std::string_view(r.name).rfind("adam.host.", 0) == 0)
+    if (r.step >= from && r.step < T && Strategy::host_adam_task(r))
       host_adam_us += r.end_us - r.start_us;
   if (M) host_adam_us /= (double)M;
   return host_adam_us;
@@ -145,11 +146,10 @@ namespace {
 
 using Row = std::function<void(const std::string&, const std::string&)>;
 
-void zenflow_rows(const json& m, const Row& row) {
-  if (m.contains("staleness") && m.contains("host_updates"))  // zenflow
-    row("host updates / staleness", std::to_string(m["host_updates"].get<int64_t>()) + " / max " +
-                                        fmt("%.0f", m["staleness"]["max"].get<double>()) + ", mean " +
-                                        fmt("%.1f", m["staleness"]["mean"].get<double>()) + " steps");
+void zenflow_rows(const Strategy& strat, const Row& row) {
+  if (const auto z = strat.report().zenflow)
+    row("host updates / staleness", std::to_string(z->host_updates) + " / max " + fmt("%.0f", z->staleness_max) +
+                                        ", mean " + fmt("%.1f", z->staleness_mean) + " steps");
 }
 
 // Collective bytes per step, and whether every rank ended with the same weights (FNV-1a 64 of all
@@ -313,7 +313,7 @@ void print_summary(const RunReport& r, const json& m, std::ostream& out) {
                                       fmt("%.0f", m["bytes"]["host_to_device"].get<double>()));
   if (r.comm) data_parallel_rows(r, m, row);
   row("throughput", fmt("%.0f", st.wall > 0 ? (double)(M * r.B) / st.wall : 0.0) + " samples/s");
-  zenflow_rows(m, row);
+  zenflow_rows(r.strat, row);
   if (m.contains("gradient_clipping")) {
     const json& c = m["gradient_clipping"];
     row("gradient clipping", fmt("%g", c["max_norm"].get<double>()) + ": " + std::to_string(c["clipped_steps"].get<int64_t>()) +

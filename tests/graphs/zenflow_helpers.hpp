@@ -11,14 +11,14 @@
 
 namespace zf::test {
 
-// A zenflow spec on the tiny MLP: r = 0.25, reselection every 8 steps.
+// A zenflow spec on the tiny MLP: r = 0.25, reselection every 8 steps; K < 0: update_interval "auto".
 inline Spec zen_spec(int64_t steps, int D, int64_t K, int64_t W, const std::string& sched = "lws") {
   Spec s = tiny_spec(steps, "zenflow", sched);
   s.zenflow.given = true;
   s.zenflow.topk_ratio = 0.25;
   s.zenflow.select_strategy = "step";
   s.zenflow.select_interval = 8;
-  s.zenflow.update_interval = K;
+  s.zenflow.update_interval = K < 0 ? UpdateInterval::automatic() : UpdateInterval(K);
   s.zenflow.overlap_step = D > 0;
   s.zenflow.max_staleness = D;
   s.zenflow.full_warm_up_rounds = W;

@@ -1,0 +1,68 @@
+// device-adam: AdamW on the device every step, no offload (the speed reference).
+#include "graphs/strategies/strategy.hpp"
+
+namespace zf {
+namespace {
+
+class DeviceAdam final : public Strategy {
+ public:
+  DeviceAdam(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec, nullptr) {
+    for (Param* p : params_) {
+      m_.push_back(Tensor::home(p->value.shape(), p->name + ".m"));
+      v_.push_back(Tensor::home(p->value.shape(), p->name + ".v"));
+      if (bf16_) {  // mixed precision without offload: fp32 master weights on the device
+        master_.push_back(Tensor::home(p->value.shape(), p->name + ".master"));
+        insert_copy(rt_.device(-1).named("init.master." + p->name), p->value, whole(p->value), master_.back(),
+                    whole(master_.back()));
+      }
+    }
+    make_clip(true);
+  }
+  const char* name() const override { return "device-adam"; }
+  void save_state(StateWriter& w) const override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
+      w.put("device.m." + params_[i]->name, m_[i], io);
+      w.put("device.v." + params_[i]->name, v_[i], io);
+      if (bf16_) w.put("device.master." + params_[i]->name, master_[i], io);
+    }
+  }
+  void load_state(const StateReader& r) override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
+      r.get("device.m." + params_[i]->name, m_[i], StateReader::Values::Finite, io);
+      r.get("device.v." + params_[i]->name, v_[i], StateReader::Values::NonNegative, io);
+      if (bf16_) r.get("device.master." + params_[i]->name, master_[i], StateReader::Values::Finite, io);
+    }
+  }
+  void submit_update(const UpdateStep& u) override {
+    SubmitOptions o = rt_.device(u.t);
+    float gs = u.grad_scale;
+    if (clip_) {  // the device gradients, in place, before the AdamW reads them; the clip factor
+                  // unscales (fp16) and clips at once, so the AdamW takes grad_scale 1
+      std::vector<ClipPart> parts;
+      for (Param* p : params_) parts.push_back({&p->grad, whole(p->grad)});
+      clip_->submit(u.t, o, parts, 1.0, 1.0f, 1.0f / u.grad_scale);
+      gs = 1.0f;
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = *params_[i];
+      const Tensor& x = bf16_ ? master_[i] : p.value;
+      insert_adam_step(o.named("adam.device." + p.name), hp(u.o), u.o + 1, gs, x, whole(x), p.grad,
+                       whole(p.grad), m_[i], v_[i]);
+      // the trainer rounds the parameters to bf16 / fp16 after the update (graphs/train/trainer.cpp)
+      if (bf16_) insert_copy(o.named("master.device." + p.name), x, whole(x), p.value, whole(p.value));
+    }
+  }
+
+ private:
+  std::vector<Tensor> m_, v_, master_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_device_adam(const Spec& spec, Runtime& rt, std::vector<Param*> params) {
+  return std::make_unique<DeviceAdam>(rt, std::move(params), spec);
+}
+
+}  // namespace zf

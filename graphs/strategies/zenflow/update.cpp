@@ -1,0 +1,190 @@
+// ZenFlow's step update (docs/zenflow.md): selection, accumulation into the window's ring slot, the
+// host update at the window's boundary with the merge of the job D windows back, the device updates.
+#include "graphs/strategies/zenflow/zenflow.hpp"
+
+namespace zf::zenflow {
+
+// Step u.t's update. Every counter below runs on o, the applied updates (UpdateStep): a step
+// skipped for an fp16 overflow does not exist for ZenFlow (no selection, no accumulation, no
+// host or device update; docs/zenflow.md). t only tags the tasks.
+void ZenFlowStrategy::submit_update(const UpdateStep& u) {
+  const int64_t t = u.t, o = u.o;
+  prepare_gradients(u);
+  // the auto rule's vote on the previous update's gradient (after a resume: on the restored
+  // mass); its mass task is tagged with a step <= t - 1
+  last_vote_ = cal_.votes_before(o) && auto_vote(t - 1);
+
+  // 1. selection (stage 2: already submitted before the gradient collectives)
+  const bool select = cal_.is_select(o);
+  if (select && selected_at_ != t) select_columns(t, o);
+
+  // 2. accumulation of the full gradient into this interval's buffer
+  const int64_t slot = ring_.slot();
+  for (auto& wp : mat_) accumulate(t, *wp->p, wp->acc[slot]);
+  for (Vector& v : vec_)  // semantics deepspeed with clipping: the 1-D window sums, for the norm
+    if (!v.acc.empty()) accumulate(t, *v.p, v.acc[slot]);
+  ring_.accumulate();
+
+  // 3. host update at the interval's boundary, merge of the job D intervals back
+  if (cal_.is_update(o, last_vote_)) host_update(t, o);
+
+  // 4. device updates: selected columns, 1-D parameters
+  selective_updates(t, o);
+  vector_updates(t, o, select);
+  read_mass(t, o);
+}
+
+void ZenFlowStrategy::prepare_gradients(const UpdateStep& u) {
+  // precision fp16: the device gradients are unscaled in place first (DeepSpeed's
+  // unscale_and_clip_grads), so the selection, the accumulation and both device AdamWs read the
+  // true gradient
+  if (u.grad_scale != 1.0f)
+    for (Param* p : params_) insert_scale(rt_.device(u.t).named("unscale.grad." + p->name), p->grad, u.grad_scale);
+  // semantics deepspeed: every gradient DeepSpeed sees (selection, selective and 1-D steps, the
+  // host's window sum) is g/K
+  if (cal_.divides_gradients())
+    for (Param* p : params_)
+      insert_scale(rt_.device(u.t).named("scale.grad." + p->name), p->grad, cal_.gradient_factor());
+}
+
+// The window's first step copies, the others add.
+void ZenFlowStrategy::accumulate(int64_t t, const Param& p, const HostTensor& acc) {
+  for (size_t i = 0; i < acc.tiles.size(); ++i) {
+    const std::string nm = "accumulate." + p.name + "[" + std::to_string(i) + "]";
+    if (ring_.accumulated() == 0)
+      insert_copy(rt_.crossing(t).named(nm), p.grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
+    else
+      insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), p.grad, acc.slices[i], 1.0f);
+  }
+  for (const Slice& sl : acc.slices) d2h_ += (int64_t)(sl.n * p.grad.elem_size());  // this rank's tiles
+}
+
+void ZenFlowStrategy::host_update(int64_t t, int64_t o) {
+  ring_.record_update(o);
+  const int64_t slot = ring_.slot();
+  // the interval's mean; semantics deepspeed: its sum of g/K (DeepSpeed's window sum)
+  float scale = cal_.host_scale(ring_.accumulated());
+  const int64_t due = cal_.host_due(t, o);
+  if (clip_) scale = clip_host(t, due, slot, scale);
+  host_adam(t, o, due, slot, scale);
+  merge_job(t, o, slot);
+  ring_.end_job();
+}
+
+// Returns the host AdamW's gradient scale once the clip's factor is folded in.
+float ZenFlowStrategy::clip_host(int64_t t, int64_t due, int64_t slot, float scale) {
+  std::vector<ClipPart> parts;
+  if (!cal_.clips_window_sums()) {
+    // DeepSpeed's ZenFlow clips here: the host step's gradient (the interval's, on the host
+    // side, at its boundary) by its global norm; the selective and 1-D device steps are not
+    // clipped (docs/zenflow.md). Norm of the mean acc/n; the factor folds the 1/n in. Loss
+    // scale 1: under fp16 the device gradients were unscaled before they were accumulated
+    // (each step of the interval may have run with another scale).
+    for (auto& wp : mat_)
+      for (const Tensor& tile : wp->acc[slot].tiles) parts.push_back({&tile, whole(tile)});
+    const double n = (double)ring_.accumulated();
+    clip_->submit(t, rt_.host(t).due_at(due), parts, n * n, scale);
+    return 1.0f;
+  }
+  // semantics deepspeed: DeepSpeed's norm is over its whole host partition's window sums of
+  // g/K, every parameter in model order, 1-D included; the factor scales the 2-D window
+  // sums here and, in the warm-up, the 1-D gradient of its host step (vector_updates); after the
+  // warm-up DeepSpeed's clipped 1-D host step is overwritten by its unclipped selective one
+  for (Param* p : params_) {
+    for (auto& wp : mat_)
+      if (wp->p == p)
+        for (const Tensor& tile : wp->acc[slot].tiles) parts.push_back({&tile, whole(tile)});
+    for (Vector& v : vec_)
+      if (v.p == p)
+        for (const Tensor& tile : v.acc[slot].tiles) parts.push_back({&tile, whole(tile), false});
+  }
+  clip_->submit(t, rt_.host(t).due_at(due), parts);
+  return scale;
+}
+
+void ZenFlowStrategy::host_adam(int64_t t, int64_t o, int64_t due, int64_t slot, float scale) {
+  // synchronous: the merge reads the master weights next; else the result copy is what crosses
+  // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
+  const bool copy_result = !cal_.synchronous(o) || bf16_;
+  const bool second = cal_.moment_set(o) == 1;
+  for (auto& wp : mat_) {
+    Matrix& w = *wp;
+    for (size_t i = 0; i < w.master.tiles.size(); ++i) {
+      const std::string s = w.p->name + "[" + std::to_string(i) + "]";
+      const SubmitOptions ho = rt_.host(t).due_at(due).named(kHostAdamTask + s);
+      insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(o), cal_.host_step(o, ring_.job()), scale,
+                       w.master.tiles[i], whole(w.master.tiles[i]), w.acc[slot].tiles[i],
+                       whole(w.acc[slot].tiles[i]), second ? w.m2.tiles[i] : w.m.tiles[i],
+                       second ? w.v2.tiles[i] : w.v.tiles[i]);
+      if (copy_result)
+        insert_copy(rt_.host(t).due_at(due).named("result." + s).prefetched(1), w.master.tiles[i],
+                    whole(w.master.tiles[i]), w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
+    }
+  }
+}
+
+void ZenFlowStrategy::selective_updates(int64_t t, int64_t o) {
+  if (!selected_) return;
+  SubmitOptions dev = rt_.device(t);
+  for (auto& wp : mat_) {
+    Matrix& w = *wp;
+    const std::string& n = w.p->name;
+    if (z_.offload) {
+      insert_copy(rt_.crossing(t).named("h2d.m_sel." + n), w.m_sel_host, whole(w.m_sel_host), w.m_sel, whole(w.m_sel));
+      insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
+      h2d_ += 2 * (int64_t)w.m_sel.bytes();
+    }
+    insert_selective_adam(dev.named("adam.device." + n), hp(o), cal_.selective_step(o), w.p->value, w.sel, w.p->grad,
+                          w.m_sel, w.v_sel, w.p->in_out);
+    if (z_.offload) {
+      insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
+      insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
+      d2h_ += 2 * (int64_t)w.m_sel.bytes();
+    }
+  }
+}
+
+void ZenFlowStrategy::vector_updates(int64_t t, int64_t o, bool select) {
+  SubmitOptions dev = rt_.device(t);
+  for (Vector& v : vec_) {
+    Param& p = *v.p;
+    switch (cal_.vector_update(o)) {
+      case VectorUpdate::Device:
+        insert_adam_step(dev.named("adam.device." + p.name), hp(o), o + 1, 1.0f, p.value, whole(p.value), p.grad,
+                         whole(p.grad), v.m, v.v);
+        break;
+      case VectorUpdate::HostWarmUp: {
+        // DeepSpeed's warm-up: the host step (at the host's moments, step o + 1) whose result is
+        // copied back synchronously; run here on the device parameter, equal to its host master
+        const int s = cal_.moment_set(o);
+        if (clip_)  // this step's clip point (host_update), over the window g/K of every parameter
+          insert_scale_by(dev.named("clip.scale." + p.name), p.grad, whole(p.grad), clip_->factor());
+        insert_adam_step(dev.named("adam.warm." + p.name), hp(o), o + 1, 1.0f, p.value, whole(p.value), p.grad,
+                         whole(p.grad), v.mw[s], v.vw[s]);
+        break;
+      }
+      case VectorUpdate::Selective:
+        // after it: DeepSpeed's selective optimizer, whose moments start at the end of the warm-up
+        // and are zeroed at every selection while its step count runs on
+        if (select) {
+          insert_zero(dev.named("select.zero_m." + p.name), v.m);
+          insert_zero(dev.named("select.zero_v." + p.name), v.v);
+        }
+        insert_adam_step(dev.named("adam.device." + p.name), hp(o), cal_.selective_step(o), 1.0f, p.value,
+                         whole(p.value), p.grad, whole(p.grad), v.m, v.v);
+        break;
+    }
+  }
+}
+
+// the auto rule reads the gradient mass of this step when the next one is submitted
+void ZenFlowStrategy::read_mass(int64_t t, int64_t o) {
+  if (!cal_.reads_mass(o)) return;
+  SubmitOptions dev = rt_.device(t);
+  for (auto& wp : mat_) {
+    insert_grad_mass(dev.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass, wp->p->in_out);
+    rt_.read_async(wp->mass, wp->mass_host, sizeof wp->mass_host, t);
+  }
+}
+
+}  // namespace zf::zenflow

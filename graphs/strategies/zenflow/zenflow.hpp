@@ -1,0 +1,104 @@
+// The zenflow strategy (docs/zenflow.md), private to graphs/strategies/zenflow/. The step builder
+// submits tasks only; every ordering, including the bounded staleness, comes from data
+// dependencies:
+//   accumulate(t) -> acc[j % (D+1)] -RAW-> host AdamW of job j -> res[j % (D+1)]
+//   merge of job j at the boundary of job j + D -RAW-> waits for job j (the only place the
+//   device can wait), and the next forward reads the merged weights (RAW).
+//   acc/res slots are reused D+1 jobs later (WAR), so at most D+1 host jobs are in flight.
+// By concern: the calendar (calendar.hpp, pure), the ring and merges (ring.hpp, merge.cpp), the
+// selection (selection.cpp), the update (update.cpp), state (state.cpp), metrics (metrics.cpp).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "graphs/strategies/strategy.hpp"
+#include "graphs/strategies/zenflow/calendar.hpp"
+#include "graphs/strategies/zenflow/ring.hpp"
+
+namespace zf::zenflow {  // private to graphs/strategies/zenflow/
+
+struct Matrix {  // a 2-D weight and its ZenFlow state
+  Param* p;
+  int R, C, k;
+  Tensor sel, imp, m_sel, v_sel;             // device side
+  Tensor m_sel_host, v_sel_host;             // offload: selective moments kept on the host
+  Tensor mass;                               // {sum|g|, sum|g[:, sel]|} of the last step (auto rule)
+  HostTensor master, m, v, resync;           // host side
+  HostTensor m2, v2;                         // semantics deepspeed with overlap_step: the second host moment set
+  std::vector<HostTensor> acc, res;          // rings of D+1
+  double A = 0.0, N = 0.0;                   // auto rule
+  double mass_host[2] = {0, 0};
+  std::vector<std::vector<int32_t>> selections;  // read back at every selection (metrics)
+};
+
+struct Vector {  // a 1-D parameter: device AdamW every step
+  Param* p;
+  Tensor m, v;
+  // semantics deepspeed: the warm-up's moments (DeepSpeed's host moments of the parameter, one
+  // set per parity under overlap_step; docs/zenflow.md)
+  Tensor mw[2], vw[2];
+  // semantics deepspeed with gradient_clipping: the window sums of g/K on the host, a ring of D+1
+  // like the 2-D accumulators (DeepSpeed's clip norm counts them; docs/zenflow.md)
+  std::vector<HostTensor> acc;
+};
+
+// Staleness of the merged host results (metrics and the trainer's summary).
+struct StalenessSummary {
+  double max = 0, mean = 0;
+  int64_t max_intervals = 0, merges = 0;
+};
+
+class ZenFlowStrategy final : public Strategy {
+ public:
+  ZenFlowStrategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, int64_t spe, const Comm* comm);
+  const char* name() const override { return "zenflow"; }
+
+  void before_gradient_allreduce(const UpdateStep& u, const Comm& comm) override;     // selection.cpp
+  void submit_gradient_collectives(const UpdateStep& u, const Comm& comm) override;   // selection.cpp
+  void submit_update(const UpdateStep& u) override;                                   // update.cpp
+  void flush(const UpdateStep& last) override;                                        // merge.cpp
+  void add_metrics(nlohmann::json& m, int64_t steps) const override;                  // metrics.cpp
+  StrategyReport report() const override;                                             // metrics.cpp
+  std::vector<TraceEvent> trace_events(const std::vector<TaskRecord>& recs) const override;  // metrics.cpp
+  void save_state(StateWriter& w) const override;                                     // state.cpp
+  void load_state(const StateReader& r) override;                                     // state.cpp
+
+ private:
+  // zenflow.cpp: the state of each parameter
+  void add_vector(Param* p);
+  void add_matrix(Param* p);
+  // selection.cpp
+  void select_columns(int64_t t, int64_t o);
+  // update.cpp: the parts of submit_update, in their order
+  void prepare_gradients(const UpdateStep& u);
+  void accumulate(int64_t t, const Param& p, const HostTensor& acc);
+  void host_update(int64_t t, int64_t o);
+  float clip_host(int64_t t, int64_t due, int64_t slot, float scale);
+  void host_adam(int64_t t, int64_t o, int64_t due, int64_t slot, float scale);
+  void selective_updates(int64_t t, int64_t o);
+  void vector_updates(int64_t t, int64_t o, bool select);
+  void read_mass(int64_t t, int64_t o);
+  bool auto_vote(int64_t t);
+  // merge.cpp: a host result into the device weights (slot: its ring slot, -1: the master weights)
+  void merge_all(int64_t t, int64_t slot, MergeEvent ev);
+  void merge_job(int64_t t, int64_t o, int64_t slot);
+  // state.cpp
+  void load_tensors(const StateReader& r, bool selected);
+  // metrics.cpp
+  StalenessSummary staleness() const;
+
+  Spec::ZenFlow z_;
+  ZenFlowCalendar cal_;
+  StalenessRing ring_;
+  std::vector<std::unique_ptr<Matrix>> mat_;
+  std::vector<Vector> vec_;
+  int64_t u_ = 0;  // the auto rule's updates since its last vote for a host update
+  bool selected_ = false, last_vote_ = false;
+  int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced
+  int64_t selected_at_ = -1;     // step whose selection select_columns submitted
+  int64_t sel_o_ = -1;           // the update of the latest selection
+  std::vector<char> sel_dropped_;  // per selection of this run: made at a step later skipped (fp16)
+  MergeLog log_;
+};
+
+}  // namespace zf::zenflow

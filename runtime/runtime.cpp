@@ -165,6 +165,20 @@ int Runtime::hwloc_cores() {
 }
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
+  const int ncuda = check_config();
+  device_is_cuda_ = ncuda > 0;
+  crossings_on_host_ = cfg.crossings_on_host;
+  const int ncpu = device_is_cuda_ ? cfg.host_workers : cfg.device_workers + cfg.host_workers;
+  if (ncpu > STARPU_MAXCPUS)
+    throw Error(std::to_string(ncpu) + " CPU workers requested; this StarPU build starts at most " +
+                std::to_string(STARPU_MAXCPUS) + " (STARPU_MAXCPUS)");
+  start_starpu(ncpu, ncuda);
+  assign_workers(ncpu, ncuda);
+  create_contexts();
+}
+
+int Runtime::check_config() const {
+  const RuntimeConfig& cfg = cfg_;
   if (const char* why = unusable_policy(cfg.sched))
     throw Error("StarPU scheduling policy '" + cfg.sched + "' cannot run zenflow: " + why);
   if (!is_policy(cfg.sched)) throw Error("unknown StarPU scheduling policy '" + cfg.sched + "'");
@@ -189,12 +203,11 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     throw Error("runtime.cuda_workers = " + std::to_string(cfg.cuda_workers) +
                 ": this build has no CUDA (configure with -DZF_ENABLE_CUDA=ON, docs/gpu.md)");
 #endif
-  device_is_cuda_ = ncuda > 0;
-  crossings_on_host_ = cfg.crossings_on_host;
-  const int ncpu = device_is_cuda_ ? cfg.host_workers : cfg.device_workers + cfg.host_workers;
-  if (ncpu > STARPU_MAXCPUS)
-    throw Error(std::to_string(ncpu) + " CPU workers requested; this StarPU build starts at most " +
-                std::to_string(STARPU_MAXCPUS) + " (STARPU_MAXCPUS)");
+  return ncuda;
+}
+
+void Runtime::start_starpu(int ncpu, int ncuda) {
+  const RuntimeConfig& cfg = cfg_;
   blas_single_thread();
   deadline_policy_set_idle({}, {});  // nothing sleeps or helps until our policy's contexts exist
 
@@ -215,6 +228,10 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   ZF_CHECK_STARPU(starpu_init(&conf));
   if (cfg.profiling) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 
+}
+
+void Runtime::assign_workers(int ncpu, int ncuda) {
+  const RuntimeConfig& cfg = cfg_;
   int cpus[STARPU_NMAXWORKERS];
   int n = starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, cpus, STARPU_NMAXWORKERS);
   if (n < ncpu) {
@@ -242,6 +259,10 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     device_workers_.assign(cpus, cpus + cfg.device_workers);
     host_workers_.assign(cpus + cfg.device_workers, cpus + ncpu);
   }
+}
+
+void Runtime::create_contexts() {
+  const RuntimeConfig& cfg = cfg_;
   // Our policy is passed as a struct (StarPU looks names up among its own only); each context
   // gets its own instance of its state. The host context orders by deadline.
   if (cfg.sched == deadline_policy()->policy_name) {

@@ -213,6 +213,13 @@ class Runtime {
   static int cuda_devices();
 
  private:
+  // The constructor's phases, in order: the configuration checked (returns the CUDA workers to
+  // start), StarPU started, its workers split between the contexts, the contexts created.
+  int check_config() const;
+  void start_starpu(int ncpu, int ncuda);
+  void assign_workers(int ncpu, int ncuda);
+  void create_contexts();
+
   RuntimeConfig cfg_;
   unsigned device_ctx_ = 0, host_ctx_ = 0;
   std::vector<int> device_workers_, host_workers_;

@@ -69,101 +69,84 @@ void check_output_dir(const std::string& option, const std::string& path) {
 }
 }  // namespace
 
-static int run(int argc, char** argv, zf::Comm& comm) {
-  CLI::App app{
-      "zenflow-run: train a model with a StarPU task graph per step.\n"
-      "Strategies: device-adam (AdamW on the device), zero-offload (host AdamW, the device waits),\n"
-      "zero-offload-dpu (one-step delayed host update), zenflow (top-k columns on the device, the rest\n"
-      "accumulated and applied by an asynchronous host AdamW with bounded staleness).\n"
-      "The spec format is documented in docs/spec.md; metrics in docs/metrics.md.\n"
-      "Data parallel: mpirun -np R zenflow-run SPEC ... runs R replicas (one process per rank, on GPU\n"
-      "r % count in a CUDA build); train.batch_size is the global batch (divisible by R); gradients\n"
-      "are all-reduced, zenflow all-reduces its column importance; rank 0 prints and writes the\n"
-      "files (docs/data-parallel.md)."};
-  app.get_formatter()->column_width(34);
+namespace {
+// zenflow-run's command line, as parsed.
+struct CliArgs {
   std::string spec_path;
   std::vector<std::string> sets;
   std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume, trace, trace_csv;
   int64_t ckpt_every = 0, trace_from = -1;
   int64_t steps = -1;
   bool quiet = false, list_policies = false, print_spec = false, ckpt_overwrite = false;
-  app.add_option("spec", spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
-  app.add_option("--set", sets, "override a spec field: --set train.batch_size=256 (repeatable; "
+};
+
+void add_options(CLI::App& app, CliArgs& a) {
+  app.add_option("spec", a.spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
+  app.add_option("--set", a.sets, "override a spec field: --set train.batch_size=256 (repeatable; "
                                 "the value is JSON, or a string)");
-  app.add_option("--steps", steps, "number of training steps (overrides train.steps/epochs)")
+  app.add_option("--steps", a.steps, "number of training steps (overrides train.steps/epochs)")
       ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));  // as train.steps; negative is an error
-  app.add_option("--strategy", strategy, "device-adam | zero-offload | zero-offload-dpu | zenflow (overrides the spec)");
-  app.add_option("--sched", sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "
+  app.add_option("--strategy", a.strategy, "device-adam | zero-offload | zero-offload-dpu | zenflow (overrides the spec)");
+  app.add_option("--sched", a.sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "
                                    "prio, dmda, dmdas, or ours: zf-deadline (see --list-policies)");
-  app.add_option("--deepspeed", deepspeed, "read a DeepSpeed config (train_batch_size, optimizer, "
+  app.add_option("--deepspeed", a.deepspeed, "read a DeepSpeed config (train_batch_size, optimizer, "
                                            "zero_optimization with offload_optimizer and zenflow); "
                                            "what cannot be honoured is an error");
-  app.add_option("--metrics", metrics, "write the run's metrics as JSON to FILE (atomic)");
-  app.add_option("--save", save, "save the final model weights to FILE (safetensors)");
-  app.add_option("--init", init, "initialise the model weights from FILE (safetensors)");
-  app.add_option("--checkpoint-dir", ckpt_dir, "write full training-state checkpoints into DIR "
+  app.add_option("--metrics", a.metrics, "write the run's metrics as JSON to FILE (atomic)");
+  app.add_option("--save", a.save, "save the final model weights to FILE (safetensors)");
+  app.add_option("--init", a.init, "initialise the model weights from FILE (safetensors)");
+  app.add_option("--checkpoint-dir", a.ckpt_dir, "write full training-state checkpoints into DIR "
                                               "(after the last step, and every --checkpoint-every steps)");
-  app.add_option("--checkpoint-every", ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)");
-  app.add_flag("--checkpoint-overwrite", ckpt_overwrite,
+  app.add_option("--checkpoint-every", a.ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)");
+  app.add_flag("--checkpoint-overwrite", a.ckpt_overwrite,
                "write into a --checkpoint-dir that holds another run's checkpoints (other spec, strategy or "
                "seed; refused without this flag): they are deleted after this run's first checkpoint "
                "(docs/checkpoints.md)");
-  app.add_option("--resume", resume, "resume from a checkpoint DIR (its latest step) or a step directory; "
+  app.add_option("--resume", a.resume, "resume from a checkpoint DIR (its latest step) or a step directory; "
                                      "the spec must match the checkpoint's");
-  app.add_option("--trace", trace, "write a Paje trace of every task (open it in ViTE; pj_dump reads it)");
-  app.add_option("--trace-from", trace_from, "trace only the tasks of steps >= N (skips start-up and evaluation)");
-  app.add_option("--trace-csv", trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
-  app.add_flag("--quiet,-q", quiet, "no progress lines and no summary");
-  app.add_flag("--list-policies", list_policies, "print the StarPU policies that run zenflow, then ours (zf-deadline), and exit; StarPU's policies that cannot (a crash or a hang in StarPU 1.3) go to stderr with the reason");
-  app.add_flag("--print-spec", print_spec, "print the effective spec (defaults and overrides applied) and exit");
+  app.add_option("--trace", a.trace, "write a Paje trace of every task (open it in ViTE; pj_dump reads it)");
+  app.add_option("--trace-from", a.trace_from, "trace only the tasks of steps >= N (skips start-up and evaluation)");
+  app.add_option("--trace-csv", a.trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
+  app.add_flag("--quiet,-q", a.quiet, "no progress lines and no summary");
+  app.add_flag("--list-policies", a.list_policies, "print the StarPU policies that run zenflow, then ours (zf-deadline), and exit; StarPU's policies that cannot (a crash or a hang in StarPU 1.3) go to stderr with the reason");
+  app.add_flag("--print-spec", a.print_spec, "print the effective spec (defaults and overrides applied) and exit");
+}
+
+// The spec with the command line applied, the output paths checked, then the run. Exit codes:
+// 2 bad input, 77 no device, 1 a failure.
+int train(const CliArgs& a, zf::Comm& comm) {
+  std::vector<std::string> sets = a.sets;
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  if (list_policies) {
-    for (auto& p : zf::Runtime::policies()) std::cout << p << "\n";
-    // StarPU's policies that cannot run a training run: on stderr, so stdout stays a list to loop over
-    for (auto& p : zf::Runtime::unusable_policies())
-      std::cerr << "not usable: " << p << ": " << zf::Runtime::unusable_policy(p) << "\n";
-    return 0;
-  }
-  if (spec_path.empty()) {
-    std::cerr << "zenflow-run: a spec file is required (try graphs/specs/mlp-fashion.json; --help)\n";
-    return 2;
-  }
-  try {
-    if (steps >= 0) sets.push_back("train.steps=" + std::to_string(steps));
-    if (!strategy.empty()) sets.push_back("strategy=\"" + strategy + "\"");
-    if (!sched.empty()) sets.push_back("runtime.sched=\"" + sched + "\"");
-    zf::Spec spec = zf::load_spec(spec_path, sets, deepspeed, comm.size());
+    if (a.steps >= 0) sets.push_back("train.steps=" + std::to_string(a.steps));
+    if (!a.strategy.empty()) sets.push_back("strategy=\"" + a.strategy + "\"");
+    if (!a.sched.empty()) sets.push_back("runtime.sched=\"" + a.sched + "\"");
+    zf::Spec spec = zf::load_spec(a.spec_path, sets, a.deepspeed, comm.size());
     zf::check_machine(spec);
-    if (print_spec) {
+    if (a.print_spec) {
       std::cout << spec.to_json().dump(2) << "\n";
       return 0;
     }
-    check_output_file("--metrics", metrics);
-    check_output_file("--save", save);
-    check_output_file("--trace", trace);
-    check_output_file("--trace-csv", trace_csv);
-    if (ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
-    if (ckpt_every > 0 && ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
-    if (comm.rank() == 0) check_output_dir("--checkpoint-dir", ckpt_dir);  // rank 0 writes the checkpoints
+    check_output_file("--metrics", a.metrics);
+    check_output_file("--save", a.save);
+    check_output_file("--trace", a.trace);
+    check_output_file("--trace-csv", a.trace_csv);
+    if (a.ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
+    if (a.ckpt_every > 0 && a.ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
+    if (comm.rank() == 0) check_output_dir("--checkpoint-dir", a.ckpt_dir);  // rank 0 writes the checkpoints
     zf::RunOptions o;
-    o.quiet = quiet;
-    o.metrics_path = metrics;
-    o.save_path = save;
-    o.init_path = init;
-    o.checkpoint_dir = ckpt_dir;
-    o.checkpoint_every = ckpt_every;
-    o.checkpoint_overwrite = ckpt_overwrite;
-    o.resume_path = resume;
-    o.trace_path = trace;
-    o.trace_csv_path = trace_csv;
-    o.trace_from = trace_from;
+    o.quiet = a.quiet;
+    o.metrics_path = a.metrics;
+    o.save_path = a.save;
+    o.init_path = a.init;
+    o.checkpoint_dir = a.ckpt_dir;
+    o.checkpoint_every = a.ckpt_every;
+    o.checkpoint_overwrite = a.ckpt_overwrite;
+    o.resume_path = a.resume;
+    o.trace_path = a.trace;
+    o.trace_csv_path = a.trace_csv;
+    o.trace_from = a.trace_from;
     o.comm = &comm;
-    if (ckpt_overwrite && ckpt_dir.empty()) throw zf::InputError("--checkpoint-overwrite", "needs --checkpoint-dir");
+    if (a.ckpt_overwrite && a.ckpt_dir.empty()) throw zf::InputError("--checkpoint-overwrite", "needs --checkpoint-dir");
     zf::run_training(spec, o);
     return 0;
   } catch (const zf::InputError& e) {
@@ -176,6 +159,41 @@ static int run(int argc, char** argv, zf::Comm& comm) {
     std::cerr << "zenflow-run: failed: " << e.what() << "\n";
     return 1;
   }
+}
+}  // namespace
+
+static int run(int argc, char** argv, zf::Comm& comm) {
+  CLI::App app{
+      "zenflow-run: train a model with a StarPU task graph per step.\n"
+      "Strategies: device-adam (AdamW on the device), zero-offload (host AdamW, the device waits),\n"
+      "zero-offload-dpu (one-step delayed host update), zenflow (top-k columns on the device, the rest\n"
+      "accumulated and applied by an asynchronous host AdamW with bounded staleness).\n"
+      "The spec format is documented in docs/spec.md; metrics in docs/metrics.md.\n"
+      "Data parallel: mpirun -np R zenflow-run SPEC ... runs R replicas (one process per rank, on GPU\n"
+      "r % count in a CUDA build); train.batch_size is the global batch (divisible by R); gradients\n"
+      "are all-reduced, zenflow all-reduces its column importance; rank 0 prints and writes the\n"
+      "files (docs/data-parallel.md)."};
+  app.get_formatter()->column_width(34);
+  CliArgs a;
+  add_options(app, a);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (a.list_policies) {
+    for (auto& p : zf::Runtime::policies()) std::cout << p << "\n";
+    // StarPU's policies that cannot run a training run: on stderr, so stdout stays a list to loop over
+    for (auto& p : zf::Runtime::unusable_policies())
+      std::cerr << "not usable: " << p << ": " << zf::Runtime::unusable_policy(p) << "\n";
+    return 0;
+  }
+  if (a.spec_path.empty()) {
+    std::cerr << "zenflow-run: a spec file is required (try graphs/specs/mlp-fashion.json; --help)\n";
+    return 2;
+  }
+  return train(a, comm);
 }
 
 int main(int argc, char** argv) {

@@ -101,8 +101,8 @@ struct Ptrs {
 // Elements [i, i + U * V::W). kAcc: g <- acc + g (as accumulate(acc, g, n, 1.0f)), then acc <- 0.
 // Every load of the group comes before its first store. The buffers usually share their address
 // modulo 4 KiB (page-aligned allocations), and a load issued after a store to the same offset of
-// another buffer waits on a false store-to-load dependency (4K aliasing; measured 1.5-2x slower
-// for the fused pass). Groups cover whole 64-byte lines, so no later load hits a line offset
+// another buffer waits on a false store-to-load dependency (4K aliasing, which slows the fused
+// pass severely). Groups cover whole 64-byte lines, so no later load hits a line offset
 // stored by an earlier group still in flight.
 template <class V, bool kAcc, int U>
 inline __attribute__((always_inline)) void update(const Ptrs& a, size_t i, const Coef<V>& c) {

@@ -17,9 +17,10 @@
 
 namespace zf::kernels::cpu {
 
-// Small batches: OpenBLAS's SGEMM packs the whole weight matrix first, which made a batch of 1-4
-// rows 3-4x slower than SGEMV (B = 1) and a row-by-row rank-B update of dw (B <= 4), both of which
-// stream the weights once (memory-bound either way).
+// Small batches: OpenBLAS's SGEMM packs the whole weight matrix first, which costs more than the
+// multiply for 1-4 rows; SGEMV (B = 1) and a row-by-row rank-B update of dw (B <= 4) stream the
+// weights once (memory-bound either way). The measurements behind every choice of this file:
+// docs/architecture.md, "Matmul tiles and code paths".
 constexpr int kSmallBatch = 4;
 
 namespace {
@@ -27,13 +28,9 @@ namespace {
 // the operand the tiles share (all of w for tiles of rows, all of x when dw is cut by output
 // features): about kTileFlops of work a tile, a power of two of them (2 as soon as there are
 // kSplitFlops: an even split over two cores), since fewer, larger tiles pack less and run closer
-// to the kernel's peak. Measured on the GPT's shapes (B = 1024 rows, K, N in 128..512, 2 cores):
-// 2 tiles of c_fc's forward 701 us against 957 us in 16, mlp.c_proj's dw 861 against 1221 us in 8;
-// gpt-kjv's device-adam step 54.6-57.5 ms with 4 MFLOP tiles, 47.9-49.8 ms with these
-// (interleaved runs, docs/architecture.md "Device cores"). Below kCoarseRows the shared operand
-// is a few rows (or nothing is packed: the streaming loops, SGEMV), and the tiles stay fine,
-// kFineFlops each, so that a late helper leaves little to wait for (the headline MLP's batch of
-// 2: zenflow's step 1.03-1.08x longer in 2 coarse tiles). At most kMaxTiles; each a multiple of
+// to the kernel's peak. Below kCoarseRows the shared operand is a few rows (or nothing is packed:
+// the streaming loops, SGEMV), and the tiles stay fine, kFineFlops each, so that a late helper
+// leaves little to wait for. At most kMaxTiles; each a multiple of
 // `align` long (the SGEMM kernel's register block) along the dimension cut.
 constexpr double kTileFlops = 32e6, kSplitFlops = 8e6, kFineFlops = 4e6;
 constexpr int kCoarseRows = 64, kMaxTiles = 16;
@@ -70,8 +67,7 @@ void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, b
   if (w_in_out) {  // w (K, N): tiles of output features, or of rows for large batches
     if (B <= kSmallBatch && N >= kStreamMinN) {
       // y[b, :] = sum over k of x[b, k] w[k, :], in k order: one pass over w (memory-bound, like
-      // SGEMV); OpenBLAS's SGEMM took 1.6x as long here for the headline's first layer (2 x 784 x
-      // 16384), packing w first. Column blocks keep the B rows of y in L1.
+      // SGEMV), where OpenBLAS's SGEMM would pack w first. Column blocks keep the B rows of y in L1.
       constexpr int kCols = 2048;
       over(cut(N, flops, kCols, B), N, [&](int t0, int tn) {
         for (int n0 = t0; n0 < t0 + tn; n0 += kCols) {
@@ -146,10 +142,8 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
   if (dw_in_out) {  // dw (K, N) = x^T dy
     if (B >= 64 && N > K) {
       // in tiles of its columns (output features), as the (N, K) call's tiles of rows: each tile
-      // packs x and a slice of dy (tiles of rows packed the whole of dy each: 1.16-1.31x the time
-      // on the GPT's 1024 x 128 x 384 and 512 layers, against 1.00-1.02x; the rows stay better
-      // where N <= K or for fewer rows, e.g. 0.79x at 1024 x 512 x 128 and 1.00x against 1.27x
-      // at 8 x 1024 x 1024, experiments/zenflow-layout/gpt_matmul_bench.cpp)
+      // packs x and a slice of dy, where tiles of rows would each pack the whole of dy; the rows
+      // stay better where N <= K or for fewer rows
       over(cut(N, 2.0 * B * K * N, 16, B), N, [&](int n0, int nn) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nn, B, 1.0f, x, K, dy + n0, N,
                     accumulate ? 1.0f : 0.0f, dw + n0, N);
@@ -210,8 +204,8 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
       return;
     }
     // dx^T (K, B) = w (K, N) dy^T (N, B), through B x N and B x K scratch transposes: OpenBLAS's
-    // no-transpose SGEMM, which the (N, K) layout takes, ran 1.6-2.4x faster than its
-    // no-transpose / transpose one for the batch-8 MLP's shapes (K = N = 1024)
+    // no-transpose SGEMM, which the (N, K) layout takes, is faster than its no-transpose /
+    // transpose one at these batch sizes
     std::vector<float> dyt((size_t)N * B), dxt((size_t)K * B);
     for (int b = 0; b < B; ++b)
       for (int n = 0; n < N; ++n) dyt[(size_t)n * B + b] = dy[(size_t)b * N + n];

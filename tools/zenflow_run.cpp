@@ -133,19 +133,20 @@ int train(const CliArgs& a, zf::Comm& comm) {
     if (a.ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
     if (a.ckpt_every > 0 && a.ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
     if (comm.rank() == 0) check_output_dir("--checkpoint-dir", a.ckpt_dir);  // rank 0 writes the checkpoints
-    zf::RunOptions o;
-    o.quiet = a.quiet;
-    o.metrics_path = a.metrics;
-    o.save_path = a.save;
-    o.init_path = a.init;
-    o.checkpoint_dir = a.ckpt_dir;
-    o.checkpoint_every = a.ckpt_every;
-    o.checkpoint_overwrite = a.ckpt_overwrite;
-    o.resume_path = a.resume;
-    o.trace_path = a.trace;
-    o.trace_csv_path = a.trace_csv;
-    o.trace_from = a.trace_from;
-    o.comm = &comm;
+    const zf::RunOptions o{.quiet = a.quiet,
+                           .metrics_path = a.metrics,
+                           .save_path = a.save,
+                           .init_path = a.init,
+                           .checkpoint_dir = a.ckpt_dir,
+                           .checkpoint_every = a.ckpt_every,
+                           .checkpoint_overwrite = a.ckpt_overwrite,
+                           .resume_path = a.resume,
+                           .trace_path = a.trace,
+                           .trace_csv_path = a.trace_csv,
+                           .trace_from = a.trace_from,
+                           .comm = &comm,
+                           .inspect = nullptr,  // tests only
+                           .after_backward = nullptr};
     if (a.ckpt_overwrite && a.ckpt_dir.empty()) throw zf::InputError("--checkpoint-overwrite", "needs --checkpoint-dir");
     zf::run_training(spec, o);
     return 0;

@@ -141,6 +141,14 @@ void apply_override(json& j, const std::string& assignment, const std::string& s
   if (eq == std::string::npos || eq == 0)
     throw InputError("--set " + assignment, "expected FIELD.PATH=VALUE");
   std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  // A spec is UTF-8 JSON: a field path or a bare-word value that is not valid UTF-8 could not be
+  // printed back (--print-spec, a checkpoint's spec) and names no field
+  try {
+    (void)json(assignment).dump();
+  } catch (const json::type_error&) {
+    throw InputError("--set " + json(path).dump(-1, ' ', false, json::error_handler_t::replace),
+                     "not valid UTF-8 (a spec's field paths and values are UTF-8 text)");
+  }
   json value;
   try {
     value = json::parse(text);

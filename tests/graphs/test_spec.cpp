@@ -284,6 +284,19 @@ TEST(SpecOverride, MalformedAssignment) {
   expect_input_error([&] { zf::apply_override(j, "train.=5", kSrc); }, {"empty component"});
 }
 
+// A bare-word value or a field path that is not UTF-8 is refused naming the field (the fuzzer's
+// finding: --set runtime.sched=dmda\xC6 was accepted, then could not be printed back).
+TEST(SpecOverride, NotUtf8IsAnError) {
+  json j = json::object();
+  expect_input_error([&] { zf::apply_override(j, "runtime.sched=dmda\xC6", kSrc); },
+                     {"--set \"runtime.sched\"", "not valid UTF-8"});
+  expect_input_error([&] { zf::apply_override(j, "name=\"x\xC6\"", kSrc); }, {"--set \"name\"", "not valid UTF-8"});
+  expect_input_error([&] { zf::apply_override(j, "na\xFFme=x", kSrc); }, {"not valid UTF-8"});
+  EXPECT_TRUE(j.empty());
+  zf::apply_override(j, "name=caf\xC3\xA9", kSrc);  // UTF-8 is fine
+  EXPECT_EQ(j["name"], "caf\xC3\xA9");
+}
+
 TEST(SpecFile, LoadWithOverrides) {
   TempDir d;
   std::string p = d.file("base.json", R"({"name": "t", "train": {"batch_size": 32}})");

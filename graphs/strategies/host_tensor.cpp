@@ -9,16 +9,17 @@ HostTensor::HostTensor(const std::string& name, size_t numel_, int64_t tile_elem
     : numel(numel_), bounds(bounds_), comm(comm_) {
   const size_t tile = (size_t)tile_elems;
   size_t lo = 0, hi = numel;
-  if (bounds) {  // this rank's segment (tile-aligned: Strategy::plan_partition)
+  if (bounds) {  // this rank's segment (SIMD-aligned: Strategy::plan_partition)
     lo = (*bounds)[(size_t)comm->rank()];
     hi = (*bounds)[(size_t)comm->rank() + 1];
   }
-  for (size_t off = 0, i = 0; off < numel; off += tile, ++i) {
-    if (off < lo || off >= hi) continue;
-    const size_t n = std::min(tile, numel - off);
-    tiles.push_back(Tensor::home({(int64_t)n}, name + "[" + std::to_string(i) + "]", elem_size));
+  // the tile grid of stage 0, cut at the segment's ends: tile i is elements [i tile, (i+1) tile)
+  // of the whole tensor, or this segment's part of it
+  for (size_t i = lo / tile; lo < hi && i * tile < hi; ++i) {
+    const size_t a = std::max(lo, i * tile), z = std::min(hi, (i + 1) * tile);
+    tiles.push_back(Tensor::home({(int64_t)(z - a)}, name + "[" + std::to_string(i) + "]", elem_size));
     tiles.back().set_half(half);
-    slices.push_back({off, n});
+    slices.push_back({a, z - a});
   }
 }
 

@@ -17,10 +17,11 @@ namespace zf {
 // tiles (`half`), the form in which values cross with precision "bf16" or "fp16" (insert_copy
 // converts).
 //
-// ZeRO stage 1 and 2 (docs/data-parallel.md): a partitioned HostTensor holds only the tiles of this
-// rank's segment [bounds[rank], bounds[rank + 1]) of the tensor's `numel` elements (tiles and
-// slices list those, slices giving their offsets in the whole tensor); the other ranks hold the
-// rest. Checkpoints gather the segments on rank 0 (StateWriter) and every rank reads its own back
+// ZeRO stage 1 and 2 (docs/data-parallel.md): a partitioned HostTensor holds only this rank's
+// segment [bounds[rank], bounds[rank + 1]) of the tensor's `numel` elements: stage 0's tiles cut
+// to the segment (a tile the segment's ends fall inside is cut there, the piece keeping the
+// tile's name; tiles and slices list them, slices giving their offsets in the whole tensor); the
+// other ranks hold the rest. Checkpoints gather the segments on rank 0 (StateWriter) and every rank reads its own back
 // (StateReader), so the files are those of stage 0.
 struct HostTensor {
   std::vector<Tensor> tiles;

@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "graphs/strategies/partition.hpp"
 #include "graphs/strategies/zenflow/calendar.hpp"
 #include "runtime/comm.hpp"
 
@@ -20,35 +21,22 @@ Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, co
 
 void Strategy::plan_partition(const std::vector<Param*>& ps) {
   if (!comm_) return;
-  const uint64_t R = (uint64_t)comm_->size(), tile = (uint64_t)tile_elems_;
-  uint64_t total = 0;
-  for (const Param* p : ps) total += p->value.numel();
-  // tile -> owner: the rank whose 1/R of all elements holds the tile's middle (contiguous ranges in
-  // model order, each within one tile of total / R)
-  std::vector<int64_t> tiles_of(R, 0);
-  uint64_t start = 0;
-  for (const Param* p : ps) {
-    const uint64_t n = p->value.numel();
-    std::vector<size_t> b(R + 1, (size_t)n);
-    b[0] = 0;
-    for (uint64_t off = 0; off < n; off += tile) {
-      const uint64_t len = std::min(tile, n - off);
-      const uint64_t owner = std::min(R - 1, (2 * (start + off) + len) * R / (2 * total));
-      ++tiles_of[owner];
-      for (uint64_t r = 1; r <= owner; ++r) b[r] = std::min<size_t>(b[r], (size_t)off);
+  const size_t R = (size_t)comm_->size();
+  std::vector<size_t> sizes;
+  for (const Param* p : ps) sizes.push_back(p->value.numel());
+  std::vector<std::vector<size_t>> b = partition_bounds(sizes, R);
+  for (size_t r = 0; r < R; ++r)
+    if (partition_share(b, r) == 0) {
+      size_t total = 0;
+      for (size_t n : sizes) total += n;
+      throw InputError(spec_.where("zero_optimization.stage"),
+                       std::to_string(spec_.zero_stage) + " partitions " + std::to_string(total) +
+                           " host-state elements per buffer over " + std::to_string(R) + " ranks, leaving rank " +
+                           std::to_string(r) + " none (shares are cut on multiples of " +
+                           std::to_string(kPartitionAlign) + " elements): use fewer ranks or stage 0 "
+                           "(docs/data-parallel.md)");
     }
-    // owners rise along the tiles: b[r] is the first tile of rank >= r (n when none)
-    for (uint64_t r = R - 1; r >= 1; --r) b[r] = std::min(b[r], b[r + 1]);
-    bounds_[p] = std::move(b);
-    start += n;
-  }
-  for (uint64_t r = 0; r < R; ++r)
-    if (tiles_of[r] == 0)
-      throw InputError(spec_.where("runtime.tile_elems"),
-                       std::to_string(tile_elems_) + " elements per host tile leave rank " + std::to_string(r) + " of " +
-                           std::to_string(R) + " without a tile of the partitioned host state (zero_optimization.stage " +
-                           std::to_string(spec_.zero_stage) + "): lower runtime.tile_elems below " +
-                           std::to_string(total / R) + " (docs/data-parallel.md)");
+  for (size_t i = 0; i < ps.size(); ++i) bounds_[ps[i]] = std::move(b[i]);
 }
 
 HostTensor Strategy::host_tensor(const Param& p, const std::string& name, size_t elem_size) {

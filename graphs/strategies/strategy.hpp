@@ -100,9 +100,10 @@ class Strategy {
 
  protected:
   Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm);
-  // ZeRO stage >= 1 over several ranks (else a no-op): partitions the host tiles of `ps` (whole
-  // tiles, contiguous ranges in model order, balanced by elements) over the ranks. Call before
-  // the host tensors are made. Throws an InputError when some rank would own no tile.
+  // ZeRO stage >= 1 over several ranks (else a no-op): partitions the elements of `ps` over the
+  // ranks (contiguous shares in model order, each within kPartitionSlack elements of 1/R, cut on
+  // SIMD-aligned offsets: partition.hpp). Call before the host tensors are made. Throws an
+  // InputError when some rank would own no element.
   void plan_partition(const std::vector<Param*>& ps);
   // This rank's share of p's host copy (all of it unless partitioned), counted in host_state_bytes.
   HostTensor host_tensor(const Param& p, const std::string& name, size_t elem_size = 4);

@@ -15,7 +15,7 @@ struct NcclApi {
   ncclResult_t (*comm_destroy)(ncclComm_t);
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
   const char* (*get_error_string)(ncclResult_t);
-  // ZeRO stage 1 and 2: uneven segments (whole host tiles), so grouped rooted collectives
+  // ZeRO stage 1 and 2: uneven segments (graphs/strategies/partition.hpp), so grouped rooted collectives
   ncclResult_t (*reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*group_start)();

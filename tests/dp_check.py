@@ -5,13 +5,16 @@
                                                        gradient bytes = 4 x parameters, importance bytes
                                                        per selection = sum over 2-D weights of C x 4
   dp_check.py single M.json                            a single-process run has no data_parallel block
-  dp_check.py zero M0.json M.json STAGE W.safetensors PARTS TILE
+  dp_check.py zero M0.json M.json STAGE W.safetensors PARTS SLACK
                                                        ZeRO stage STAGE (M.json) against stage 0 (M0.json), same
                                                        ranks: host_state_bytes per rank sum to stage 0's and each
-                                                       is within one tile of 1/R of it; collective bytes per step
+                                                       is within SLACK elements' worth of 1/R of it (the
+                                                       partition's rounding); collective bytes per step
                                                        (all-gather = partitioned parameters x 4; stage 2:
                                                        reduce-scatter = the same, stage 1: none); PARTS: "all"
                                                        (zero-offload) or "2d" (zenflow) partitioned parameters
+  dp_check.py balance M0.json M.json LO HI            the largest rank's host_state_bytes of a partitioned run
+                                                       (M.json) is LO-HI x stage 0's (M0.json); the ranks' sum it
 Prints what it compared; exits 1 with "FAIL: ..." on a mismatch."""
 import json
 import struct
@@ -87,7 +90,7 @@ def metrics(m_path, w_path, ranks):
         fail("importance bytes %g without zenflow" % got_imp)
 
 
-def zero(m0_path, m_path, stage, w_path, parts, tile):
+def zero(m0_path, m_path, stage, w_path, parts, slack):
     m0, m = json.load(open(m0_path)), json.load(open(m_path))
     d0, d = m0["data_parallel"], m["data_parallel"]
     w = read_safetensors(w_path)
@@ -96,7 +99,7 @@ def zero(m0_path, m_path, stage, w_path, parts, tile):
     ranks = d["ranks"]
     s0, s = d0["host_state_bytes_per_rank"], d["host_state_bytes_per_rank"]
     per_elem = s0[0] / part  # host bytes per partitioned element (every buffer of the strategy)
-    bound = per_elem * tile  # one tile's worth of every buffer: the partition's rounding
+    bound = per_elem * slack  # `slack` elements' worth of every buffer: the partition's rounding
     print("stage %d, %d ranks: host state per rank %s (stage 0: %s; 1/R = %.0f, bound +-%.0f); bytes/step: "
           "all-reduce %g, reduce-scatter %g, all-gather %g; host AdamW s/step per rank %s"
           % (stage, ranks, s, s0, s0[0] / ranks, bound, d["allreduce_bytes_per_step"]["gradients"],
@@ -128,6 +131,22 @@ def zero(m0_path, m_path, stage, w_path, parts, tile):
         fail("stage 2: gradients all-reduced (%g bytes per step)" % d["allreduce_bytes_per_step"]["gradients"])
 
 
+def balance(m0_path, m_path, lo, hi):
+    """The largest rank's host state of a partitioned run is in [lo, hi] x stage 0's (m0: the same
+    run at stage 0); the ranks' shares sum to stage 0's."""
+    d0, d = json.load(open(m0_path))["data_parallel"], json.load(open(m_path))["data_parallel"]
+    s0, s = d0["host_state_bytes_per_rank"], d["host_state_bytes_per_rank"]
+    ratio = max(s) / s0[0]
+    print("stage %d, %d ranks: host state per rank %s, stage 0 %d: the largest holds %.4f of it (expected %g-%g)"
+          % (d["zero_stage"], d["ranks"], s, s0[0], ratio, lo, hi))
+    if d0["zero_stage"] != 0 or d["zero_stage"] == 0 or d["ranks"] != d0["ranks"] or len(s) != d["ranks"]:
+        fail("stages %d and %d on %d and %d ranks" % (d0["zero_stage"], d["zero_stage"], d0["ranks"], d["ranks"]))
+    if sum(s) != s0[0]:
+        fail("the ranks' host state sums to %d, stage 0 holds %d per rank" % (sum(s), s0[0]))
+    if not lo <= ratio <= hi:
+        fail("the largest rank holds %.4f of stage 0's host state, expected %g-%g" % (ratio, lo, hi))
+
+
 def single(m_path):
     m = json.load(open(m_path))
     if "data_parallel" in m:
@@ -143,6 +162,8 @@ if __name__ == "__main__":
         metrics(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "zero" and len(sys.argv) == 8:
         zero(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], int(sys.argv[7]))
+    elif cmd == "balance" and len(sys.argv) == 6:
+        balance(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
     elif cmd == "single" and len(sys.argv) == 3:
         single(sys.argv[2])
     else:

@@ -64,11 +64,11 @@ for s in sorted({x["strategy"] for x in rows}):
                      f"step time x{b['step_ms_median'] / a['step_ms_median']:.3f}")
 # Real nodes: every rank has its own cores and memory, so a rank's host AdamW takes the time one
 # process takes on its 1/R (the single-process run's host AdamW / R: the work divides exactly, in
-# whole tiles), and the collectives take their wire bytes over the link.
+# element shares), and the collectives take their wire bytes over the link.
 BW = 12.5e9  # bytes/s: a 100 Gb/s link
 L += ["", f"## Expected on real nodes (one rank per node, a {BW * 8 / 1e9:.0f} Gb/s link)", "",
       "Host AdamW per rank: the one-process run's host AdamW time / R at stage 2 (each rank updates its 1/R "
-      "in whole tiles), unchanged at stage 0. Wire bytes per rank and step: a ring all-reduce moves 2(R-1)/R of "
+      "in element shares), unchanged at stage 0. Wire bytes per rank and step: a ring all-reduce moves 2(R-1)/R of "
       "its buffer, a reduce-scatter and an all-gather (R-1)/R each (the buffer sizes are the measured metrics).", "",
       "| strategy | ranks | stage | host AdamW ms/step per rank | host state MB per rank | wire MB/step per rank | wire ms/step |",
       "|---|---|---|---|---|---|---|"]

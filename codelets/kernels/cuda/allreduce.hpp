@@ -19,7 +19,7 @@ namespace zf::kernels::cuda {
 Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStream_t s);
 
 // ZeRO partitions (docs/data-parallel.md): bounds = ranks + 1 element offsets of x. The segments
-// are whole host tiles, hence uneven, and ncclReduceScatter / ncclAllGather take equal counts: the
+// are cut on multiples of 16 elements, hence uneven, and ncclReduceScatter / ncclAllGather take equal counts: the
 // reduce-scatter is one ncclReduce per segment (rooted at its owner, in place) and the all-gather
 // one ncclBroadcast per segment (from its owner, in place), each set in one NCCL group.
 // reduce_scatter_scale then scales this rank's own segment by `scale` and zeroes the others.

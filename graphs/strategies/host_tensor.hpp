@@ -21,8 +21,8 @@ namespace zf {
 // segment [bounds[rank], bounds[rank + 1]) of the tensor's `numel` elements: stage 0's tiles cut
 // to the segment (a tile the segment's ends fall inside is cut there, the piece keeping the
 // tile's name; tiles and slices list them, slices giving their offsets in the whole tensor); the
-// other ranks hold the rest. Checkpoints gather the segments on rank 0 (StateWriter) and every rank reads its own back
-// (StateReader), so the files are those of stage 0.
+// other ranks hold the rest. Checkpoints gather the segments on rank 0 (StateWriter) and every
+// rank reads its own back (StateReader), so the files are those of stage 0.
 struct HostTensor {
   std::vector<Tensor> tiles;
   std::vector<Slice> slices;

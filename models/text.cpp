@@ -59,18 +59,39 @@ std::vector<uint8_t> read_bytes(const std::string& path, const std::string& wher
   return d;
 }
 
-// Offset of the first byte that is not valid UTF-8, or -1.
+// Offset of the first byte of the first ill-formed UTF-8 sequence, or -1. Well-formed is Unicode's
+// Table 3-7: no overlong forms (C0, C1; E0 80-9F; F0 80-8F), no surrogates (ED A0-BF, i.e.
+// U+D800-DFFF), nothing above U+10FFFF (F4 90-BF; F5-FF), no truncated sequence.
 int64_t first_invalid_utf8(const std::vector<uint8_t>& d) {
   size_t i = 0, n = d.size();
   while (i < n) {
     const uint8_t c = d[i];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || (len == 2 && c < 0xC2) || i + len > n) return (int64_t)i;
-    for (size_t k = 1; k < len; ++k)
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t len = c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+    if (len == 0 || i + len > n) return (int64_t)i;
+    // the second byte's range depends on the lead byte; the others are 80-BF
+    const uint8_t lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const uint8_t hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (d[i + 1] < lo || d[i + 1] > hi) return (int64_t)i;
+    for (size_t k = 2; k < len; ++k)
       if ((d[i + k] & 0xC0) != 0x80) return (int64_t)i;
     i += len;
   }
   return -1;
+}
+
+// Up to n bytes of d from offset i, as "0xED 0xA0 0x80".
+std::string hex_bytes(const std::vector<uint8_t>& d, size_t i, size_t n) {
+  std::string s;
+  for (size_t k = i; k < d.size() && k < i + n; ++k) {
+    char x[8];
+    std::snprintf(x, sizeof x, "%s0x%02X", s.empty() ? "" : " ", d[k]);
+    s += x;
+  }
+  return s;
 }
 
 }  // namespace
@@ -167,11 +188,9 @@ TextSplit load_text_split(const std::string& path, const std::string& where) {
   std::vector<uint8_t> d = read_bytes(path, where);
   const int64_t bad = first_invalid_utf8(d);
   if (bad >= 0)
-    throw InputError(where + ": " + path, "not UTF-8 text: invalid byte 0x" + [&] {
-      char b[8];
-      std::snprintf(b, sizeof b, "%02x", d[bad]);
-      return std::string(b);
-    }() + " at offset " + std::to_string(bad));
+    throw InputError(where + ": " + path, "not UTF-8 text: an ill-formed sequence at byte offset " +
+                                              std::to_string(bad) + " (" + hex_bytes(d, (size_t)bad, 4) +
+                                              "); data.dataset \"text\" reads UTF-8 text only");
   TextSplit s;
   const size_t cut = (size_t)((double)d.size() * 0.9);
   s.train.assign(d.begin(), d.begin() + (int64_t)cut);

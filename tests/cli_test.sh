@@ -176,6 +176,14 @@ if [ -d "$DATA" ]; then
   mkfifo "$TMP/text-fifo"
   expect 2 "a FIFO as a text data file (no hang)" "data.path" "text-fifo" "FIFO" \
     -- "$SPEC" --set model.type=gpt --set data.dataset=text --set data.path="$TMP/text-fifo" --steps 2 -q
+  # a lone surrogate (U+D800 as ED A0 80) after 9 bytes of valid text (8 characters: é is 2 bytes)
+  { printf 'caf\xc3\xa9 tea\xed\xa0\x80'; head -c 200 /dev/zero | tr '\0' a; } >"$TMP/surrogate.txt"
+  expect 2 "a text data file that is not UTF-8" "data.path: $TMP/surrogate.txt" "byte offset 9 (0xED 0xA0 0x80" \
+    -- "$SPEC" --set model.type=gpt --set data.dataset=text --set data.path="$TMP/surrogate.txt" --steps 2 -q
+  # well-formed 2-, 3- and 4-byte characters (é, €, an emoji) are text: trained on
+  for _ in $(seq 40); do printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 '; done >"$TMP/multibyte.txt"
+  expect 0 "a text data file with multi-byte UTF-8" -- "$SPEC" --set model.type=gpt --set data.dataset=text \
+    --set data.path="$TMP/multibyte.txt" --set model.context=16 --set train.batch_size=2 --steps 2 -q
   printf 'Ge1:1 In the beginning God created the heaven and the earth.\nGe1:2 And the earth was without form.\n' >"$TMP/genesis.txt"
   expect 2 "a classifier split with no held-out verses" "data.path" "no held-out verses" \
     -- "$SPEC" --set model.type=gpt-classifier --set data.dataset=kjv --set data.path="$TMP/genesis.txt" \

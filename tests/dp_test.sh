@@ -40,17 +40,30 @@
 #                        zero-offload at stage 2 holds 0.45-0.56 of stage 0's host state on the largest
 #                        of 2 ranks (mlp-fashion at hidden 64, gpt-kjv), at most 1.1/4 of it on 4 ranks
 #                        (MLP); stages 1 and 2 on 2 ranks and stage 1 on 4 ranks bitwise stage 0
-# Usage: dp_test.sh ZENFLOW_RUN SOURCE_DIR MPIRUN CASE. Prints "FAIL: ..." and exits 1 on failure.
+# Transports: TRANSPORT "shm" (the default) leaves Open MPI's choice (shared memory between the
+# ranks of one host); "tcp" adds `--mca btl tcp,self` (no shared memory: the byte transport that
+# ranks on two hosts use), registered as data_parallel.tcp.CASE for a subset (tests/README.md).
+# Two hosts: tests/dp_netns_test.sh (data_parallel.two_namespaces, docs/data-parallel.md).
+# Usage: dp_test.sh ZENFLOW_RUN SOURCE_DIR MPIRUN CASE [TRANSPORT]. Prints "FAIL: ..." and exits 1
+# on failure.
 set -u
 
-if [ $# -ne 4 ]; then
-  echo "usage: $0 ZENFLOW_RUN SOURCE_DIR MPIRUN CASE" >&2
+if [ $# -ne 4 ] && [ $# -ne 5 ]; then
+  echo "usage: $0 ZENFLOW_RUN SOURCE_DIR MPIRUN CASE [shm|tcp]" >&2
   exit 1
 fi
 BIN=$1
 SRC=$2
 MPIRUN=$3
 CASE=$4
+# MPI_ARGS: every mpirun call's options, the transport's among them
+MPI_ARGS=(--oversubscribe --bind-to none)
+case "${5:-shm}" in
+  shm) ;;
+  tcp) MPI_ARGS+=(--mca btl tcp,self) ;;
+  *) echo "FAIL: unknown transport '$5' (shm or tcp)"; exit 1 ;;
+esac
+echo "transport: ${5:-shm} (mpirun ${MPI_ARGS[*]})"
 CHECK="/usr/bin/python3 $SRC/tests/dp_check.py"
 SPEC=$SRC/graphs/specs/mlp-fashion.json
 
@@ -89,7 +102,7 @@ fail() {
 # run2 ARGS...: zenflow-run on 2 ranks; fails the test on a non-zero exit code
 # (each rank its own STARPU_HOME: two StarPUs calibrating into one home at once can abort)
 run2() {
-  timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 -x STARPU_HOME -x STARPU_SILENT \
+  timeout 300 "$MPIRUN" "${MPI_ARGS[@]}" -np 2 -x STARPU_HOME -x STARPU_SILENT \
     -x STARPU_WORKERS_NOBIND bash -c 'export STARPU_HOME="$STARPU_HOME/rank-${OMPI_COMM_WORLD_RANK:-0}"
       mkdir -p "$STARPU_HOME" && exec "$@"' rank "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
 }
@@ -98,7 +111,7 @@ run2() {
 runN() {
   local np=$1
   shift
-  timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$np" -x STARPU_HOME -x STARPU_SILENT \
+  timeout 300 "$MPIRUN" "${MPI_ARGS[@]}" -np "$np" -x STARPU_HOME -x STARPU_SILENT \
     -x STARPU_WORKERS_NOBIND bash -c 'export STARPU_HOME="$STARPU_HOME/rank-${OMPI_COMM_WORLD_RANK:-0}"
       mkdir -p "$STARPU_HOME" && exec "$@"' rank "$BIN" "$SPEC" "$@" >"$TMP/out" 2>&1
 }

@@ -1,6 +1,7 @@
 """ZeRO-stage study (run.sh): results.csv (one row per run), summary.md (tables and the real-node
 estimate computed from the measured bytes and times) and host_state.png, host_adam.png,
-step_time.png, bytes.png. Runs are out/runs/<strategy>.r<ranks>.s<stage>.json."""
+step_time.png, bytes.png. Runs are out/runs/<strategy>.r<ranks>.s<stage>.json, the same runs over TCP
+(btl tcp,self) out/runs-tcp/<strategy>.r<ranks>.s<stage>.json (their step time only)."""
 import csv
 import glob
 import json
@@ -8,6 +9,11 @@ import os
 import sys
 
 out = sys.argv[1]
+tcp = {}  # (strategy, ranks, stage) -> (median step ms, weight hashes) over TCP
+for f in glob.glob(f"{out}/runs-tcp/*.json"):
+    strategy, r, s = os.path.basename(f)[:-5].rsplit(".", 2)
+    m = json.load(open(f))
+    tcp[(strategy, int(r[1:]), int(s[1:]))] = (1e3 * m["step_time_s"]["median"], m["data_parallel"]["weight_hashes"])
 rows = []
 for f in sorted(glob.glob(f"{out}/runs/*.json")):
     strategy, r, s = os.path.basename(f)[:-5].rsplit(".", 2)
@@ -20,6 +26,10 @@ for f in sorted(glob.glob(f"{out}/runs/*.json")):
     rows.append({
         "strategy": strategy, "ranks": R, "stage": int(s[1:]),
         "step_ms_median": 1e3 * m["step_time_s"]["median"], "step_ms_p90": 1e3 * m["step_time_s"]["p90"],
+        "step_ms_median_tcp": tcp.get((strategy, R, int(s[1:])), (float("nan"),))[0],
+        # the final weights over TCP bitwise those over shared memory (the ranks' weight hashes)
+        "tcp_weights_equal": (tcp[(strategy, R, int(s[1:]))][1] == dp["weight_hashes"]
+                              if (strategy, R, int(s[1:])) in tcp else ""),
         "stall_fraction": m["stall_fraction"],
         "host_state_mb_max_rank": max(states) / 2**20, "host_state_mb_sum": sum(states) / 2**20,
         "host_adam_ms_max_rank": 1e3 * max(adam), "host_adam_ms_sum": 1e3 * sum(adam),
@@ -46,13 +56,15 @@ def get(strategy, R, st):
 
 # ---- summary: measured table, then the real-node estimate
 L = ["# ZeRO stages on the headline MLP: measured", "",
-     "| strategy | ranks | stage | step ms (median) | stall | host state MB (largest rank) | host AdamW ms/step (largest rank) | "
-     "all-reduce MB/step | reduce-scatter MB/step | all-gather MB/step | replicas identical |",
-     "|---|---|---|---|---|---|---|---|---|---|---|"]
+     "| strategy | ranks | stage | step ms (median) | step ms over TCP (median) | stall | host state MB (largest rank) | host AdamW ms/step (largest rank) | "
+     "all-reduce MB/step | reduce-scatter MB/step | all-gather MB/step | replicas identical | TCP weights bitwise equal |",
+     "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for x in rows:
-    L.append(f"| {x['strategy']} | {x['ranks']} | {x['stage']} | {x['step_ms_median']:.1f} | {x['stall_fraction']:.3f} | "
+    t = "" if x["ranks"] == 1 else f"{x['step_ms_median_tcp']:.1f}"
+    L.append(f"| {x['strategy']} | {x['ranks']} | {x['stage']} | {x['step_ms_median']:.1f} | {t} | {x['stall_fraction']:.3f} | "
              f"{x['host_state_mb_max_rank']:.1f} | {x['host_adam_ms_max_rank']:.2f} | {x['allreduce_mb_per_step']:.2f} | "
-             f"{x['reduce_scatter_mb_per_step']:.2f} | {x['allgather_mb_per_step']:.2f} | {x['replicas_identical']} |")
+             f"{x['reduce_scatter_mb_per_step']:.2f} | {x['allgather_mb_per_step']:.2f} | {x['replicas_identical']} | "
+             f"{x['tcp_weights_equal']} |")
 L += ["", "## Ratios (stage 2 against stage 0 at the same ranks)", ""]
 for s in sorted({x["strategy"] for x in rows}):
     for R in (2, 4):
@@ -94,27 +106,33 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-def lines(key, ylabel, name, title):
+def lines(key, ylabel, name, title, tcp_key=None):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for s in sorted({x["strategy"] for x in rows}):
         for st, style in ((0, "-o"), (2, "--s")):
             pts = [(x["ranks"], x[key]) for x in rows if x["strategy"] == s and (x["stage"] == st or x["ranks"] == 1)]
             pts.sort()
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{s}, stage {st}")
+                line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{s}, stage {st}")
+            tpts = sorted((x["ranks"], x[tcp_key]) for x in rows if tcp_key and x["strategy"] == s
+                          and x["stage"] == st and x["ranks"] > 1 and x[tcp_key] == x[tcp_key])
+            if pts and tpts:
+                ax.plot([p[0] for p in tpts], [p[1] for p in tpts], ":x", color=line.get_color(),
+                        label=f"{s}, stage {st}, TCP")
     ax.set_xlabel("ranks")
     ax.set_xticks([1, 2, 4])
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(f"{out}/{name}.png", dpi=110)
     plt.close(fig)
 
 lines("host_state_mb_max_rank", "MB (largest rank)", "host_state", "host optimizer state per rank")
 lines("host_adam_ms_max_rank", "ms per step (largest rank)", "host_adam", "host AdamW time per rank")
-lines("step_ms_median", "ms (median)", "step_time", "step time (2 shared cores: ranks compete)")
+lines("step_ms_median", "ms (median)", "step_time", "step time (2 shared cores: ranks compete)",
+      "step_ms_median_tcp")
 fig, ax = plt.subplots(figsize=(8, 4.2))
 labels, bottom = [], []
 cols = [("allreduce_mb_per_step", "all-reduce"), ("reduce_scatter_mb_per_step", "reduce-scatter"),

@@ -87,6 +87,42 @@ TEST(GptData, BadTextFilesNameFieldAndFile) {
   expect_input_error([&] { make_workload(s, nullptr); }, {"my-spec.json: train.batch_size", "11 training windows"});
 }
 
+// data.dataset "text" reads UTF-8 only (Unicode Table 3-7): every kind of ill-formed sequence is
+// refused naming the field, the file and the byte offset of its first byte; well-formed multi-byte
+// text (2, 3 and 4 bytes, the extremes of each range) is read byte for byte.
+TEST(GptData, TextMustBeUtf8) {
+  TempDir dir;
+  const std::string w = "spec.json: data.path";
+  const std::string ok = "ab";  // every bad sequence follows these 2 bytes: offset 2
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"lone high surrogate U+D800", "\xED\xA0\x80"},
+      {"lone low surrogate U+DFFF", "\xED\xBF\xBF"},
+      {"overlong '/' in 2 bytes", "\xC0\xAF"},
+      {"overlong in 2 bytes (C1)", "\xC1\xBF"},
+      {"overlong in 3 bytes", "\xE0\x9F\xBF"},
+      {"overlong in 4 bytes", "\xF0\x8F\xBF\xBF"},
+      {"above U+10FFFF", "\xF4\x90\x80\x80"},
+      {"lead byte F5", "\xF5\x80\x80\x80"},
+      {"lead byte FF", "\xFF"},
+      {"lone continuation byte", "\x80"},
+      {"truncated 3-byte sequence before ASCII", "\xE2\x82z"},
+      {"truncated 4-byte sequence at the end", "\xF0\x9F\x98"},
+  };
+  for (const auto& [what, seq] : bad) {
+    SCOPED_TRACE(what);
+    const std::string p = dir.write("bad.txt", ok + seq + std::string(64, 'x'));
+    expect_input_error([&] { load_text_split(p, w); }, {"data.path", "bad.txt", "UTF-8", "byte offset 2 ("});
+  }
+  // 2-byte e, 3-byte euro, 4-byte emoji, and the extremes: U+0080, U+07FF, U+0800, U+D7FF, U+E000,
+  // U+FFFF, U+10000, U+10FFFF
+  const std::string good = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xC2\x80\xDF\xBF\xE0\xA0\x80\xED\x9F\xBF"
+                           "\xEE\x80\x80\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF\n";
+  std::string text;
+  while (text.size() < 400) text += good;
+  const TextSplit t = load_text_split(dir.write("good.txt", text), w);
+  EXPECT_EQ(std::string(t.train.begin(), t.train.end()) + std::string(t.val.begin(), t.val.end()), text);
+}
+
 TEST(GptData, KjvParsingAndLabels) {
   TempDir dir;
   auto verses = load_kjv(dir.write("kjv.txt", fixture_kjv()), "w");

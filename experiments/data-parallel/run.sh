@@ -7,7 +7,8 @@
 # busy-polling in a collective would take the core from the rank it waits for (measured on 2 ranks,
 # zero-offload: median step 701 ms at stage 0 and 1164 ms at stage 2 polling, 285 and 356 ms
 # yielding). Writes $OUT/runs/*.json, results.csv, summary.md and host_state.png, host_adam.png,
-# step_time.png, bytes.png (report.py).
+# step_time.png, bytes.png (report.py); then selection.sh (exact selection against the local-sum
+# proxy: $OUT/selection/selection.md).
 #   bash experiments/data-parallel/run.sh            (STEPS=30: about 6 minutes on the shared 2 cores)
 #   STEPS=20 bash experiments/data-parallel/run.sh
 set -euo pipefail
@@ -42,3 +43,5 @@ for s in zero-offload zenflow; do
 done
 echo "runs took $(( $(date +%s) - start )) s" | tee "$out/time.txt"
 $py "$here/report.py" "$out"
+# exact selection against the local-sum proxy (zenflow.dp_selection): accuracy and bytes
+OUT="$out" bash "$here/selection.sh"

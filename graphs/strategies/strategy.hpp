@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct StrategyReport {
   struct ZenFlow {
     int64_t host_updates = 0;
     double staleness_max = 0, staleness_mean = 0;  // steps from a host result's newest gradient to its merge
+    int64_t selections = 0;                        // column selections of this run
+    std::string dp_selection;                      // zenflow.dp_selection
   };
   std::optional<ZenFlow> zenflow;  // strategy zenflow
 };
@@ -59,7 +62,7 @@ class Strategy {
   virtual void submit_update(const UpdateStep& u) = 0;
   // Data-parallel runs (docs/data-parallel.md): called after the backward of step u.t, before the
   // trainer all-reduces the gradients, for what must read this rank's local gradients (ZenFlow's
-  // column importance, all-reduced here instead of the gradients being gathered for selection).
+  // local-sum proxy: its column importance, all-reduced here; docs/data-parallel.md).
   // u.grad_scale is not known yet (the overflow check follows the all-reduce).
   virtual void before_gradient_allreduce(const UpdateStep& u, const Comm& comm) {}
   // Submits whatever is still needed to make the device parameters final after the last step

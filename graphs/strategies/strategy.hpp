@@ -82,7 +82,7 @@ class Strategy {
   // Bytes that crossed between the device and host sides (copy tasks submitted).
   int64_t bytes_d2h() const { return d2h_; }
   int64_t bytes_h2d() const { return h2d_; }
-  // Bytes this rank contributed to collectives submitted by before_gradient_allreduce.
+  // Bytes this rank contributed to ZenFlow's importance all-reduces (docs/data-parallel.md).
   int64_t bytes_allreduce() const { return allreduce_; }
   // Data-parallel runs: the step's gradient collectives, after before_gradient_allreduce: every
   // gradient all-reduced (the mean over the ranks), or with zero_optimization.stage 2 the

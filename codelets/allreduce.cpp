@@ -67,29 +67,16 @@ struct SegmentArgs {
   const Comm* comm;
   const std::vector<size_t>* bounds;
   float scale;
-  int64_t rows, cols, k;  // with selected columns (ZenFlow, stage 2): the gradient's logical shape and k
+  int64_t rows, cols, k;  // allreduce_columns: the gradient's logical shape and the selected columns' count
   int in_out;              // the gradient is stored (cols, rows): a column is contiguous
   size_t at(int64_t r, int64_t j) const { return in_out ? (size_t)(j * rows + r) : (size_t)(r * cols + j); }
 };
 
-// x's own segment <- scale * the sum over the ranks of that segment, the other segments <- 0. With selected columns
-// (buffers x, sel, token): those k columns of every row <- scale * their sum over the ranks first
-// (ZenFlow's device update reads them on every rank), the rest reduce-scattered.
+// x's own segment <- scale * the sum over the ranks of that segment, the other segments <- 0.
 void reduce_scatter_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<SegmentArgs*>(a);
   float* x = vec_ptr(b[0]);
   const std::vector<size_t>& bd = *p->bounds;
-  std::vector<float> cols;
-  const int32_t* sel = p->k > 0 ? vec_as<int32_t>(b[1]) : nullptr;
-  if (sel) {
-    cols.resize((size_t)(p->rows * p->k));
-    for (int64_t r = 0; r < p->rows; ++r)
-      for (int64_t j = 0; j < p->k; ++j) cols[(size_t)(r * p->k + j)] = x[p->at(r, sel[j])];
-    if (p->comm->allreduce_sum(cols.data(), cols.size()) != 0) {
-      record_task_failure("MPI_Allreduce of the selected gradient columns failed");
-      return;
-    }
-  }
   if (p->comm->reduce_scatter_sum(x, bd) != 0) {
     record_task_failure("MPI_Reduce_scatter failed");
     return;
@@ -98,12 +85,28 @@ void reduce_scatter_cpu(void* b[], void* a) noexcept {
   if (p->scale != 1.0f)
     for (size_t i = bd[(size_t)r]; i < bd[(size_t)r + 1]; ++i) x[i] *= p->scale;
   // the other segments: zeros, not this rank's local values (the fp16 overflow check reads the
-  // whole gradient: a local value beyond fp16's range whose mean is within it must not count)
+  // whole gradient: a local value beyond fp16's range whose mean is within it must not count;
+  // ZenFlow's partial importances and selected columns sum over the ranks: docs/data-parallel.md)
   std::fill(x, x + bd[(size_t)r], 0.0f);
   std::fill(x + bd[(size_t)r + 1], x + bd.back(), 0.0f);
-  if (sel)
-    for (int64_t r = 0; r < p->rows; ++r)
-      for (int64_t j = 0; j < p->k; ++j) x[p->at(r, sel[j])] = cols[(size_t)(r * p->k + j)] * p->scale;
+}
+// buffers: x, sel, comm token: the k selected columns of every row <- their sum over the ranks,
+// gathered into one rows x k buffer for one MPI_Allreduce and scattered back (ZenFlow, stage 2:
+// after the reduce-scatter each element is non-zero on its owner only, so the sum is the owner's
+// value exactly, on every rank)
+void allreduce_columns_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<SegmentArgs*>(a);
+  float* x = vec_ptr(b[0]);
+  const int32_t* sel = vec_as<int32_t>(b[1]);
+  std::vector<float> cols((size_t)(p->rows * p->k));
+  for (int64_t r = 0; r < p->rows; ++r)
+    for (int64_t j = 0; j < p->k; ++j) cols[(size_t)(r * p->k + j)] = x[p->at(r, sel[j])];
+  if (p->comm->allreduce_sum(cols.data(), cols.size()) != 0) {
+    record_task_failure("MPI_Allreduce of the selected gradient columns failed");
+    return;
+  }
+  for (int64_t r = 0; r < p->rows; ++r)
+    for (int64_t j = 0; j < p->k; ++j) x[p->at(r, sel[j])] = cols[(size_t)(r * p->k + j)];
 }
 void allgather_cpu(void* b[], void* a) noexcept {  // buffers: x, comm token
   auto* p = static_cast<SegmentArgs*>(a);
@@ -131,10 +134,6 @@ void allreduce_flag_cpu(void* b[], void* a) noexcept {  // buffers: flag (uint32
 void reduce_scatter_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<SegmentArgs*>(a);
 #ifdef ZF_USE_NCCL
-  if (p->k > 0) {  // refused before (graphs/strategies/strategy.cpp); never reached
-    record_task_failure("reduce-scatter with selected columns on a CUDA worker");
-    return;
-  }
   cuda_check(kernels::cuda::reduce_scatter_scale(vec_ptr(b[0]), *p->bounds, p->comm->rank(), p->scale,
                                                  static_cast<ncclComm_t>(p->comm->nccl()), cuda_stream()));
 #else
@@ -154,15 +153,18 @@ void allgather_cuda(void* b[], void* a) noexcept {
 }
 #endif
 
-starpu_codelet& reduce_scatter_cl(bool cols) {
-  static starpu_perfmodel m[2]{};
-  static starpu_codelet c[2] = {
-      make_codelet({"zf_reduce_scatter", reduce_scatter_cpu, ZF_CUDA_FUNC(reduce_scatter_cuda), 2,
-                    {STARPU_RW, STARPU_RW}}, &m[0]),
-      // with ZenFlow's selected columns: CPU workers only (graphs/strategies/strategy.cpp refuses it on GPUs)
-      make_codelet({"zf_reduce_scatter_cols", reduce_scatter_cpu, nullptr, 3, {STARPU_RW, STARPU_R, STARPU_RW}}, &m[1]),
-  };
-  return c[cols ? 1 : 0];
+starpu_codelet& reduce_scatter_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_reduce_scatter", reduce_scatter_cpu, ZF_CUDA_FUNC(reduce_scatter_cuda), 2,
+                                          {STARPU_RW, STARPU_RW}}, &m);
+  return c;
+}
+// CPU workers only (graphs/strategies/strategy.cpp refuses zenflow at stage 2 on GPUs)
+starpu_codelet& allreduce_columns_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_allreduce_columns", allreduce_columns_cpu, nullptr, 3, {STARPU_RW, STARPU_R, STARPU_RW}}, &m);
+  return c;
 }
 starpu_codelet& allgather_cl() {
   static starpu_perfmodel m{};
@@ -191,17 +193,20 @@ void check_bounds(const SubmitOptions& opt, const Tensor& x, const std::vector<s
 }  // namespace
 
 void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scale, const std::vector<size_t>& bounds,
-                           const Comm& comm, const Tensor* sel, bool in_out) {
+                           const Comm& comm) {
   check_bounds(opt, x, bounds, comm);
-  SegmentArgs a{&comm, &bounds, scale, 0, 0, 0, in_out ? 1 : 0};
-  if (sel) {
-    expect(x.shape().size() == 2 && sel->elem_size() == sizeof(int32_t), opt,
-           "reduce-scatter with selected columns: " + shape_str(x) + " must be 2-D, the selection int32");
-    a.rows = x.shape()[in_out ? 1 : 0], a.cols = x.shape()[in_out ? 0 : 1], a.k = (int64_t)sel->numel();
-    TaskBuilder(reduce_scatter_cl(true), opt).rw(x).r(*sel).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
-  } else {
-    TaskBuilder(reduce_scatter_cl(false), opt).rw(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
-  }
+  SegmentArgs a{&comm, &bounds, scale, 0, 0, 0, 0};
+  TaskBuilder(reduce_scatter_cl(), opt).rw(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+}
+
+void insert_allreduce_columns(const SubmitOptions& opt, const Tensor& x, const Tensor& sel, const Comm& comm,
+                              bool in_out) {
+  expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
+  expect(x.elem_size() == sizeof(float) && x.shape().size() == 2 && sel.elem_size() == sizeof(int32_t), opt,
+         "selected columns' all-reduce: " + shape_str(x) + " must be 2-D fp32, the selection int32");
+  SegmentArgs a{&comm, nullptr, 1.0f, x.shape()[in_out ? 1 : 0], x.shape()[in_out ? 0 : 1], (int64_t)sel.numel(),
+                in_out ? 1 : 0};
+  TaskBuilder(allreduce_columns_cl(), opt).rw(x).r(sel).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
 }
 
 void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm) {

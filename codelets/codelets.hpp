@@ -152,12 +152,16 @@ class Comm;
 void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm);
 // ZeRO stage 1 and 2 (docs/data-parallel.md): bounds = ranks + 1 element offsets of x, rank r owning
 // [bounds[r], bounds[r+1]) (the vector must outlive the task). reduce_scatter: this rank's segment
-// <- scale * its sum over the ranks, the other segments <- 0; with `sel` (ZenFlow's
-// selected columns, int32, x 2-D) those columns of every row <- scale * their sum over the ranks
-// (CPU workers only; in_out: x stored (cols, rows), as Param::in_out). allgather: every segment <- its owner's. allreduce_partials: total (one
-// double) <- the sum over the ranks of every double in `partials` (the clip's sums of squares).
+// <- scale * its sum over the ranks, the other segments <- 0. allgather: every segment <- its
+// owner's. allreduce_partials: total (one double) <- the sum over the ranks of every double in
+// `partials` (the clip's sums of squares).
 void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scale, const std::vector<size_t>& bounds,
-                           const Comm& comm, const Tensor* sel = nullptr, bool in_out = false);
+                           const Comm& comm);
+// ZenFlow at stage 2: the columns `sel` (int32) of every row of the 2-D x <- their sum over the
+// ranks, one all-reduce of rows x k values (CPU workers only; in_out: x stored (cols, rows), as
+// Param::in_out).
+void insert_allreduce_columns(const SubmitOptions& opt, const Tensor& x, const Tensor& sel, const Comm& comm,
+                              bool in_out);
 void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm);
 void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const Tensor*>& partials,
                                const Tensor& total, const Comm& comm);

@@ -1,9 +1,16 @@
 #!/usr/bin/python3
 """Checks of the data-parallel tests (tests/dp_test.sh) on safetensors weights and metrics JSON.
   dp_check.py close A.safetensors B.safetensors ATOL   every weight |a - b| <= ATOL
+  dp_check.py rel A.safetensors B.safetensors RTOL     every tensor ||a - b|| / ||b|| <= RTOL (L2 norms)
+  dp_check.py far A.safetensors B.safetensors RMIN     some tensor ||a - b|| / ||b|| > RMIN
   dp_check.py metrics M.json W.safetensors RANKS       data_parallel block: ranks, replicas identical,
                                                        gradient bytes = 4 x parameters, importance bytes
-                                                       per selection = sum over 2-D weights of C x 4
+                                                       per selection (zenflow) = sum over 2-D weights of
+                                                       C x 4 with dp_selection local-sum or at stage 2,
+                                                       else 0 (exact selection needs no collective)
+  dp_check.py selection EXACT.json PROXY.json          zenflow's exact selection against the local-sum proxy,
+                                                       same run otherwise: the same selections and gradient
+                                                       bytes per step, importance bytes per selection no more
   dp_check.py single M.json                            a single-process run has no data_parallel block
   dp_check.py zero M0.json M.json STAGE W.safetensors PARTS SLACK
                                                        ZeRO stage STAGE (M.json) against stage 0 (M0.json), same
@@ -56,6 +63,48 @@ def close(a_path, b_path, atol):
         fail("weights differ beyond the tolerance")
 
 
+def rel_diffs(a_path, b_path):
+    a, b = read_safetensors(a_path), read_safetensors(b_path)
+    if sorted(a) != sorted(b):
+        fail("different tensors: %s vs %s" % (sorted(a), sorted(b)))
+    out = {}
+    for name in sorted(a):
+        d = sum((x - y) ** 2 for x, y in zip(a[name][1], b[name][1])) ** 0.5
+        n = sum(y * y for y in b[name][1]) ** 0.5
+        out[name] = d / n if n > 0 else (0.0 if d == 0 else float("inf"))
+    return out
+
+
+def rel(a_path, b_path, rtol):
+    r = rel_diffs(a_path, b_path)
+    print("relative L2 per tensor (tolerance %.3g): %s" % (rtol, ", ".join("%s %.3g" % kv for kv in r.items())))
+    if not max(r.values()) <= rtol:
+        fail("a tensor differs beyond the tolerance")
+
+
+def far(a_path, b_path, rmin):
+    r = rel_diffs(a_path, b_path)
+    print("relative L2 per tensor (expected some > %.3g): %s" % (rmin, ", ".join("%s %.3g" % kv for kv in r.items())))
+    if not max(r.values()) > rmin:
+        fail("no tensor differs by more than %g: the case does not tell the selections apart" % rmin)
+
+
+def selection(exact_path, proxy_path):
+    e, p = json.load(open(exact_path)), json.load(open(proxy_path))
+    de, dpx = e["data_parallel"], p["data_parallel"]
+    ie, ip = de["per_selection"]["importance_bytes"], dpx["per_selection"]["importance_bytes"]
+    ge, gp = de["allreduce_bytes_per_step"]["gradients"], dpx["allreduce_bytes_per_step"]["gradients"]
+    print("stage %d, %d ranks: importance bytes per selection exact %d, local-sum %d; selections %d and %d; "
+          "gradient all-reduce bytes per step %g and %g" % (de["zero_stage"], de["ranks"], ie, ip, de["selections"],
+                                                            dpx["selections"], ge, gp))
+    if de.get("dp_selection") != "exact" or dpx.get("dp_selection") != "local-sum":
+        fail("dp_selection %s and %s, expected exact and local-sum" % (de.get("dp_selection"), dpx.get("dp_selection")))
+    if de["selections"] != dpx["selections"] or de["selections"] < 1:
+        fail("selections %d and %d" % (de["selections"], dpx["selections"]))
+    if ie > ip or ge > gp:
+        fail("exact selection moves more bytes than the local-sum proxy")
+
+
 def metrics(m_path, w_path, ranks):
     m = json.load(open(m_path))
     w = read_safetensors(w_path)
@@ -68,9 +117,8 @@ def metrics(m_path, w_path, ranks):
     got_imp = dp["allreduce_bytes_per_step"]["importance"] * steps
     sel = m.get("selection", {}).get("selections", 0)
     print("ranks %d, replicas identical %s, hashes %s, gradient bytes/step %g (4 x %d), importance bytes %g over "
-          "%d selections (%d per selection expected)" % (dp["ranks"], dp["replicas_identical"], dp["weight_hashes"],
-                                                         dp["allreduce_bytes_per_step"]["gradients"], numel, got_imp,
-                                                         sel, imp))
+          "%d selections" % (dp["ranks"], dp["replicas_identical"], dp["weight_hashes"],
+                             dp["allreduce_bytes_per_step"]["gradients"], numel, got_imp, sel))
     if dp["ranks"] != ranks:
         fail("ranks %d, expected %d" % (dp["ranks"], ranks))
     if dp["replicas_identical"] is not True or len(set(dp["weight_hashes"])) != 1 or len(dp["weight_hashes"]) != ranks:
@@ -81,12 +129,19 @@ def metrics(m_path, w_path, ranks):
             fail("all-reduced + reduce-scattered gradient bytes per step %g, expected >= %d" % (got, 4 * numel))
     elif dp["allreduce_bytes_per_step"]["gradients"] != 4 * numel:
         fail("gradient bytes per step %g, expected %d" % (dp["allreduce_bytes_per_step"]["gradients"], 4 * numel))
-    if dp["per_selection"]["importance_bytes"] != imp:
-        fail("per_selection.importance_bytes %d, expected %d" % (dp["per_selection"]["importance_bytes"], imp))
+    if dp["per_selection"]["importance_allreduce_bytes"] != imp:
+        fail("per_selection.importance_allreduce_bytes %d, expected %d"
+             % (dp["per_selection"]["importance_allreduce_bytes"], imp))
     if m["strategy"] == "zenflow":
-        if sel < 1 or abs(got_imp - sel * imp) > 1e-6 * imp or dp["selections"] != sel:
-            fail("importance bytes %g for %d selections, expected %d each" % (got_imp, sel, imp))
-    elif got_imp != 0:
+        # exact selection at stages 0 and 1 reads the all-reduced gradient: no importance collective
+        each = imp if dp["dp_selection"] == "local-sum" or dp.get("zero_stage", 0) == 2 else 0
+        print("dp_selection %s: %d importance bytes per selection expected" % (dp["dp_selection"], each))
+        if sel < 1 or abs(got_imp - sel * each) > 1e-6 * imp or dp["selections"] != sel:
+            fail("importance bytes %g for %d selections (%d counted), expected %d each"
+                 % (got_imp, sel, dp["selections"], each))
+        if dp["per_selection"]["importance_bytes"] != each:
+            fail("per_selection.importance_bytes %d, expected %d" % (dp["per_selection"]["importance_bytes"], each))
+    elif got_imp != 0 or dp["per_selection"]["importance_bytes"] != 0 or "dp_selection" in dp:
         fail("importance bytes %g without zenflow" % got_imp)
 
 
@@ -158,6 +213,12 @@ if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "close" and len(sys.argv) == 5:
         close(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif cmd == "rel" and len(sys.argv) == 5:
+        rel(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif cmd == "far" and len(sys.argv) == 5:
+        far(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif cmd == "selection" and len(sys.argv) == 4:
+        selection(sys.argv[2], sys.argv[3])
     elif cmd == "metrics" and len(sys.argv) == 5:
         metrics(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "zero" and len(sys.argv) == 8:

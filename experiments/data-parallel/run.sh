@@ -9,7 +9,8 @@
 # yielding). Every multi-rank run twice: over shared memory (Open MPI's choice on one host) and over
 # TCP (`--mca btl tcp,self`, the transport between hosts), the latter into $OUT/runs-tcp/.
 # Writes $OUT/runs/*.json, results.csv, summary.md and host_state.png, host_adam.png,
-# step_time.png, bytes.png (report.py).
+# step_time.png, bytes.png (report.py); then selection.sh (exact selection against the local-sum
+# proxy: $OUT/selection/selection.md).
 #   bash experiments/data-parallel/run.sh            (STEPS=30: about 6 minutes on the shared 2 cores)
 #   STEPS=20 bash experiments/data-parallel/run.sh
 set -euo pipefail
@@ -46,3 +47,5 @@ for s in zero-offload zenflow; do
 done
 echo "runs took $(( $(date +%s) - start )) s" | tee "$out/time.txt"
 $py "$here/report.py" "$out"
+# exact selection against the local-sum proxy (zenflow.dp_selection): accuracy and bytes
+OUT="$out" bash "$here/selection.sh"

@@ -240,6 +240,10 @@ std::vector<FieldDef> zenflow_fields() {
             .only_if([](const Spec& s) { return s.zenflow.reset_host_moments; })),
       z(text("zenflow.semantics", [](auto& s) -> auto& { return s.zenflow.semantics; }, {"zenflow", "deepspeed"})
             .only_if([](const Spec& s) { return s.zenflow.deepspeed_rules(); })),
+      // not compared on --resume (no must_match): it decides only which columns data-parallel
+      // ranks select, as changing the rank count does
+      text("zenflow.dp_selection", [](auto& s) -> auto& { return s.zenflow.dp_selection; }, {"exact", "local-sum"})
+          .only_if([](const Spec& s) { return s.zenflow.local_sum(); }),
   };
 }
 

@@ -136,6 +136,11 @@ struct Spec {
     // (DeepSpeed's where they differ: docs/zenflow.md, "semantics: deepspeed")
     std::string semantics = "zenflow";
     bool deepspeed_rules() const { return semantics == "deepspeed"; }
+    // ours: how data-parallel ranks select columns (docs/data-parallel.md): "exact" (the importance
+    // of the reduced gradient, as one process) or "local-sum" (the sum of the ranks' importances of
+    // their local gradients, the proxy)
+    std::string dp_selection = "exact";
+    bool local_sum() const { return dp_selection == "local-sum"; }
     bool given = false;                    // the spec had a zenflow block
     bool cores_perc_given = false;
     int staleness() const { return max_staleness >= 0 ? max_staleness : (overlap_step ? 1 : 0); }

@@ -100,7 +100,7 @@ std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vect
       throw InputError(where, "2 with zenflow.update_interval \"auto\": the auto rule reads whole gradients, which "
                               "stage 2 reduce-scatters; use stage 1 or a fixed update_interval");
     if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && rt.device_is_cuda())
-      throw InputError(where, "2 with zenflow on CUDA workers: the selected columns' all-reduce inside the "
+      throw InputError(where, "2 with zenflow on CUDA workers: the selected columns' all-reduce after the "
                               "reduce-scatter runs on CPU workers only; use stage 1");
   }
   if (spec.strategy == "zenflow") return make_zenflow(spec, rt, params, steps_per_epoch, comm);

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct StrategyReport {
   struct ZenFlow {
     int64_t host_updates = 0;
     double staleness_max = 0, staleness_mean = 0;  // steps from a host result's newest gradient to its merge
+    int64_t selections = 0;                        // column selections of this run
+    std::string dp_selection;                      // zenflow.dp_selection
   };
   std::optional<ZenFlow> zenflow;  // strategy zenflow
 };
@@ -59,7 +62,7 @@ class Strategy {
   virtual void submit_update(const UpdateStep& u) = 0;
   // Data-parallel runs (docs/data-parallel.md): called after the backward of step u.t, before the
   // trainer all-reduces the gradients, for what must read this rank's local gradients (ZenFlow's
-  // column importance, all-reduced here instead of the gradients being gathered for selection).
+  // local-sum proxy: its column importance, all-reduced here; docs/data-parallel.md).
   // u.grad_scale is not known yet (the overflow check follows the all-reduce).
   virtual void before_gradient_allreduce(const UpdateStep& u, const Comm& comm) {}
   // Submits whatever is still needed to make the device parameters final after the last step
@@ -79,7 +82,7 @@ class Strategy {
   // Bytes that crossed between the device and host sides (copy tasks submitted).
   int64_t bytes_d2h() const { return d2h_; }
   int64_t bytes_h2d() const { return h2d_; }
-  // Bytes this rank contributed to collectives submitted by before_gradient_allreduce.
+  // Bytes this rank contributed to ZenFlow's importance all-reduces (docs/data-parallel.md).
   int64_t bytes_allreduce() const { return allreduce_; }
   // Data-parallel runs: the step's gradient collectives, after before_gradient_allreduce: every
   // gradient all-reduced (the mean over the ranks), or with zero_optimization.stage 2 the

@@ -180,11 +180,12 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
     hashes.push_back(b);
   }
   const bool same = std::all_of(all.begin(), all.end(), [&](uint64_t x) { return x == all.front(); });
-  const int64_t selections = imp_per_selection ? strat.bytes_allreduce() / imp_per_selection : 0;
+  const std::optional<StrategyReport::ZenFlow> z = strat.report().zenflow;
+  const int64_t selections = z ? z->selections : 0;
   // what gathering every rank's 2-D gradients for the selection would cost instead (R x numel x 4)
   const int64_t gather = (int64_t)comm.size() * matrix_bytes;
   (void)grad_bytes;
-  return {{"ranks", comm.size()},
+  json dp = {{"ranks", comm.size()},
           {"zero_stage", strat.zero_stage()},
           {"allreduce_bytes_per_step",
            {{"gradients", (double)strat.bytes_grad_allreduce() / (double)steps},
@@ -195,11 +196,16 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
           {"host_adam_s_per_step_per_rank", adam_s},
           {"selections", selections},
           {"per_selection",
-           {{"importance_bytes", imp_per_selection},
+           {// measured: exact selection moves none at stages 0 and 1, one importance all-reduce at
+            // stage 2 and with the local-sum proxy (docs/data-parallel.md)
+            {"importance_bytes", selections ? strat.bytes_allreduce() / selections : 0},
+            {"importance_allreduce_bytes", imp_per_selection},
             {"gather_gradients_bytes", gather},
             {"ratio", imp_per_selection ? (double)gather / (double)imp_per_selection : 0.0}}},
           {"replicas_identical", same},
           {"weight_hashes", hashes}};
+  if (z) dp["dp_selection"] = z->dp_selection;
+  return dp;
 }
 
 // The data-parallel rows of the summary table.
@@ -210,7 +216,10 @@ void data_parallel_rows(const RunReport& r, const json& m, const Row& row) {
   row("all-reduce bytes per step", fmt("%.0f", dp["allreduce_bytes_per_step"]["gradients"].get<double>()) +
                                        " gradients / " +
                                        fmt("%.0f", dp["allreduce_bytes_per_step"]["importance"].get<double>()) +
-                                       " importance");
+                                       " importance" +
+                                       (dp.contains("dp_selection")
+                                            ? " (selection " + dp["dp_selection"].get<std::string>() + ")"
+                                            : std::string()));
   if (r.strat.zero_stage() >= 1)
     row("ZeRO stage " + std::to_string(r.strat.zero_stage()),
         fmt("%.0f", dp["reduce_scatter_bytes_per_step"].get<double>()) + " reduce-scatter / " +

@@ -131,6 +131,21 @@ TEST(Spec, WrongType) {
   expect_spec_error(json{{"log", {{"every", false}}}}, "log.every", "expected an integer, got a boolean");
 }
 
+// zenflow.dp_selection (docs/data-parallel.md): "exact" by default and not written then; "local-sum"
+// round-trips; anything else names the field
+TEST(Spec, ZenflowDpSelection) {
+  const zf::Spec d = zf::parse_spec(json{{"strategy", "zenflow"}}, kSrc);
+  EXPECT_EQ(d.zenflow.dp_selection, "exact");
+  EXPECT_FALSE(d.zenflow.local_sum());
+  EXPECT_FALSE(d.to_json()["zenflow"].contains("dp_selection"));
+  const zf::Spec s = zf::parse_spec(json{{"strategy", "zenflow"}, {"zenflow", {{"dp_selection", "local-sum"}}}}, kSrc);
+  EXPECT_TRUE(s.zenflow.local_sum());
+  EXPECT_TRUE(zf::parse_spec(s.to_json(), kSrc).zenflow.local_sum());
+  expect_spec_error(json{{"strategy", "zenflow"}, {"zenflow", {{"dp_selection", "gather"}}}}, "zenflow.dp_selection",
+                    "'gather' is not one of: exact, local-sum");
+  expect_spec_error(json{{"strategy", "zenflow"}, {"zenflow", {{"dp_selection", 1}}}}, "zenflow.dp_selection", "string");
+}
+
 TEST(Spec, ImpossibleValues) {
   expect_spec_error(json{{"train", {{"batch_size", 0}}}}, "train.batch_size", "outside [1,");
   expect_spec_error(json{{"train", {{"batch_size", -4}}}}, "train.batch_size", "outside");

@@ -31,7 +31,8 @@ StalenessSummary ZenFlowStrategy::staleness() const {
 StrategyReport ZenFlowStrategy::report() const {
   const StalenessSummary s = staleness();
   StrategyReport r;
-  r.zenflow = StrategyReport::ZenFlow{ring_.job(), s.max, s.mean};
+  r.zenflow = StrategyReport::ZenFlow{ring_.job(), s.max, s.mean,
+                                      mat_.empty() ? 0 : (int64_t)mat_.front()->selections.size(), z_.dp_selection};
   return r;
 }
 
@@ -44,9 +45,7 @@ void ZenFlowStrategy::add_metrics(nlohmann::json& m, int64_t steps) const {
   int64_t changes = 0, pairs = 0, reselections = 0;
   double overlap = 0;
   for (auto& wp : mat_) {
-    std::vector<std::vector<int32_t>> sv;  // without the selections of skipped steps
-    for (size_t i = 0; i < wp->selections.size(); ++i)
-      if (i >= sel_dropped_.size() || !sel_dropped_[i]) sv.push_back(wp->selections[i]);
+    const std::vector<std::vector<int32_t>>& sv = wp->selections;  // a skipped step selects nothing
     for (size_t i = 1; i < sv.size(); ++i) {
       std::vector<int32_t> common;
       std::set_intersection(sv[i - 1].begin(), sv[i - 1].end(), sv[i].begin(), sv[i].end(),

@@ -4,10 +4,11 @@
 
 namespace zf::zenflow {
 
-// Data-parallel selection: each rank's importance of its local gradient (C floats per weight),
-// summed over the ranks; every rank then takes the same top-k of the sum (docs/data-parallel.md).
+// zenflow.dp_selection "local-sum" (the proxy): each rank's importance of its local gradient
+// (C floats per weight), summed over the ranks; every rank then takes the same top-k of the sum.
+// "exact" needs nothing here: it selects on the reduced gradient (select_columns).
 void ZenFlowStrategy::before_gradient_allreduce(const UpdateStep& u, const Comm& comm) {
-  if (!cal_.is_select(u.o)) return;
+  if (!z_.local_sum() || !cal_.is_select(u.o)) return;
   for (auto& wp : mat_) {
     Matrix& w = *wp;
     SubmitOptions o = rt_.device(u.t);
@@ -19,16 +20,14 @@ void ZenFlowStrategy::before_gradient_allreduce(const UpdateStep& u, const Comm&
 }
 
 // ZenFlow's selection at step t (update o): the top-k columns of each 2-D weight's importance.
+// Submitted by submit_update, after the gradient collectives and the fp16 overflow check (a
+// skipped step selects nothing), on the gradient the update reads (unscaled, rounded):
+//   one process, stages 0 and 1 (exact): the importance of the whole (all-reduced) gradient;
+//   stage 2 (exact): each rank's importance of its reduce-scattered gradient (its segment's rows,
+//     the rest zeros), all-reduced: L1 and squared L2 are sums over the rows, so the sum of the
+//     ranks' partial sums is the reduced gradient's importance (up to the order of the additions);
+//   local-sum: the sum before_gradient_allreduce all-reduced.
 void ZenFlowStrategy::select_columns(int64_t t, int64_t o) {
-  if (sel_o_ == o && !sel_dropped_.empty()) {
-    // stage 2 under fp16: the selection runs before the overflow check, and the step that made
-    // the previous one at this update was skipped; it is selected again now and the skipped
-    // step's selection leaves the metrics (a skipped step selects nothing: docs/zenflow.md)
-    sel_dropped_.back() = 1;
-    for (auto& wp : mat_) allreduce_ -= (int64_t)wp->imp.bytes();
-  }
-  sel_dropped_.push_back(0);
-  sel_o_ = o;
   for (auto& wp : mat_) {
     Matrix& w = *wp;
     const std::string& n = w.p->name;
@@ -44,11 +43,16 @@ void ZenFlowStrategy::select_columns(int64_t t, int64_t o) {
                     whole(w.resync.tiles[i]), w.master.tiles[i], whole(w.master.tiles[i]));
     }
     SubmitOptions dev = rt_.device(t);
-    if (imp_reduced_at_ == t)  // data-parallel: already summed over the ranks (this step's gradient);
-      allreduce_ += (int64_t)w.imp.bytes();  // counted here: a step skipped for an fp16 overflow selects nothing
-    else
+    if (imp_reduced_at_ == t) {  // local-sum: this step's sum (a skipped step's is made again, not counted)
+      allreduce_ += (int64_t)w.imp.bytes();
+    } else {
       insert_column_importance(dev.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2",
                                w.p->in_out);
+      if (zero_stage() == 2) {  // the ranks' partial importances (comm_ is set from stage 1 on)
+        insert_allreduce(dev.named("select.allreduce." + n), w.imp, 1.0f, *comm_);
+        allreduce_ += (int64_t)w.imp.bytes();
+      }
+    }
     insert_topk(dev.named("select.topk." + n), w.imp, w.sel);
     insert_zero(dev.named("select.zero_m." + n), z_.offload ? w.m_sel_host : w.m_sel);
     insert_zero(dev.named("select.zero_v." + n), z_.offload ? w.v_sel_host : w.v_sel);
@@ -56,29 +60,34 @@ void ZenFlowStrategy::select_columns(int64_t t, int64_t o) {
     rt_.read_async(w.sel, w.selections.back().data(), w.k * sizeof(int32_t), t);
   }
   selected_ = true;
-  selected_at_ = t;
 }
 
-// Stage 2 (docs/data-parallel.md): the 2-D gradients are reduce-scattered, their selected
-// columns all-reduced in the same task (the device update reads them on every rank), so the
-// selection of this step comes first; the 1-D gradients (device-updated) are all-reduced.
+// Stage 2 (docs/data-parallel.md): the 2-D gradients are reduce-scattered (the host side reads
+// only its segment), the 1-D gradients (device-updated) all-reduced. The selected columns, which
+// the device update reads on every rank, are completed after the selection (allreduce_selected).
 void ZenFlowStrategy::submit_gradient_collectives(const UpdateStep& u, const Comm& comm) {
   if (zero_stage() != 2) return Strategy::submit_gradient_collectives(u, comm);
-  if (cal_.is_select(u.o)) select_columns(u.t, u.o);
   const float mean = 1.0f / (float)comm.size();
   for (Param* p : params_) {
-    const Matrix* w = nullptr;
-    for (auto& wp : mat_)
-      if (wp->p == p) w = wp.get();
-    if (w) {
-      insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *bounds(*p), comm,
-                            selected_ ? &w->sel : nullptr, p->in_out);
+    if (p->is_matrix()) {
+      insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *bounds(*p), comm);
       reduce_scatter_ += (int64_t)p->grad.bytes();
-      if (selected_) grad_allreduce_ += (int64_t)w->R * w->k * (int64_t)sizeof(float);
     } else {
       insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p->name), p->grad, mean, comm);
       grad_allreduce_ += (int64_t)p->grad.bytes();
     }
+  }
+}
+
+// Stage 2, every update once a selection exists: the selected columns of every row, from their
+// owners' reduce-scattered means (rows x k floats per 2-D weight, one all-reduce each).
+void ZenFlowStrategy::allreduce_selected(int64_t t) {
+  if (zero_stage() != 2 || !selected_) return;
+  for (auto& wp : mat_) {
+    Matrix& w = *wp;
+    insert_allreduce_columns(rt_.device(t).named("allreduce.selected." + w.p->name), w.p->grad, w.sel, *comm_,
+                             w.p->in_out);
+    grad_allreduce_ += (int64_t)w.R * w.k * (int64_t)sizeof(float);
   }
 }
 

@@ -14,9 +14,10 @@ void ZenFlowStrategy::submit_update(const UpdateStep& u) {
   // mass); its mass task is tagged with a step <= t - 1
   last_vote_ = cal_.votes_before(o) && auto_vote(t - 1);
 
-  // 1. selection (stage 2: already submitted before the gradient collectives)
+  // 1. selection; stage 2: then the selected columns of every row
   const bool select = cal_.is_select(o);
-  if (select && selected_at_ != t) select_columns(t, o);
+  if (select) select_columns(t, o);
+  allreduce_selected(t);
 
   // 2. accumulation of the full gradient into this interval's buffer
   const int64_t slot = ring_.slot();

@@ -69,6 +69,7 @@ class ZenFlowStrategy final : public Strategy {
   void add_matrix(Param* p);
   // selection.cpp
   void select_columns(int64_t t, int64_t o);
+  void allreduce_selected(int64_t t);
   // update.cpp: the parts of submit_update, in their order
   void prepare_gradients(const UpdateStep& u);
   void accumulate(int64_t t, const Param& p, const HostTensor& acc);
@@ -94,10 +95,7 @@ class ZenFlowStrategy final : public Strategy {
   std::vector<Vector> vec_;
   int64_t u_ = 0;  // the auto rule's updates since its last vote for a host update
   bool selected_ = false, last_vote_ = false;
-  int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced
-  int64_t selected_at_ = -1;     // step whose selection select_columns submitted
-  int64_t sel_o_ = -1;           // the update of the latest selection
-  std::vector<char> sel_dropped_;  // per selection of this run: made at a step later skipped (fp16)
+  int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced (local-sum)
   MergeLog log_;
 };
 

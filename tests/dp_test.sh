@@ -35,6 +35,16 @@
 #   zero_refusals        exit code 2 with a message naming the field: a global batch 4 ranks do not
 #                        divide (stage 2), device-adam at stage 1, zenflow's auto update interval at
 #                        stage 2, host tiles too large for 4 ranks
+# ZeRO stage 3 (partitioned device parameters and gradients, docs/data-parallel.md), host tiles of 1024:
+#   zero_stage3_r2/_r4   zero-offload and zero-offload-dpu at stages 2 and 3 on 2 (4) ranks: stage 3 within
+#                        1e-5 relative (L2 per tensor) of stage 2, replicas identical, device parameter bytes
+#                        per rank = 1/R of stage 2's (the shards) + at most two whole layers, host state
+#                        as stage 2's, all-gather and reduce-scatter bytes per step
+#   zero_stage3_resume   zero-offload stage 3 on 2 ranks checkpointed at step 11, resumed at stage 3 on 2
+#                        ranks (bitwise the uninterrupted run) and at stage 2 on 4 ranks; a stage-2 2-rank
+#                        checkpoint resumed at stage 3 on 4 ranks: within 1e-5 relative of the uninterrupted runs
+#   zero_stage3_refusals exit code 2 naming zero_optimization.stage: zenflow, precision bf16, gradient
+#                        accumulation at stage 3 (not implemented), device-adam at stage 3
 # Usage: dp_test.sh ZENFLOW_RUN SOURCE_DIR MPIRUN CASE. Prints "FAIL: ..." and exits 1 on failure.
 set -u
 
@@ -211,6 +221,51 @@ print('$s: skipped %s at both stages' % a['fp16']['skipped_at'])" "$TMP/s0.json"
     $CHECK metrics "$TMP/s2.json" "$TMP/s2.safetensors" 2 || exit 1
     $CHECK zero "$TMP/s0.json" "$TMP/s2.json" 2 "$TMP/s2.safetensors" all $ZTILE || exit 1
     $CHECK close "$TMP/s2.safetensors" "$TMP/s0.safetensors" "$ATOL" || exit 1
+    ;;
+  zero_stage3_r2 | zero_stage3_r4)
+    NP=${CASE##*_r}
+    for s in zero-offload zero-offload-dpu; do
+      for st in 2 3; do
+        runN "$NP" "${ZSMALL[@]}" --strategy $s --set zero_optimization.stage=$st --save "$TMP/s$st.safetensors" \
+          --metrics "$TMP/s$st.json" || fail "$s $NP-rank stage $st run exited $?"
+        $CHECK metrics "$TMP/s$st.json" "$TMP/s$st.safetensors" "$NP" || exit 1
+      done
+      echo "$s:"
+      $CHECK stage3 "$TMP/s2.json" "$TMP/s3.json" "$TMP/s3.safetensors" $ZTILE || exit 1
+      $CHECK rel_close "$TMP/s3.safetensors" "$TMP/s2.safetensors" 1e-5 || exit 1
+    done
+    ;;
+  zero_stage3_resume)
+    ZO=(--strategy zero-offload)
+    Z3=(--set zero_optimization.stage=3)
+    runN 2 "${ZSMALL[@]}" "${ZO[@]}" "${Z3[@]}" --save "$TMP/full3.safetensors" || fail "2-rank stage 3 run exited $?"
+    runN 2 "${ZBASE[@]}" "${ZO[@]}" "${Z3[@]}" --steps 12 --checkpoint-dir "$TMP/ck3" --checkpoint-every 6 ||
+      fail "2-rank stage 3 run with checkpoints exited $?"
+    runN 2 "${ZSMALL[@]}" "${ZO[@]}" "${Z3[@]}" --resume "$TMP/ck3" --save "$TMP/r3.safetensors" \
+      --metrics "$TMP/m3.json" || fail "2-rank stage 3 resumed run exited $?"
+    $CHECK metrics "$TMP/m3.json" "$TMP/r3.safetensors" 2 || exit 1
+    $CHECK close "$TMP/r3.safetensors" "$TMP/full3.safetensors" 0 || exit 1
+    runN 4 "${ZSMALL[@]}" "${ZO[@]}" --set zero_optimization.stage=2 --resume "$TMP/ck3" \
+      --save "$TMP/r2.safetensors" --metrics "$TMP/m2.json" || fail "4-rank stage 2 run resumed from stage 3 exited $?"
+    $CHECK metrics "$TMP/m2.json" "$TMP/r2.safetensors" 4 || exit 1
+    $CHECK rel_close "$TMP/r2.safetensors" "$TMP/full3.safetensors" 1e-5 || exit 1
+    runN 2 "${ZSMALL[@]}" "${ZO[@]}" --set zero_optimization.stage=2 --save "$TMP/full2.safetensors" ||
+      fail "2-rank stage 2 run exited $?"
+    runN 2 "${ZBASE[@]}" "${ZO[@]}" --set zero_optimization.stage=2 --steps 12 --checkpoint-dir "$TMP/ck2" \
+      --checkpoint-every 12 || fail "2-rank stage 2 run with checkpoints exited $?"
+    runN 4 "${ZSMALL[@]}" "${ZO[@]}" "${Z3[@]}" --resume "$TMP/ck2" --save "$TMP/r32.safetensors" \
+      --metrics "$TMP/m32.json" || fail "4-rank stage 3 run resumed from stage 2 exited $?"
+    $CHECK metrics "$TMP/m32.json" "$TMP/r32.safetensors" 4 || exit 1
+    $CHECK rel_close "$TMP/r32.safetensors" "$TMP/full2.safetensors" 1e-5 || exit 1
+    ;;
+  zero_stage3_refusals)
+    Z3=(--set zero_optimization.stage=3)
+    refused 2 "zero_optimization.stage: 3 with zenflow is not implemented" "${ZSMALL[@]}" "${ZENFLOW[@]}" "${Z3[@]}"
+    refused 2 "zero_optimization.stage: 3 with precision \"bf16\" is not implemented" "${ZSMALL[@]}" \
+      --strategy zero-offload "${Z3[@]}" --set precision=bf16
+    refused 2 "zero_optimization.stage: 3 with train.gradient_accumulation_steps > 1" "${ZSMALL[@]}" \
+      --strategy zero-offload "${Z3[@]}" --set train.gradient_accumulation_steps=2
+    refused 2 "zero_optimization.stage: 3 partitions the host optimizer state" "${ZSMALL[@]}" "${Z3[@]}"
     ;;
   zero_refusals)
     Z2=(--set zero_optimization.stage=2)

@@ -10,6 +10,7 @@
 # step_time.png, bytes.png (report.py).
 #   bash experiments/data-parallel/run.sh            (STEPS=30: about 6 minutes on the shared 2 cores)
 #   STEPS=20 bash experiments/data-parallel/run.sh
+# ZeRO stage 3 runs on a deeper MLP, after these (stage3.sh; STAGE3=0 skips them).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/out}"
@@ -42,3 +43,4 @@ for s in zero-offload zenflow; do
 done
 echo "runs took $(( $(date +%s) - start )) s" | tee "$out/time.txt"
 $py "$here/report.py" "$out"
+[ "${STAGE3:-1}" = 0 ] || OUT="$out" bash "$here/stage3.sh"

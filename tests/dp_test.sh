@@ -39,7 +39,9 @@
 #   zero_stage3_r2/_r4   zero-offload and zero-offload-dpu at stages 2 and 3 on 2 (4) ranks: stage 3 within
 #                        1e-5 relative (L2 per tensor) of stage 2, replicas identical, device parameter bytes
 #                        per rank = 1/R of stage 2's (the shards) + at most two whole layers, host state
-#                        as stage 2's, all-gather and reduce-scatter bytes per step
+#                        as stage 2's, all-gather and reduce-scatter bytes per step; on 2 ranks also
+#                        zero-offload with gradient_clipping: stage 3 within 1e-5 of stage 2, same clipping,
+#                        and a 2-layer GPT (gpt-kjv.json): within 1e-5 of stage 2, shards half the parameters
 #   zero_stage3_resume   zero-offload stage 3 on 2 ranks checkpointed at step 11, resumed at stage 3 on 2
 #                        ranks (bitwise the uninterrupted run) and at stage 2 on 4 ranks; a stage-2 2-rank
 #                        checkpoint resumed at stage 3 on 4 ranks: within 1e-5 relative of the uninterrupted runs
@@ -234,6 +236,31 @@ print('$s: skipped %s at both stages' % a['fp16']['skipped_at'])" "$TMP/s0.json"
       $CHECK stage3 "$TMP/s2.json" "$TMP/s3.json" "$TMP/s3.safetensors" $ZTILE || exit 1
       $CHECK rel_close "$TMP/s3.safetensors" "$TMP/s2.safetensors" 1e-5 || exit 1
     done
+    [ "$NP" = 2 ] || { echo "ok: data_parallel.$CASE"; exit 0; }
+    # gradient clipping: the host tiles' sums of squares, all-reduced as at stage 2
+    for st in 2 3; do
+      runN 2 "${ZSMALL[@]}" --strategy zero-offload --set gradient_clipping=0.05 --set zero_optimization.stage=$st \
+        --save "$TMP/c$st.safetensors" --metrics "$TMP/c$st.json" || fail "clipped stage $st run exited $?"
+    done
+    $CHECK metrics "$TMP/c3.json" "$TMP/c3.safetensors" 2 || exit 1
+    $CHECK rel_close "$TMP/c3.safetensors" "$TMP/c2.safetensors" 1e-5 || exit 1
+    same_clipping "$TMP/c2.json" "$TMP/c3.json"
+    # the GPT language model (its layer groups: embeddings, each block, ln_f with the head)
+    GPT=(--strategy zero-offload --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.context=32
+      --set train.batch_size=8 --set runtime.device_workers=1 --set runtime.host_workers=1 --set runtime.tile_elems=4096
+      --set data.eval_limit=16 --steps 10 -q)
+    for st in 2 3; do
+      SPEC=$SRC/graphs/specs/gpt-kjv.json runN 2 "${GPT[@]}" --set zero_optimization.stage=$st \
+        --save "$TMP/g$st.safetensors" --metrics "$TMP/g$st.json" || fail "GPT stage $st run exited $?"
+    done
+    $CHECK metrics "$TMP/g3.json" "$TMP/g3.safetensors" 2 || exit 1
+    $CHECK rel_close "$TMP/g3.safetensors" "$TMP/g2.safetensors" 1e-5 || exit 1
+    /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f))['device_state_bytes'] for f in sys.argv[1:])
+print('GPT device parameter bytes on rank 0: stage 2 %d, stage 3 %d (shards %d + whole layers %d)'
+      % (a['params'], b['params'], b['params_shards'], b['params_transient']))
+assert abs(b['params_shards'] - a['params'] / 2) <= 4 * 4096 * 8, 'shards not half the parameters'" \
+      "$TMP/g2.json" "$TMP/g3.json" || fail "GPT stage 3 shards"
     ;;
   zero_stage3_resume)
     ZO=(--strategy zero-offload)

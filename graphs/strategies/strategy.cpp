@@ -109,7 +109,7 @@ void Strategy::begin_stage3(Workload& wl) {
   if (groups.empty() || n != params_.size())
     throw InputError(spec_.where("zero_optimization.stage"),
                      "3 partitions the device parameters by layer; the model " + wl.describe() +
-                         " does not tell its layers (supported: the MLP); use stage 2");
+                         " does not tell its layers (supported: the MLP, the GPT language model); use stage 2");
   s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, bounds_, &allgather_, &reduce_scatter_);
   s3_->shard();
 }

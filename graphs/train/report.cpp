@@ -221,6 +221,12 @@ void data_parallel_rows(const RunReport& r, const json& m, const Row& row) {
         fmt("%.0f", dp["reduce_scatter_bytes_per_step"].get<double>()) + " reduce-scatter / " +
             fmt("%.0f", dp["allgather_bytes_per_step"].get<double>()) + " all-gather bytes per step, host state " +
             fmt("%.0f", (double)r.strat.host_state_bytes()) + " bytes on rank 0");
+  if (r.strat.zero_stage() == 3) {  // docs/data-parallel.md, "ZeRO stage 3"
+    const Strategy::DeviceState d = r.strat.device_state();
+    row("device parameters (rank 0)", fmt("%.0f", (double)d.params) + " bytes: shards " +
+                                          fmt("%.0f", (double)d.params_shards) + " + whole layers " +
+                                          fmt("%.0f", (double)d.params_transient));
+  }
 }
 
 }  // namespace

@@ -165,6 +165,13 @@ void insert_allreduce_columns(const SubmitOptions& opt, const Tensor& x, const T
 void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm);
 void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const Tensor*>& partials,
                                const Tensor& total, const Comm& comm);
+// ZeRO stage 3 (codelets/shard.cpp; CPU workers): shard holds this rank's segment of x, shard.numel()
+// >= its length. gather_shards: x (written whole) <- every rank's shard, each at its segment.
+// reduce_scatter_shard: shard <- scale * the sum over the ranks of x's segment (x is left changed).
+void insert_gather_shards(const SubmitOptions& opt, const Tensor& shard, const Tensor& x,
+                          const std::vector<size_t>& bounds, const Comm& comm);
+void insert_reduce_scatter_shard(const SubmitOptions& opt, const Tensor& x, const Tensor& shard, float scale,
+                                 const std::vector<size_t>& bounds, const Comm& comm);
 // flag (uint32 words) <- bitwise OR over the ranks (CPU workers): the fp16 overflow flag under stage 2
 void insert_allreduce_flag(const SubmitOptions& opt, const Tensor& flag, const Comm& comm);
 

@@ -128,11 +128,25 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
 const Tensor& GptBody::out(const Acts& a) { return a.lnf; }
 const Tensor& GptBody::d_out(const Acts& a) { return a.dlnf; }
 
-void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Conditioning* cond) {
+std::vector<std::vector<Param*>> GptBody::groups() {
+  std::vector<std::vector<Param*>> g{{&p(0), &p(1)}};
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    g.emplace_back();
+    for (int k = 0; k < 12; ++k) g.back().push_back(&blk(l, k));
+  }
+  g.push_back({&p(params_.size() - 2), &p(params_.size() - 1)});
+  return g;
+}
+
+void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Conditioning* cond,
+                      LayerHook* hook) {
+  if (hook) hook->before_forward(o.step, 0);
   insert_embedding_fwd(o.named("fwd.embedding"), tokens, p(0).value, p(1).value, a.x0);
   if (cond) insert_class_embedding_fwd(o.named("fwd.class_embedding"), a.x0, *cond->table, *cond->ids);
+  if (hook) hook->after_forward(o.step, 0);
   const Tensor* r = &a.x0;
   for (int l = 0; l < cfg_.n_layer; ++l) {
+    if (hook) hook->before_forward(o.step, l + 1);
     Acts::Layer& L = a.layers[l];
     const std::string n = "fwd.h" + std::to_string(l) + ".";
     auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
@@ -152,13 +166,15 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
     insert_bias_add(o.named(n + "mlp.c_proj.bias"), L.res2, v(kMlpProjB));
     insert_accumulate(o.named(n + "residual_2"), L.res2, whole(L.res2), L.res1, whole(L.res1), 1.0f);
     r = &L.res2;
+    if (hook) hook->after_forward(o.step, l + 1);
   }
   const size_t F = params_.size() - 2;
+  if (hook) hook->before_forward(o.step, cfg_.n_layer + 1);
   insert_layernorm_fwd(o.named("fwd.ln_f"), *r, p(F).value, p(F + 1).value, a.lnf, a.lnf_mean, a.lnf_rstd);
 }
 
 void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out,
-                       const Conditioning* cond) {
+                       const Conditioning* cond, LayerHook* hook) {
   const size_t F = params_.size() - 2;
   const int Lc = cfg_.n_layer;
   const Tensor& last = Lc ? a.layers[Lc - 1].res2 : a.x0;
@@ -167,7 +183,9 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
   Tensor* dB = &a.dres_b;
   insert_layernorm_bwd(o.named("bwd.ln_f"), d_out, last, a.lnf_mean, a.lnf_rstd, p(F).value, *dA, p(F).grad,
                        p(F + 1).grad);
+  if (hook) hook->after_backward(o.step, Lc + 1);
   for (int l = Lc - 1; l >= 0; --l) {
+    if (hook) hook->before_backward(o.step, l + 1);
     Acts::Layer& L = a.layers[l];
     const Tensor& in = l ? a.layers[l - 1].res2 : a.x0;
     const std::string n = "bwd.h" + std::to_string(l) + ".";
@@ -194,9 +212,12 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     insert_layernorm_bwd(o.named(n + "ln_1"), a.dln, in, L.ln1_mean, L.ln1_rstd, P(kLn1W).value, *dA,
                          P(kLn1W).grad, P(kLn1B).grad);
     insert_accumulate(o.named(n + "residual_1"), *dA, whole(*dA), *dB, whole(*dB), 1.0f);
+    if (hook) hook->after_backward(o.step, l + 1);
   }
+  if (hook) hook->before_backward(o.step, 0);
   insert_embedding_bwd(o.named("bwd.embedding"), tokens, *dA, p(0).grad, p(1).grad);
   if (cond) insert_class_embedding_bwd(o.named("bwd.class_embedding"), *dA, *cond->ids, *cond->grad);
+  if (hook) hook->after_backward(o.step, 0);
 }
 
 std::string describe_gpt(const GptConfig& c, size_t parameters) {
@@ -245,6 +266,12 @@ std::vector<Param*> GptLanguageModel::params() {
   return out;
 }
 
+std::vector<std::vector<Param*>> GptLanguageModel::layer_groups() {
+  std::vector<std::vector<Param*>> g = body_->groups();
+  g.back().push_back(&lm_head_);
+  return g;
+}
+
 int64_t GptLanguageModel::epoch_size() const { return ((int64_t)data_.train.size() - 1) / cfg_.context; }
 
 GptLanguageModel::Head& GptLanguageModel::head_for(int B) {
@@ -261,16 +288,20 @@ void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, const std::ve
   GptBody::Acts& a = body_->acts_for(B, T);
   const std::string pre = backward ? "" : "eval.";
   insert_load_windows(o.named(pre + "load_windows"), src, starts, h.tokens[slot], h.targets[slot], status_);
-  body_->forward(o, a, h.tokens[slot]);
+  LayerHook* hook = backward ? hook_ : nullptr;  // evaluation: the weights are whole
+  const int last = cfg_.n_layer + 1;                // {ln_f, lm_head}
+  body_->forward(o, a, h.tokens[slot], nullptr, hook);
   const Tensor& x = GptBody::out(a);
   insert_matmul_fwd(o.named(pre + "fwd.lm_head"), x, lm_head_.value, h.logits);
+  if (hook) hook->after_forward(o.step, last);
   insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.targets[slot], h.probs, stats, accumulate,
                           status_);
   if (!backward) return;
   insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.targets[slot], h.dlogits, loss_scale_ / (float)(B * T));
+  if (hook) hook->before_backward(o.step, last);
   insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, lm_head_.grad);
   insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, lm_head_.value, GptBody::d_out(a));
-  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a));
+  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a), nullptr, hook);
 }
 
 void GptLanguageModel::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,

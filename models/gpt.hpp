@@ -49,10 +49,16 @@ class GptBody {
     const Tensor* ids;  // (B) int32
   };
   // tokens (B, T) int32 -> out(a) (B*T, C)
-  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Conditioning* cond = nullptr);
+  // hook (ZeRO stage 3, Workload::layer_groups): the groups of groups(), in order; the body calls
+  // every hook of its groups except after_forward and before_backward of the last one ({ln_f}),
+  // which the caller calls around its head (whose parameters may join that group).
+  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Conditioning* cond = nullptr,
+               LayerHook* hook = nullptr);
   // d_out (B*T, C) -> gradients of every body parameter (and of the conditioning table)
   void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out,
-                const Conditioning* cond = nullptr);
+                const Conditioning* cond = nullptr, LayerHook* hook = nullptr);
+  // The layer groups in forward order: {wte, wpe}, each block's 12, {ln_f.weight, ln_f.bias}.
+  std::vector<std::vector<Param*>> groups();
   static const Tensor& out(const Acts& a);     // final LayerNorm output (B*T, C)
   static const Tensor& d_out(const Acts& a);   // a buffer for its gradient (B*T, C)
   std::vector<Param>& params() { return params_; }
@@ -97,6 +103,7 @@ class GptLanguageModel : public Workload {
   void submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
                    const Tensor& stats) override;
   EvalResult evaluate(Runtime& rt) override;
+  std::vector<std::vector<Param*>> layer_groups() override;  // the body's, lm_head with ln_f
   // Start offsets of the evaluation windows (all non-overlapping ones, or eval_limit evenly spaced).
   std::vector<int64_t> eval_starts() const;
 

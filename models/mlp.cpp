@@ -60,6 +60,12 @@ std::vector<Param*> MlpClassifier::params() {
   return out;
 }
 
+std::vector<std::vector<Param*>> MlpClassifier::layer_groups() {
+  std::vector<std::vector<Param*>> g;
+  for (size_t l = 0; l + 1 < params_.size(); l += 2) g.push_back({&params_[l], &params_[l + 1]});
+  return g;
+}
+
 MlpClassifier::Acts& MlpClassifier::acts_for(int batch, std::vector<std::unique_ptr<Acts>>& pool) {
   for (auto& a : pool)
     if (a->batch == batch) return *a;
@@ -86,9 +92,10 @@ MlpClassifier::Acts& MlpClassifier::acts_for(int batch, std::vector<std::unique_
 }
 
 // z[l] = in(l) W_l^T + b_l ; a[l] = act(z[l]) for hidden layers
-void MlpClassifier::forward(const SubmitOptions& o, Acts& a, int slot) {
+void MlpClassifier::forward(const SubmitOptions& o, Acts& a, int slot, LayerHook* hook) {
   const size_t L = sizes_.size() - 1;
   for (size_t l = 0; l < L; ++l) {
+    if (hook) hook->before_forward(o.step, (int)l);
     const Tensor& in = l == 0 ? a.x[slot] : a.a[l - 1];
     const Param& w = params_[2 * l];
     const Param& b = params_[2 * l + 1];
@@ -96,12 +103,14 @@ void MlpClassifier::forward(const SubmitOptions& o, Acts& a, int slot) {
     insert_matmul_fwd(o.named(n + ".matmul"), in, w.value, a.z[l], w.in_out);
     insert_bias_add(o.named(n + ".bias"), a.z[l], b.value);
     if (l + 1 < L) insert_act_fwd(o.named(n + ".act"), cfg_.activation, a.z[l], a.a[l]);
+    if (hook) hook->after_forward(o.step, (int)l);
   }
 }
 
 void MlpClassifier::backward(const SubmitOptions& o, Acts& a, int slot) {
   const size_t L = sizes_.size() - 1;
   for (size_t l = L; l-- > 0;) {
+    if (hook_) hook_->before_backward(o.step, (int)l);
     const Tensor& in = l == 0 ? a.x[slot] : a.a[l - 1];
     Param& w = params_[2 * l];
     Param& b = params_[2 * l + 1];
@@ -112,6 +121,7 @@ void MlpClassifier::backward(const SubmitOptions& o, Acts& a, int slot) {
       insert_matmul_bwd_data(o.named(n + ".dx"), a.dz[l], w.value, a.da[l - 1], w.in_out);
       insert_act_bwd(o.named(n + ".act"), cfg_.activation, a.z[l - 1], a.da[l - 1], a.dz[l - 1]);
     }
+    if (hook_) hook_->after_backward(o.step, (int)l);
   }
 }
 
@@ -121,7 +131,7 @@ void MlpClassifier::submit_step(Runtime& rt, int64_t step, const std::vector<int
   const int slot = (int)(submitted_++ & 1);
   SubmitOptions o = rt.device(step);
   insert_load_batch(o.named("load_batch"), &train_table_, indices, a.x[slot], a.labels[slot], status_);
-  forward(o, a, slot);
+  forward(o, a, slot, hook_);
   const size_t L = sizes_.size() - 1;
   insert_softmax_xent_fwd(o.named("fwd.loss"), a.z[L - 1], a.labels[slot], a.probs, stats, false, status_);
   insert_softmax_xent_bwd(o.named("bwd.loss"), a.probs, a.labels[slot], a.dz[L - 1],

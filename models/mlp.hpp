@@ -35,13 +35,15 @@ class MlpClassifier : public Workload {
   void submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
                    const Tensor& stats) override;
   EvalResult evaluate(Runtime& rt) override;
+  std::vector<std::vector<Param*>> layer_groups() override;  // {fcN.weight, fcN.bias} per layer
 
   // Layer sizes, input first: {784, hidden..., classes}.
   const std::vector<int64_t>& sizes() const { return sizes_; }
 
  private:
   struct Acts;  // per-batch-size activation buffers
-  void forward(const SubmitOptions& o, Acts& a, int slot);
+  // hook: the layer hook of a training step (null in evaluation)
+  void forward(const SubmitOptions& o, Acts& a, int slot, LayerHook* hook = nullptr);
   void backward(const SubmitOptions& o, Acts& a, int slot);
   Acts& acts_for(int batch, std::vector<std::unique_ptr<Acts>>& pool);
 

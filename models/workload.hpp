@@ -62,6 +62,19 @@ struct EvalResult {
   int64_t count = 0;      // examples (tokens) evaluated
 };
 
+// ZeRO stage 3 (docs/data-parallel.md): what a model tells the engine around the use of each of its
+// layer groups (Workload::layer_groups) inside submit_step, in submission order. The engine
+// (graphs/strategies/stage3.hpp) gathers a group's parameters before its forward and its backward
+// (one group ahead), releases them after, and reduce-scatters its gradients after its backward.
+class LayerHook {
+ public:
+  virtual ~LayerHook() = default;
+  virtual void before_forward(int64_t step, int group) = 0;
+  virtual void after_forward(int64_t step, int group) = 0;
+  virtual void before_backward(int64_t step, int group) = 0;
+  virtual void after_backward(int64_t step, int group) = 0;
+};
+
 class Workload {
  public:
   virtual ~Workload() = default;
@@ -85,9 +98,16 @@ class Workload {
   // is multiplied by `scale` (the backward starts from scale / rows instead of 1 / rows), so every
   // gradient comes out multiplied by it; the reported loss is not scaled.
   void set_loss_scale(float scale) { loss_scale_ = scale; }
+  // ZeRO stage 3: the parameters in layer groups, in forward order, each parameter in one group and
+  // read or written by submit_step only between the hook's calls for its group. Empty: the model
+  // does not support stage 3.
+  virtual std::vector<std::vector<Param*>> layer_groups() { return {}; }
+  // The hook submit_step calls (null: none, the parameters are whole; evaluate never calls it).
+  void set_layer_hook(LayerHook* h) { hook_ = h; }
 
  protected:
   float loss_scale_ = 1.0f;
+  LayerHook* hook_ = nullptr;
 };
 
 }  // namespace zf

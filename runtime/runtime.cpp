@@ -65,6 +65,10 @@ Tensor Tensor::lazy(std::vector<int64_t> shape, const std::string& name, size_t 
   return t;
 }
 
+void Tensor::discard() const {
+  if (handle_) starpu_data_invalidate_submit(handle_);
+}
+
 void Tensor::reset() {
   if (handle_) starpu_data_unregister(handle_);
   handle_ = nullptr;

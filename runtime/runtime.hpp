@@ -128,6 +128,10 @@ class Tensor {
   void release() const;
   // Drop the handle (waits for tasks on it); memory of a home tensor is freed too.
   void reset();
+  // Discards the contents once the tasks submitted on it so far are done
+  // (starpu_data_invalidate_submit): a lazy tensor's memory goes back to StarPU. The next task
+  // must write it whole (STARPU_W). ZeRO stage 3's transient parameters and gradients.
+  void discard() const;
 
  private:
   starpu_data_handle_t handle_ = nullptr;

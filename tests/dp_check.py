@@ -22,6 +22,11 @@
                                                        (zero-offload) or "2d" (zenflow) partitioned parameters
   dp_check.py balance M0.json M.json LO HI            the largest rank's host_state_bytes of a partitioned run
                                                        (M.json) is LO-HI x stage 0's (M0.json); the ranks' sum it
+  dp_check.py stage3 M2.json M3.json W.safetensors TILE    ZeRO stage 3 (M3.json) against stage 2 (M2.json), same
+                                                       ranks: device parameter bytes per rank = the shards (1/R
+                                                       of stage 2's within the partition's rounding) + at most
+                                                       two whole layers; host state as stage 2's; all-gather and
+                                                       reduce-scatter bytes per step
 Prints what it compared; exits 1 with "FAIL: ..." on a mismatch."""
 import json
 import struct
@@ -123,7 +128,7 @@ def metrics(m_path, w_path, ranks):
         fail("ranks %d, expected %d" % (dp["ranks"], ranks))
     if dp["replicas_identical"] is not True or len(set(dp["weight_hashes"])) != 1 or len(dp["weight_hashes"]) != ranks:
         fail("replicas differ: %s" % dp["weight_hashes"])
-    if dp.get("zero_stage", 0) == 2:  # reduce-scattered ones are not all-reduced (checked by "zero")
+    if dp.get("zero_stage", 0) >= 2:  # reduce-scattered ones are not all-reduced (checked by "zero")
         got = dp["allreduce_bytes_per_step"]["gradients"] + dp["reduce_scatter_bytes_per_step"]
         if got < 4 * numel:
             fail("all-reduced + reduce-scattered gradient bytes per step %g, expected >= %d" % (got, 4 * numel))
@@ -134,7 +139,7 @@ def metrics(m_path, w_path, ranks):
              % (dp["per_selection"]["importance_allreduce_bytes"], imp))
     if m["strategy"] == "zenflow":
         # exact selection at stages 0 and 1 reads the all-reduced gradient: no importance collective
-        each = imp if dp["dp_selection"] == "local-sum" or dp.get("zero_stage", 0) == 2 else 0
+        each = imp if dp["dp_selection"] == "local-sum" or dp.get("zero_stage", 0) >= 2 else 0
         print("dp_selection %s: %d importance bytes per selection expected" % (dp["dp_selection"], each))
         if sel < 1 or abs(got_imp - sel * each) > 1e-6 * imp or dp["selections"] != sel:
             fail("importance bytes %g for %d selections (%d counted), expected %d each"
@@ -202,6 +207,51 @@ def balance(m0_path, m_path, lo, hi):
         fail("the largest rank holds %.4f of stage 0's host state, expected %g-%g" % (ratio, lo, hi))
 
 
+def stage3(m2_path, m3_path, w_path, tile):
+    """ZeRO stage 3 vs stage 2 at the same R: device parameter bytes per rank 1/R of stage 2's
+    (the shards, within the partition's rounding) plus at most two whole layers (the one in use and
+    the one prefetched); the host state as stage 2's; the collective bytes per step"""
+    m2, m3 = json.load(open(m2_path)), json.load(open(m3_path))
+    d2, d3 = m2["data_parallel"], m3["data_parallel"]
+    w = read_safetensors(w_path)
+    R = d3["ranks"]
+    total = 4 * sum(len(v) for _, v in w.values())
+    layers = {}  # fcN -> bytes of fcN.weight and fcN.bias
+    for name, (_, v) in w.items():
+        layers[name.split(".")[0]] = layers.get(name.split(".")[0], 0) + 4 * len(v)
+    two = sum(sorted(layers.values())[-2:])
+    last = layers[sorted(layers, key=lambda n: int(n[2:]))[-1]]
+    slack = 4 * tile + 4 * len(w)  # whole host tiles per rank; a one-element shard where a rank owns none
+    p2, p3 = d2["device_param_bytes_per_rank"], d3["device_param_bytes_per_rank"]
+    b3 = m3["device_state_bytes"]
+    print("stage 3, %d ranks: device parameter bytes per rank %s (stage 2: %s, ratio %.3f); rank 0: shards %d, "
+          "transient %d (1/R of stage 2 = %.0f, two largest layers %d); gradients %d; all-gather %g, "
+          "reduce-scatter %g bytes/step; host state %s (stage 2: %s)"
+          % (R, p3, p2, max(p3) / p2[0], b3["params_shards"], b3["params_transient"], total / R, two, b3["grads"],
+             d3["allgather_bytes_per_step"], d3["reduce_scatter_bytes_per_step"], d3["host_state_bytes_per_rank"],
+             d2["host_state_bytes_per_rank"]))
+    if d3["zero_stage"] != 3 or d2["zero_stage"] != 2 or d2["ranks"] != R:
+        fail("zero_stage %d and %d (ranks %d, %d), expected 3 and 2" % (d3["zero_stage"], d2["zero_stage"], R, d2["ranks"]))
+    if p2 != [total] * R:
+        fail("stage 2 device parameter bytes %s, expected %d on every rank" % (p2, total))
+    if abs(b3["params_shards"] - total / R) > slack:
+        fail("rank 0's shards hold %d bytes, 1/R of the parameters is %.0f (+-%d)" % (b3["params_shards"], total / R, slack))
+    if not 0 < b3["params_transient"] <= two:
+        fail("rank 0 holds %d bytes of whole layers at once, expected (0, %d]" % (b3["params_transient"], two))
+    if len(p3) != R or max(p3) > total / R + slack + two:
+        fail("device parameter bytes per rank %s exceed 1/R of stage 2's + two layers (%.0f)" % (p3, total / R + slack + two))
+    if b3["params"] != p3[0] or b3["total"] != d3["device_state_bytes_per_rank"][0]:
+        fail("device_state_bytes %s disagrees with the per-rank lists" % b3)
+    if d3["host_state_bytes_per_rank"] != d2["host_state_bytes_per_rank"]:
+        fail("host state %s, stage 2 has %s" % (d3["host_state_bytes_per_rank"], d2["host_state_bytes_per_rank"]))
+    # every layer gathered for its forward, again for its backward except the last (kept)
+    if d3["allgather_bytes_per_step"] != 2 * total - last:
+        fail("all-gather bytes per step %g, expected %d" % (d3["allgather_bytes_per_step"], 2 * total - last))
+    if d3["reduce_scatter_bytes_per_step"] != total or d3["allreduce_bytes_per_step"]["gradients"] != 0:
+        fail("reduce-scatter %g, all-reduce %g gradient bytes per step, expected %d and 0"
+             % (d3["reduce_scatter_bytes_per_step"], d3["allreduce_bytes_per_step"]["gradients"], total))
+
+
 def single(m_path):
     m = json.load(open(m_path))
     if "data_parallel" in m:
@@ -225,6 +275,8 @@ if __name__ == "__main__":
         zero(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], int(sys.argv[7]))
     elif cmd == "balance" and len(sys.argv) == 6:
         balance(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
+    elif cmd == "stage3" and len(sys.argv) == 6:
+        stage3(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     elif cmd == "single" and len(sys.argv) == 3:
         single(sys.argv[2])
     else:

@@ -47,6 +47,18 @@
 #                        zero-offload at stage 2 holds 0.45-0.56 of stage 0's host state on the largest
 #                        of 2 ranks (mlp-fashion at hidden 64, gpt-kjv), at most 1.1/4 of it on 4 ranks
 #                        (MLP); stages 1 and 2 on 2 ranks and stage 1 on 4 ranks bitwise stage 0
+# ZeRO stage 3 (partitioned device parameters and gradients, docs/data-parallel.md), host tiles of 1024:
+#   zero_stage3_r2/_r4   zero-offload and zero-offload-dpu at stages 2 and 3 on 2 (4) ranks: stage 3 within
+#                        1e-5 relative (L2 per tensor) of stage 2, replicas identical, device parameter bytes
+#                        per rank = 1/R of stage 2's (the shards) + at most two whole layers, host state
+#                        as stage 2's, all-gather and reduce-scatter bytes per step; on 2 ranks also
+#                        zero-offload with gradient_clipping: stage 3 within 1e-5 of stage 2, same clipping,
+#                        and a 2-layer GPT (gpt-kjv.json): within 1e-5 of stage 2, shards half the parameters
+#   zero_stage3_resume   zero-offload stage 3 on 2 ranks checkpointed at step 11, resumed at stage 3 on 2
+#                        ranks (bitwise the uninterrupted run) and at stage 2 on 4 ranks; a stage-2 2-rank
+#                        checkpoint resumed at stage 3 on 4 ranks: within 1e-5 relative of the uninterrupted runs
+#   zero_stage3_refusals exit code 2 naming zero_optimization.stage: zenflow, precision bf16, gradient
+#                        accumulation at stage 3 (not implemented), device-adam at stage 3
 # Transports: TRANSPORT "shm" (the default) leaves Open MPI's choice (shared memory between the
 # ranks of one host); "tcp" adds `--mca btl tcp,self` (no shared memory: the byte transport that
 # ranks on two hosts use), registered as data_parallel.tcp.CASE for a subset (tests/README.md).
@@ -270,6 +282,76 @@ print('$s: skipped %s at both stages' % a['fp16']['skipped_at'])" "$TMP/s0.json"
     $CHECK metrics "$TMP/s2.json" "$TMP/s2.safetensors" 2 || exit 1
     $CHECK zero "$TMP/s0.json" "$TMP/s2.json" 2 "$TMP/s2.safetensors" all $ZSLACK || exit 1
     $CHECK close "$TMP/s2.safetensors" "$TMP/s0.safetensors" "$ATOL" || exit 1
+    ;;
+  zero_stage3_r2 | zero_stage3_r4)
+    NP=${CASE##*_r}
+    for s in zero-offload zero-offload-dpu; do
+      for st in 2 3; do
+        runN "$NP" "${ZSMALL[@]}" --strategy $s --set zero_optimization.stage=$st --save "$TMP/s$st.safetensors" \
+          --metrics "$TMP/s$st.json" || fail "$s $NP-rank stage $st run exited $?"
+        $CHECK metrics "$TMP/s$st.json" "$TMP/s$st.safetensors" "$NP" || exit 1
+      done
+      echo "$s:"
+      $CHECK stage3 "$TMP/s2.json" "$TMP/s3.json" "$TMP/s3.safetensors" $ZTILE || exit 1
+      $CHECK rel "$TMP/s3.safetensors" "$TMP/s2.safetensors" 1e-5 || exit 1
+    done
+    [ "$NP" = 2 ] || { echo "ok: data_parallel.$CASE"; exit 0; }
+    # gradient clipping: the host tiles' sums of squares, all-reduced as at stage 2
+    for st in 2 3; do
+      runN 2 "${ZSMALL[@]}" --strategy zero-offload --set gradient_clipping=0.05 --set zero_optimization.stage=$st \
+        --save "$TMP/c$st.safetensors" --metrics "$TMP/c$st.json" || fail "clipped stage $st run exited $?"
+    done
+    $CHECK metrics "$TMP/c3.json" "$TMP/c3.safetensors" 2 || exit 1
+    $CHECK rel "$TMP/c3.safetensors" "$TMP/c2.safetensors" 1e-5 || exit 1
+    same_clipping "$TMP/c2.json" "$TMP/c3.json"
+    # the GPT language model (its layer groups: embeddings, each block, ln_f with the head)
+    GPT=(--strategy zero-offload --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.context=32
+      --set train.batch_size=8 --set runtime.device_workers=1 --set runtime.host_workers=1 --set runtime.tile_elems=4096
+      --set data.eval_limit=16 --steps 10 -q)
+    for st in 2 3; do
+      SPEC=$SRC/graphs/specs/gpt-kjv.json runN 2 "${GPT[@]}" --set zero_optimization.stage=$st \
+        --save "$TMP/g$st.safetensors" --metrics "$TMP/g$st.json" || fail "GPT stage $st run exited $?"
+    done
+    $CHECK metrics "$TMP/g3.json" "$TMP/g3.safetensors" 2 || exit 1
+    $CHECK rel "$TMP/g3.safetensors" "$TMP/g2.safetensors" 1e-5 || exit 1
+    /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f))['device_state_bytes'] for f in sys.argv[1:])
+print('GPT device parameter bytes on rank 0: stage 2 %d, stage 3 %d (shards %d + whole layers %d)'
+      % (a['params'], b['params'], b['params_shards'], b['params_transient']))
+assert abs(b['params_shards'] - a['params'] / 2) <= 4 * 4096 * 8, 'shards not half the parameters'" \
+      "$TMP/g2.json" "$TMP/g3.json" || fail "GPT stage 3 shards"
+    ;;
+  zero_stage3_resume)
+    ZO=(--strategy zero-offload)
+    Z3=(--set zero_optimization.stage=3)
+    runN 2 "${ZSMALL[@]}" "${ZO[@]}" "${Z3[@]}" --save "$TMP/full3.safetensors" || fail "2-rank stage 3 run exited $?"
+    runN 2 "${ZBASE[@]}" "${ZO[@]}" "${Z3[@]}" --steps 12 --checkpoint-dir "$TMP/ck3" --checkpoint-every 6 ||
+      fail "2-rank stage 3 run with checkpoints exited $?"
+    runN 2 "${ZSMALL[@]}" "${ZO[@]}" "${Z3[@]}" --resume "$TMP/ck3" --save "$TMP/r3.safetensors" \
+      --metrics "$TMP/m3.json" || fail "2-rank stage 3 resumed run exited $?"
+    $CHECK metrics "$TMP/m3.json" "$TMP/r3.safetensors" 2 || exit 1
+    $CHECK close "$TMP/r3.safetensors" "$TMP/full3.safetensors" 0 || exit 1
+    runN 4 "${ZSMALL[@]}" "${ZO[@]}" --set zero_optimization.stage=2 --resume "$TMP/ck3" \
+      --save "$TMP/r2.safetensors" --metrics "$TMP/m2.json" || fail "4-rank stage 2 run resumed from stage 3 exited $?"
+    $CHECK metrics "$TMP/m2.json" "$TMP/r2.safetensors" 4 || exit 1
+    $CHECK rel "$TMP/r2.safetensors" "$TMP/full3.safetensors" 1e-5 || exit 1
+    runN 2 "${ZSMALL[@]}" "${ZO[@]}" --set zero_optimization.stage=2 --save "$TMP/full2.safetensors" ||
+      fail "2-rank stage 2 run exited $?"
+    runN 2 "${ZBASE[@]}" "${ZO[@]}" --set zero_optimization.stage=2 --steps 12 --checkpoint-dir "$TMP/ck2" \
+      --checkpoint-every 12 || fail "2-rank stage 2 run with checkpoints exited $?"
+    runN 4 "${ZSMALL[@]}" "${ZO[@]}" "${Z3[@]}" --resume "$TMP/ck2" --save "$TMP/r32.safetensors" \
+      --metrics "$TMP/m32.json" || fail "4-rank stage 3 run resumed from stage 2 exited $?"
+    $CHECK metrics "$TMP/m32.json" "$TMP/r32.safetensors" 4 || exit 1
+    $CHECK rel "$TMP/r32.safetensors" "$TMP/full2.safetensors" 1e-5 || exit 1
+    ;;
+  zero_stage3_refusals)
+    Z3=(--set zero_optimization.stage=3)
+    refused 2 "zero_optimization.stage: 3 with zenflow is not implemented" "${ZSMALL[@]}" "${ZENFLOW[@]}" "${Z3[@]}"
+    refused 2 "zero_optimization.stage: 3 with precision \"bf16\" is not implemented" "${ZSMALL[@]}" \
+      --strategy zero-offload "${Z3[@]}" --set precision=bf16
+    refused 2 "zero_optimization.stage: 3 with train.gradient_accumulation_steps > 1" "${ZSMALL[@]}" \
+      --strategy zero-offload "${Z3[@]}" --set train.gradient_accumulation_steps=2
+    refused 2 "zero_optimization.stage: 3 partitions the host optimizer state" "${ZSMALL[@]}" "${Z3[@]}"
     ;;
   zero_refusals)
     Z2=(--set zero_optimization.stage=2)

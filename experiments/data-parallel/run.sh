@@ -13,6 +13,7 @@
 # proxy: $OUT/selection/selection.md).
 #   bash experiments/data-parallel/run.sh            (STEPS=30: about 6 minutes on the shared 2 cores)
 #   STEPS=20 bash experiments/data-parallel/run.sh
+# ZeRO stage 3 runs on a deeper MLP, after these (stage3.sh; STAGE3=0 skips them).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/out}"
@@ -49,3 +50,4 @@ echo "runs took $(( $(date +%s) - start )) s" | tee "$out/time.txt"
 $py "$here/report.py" "$out"
 # exact selection against the local-sum proxy (zenflow.dp_selection): accuracy and bytes
 OUT="$out" bash "$here/selection.sh"
+[ "${STAGE3:-1}" = 0 ] || OUT="$out" bash "$here/stage3.sh"

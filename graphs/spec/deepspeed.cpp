@@ -217,9 +217,6 @@ std::string patch_zero(Fields& top, Patch& p) {
   if (zenflow && !offload_cpu)
     f.fail("zero_optimization.offload_optimizer.device", "ZenFlow requires the optimizer offloaded to the cpu (DeepSpeed's constraint)");
   if (zenflow && stage == 0) f.fail("zero_optimization.stage", "ZenFlow runs with ZeRO stage 1, 2 or 3");
-  if (stage == 3)
-    f.fail("zero_optimization.stage", "stage 3 (partitioned parameters) is not implemented: use 1 or 2 "
-                                      "(docs/data-parallel.md)");
   if (offload_cpu && stage > 0)
     p.j["zero_optimization"] = {{"stage", stage}};
   else if (stage > 0)  // device-adam: its optimizer state is on the device, replicated (stage 0)

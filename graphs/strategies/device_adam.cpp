@@ -19,6 +19,12 @@ class DeviceAdam final : public Strategy {
     make_clip(true);
   }
   const char* name() const override { return "device-adam"; }
+  int64_t device_optimizer_bytes() const override {  // the moments (and bf16's fp32 masters)
+    int64_t n = 0;
+    for (size_t i = 0; i < m_.size(); ++i) n += (int64_t)(m_[i].bytes() + v_[i].bytes());
+    for (const Tensor& w : master_) n += (int64_t)w.bytes();
+    return n;
+  }
   void save_state(StateWriter& w) const override {
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)

@@ -48,12 +48,13 @@ HostTensor Strategy::host_tensor(const Param& p, const std::string& name, size_t
 
 void Strategy::allgather_param(int64_t t, const Param& p) {
   const std::vector<size_t>* b = bounds(p);
-  if (!b) return;
+  if (!b || s3_) return;  // stage 3: the next forward gathers the shards
   insert_allgather(rt_.device(t).named("allgather.param." + p.name), p.value, *b, *comm_);
   allgather_ += (int64_t)p.value.bytes();
 }
 
 void Strategy::submit_gradient_collectives(const UpdateStep& u, const Comm& comm) {
+  if (s3_) return;  // stage 3: reduce-scattered by the layer hook as the backward completes
   const float mean = 1.0f / (float)comm.size();
   for (Param* p : params_) {
     const std::vector<size_t>* b = zero_stage() == 2 ? bounds(*p) : nullptr;
@@ -67,25 +68,78 @@ void Strategy::submit_gradient_collectives(const UpdateStep& u, const Comm& comm
   }
 }
 
-void Strategy::to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count) {
+// stage 3: a parameter's value or gradient is its shard (the slices shifted to the segment's start)
+void Strategy::to_host(const SubmitOptions& o, const Tensor& dev_in, const HostTensor& host, bool count) {
+  size_t base = 0;
+  const Tensor& dev = s3_ ? s3_->resolve(dev_in, &base) : dev_in;
   for (size_t i = 0; i < host.tiles.size(); ++i) {
-    insert_copy(o.named(std::string(o.name) + "[" + std::to_string(i) + "]"), dev, host.slices[i],
-                host.tiles[i], whole(host.tiles[i]));
+    insert_copy(o.named(std::string(o.name) + "[" + std::to_string(i) + "]"), dev,
+                {host.slices[i].offset - base, host.slices[i].n}, host.tiles[i], whole(host.tiles[i]));
     if (count) d2h_ += (int64_t)host.tiles[i].bytes();
   }
 }
 
-void Strategy::to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev, bool count) {
+void Strategy::to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev_in, bool count) {
+  size_t base = 0;
+  const Tensor& dev = s3_ ? s3_->resolve(dev_in, &base) : dev_in;
   for (size_t i = 0; i < host.tiles.size(); ++i) {
     insert_copy(o.named(std::string(o.name) + "[" + std::to_string(i) + "]"), host.tiles[i],
-                whole(host.tiles[i]), dev, host.slices[i]);
+                whole(host.tiles[i]), dev, {host.slices[i].offset - base, host.slices[i].n});
     if (count) h2d_ += (int64_t)host.tiles[i].bytes();
   }
+}
+
+void Strategy::begin_stage3(Workload& wl) {
+  if (zero_stage() != 3) return;
+  const std::vector<std::vector<Param*>> groups = wl.layer_groups();
+  size_t n = 0;
+  for (const auto& g : groups) n += g.size();
+  if (groups.empty() || n != params_.size())
+    throw InputError(spec_.where("zero_optimization.stage"),
+                     "3 partitions the device parameters by layer; the model " + wl.describe() +
+                         " does not tell its layers (supported: the MLP, the GPT language model); use stage 2");
+  s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, bounds_, &allgather_, &reduce_scatter_);
+  s3_->shard();
+}
+
+Strategy::DeviceState Strategy::device_state() const {
+  DeviceState d;
+  for (const Param* p : params_) d.grads += (int64_t)p->grad.bytes();
+  if (s3_) {
+    d.params_shards = s3_->param_shard_bytes();
+    d.params_transient = s3_->param_peak_bytes();
+    d.grads = s3_->grad_shard_bytes() + s3_->grad_peak_bytes();
+  } else {
+    for (const Param* p : params_) d.params_shards += (int64_t)p->value.bytes();
+  }
+  d.params = d.params_shards + d.params_transient;
+  d.optimizer = device_optimizer_bytes();
+  return d;
 }
 
 bool Strategy::host_adam_task(const TaskRecord& r) {
   return std::string_view(r.name).rfind(kHostAdamTask, 0) == 0;
 }
+
+namespace {
+// What stage 3 does not cover (docs/data-parallel.md, "ZeRO stage 3"), refused before anything runs.
+void check_stage3(const Spec& spec, const Runtime& rt) {
+  const std::string where = spec.where("zero_optimization.stage");
+  if (spec.strategy == "zenflow")
+    throw InputError(where, "3 with zenflow is not implemented (its device update of the selected columns reads "
+                            "whole weights); use stage 2, or zero-offload at stage 3");
+  if (rt.device_is_cuda())
+    throw InputError(where, "3 on CUDA workers is not implemented (the shards' gathers and reduce-scatters have no "
+                            "NCCL implementation); use stage 2, or runtime.cuda_workers = -1");
+  if (spec.precision != "fp32")
+    throw InputError(where, "3 with precision \"" + spec.precision +
+                                "\" is not implemented (the rounding of the device parameters and gradients reads "
+                                "them whole); use precision \"fp32\" or stage 2");
+  if (spec.train.gradient_accumulation_steps > 1)
+    throw InputError(where, "3 with train.gradient_accumulation_steps > 1 is not implemented (the micro-batches "
+                            "accumulate whole gradients); use stage 2");
+}
+}  // namespace
 
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                         int64_t steps_per_epoch, const Comm* comm) {
@@ -96,6 +150,7 @@ std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vect
       throw InputError(where, st + " partitions the host optimizer state of the offloading strategies (zero-offload, "
                               "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
     const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
+    if (ranks && spec.zero_stage == 3) check_stage3(spec, rt);
     if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && auto_update_interval(spec.zenflow))
       throw InputError(where, "2 with zenflow.update_interval \"auto\": the auto rule reads whole gradients, which "
                               "stage 2 reduce-scatters; use stage 1 or a fixed update_interval");

@@ -18,6 +18,7 @@
 
 #include "codelets/codelets.hpp"
 #include "graphs/strategies/host_tensor.hpp"
+#include "graphs/strategies/stage3.hpp"
 #include "graphs/strategies/state_io.hpp"
 #include "graphs/strategies/clip.hpp"
 #include "runtime/trace.hpp"
@@ -70,6 +71,8 @@ class Strategy {
   virtual void flush(const UpdateStep& last) {}
   virtual void add_metrics(nlohmann::json& m, int64_t steps) const {}
   virtual StrategyReport report() const { return {}; }
+  // Bytes of optimizer state the strategy keeps on the device (device_state_bytes.optimizer).
+  virtual int64_t device_optimizer_bytes() const { return 0; }
   // Whether r is one of the host optimizer's AdamW tasks.
   static bool host_adam_task(const TaskRecord& r);
   // Full optimizer state for checkpoints (no task may be in flight), and back (before step 0
@@ -98,6 +101,25 @@ class Strategy {
   int64_t host_state_bytes() const { return host_state_; }
   // zero_optimization.stage in effect: 0 in a single process (nothing to partition)
   int zero_stage() const { return comm_ ? spec_.zero_stage : 0; }
+  // ZeRO stage 3 (graphs/strategies/stage3.hpp; no-ops at other stages). begin_stage3: after the
+  // weights are final (--init, --resume), before step 0: the device parameters become this rank's
+  // shards, gathered by the workload's layer hook (exit 2 when the model has no layer groups).
+  // unshard_params / shard_params: every rank together, around whatever reads whole parameters
+  // outside a step (a checkpoint; after the last step, for good).
+  void begin_stage3(Workload& wl);
+  void unshard_params() {
+    if (s3_) s3_->unshard();
+  }
+  void shard_params() {
+    if (s3_) s3_->shard();
+  }
+  // This rank's device state (docs/metrics.md, device_state_bytes): parameters (at stage 3 the
+  // shards plus the most whole layer groups held at once), gradients likewise, device optimizer state.
+  struct DeviceState {
+    int64_t params = 0, params_shards = 0, params_transient = 0, grads = 0, optimizer = 0;
+    int64_t total() const { return params + grads + optimizer; }
+  };
+  DeviceState device_state() const;
   // gradient_clipping > 0: the clip points (graphs/strategies/clip.hpp); null otherwise.
   const GradClip* grad_clip() const { return clip_.get(); }
 
@@ -138,6 +160,7 @@ class Strategy {
   int64_t allreduce_ = 0;
   int64_t grad_allreduce_ = 0, reduce_scatter_ = 0, allgather_ = 0, host_state_ = 0;
   const Comm* comm_;  // null: one process, or zero_optimization.stage 0 (nothing partitioned)
+  std::unique_ptr<Stage3> s3_;  // stage 3, from begin_stage3
   std::map<const Param*, std::vector<size_t>> bounds_;
   // gradient_clipping: created by the strategy that clips (device_side: where its parts live)
   std::unique_ptr<GradClip> clip_;

@@ -170,6 +170,9 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
   const std::vector<uint64_t> all = comm.gather(h);
   // per rank (rank 0 receives them): the host state and host AdamW time ZeRO stages 1 and 2 divide
   const std::vector<uint64_t> state = comm.gather((uint64_t)strat.host_state_bytes());
+  const Strategy::DeviceState ds = strat.device_state();
+  const std::vector<uint64_t> dev = comm.gather((uint64_t)ds.total());
+  const std::vector<uint64_t> dev_params = comm.gather((uint64_t)ds.params);
   const std::vector<uint64_t> adam_ns = comm.gather((uint64_t)std::llround(host_adam_us * 1e3));
   json adam_s = json::array();
   for (uint64_t x : adam_ns) adam_s.push_back((double)x * 1e-9);
@@ -193,6 +196,8 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
           {"reduce_scatter_bytes_per_step", (double)strat.bytes_reduce_scatter() / (double)steps},
           {"allgather_bytes_per_step", (double)strat.bytes_allgather() / (double)steps},
           {"host_state_bytes_per_rank", state},
+          {"device_state_bytes_per_rank", dev},
+          {"device_param_bytes_per_rank", dev_params},
           {"host_adam_s_per_step_per_rank", adam_s},
           {"selections", selections},
           {"per_selection",
@@ -225,6 +230,12 @@ void data_parallel_rows(const RunReport& r, const json& m, const Row& row) {
         fmt("%.0f", dp["reduce_scatter_bytes_per_step"].get<double>()) + " reduce-scatter / " +
             fmt("%.0f", dp["allgather_bytes_per_step"].get<double>()) + " all-gather bytes per step, host state " +
             fmt("%.0f", (double)r.strat.host_state_bytes()) + " bytes on rank 0");
+  if (r.strat.zero_stage() == 3) {  // docs/data-parallel.md, "ZeRO stage 3"
+    const Strategy::DeviceState d = r.strat.device_state();
+    row("device parameters (rank 0)", fmt("%.0f", (double)d.params) + " bytes: shards " +
+                                          fmt("%.0f", (double)d.params_shards) + " + whole layers " +
+                                          fmt("%.0f", (double)d.params_transient));
+  }
 }
 
 }  // namespace
@@ -273,6 +284,10 @@ json metrics_json(const RunReport& r) {
   strat.add_metrics(m, T);
   if (const GradClip* c = strat.grad_clip()) m["gradient_clipping"] = c->metrics();
   m["host_state_bytes"] = strat.host_state_bytes();
+  const Strategy::DeviceState ds = strat.device_state();
+  m["device_state_bytes"] = {{"params", ds.params},       {"params_shards", ds.params_shards},
+                             {"params_transient", ds.params_transient}, {"grads", ds.grads},
+                             {"optimizer", ds.optimizer}, {"total", ds.total()}};
   m["host_adam_s_per_step"] = r.host_adam_us * 1e-6;
   if (r.comm) m["data_parallel"] = data_parallel_metrics(*r.comm, r.wl, strat, T - t0, r.host_adam_us);
   return m;

@@ -171,6 +171,7 @@ void plan(Run& r) {
 void checkpoint_after(Run& r, int64_t t, bool any_rank_writes) {
   if (!any_rank_writes || !(t == r.T - 1 || (r.opt.checkpoint_every > 0 && (t + 1) % r.opt.checkpoint_every == 0)))
     return;
+  r.strat->unshard_params();  // ZeRO stage 3: every rank, the weights whole for the file
   if (r.ckdir) {
     r.rt->wait_all();  // the state after step t, in-flight host updates included
     std::string d = r.ckdir->write(t, r.spec, *r.wl, *r.strat, [&](StateWriter& w) { r.prec->save_state(w); });
@@ -180,6 +181,7 @@ void checkpoint_after(Run& r, int64_t t, bool any_rank_writes) {
     StateWriter w;
     r.strat->save_state(w);
   }
+  r.strat->shard_params();
 }
 
 // After the loop: the measured steps, evaluation, metrics, traces, weights, the summary.
@@ -215,6 +217,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   const auto wall0 = std::chrono::steady_clock::now();
   setup(r);
   resume(r);
+  r.strat->begin_stage3(*r.wl);  // ZeRO stage 3: the weights final, now this rank's shards
   plan(r);
   Runtime& rt = *r.rt;
   StepGraph graph(spec, rt, *r.wl, *r.strat, *r.prec, r.comm, r.rank, r.ranks, r.T, r.per_epoch, opt.after_backward);
@@ -238,6 +241,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   }
   graph.submit_flush(r.T);
   rt.wait_all();
+  r.strat->unshard_params();  // ZeRO stage 3: the weights whole for the reports, evaluation, --save
   progress(r.T);
   clock.stop(rt);
   graph.gather_records(r.t0, r.T, r.comm);

@@ -59,6 +59,13 @@ class ZenFlowStrategy final : public Strategy {
   void flush(const UpdateStep& last) override;                                        // merge.cpp
   void add_metrics(nlohmann::json& m, int64_t steps) const override;                  // metrics.cpp
   StrategyReport report() const override;                                             // metrics.cpp
+  // the selective moments (device side, not zenflow.offload) and the 1-D parameters' device moments
+  int64_t device_optimizer_bytes() const override {
+    int64_t n = 0;
+    for (const auto& w : mat_) n += z_.offload ? 0 : (int64_t)(w->m_sel.bytes() + w->v_sel.bytes());
+    for (const Vector& v : vec_) n += (int64_t)(v.m.bytes() + v.v.bytes());
+    return n;
+  }
   std::vector<TraceEvent> trace_events(const std::vector<TaskRecord>& recs) const override;  // metrics.cpp
   void save_state(StateWriter& w) const override;                                     // state.cpp
   void load_state(const StateReader& r) override;                                     // state.cpp

@@ -1,0 +1,90 @@
+// ZeRO stage 3 (docs/data-parallel.md): a parameter's whole device value is gathered from the
+// ranks' shards before a layer uses it, and its gradient reduce-scattered into this rank's shard
+// after the layer's backward. Like every collective, each task takes the runtime's comm token
+// (codelets/allreduce.cpp says why). CPU workers only: stage 3 on CUDA workers is refused
+// (graphs/strategies/strategy.cpp).
+#include <starpu.h>
+
+#include <algorithm>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/comm.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+namespace {
+
+struct ShardArgs {
+  const Comm* comm;
+  const std::vector<size_t>* bounds;
+  float scale;
+};
+
+// buffers: shard (R), x (W), comm token
+void gather_shards_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardArgs*>(a);
+  const std::vector<size_t>& bd = *p->bounds;
+  const size_t r = (size_t)p->comm->rank();
+  const float* s = vec_ptr(b[0]);
+  float* x = vec_ptr(b[1]);
+  std::copy(s, s + (bd[r + 1] - bd[r]), x + bd[r]);
+  if (p->comm->allgather(x, bd) != 0) record_task_failure("MPI_Allgatherv of a parameter's shards failed");
+}
+
+// buffers: x (RW), shard (W), comm token. The same reduction and scaling as stage 2's
+// reduce-scatter (codelets/allreduce.cpp), so a shard holds what stage 2's segment holds.
+void reduce_scatter_shard_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardArgs*>(a);
+  const std::vector<size_t>& bd = *p->bounds;
+  const size_t r = (size_t)p->comm->rank();
+  float* x = vec_ptr(b[0]);
+  float* s = vec_ptr(b[1]);
+  if (p->comm->reduce_scatter_sum(x, bd) != 0) {
+    record_task_failure("MPI_Reduce_scatter of a gradient into its shards failed");
+    return;
+  }
+  for (size_t i = bd[r]; i < bd[r + 1]; ++i) s[i - bd[r]] = p->scale != 1.0f ? x[i] * p->scale : x[i];
+}
+
+starpu_codelet& gather_shards_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_gather_shards", gather_shards_cpu, nullptr, 3, {STARPU_R, STARPU_W, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& reduce_scatter_shard_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_reduce_scatter_shard", reduce_scatter_shard_cpu, nullptr, 3, {STARPU_RW, STARPU_W, STARPU_RW}}, &m);
+  return c;
+}
+
+void check(const SubmitOptions& opt, const Tensor& x, const Tensor& shard, const std::vector<size_t>& bd,
+           const Comm& comm) {
+  expect(x.elem_size() == sizeof(float) && shard.elem_size() == sizeof(float), opt,
+         shape_str(x) + " and its shard must hold fp32 values");
+  expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
+  expect(bd.size() == (size_t)comm.size() + 1 && bd.front() == 0 && bd.back() == x.numel(), opt,
+         "partition bounds do not cover " + shape_str(x) + " over " + std::to_string(comm.size()) + " ranks");
+  const size_t r = (size_t)comm.rank();
+  expect(shard.numel() >= bd[r + 1] - bd[r], opt, "the shard " + shape_str(shard) + " is shorter than the segment");
+}
+
+}  // namespace
+
+void insert_gather_shards(const SubmitOptions& opt, const Tensor& shard, const Tensor& x,
+                          const std::vector<size_t>& bounds, const Comm& comm) {
+  check(opt, x, shard, bounds, comm);
+  ShardArgs a{&comm, &bounds, 1.0f};
+  TaskBuilder(gather_shards_cl(), opt).r(shard).w(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+}
+
+void insert_reduce_scatter_shard(const SubmitOptions& opt, const Tensor& x, const Tensor& shard, float scale,
+                                 const std::vector<size_t>& bounds, const Comm& comm) {
+  check(opt, x, shard, bounds, comm);
+  ShardArgs a{&comm, &bounds, scale};
+  TaskBuilder(reduce_scatter_shard_cl(), opt).rw(x).w(shard).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
+}
+
+}  // namespace zf

@@ -1,0 +1,151 @@
+// ZeRO stage 3: persistent shards, transient whole values (graphs/strategies/stage3.hpp).
+#include "graphs/strategies/stage3.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "codelets/codelets.hpp"
+
+namespace zf {
+
+std::vector<int> LiveGroups::want(std::vector<int> gs) {
+  std::vector<int> out;
+  for (int g : gs)
+    if (g >= 0 && g < (int)live_.size() && !live_[(size_t)g]) {
+      live_[(size_t)g] = true;
+      out.push_back(g);
+    }
+  return out;
+}
+
+std::vector<int> LiveGroups::drop(int g) {
+  if (!live_[(size_t)g]) return {};
+  live_[(size_t)g] = false;
+  return {g};
+}
+
+
+Stage3::Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
+               int64_t* allgather, int64_t* reduce_scatter)
+    : rt_(rt), comm_(comm), wl_(wl), live_((int)wl.layer_groups().size()), allgather_(allgather),
+      reduce_scatter_(reduce_scatter) {
+  const size_t r = (size_t)comm.rank();
+  for (const std::vector<Param*>& group : wl.layer_groups()) {
+    std::vector<Entry> es;
+    for (Param* p : group) {
+      auto it = bounds.find(p);
+      if (it == bounds.end()) throw Error("ZeRO stage 3: parameter " + p->name + " is not partitioned");
+      const size_t len = std::max<size_t>(1, it->second[r + 1] - it->second[r]);
+      es.push_back({p, &it->second, (int)r, Tensor::lazy({(int64_t)len}, p->name + ".shard"),
+                    Tensor::lazy({(int64_t)len}, p->name + ".grad.shard")});
+    }
+    groups_.push_back(std::move(es));
+  }
+  for (const auto& g : groups_)
+    for (const Entry& e : g) {
+      by_tensor_[&e.p->value] = &e;
+      by_tensor_[&e.p->grad] = &e;
+    }
+}
+
+
+size_t Stage3::Entry::base() const { return (*b)[(size_t)value_rank]; }
+size_t Stage3::Entry::len() const { return (*b)[(size_t)value_rank + 1] - (*b)[(size_t)value_rank]; }
+
+void Stage3::shard() {
+  if (sharded_) return;
+  for (auto& g : groups_)
+    for (Entry& e : g) {
+      const SubmitOptions o = rt_.device(-1).named("stage3.shard." + e.p->name);
+      if (e.len() > 0)
+        insert_copy(o, e.p->value, {e.base(), e.len()}, e.value, {0, e.len()});
+      else
+        insert_zero(o, e.value);  // a rank without elements of p: a placeholder the gathers read
+      Tensor whole_value = Tensor::lazy(e.p->value.shape(), e.p->value.name());
+      std::swap(e.p->value, whole_value);
+      whole_value.reset();  // the home tensor, once the copy has read it
+      e.p->grad.discard();
+    }
+  rt_.wait_all();
+  sharded_ = true;
+  wl_.set_layer_hook(this);
+}
+
+void Stage3::unshard() {
+  if (!sharded_) return;
+  std::vector<Tensor> old;
+  for (auto& g : groups_)
+    for (Entry& e : g) {
+      Tensor home = Tensor::home(e.p->value.shape(), e.p->value.name());
+      insert_gather_shards(rt_.device(-1).named("stage3.unshard." + e.p->name), e.value, home, *e.b, comm_);
+      std::swap(e.p->value, home);
+      old.push_back(std::move(home));
+    }
+  rt_.wait_all();
+  old.clear();
+  for (int g = 0; g < (int)groups_.size(); ++g) live_.after_backward(g);  // none whole: the next shard() starts afresh
+  live_bytes_ = 0;
+  sharded_ = false;
+  wl_.set_layer_hook(nullptr);
+}
+
+const Tensor& Stage3::resolve(const Tensor& dev, size_t* base) const {
+  auto it = sharded_ ? by_tensor_.find(&dev) : by_tensor_.end();
+  if (it == by_tensor_.end()) {
+    *base = 0;
+    return dev;
+  }
+  *base = it->second->base();
+  return &dev == &it->second->p->value ? it->second->value : it->second->grad;
+}
+
+int64_t Stage3::group_bytes(int g) const {
+  int64_t n = 0;
+  for (const Entry& e : groups_[(size_t)g]) n += (int64_t)e.p->value.bytes();
+  return n;
+}
+
+int64_t Stage3::param_shard_bytes() const {
+  int64_t n = 0;
+  for (const auto& g : groups_)
+    for (const Entry& e : g) n += (int64_t)e.value.bytes();
+  return n;
+}
+
+void Stage3::gather(int64_t step, int g) {
+  for (const Entry& e : groups_[(size_t)g]) {
+    insert_gather_shards(rt_.device(step).named("stage3.gather." + e.p->name), e.value, e.p->value, *e.b, comm_);
+    *allgather_ += (int64_t)e.p->value.bytes();
+  }
+  live_bytes_ += group_bytes(g);
+  param_peak_ = std::max(param_peak_, live_bytes_);
+}
+
+void Stage3::release(int g) {
+  for (const Entry& e : groups_[(size_t)g]) e.p->value.discard();
+  live_bytes_ -= group_bytes(g);
+}
+
+void Stage3::before_forward(int64_t step, int g) {
+  for (int x : live_.before_forward(g)) gather(step, x);
+}
+void Stage3::after_forward(int64_t step, int g) {
+  for (int x : live_.after_forward(g)) release(x);
+}
+void Stage3::before_backward(int64_t step, int g) {
+  for (int x : live_.before_backward(g)) gather(step, x);
+  grad_peak_ = std::max(grad_peak_, group_bytes(g));  // the backward of g writes its whole gradients
+}
+// the gradients' mean over the ranks into the shards, as the backward completes
+void Stage3::after_backward(int64_t step, int g) {
+  for (int x : live_.after_backward(g)) release(x);
+  const float mean = 1.0f / (float)comm_.size();
+  for (const Entry& e : groups_[(size_t)g]) {
+    insert_reduce_scatter_shard(rt_.device(step).named("stage3.reduce_scatter." + e.p->name), e.p->grad, e.grad,
+                                mean, *e.b, comm_);
+    *reduce_scatter_ += (int64_t)e.p->grad.bytes();
+    e.p->grad.discard();
+  }
+}
+
+}  // namespace zf

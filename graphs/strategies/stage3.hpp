@@ -1,0 +1,91 @@
+// ZeRO stage 3 (docs/data-parallel.md, "ZeRO stage 3"): the device parameters and gradients
+// partitioned over the ranks. Each rank keeps persistent shards, its segment [b_r, b_{r+1}) of every
+// parameter's value and gradient (the strategy's partition bounds); a layer group's whole values
+// are transient StarPU-allocated tensors, gathered from the shards before the group's forward and
+// its backward (one group ahead) and discarded after; its gradients are reduce-scattered into the
+// shards as its backward completes (the groups in reverse order), then discarded. The strategy's
+// crossings read and write the shards (resolve). Every collective is a task on the comm token.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "models/workload.hpp"
+#include "runtime/comm.hpp"
+
+namespace zf {
+
+// Which groups' values are whole while the hooks of a step run: before_forward(g) gathers g and
+// g + 1 (the prefetch), after_forward(g) releases g except the last group (its backward follows),
+// before_backward(g) gathers g and g - 1, after_backward(g) releases g. Pure bookkeeping (no tasks):
+// the engine's plan, tested on its own (tests/graphs/test_stage3.cpp).
+class LiveGroups {
+ public:
+  explicit LiveGroups(int groups) : live_((size_t)groups, false) {}
+  // The groups to gather (not yet whole) / to release (whole) at each hook, in order.
+  std::vector<int> before_forward(int g) { return want({g, g + 1}); }
+  std::vector<int> after_forward(int g) { return g + 1 < (int)live_.size() ? drop(g) : std::vector<int>{}; }
+  std::vector<int> before_backward(int g) { return want({g, g - 1}); }
+  std::vector<int> after_backward(int g) { return drop(g); }
+  bool live(int g) const { return live_[(size_t)g]; }
+
+ private:
+  std::vector<int> want(std::vector<int> gs);
+  std::vector<int> drop(int g);
+  std::vector<bool> live_;
+};
+
+class Stage3 final : public LayerHook {
+ public:
+  // bounds: the strategy's partition (every parameter of `groups` partitioned; must outlive this);
+  // allgather, reduce_scatter: the strategy's byte counters, which the collectives add to.
+  Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
+         int64_t* allgather, int64_t* reduce_scatter);
+  // The whole values (home tensors) -> this rank's shards; the values become transient and the
+  // workload calls this hook. Waits for the copies.
+  void shard();
+  // Every rank together: the values whole again, home tensors, the hook off (checkpoints, the end
+  // of the run: whatever reads the parameters outside a step). Waits for the gathers.
+  void unshard();
+  bool sharded() const { return sharded_; }
+  // While sharded, a parameter's value or gradient -> its shard, *base = the segment's first
+  // element; anything else -> dev itself, *base = 0.
+  const Tensor& resolve(const Tensor& dev, size_t* base) const;
+
+  void before_forward(int64_t step, int g) override;
+  void after_forward(int64_t step, int g) override;
+  void before_backward(int64_t step, int g) override;
+  void after_backward(int64_t step, int g) override;
+
+  // Device bytes of this rank (docs/metrics.md, device_state_bytes): the shards, and the most
+  // whole values (gradients) the hooks keep at one time.
+  int64_t param_shard_bytes() const;
+  int64_t grad_shard_bytes() const { return param_shard_bytes(); }
+  int64_t param_peak_bytes() const { return param_peak_; }
+  int64_t grad_peak_bytes() const { return grad_peak_; }
+
+ private:
+  struct Entry {
+    Param* p;
+    const std::vector<size_t>* b;
+    int value_rank;      // this rank
+    Tensor value, grad;  // the shards: this rank's segment (at least one element)
+    size_t base() const;
+    size_t len() const;
+  };
+  void gather(int64_t step, int g);
+  void release(int g);
+  int64_t group_bytes(int g) const;
+
+  Runtime& rt_;
+  const Comm& comm_;
+  Workload& wl_;
+  std::vector<std::vector<Entry>> groups_;
+  std::map<const Tensor*, const Entry*> by_tensor_;  // &p->value, &p->grad -> its entry
+  LiveGroups live_;
+  bool sharded_ = false;
+  int64_t *allgather_, *reduce_scatter_;
+  int64_t live_bytes_ = 0, param_peak_ = 0, grad_peak_ = 0;
+};
+
+}  // namespace zf

@@ -2,7 +2,8 @@
 // issue 17 is built from a good one and re-signed (both CRC-32s valid, so only the value checks
 // stand between it and the engine), then resumed: each must be refused with an InputError (exit 2
 // in zenflow-run) naming the state file and the field. Also: the header checksum, checkpoints
-// written before it, `latest`, the writer's lock, stale temporaries and another run's directory.
+// written before it, zenflow states with the former fp32 result ring, `latest`, the writer's
+// lock, stale temporaries and another run's directory.
 // Crashes in the middle of a write (kill -9 at every filesystem operation): tests/checkpoint_test.sh.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -203,6 +204,25 @@ TEST_F(BadCheckpoint, OldCheckpointsWithoutHeaderChecksumStillLoadAndAreStillVal
                  "__metadata__.step");
 }
 
+// Written before 2026-12-02, an fp32 zenflow state kept each job's result in its own ring,
+// host.resI.W, beside host.accI.W (docs/checkpoints.md): the results of the jobs in flight (jobs 2
+// and 3 in slots 2 and 0 of the good state) are read from there, their acc slots, the gradient sums
+// already read, ignored. Rebuilt from the good state: resumes bitwise.
+TEST_F(BadCheckpoint, ResultRingOfOldZenFlowCheckpointsIsRead) {
+  const fs::path old = bad([](StFile& f) {
+    std::vector<std::string> accs;
+    for (auto& [n, t] : f.tensors)
+      if (n.rfind("host.acc", 0) == 0) accs.push_back(n);
+    ASSERT_FALSE(accs.empty());
+    for (const std::string& n : accs) {
+      f.tensors["host.res" + n.substr(8)] = f.tensors.at(n);
+      if (n[8] != '1')  // a slot in flight: its old acc held the gradient sum
+        for (size_t i = 0; i < f.tensors.at(n).bytes.size() / 4; ++i) set_raw<float>(f, n, i, 0.5f);
+    }
+  });
+  EXPECT_EQ(run_with(resume_spec(), "", 0, old.string()), run_with(resume_spec(), "", 0, ""));
+}
+
 TEST_F(BadCheckpoint, ZenFlowCountersAreValidated) {
   // the good state after step 8: host updates after steps 1, 3, 5, 7 (jobs 0-3, all asynchronous),
   // jobs 2 and 3 in flight (max_staleness 2), one gradient accumulated since, selected from step 0
@@ -282,7 +302,7 @@ TEST_F(BadCheckpoint, FloatStateIsFiniteAndSecondMomentsNonNegative) {
   expect_refused(bad([&](StFile& f) { set_raw<float>(f, first(f, "host.master."), 0, inf); }), "host.master.");
   expect_refused(bad([&](StFile& f) { set_raw<float>(f, first(f, "host.v."), 2, -1e-3f); }), "host.v.");
   expect_refused(bad([&](StFile& f) { set_raw<float>(f, first(f, "device.v_sel."), 0, -inf); }), "device.v_sel.");
-  expect_refused(bad([&](StFile& f) { set_raw<float>(f, first(f, "host.res1."), 0, nan); }), "host.res1.");
+  expect_refused(bad([&](StFile& f) { set_raw<float>(f, first(f, "host.acc0."), 0, nan); }), "host.acc0.");
   expect_refused(bad([&](StFile& f) { set_raw<double>(f, first(f, "auto.AN."), 1, std::nan("")); }), "auto.AN.");
   expect_refused(bad([&](StFile& f) { set_raw<double>(f, first(f, "auto.AN."), 0, -1.0); }), "auto.AN.");
 }

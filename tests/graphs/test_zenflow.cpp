@@ -1,7 +1,7 @@
 // ZenFlow's engine (docs/zenflow.md): the `zenflow` strategy against the naive reference
 // (tests/reference/zenflow_ref.hpp), bitwise, for staleness D x update interval K x warm-up, in
 // both semantics, under every scheduling policy, with the measured staleness bounded by D x K; the
-// (in, out) storage, host-side crossings and spec variants. The reference on its own:
+// (in, out) storage, the host memory per parameter, host-side crossings and spec variants. The reference on its own:
 // test_zenflow_ref.cpp; bf16 and fp16: test_precision.cpp; the column kernels:
 // tests/kernels/test_kernels_zenflow.cpp.
 #include <gtest/gtest.h>
@@ -329,6 +329,36 @@ TEST(ZenFlowEngineSched, SameWeightsUnderEveryPolicyAndStalenessBounded) {
     if (const auto* h = find_key(m, "host_update_steps")) {
       EXPECT_EQ(h->get<std::vector<int64_t>>(), r.host_update_steps);
     }
+  }
+}
+
+// ------------------------------------------------------------------ host memory
+
+// docs/zenflow.md, "Host memory": at max_staleness 1 a 2-D weight's host state is its master, m, v,
+// the resync staging buffer and two accumulator slots (24 bytes a parameter at fp32; a job's result
+// lives in its accumulator slot), at most 1.5x zero-offload's per parameter (16: master, m, v, the
+// host gradient); with 2-byte crossings the 2-byte result and resync buffers stay. The weights stay
+// the reference's, bitwise (the reference holds every result apart).
+TEST(ZenFlowHostMemory, AtMostOneAndAHalfZeroOffloadPerParameterAtStalenessOne) {
+  for (const char* prec : {"fp32", "bf16"}) {
+    SCOPED_TRACE(prec);
+    Spec z = zen_spec(24, 1, 4, 0), off = tiny_spec(24, "zero-offload");
+    z.precision = off.precision = prec;
+    nlohmann::json mz, mo;
+    const Weights w = train_and_capture(z, &mz);
+    train_and_capture(off, &mo);
+    int64_t all = 0, matrix = 0;  // the tiny MLP, 784-32-16-10
+    for (auto& [name, v] : w) {
+      all += (int64_t)v.size();
+      if (name.find("weight") != std::string::npos) matrix += (int64_t)v.size();
+    }
+    ASSERT_EQ(matrix, 784 * 32 + 32 * 16 + 16 * 10);
+    const bool b = std::string(prec) == "bf16";
+    const int64_t zen = mz.at("host_state_bytes").get<int64_t>(), zo = mo.at("host_state_bytes").get<int64_t>();
+    EXPECT_EQ(zen, matrix * (b ? 12 + 2 + 8 + 4 : 24));  // master, m, v; resync; acc0, acc1; bf16: res0, res1
+    EXPECT_EQ(zo, all * (b ? 20 : 16));
+    EXPECT_LE((double)zen / (double)all, 1.5 * (double)zo / (double)all);
+    EXPECT_EQ(first_difference(w, ref::run_reference(z).weights), "");
   }
 }
 

@@ -10,7 +10,7 @@ void ZenFlowStrategy::merge_all(int64_t t, int64_t slot, MergeEvent ev) {
   bool logged = false;  // one event per merge: at its first tile on this rank
   for (auto& wp : mat_) {
     Matrix& w = *wp;
-    const HostTensor& h = slot < 0 ? w.master : w.res[slot];
+    const HostTensor& h = slot < 0 ? w.master : w.result(slot);
     size_t elems = 0;
     for (size_t i = 0; i < h.tiles.size(); ++i) {
       insert_merge(rt_.device(t).named("merge." + w.p->name + "[" + std::to_string(i) + "]"), h.tiles[i],

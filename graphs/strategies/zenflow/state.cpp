@@ -20,10 +20,9 @@ void ZenFlowStrategy::save_state(StateWriter& w) const {
       w.put("host.m2." + n, m.m2, io);
       w.put("host.v2." + n, m.v2, io);
     }
-    for (int i = 0; i <= cal_.staleness(); ++i) {
-      w.put("host.acc" + std::to_string(i) + "." + n, m.acc[i], io);
-      w.put("host.res" + std::to_string(i) + "." + n, m.res[i], io);
-    }
+    // acc: a window's sum, or at fp32 the result of the job in flight in that slot (zenflow.pending)
+    for (int i = 0; i <= cal_.staleness(); ++i) w.put("host.acc" + std::to_string(i) + "." + n, m.acc[i], io);
+    for (size_t i = 0; i < m.res.size(); ++i) w.put("host.res" + std::to_string(i) + "." + n, m.res[i], io);
     w.put("device.sel." + n, m.sel);
     w.put("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, io);
     w.put("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, io);
@@ -131,15 +130,17 @@ std::deque<Pending> read_pending(const StateReader& r, const SavedCounters& k, i
 void ZenFlowStrategy::load_state(const StateReader& r) {
   SavedCounters k = read_counters(r, cal_, z_.semantics);
   k.pending = read_pending(r, k, cal_.staleness());
-  load_tensors(r, k.selected);
+  load_tensors(r, k.selected, k.pending);
   ring_.restore(k.job, k.accumulated, k.first_async, std::move(k.pending), std::move(k.update_steps));
   u_ = k.u;
   selected_ = k.selected;
   last_vote_ = k.vote;
 }
 
-void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected) {
+void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected, const std::deque<Pending>& pending) {
   using V = StateReader::Values;
+  std::vector<char> in_flight((size_t)cal_.staleness() + 1, 0);
+  for (const Pending& p : pending) in_flight[(size_t)p.slot] = 1;  // slots checked by read_pending
   for (auto& wp : mat_) {
     Matrix& m = *wp;
     const std::string& n = m.p->name;
@@ -152,8 +153,12 @@ void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected) {
       r.get("host.v2." + n, m.v2, V::NonNegative, io);
     }
     for (int i = 0; i <= cal_.staleness(); ++i) {
-      r.get("host.acc" + std::to_string(i) + "." + n, m.acc[i], V::Finite, io);
-      r.get("host.res" + std::to_string(i) + "." + n, m.res[i], V::Finite, io);
+      const std::string acc = "host.acc" + std::to_string(i) + "." + n, res = "host.res" + std::to_string(i) + "." + n;
+      if (!m.res.empty())
+        r.get(res, m.res[(size_t)i], V::Finite, io);
+      // fp32, written before 2026-12-02 (its own result ring): a job in flight's result is its res
+      // slot's (its acc slot holds the gradient sum it has read); this run keeps it in the acc slot
+      r.get(m.res.empty() && in_flight[(size_t)i] && r.has(res) ? res : acc, m.acc[(size_t)i], V::Finite, io);
     }
     if (selected)  // before the first selection the buffer is unused (and overwritten by it)
       r.get_indices("device.sel." + n, m.sel, m.C);

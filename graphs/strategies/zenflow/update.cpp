@@ -104,7 +104,8 @@ float ZenFlowStrategy::clip_host(int64_t t, int64_t due, int64_t slot, float sca
 }
 
 void ZenFlowStrategy::host_adam(int64_t t, int64_t o, int64_t due, int64_t slot, float scale) {
-  // synchronous: the merge reads the master weights next; else the result copy is what crosses
+  // synchronous: the merge reads the master weights next; else the result copy is what crosses,
+  // written into this job's accumulator slot after the AdamW read it (WAR; res with 2 bytes)
   // bf16: the synchronous merge reads a bf16 copy too (the result slot of this job)
   const bool copy_result = !cal_.synchronous(o) || bf16_;
   const bool second = cal_.moment_set(o) == 1;
@@ -119,7 +120,7 @@ void ZenFlowStrategy::host_adam(int64_t t, int64_t o, int64_t due, int64_t slot,
                        second ? w.v2.tiles[i] : w.v.tiles[i]);
       if (copy_result)
         insert_copy(rt_.host(t).due_at(due).named("result." + s).prefetched(1), w.master.tiles[i],
-                    whole(w.master.tiles[i]), w.res[slot].tiles[i], whole(w.res[slot].tiles[i]));
+                    whole(w.master.tiles[i]), w.result(slot).tiles[i], whole(w.result(slot).tiles[i]));
     }
   }
 }

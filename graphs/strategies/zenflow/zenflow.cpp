@@ -67,12 +67,14 @@ void ZenFlowStrategy::add_matrix(Param* p) {
     w.v2 = host_tensor(*p, n + ".v2");
   }
   // with precision bf16 the parameters cross as bf16 both ways (resync down, results up); the
-  // accumulators stay fp32 (a sum of bf16 gradients needs the wider type)
+  // accumulators stay fp32 (a sum of bf16 gradients needs the wider type). At fp32 a job's result
+  // goes into its own accumulator slot once its AdamW has read it; 2-byte results need their own
+  // ring (docs/zenflow.md, "Host memory").
   const size_t wire = bf16_ ? 2 : 4;
   w.resync = host_tensor(*p, n + ".resync", wire);
   for (int i = 0; i <= cal_.staleness(); ++i) {
     w.acc.push_back(host_tensor(*p, n + ".acc" + std::to_string(i)));
-    w.res.push_back(host_tensor(*p, n + ".res" + std::to_string(i), wire));
+    if (bf16_) w.res.push_back(host_tensor(*p, n + ".res" + std::to_string(i), wire));
   }
   to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
   mat_.push_back(std::move(mx));

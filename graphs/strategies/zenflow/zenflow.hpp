@@ -1,13 +1,16 @@
 // The zenflow strategy (docs/zenflow.md), private to graphs/strategies/zenflow/. The step builder
 // submits tasks only; every ordering, including the bounded staleness, comes from data
 // dependencies:
-//   accumulate(t) -> acc[j % (D+1)] -RAW-> host AdamW of job j -> res[j % (D+1)]
+//   accumulate(t) -> acc[j % (D+1)] -RAW-> host AdamW of job j -WAR-> its result copy into the
+//   same slot (res[j % (D+1)] instead with 2-byte crossings)
 //   merge of job j at the boundary of job j + D -RAW-> waits for job j (the only place the
 //   device can wait), and the next forward reads the merged weights (RAW).
-//   acc/res slots are reused D+1 jobs later (WAR), so at most D+1 host jobs are in flight.
+//   A slot is reused by job j + D + 1, whose window starts after that merge is submitted (WAR),
+//   so at most D+1 host jobs are in flight and no slot adds a wait (docs/zenflow.md, "Host memory").
 // By concern: the calendar (calendar.hpp, pure), the ring and merges (ring.hpp, merge.cpp), the
 // selection (selection.cpp), the update (update.cpp), state (state.cpp), metrics (metrics.cpp).
 #pragma once
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -25,10 +28,14 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
   Tensor mass;                               // {sum|g|, sum|g[:, sel]|} of the last step (auto rule)
   HostTensor master, m, v, resync;           // host side
   HostTensor m2, v2;                         // semantics deepspeed with overlap_step: the second host moment set
-  std::vector<HostTensor> acc, res;          // rings of D+1
+  // rings of D+1: acc[s] holds a window's gradient sum, then (fp32) its job's result until merged;
+  // res: the 2-byte results of precision bf16/fp16 (empty otherwise)
+  std::vector<HostTensor> acc, res;
   double A = 0.0, N = 0.0;                   // auto rule
   double mass_host[2] = {0, 0};
   std::vector<std::vector<int32_t>> selections;  // read back at every selection (metrics)
+  // where the result of the host job in ring slot `slot` is copied and merged from
+  const HostTensor& result(int64_t slot) const { return res.empty() ? acc[(size_t)slot] : res[(size_t)slot]; }
 };
 
 struct Vector {  // a 1-D parameter: device AdamW every step
@@ -91,7 +98,7 @@ class ZenFlowStrategy final : public Strategy {
   void merge_all(int64_t t, int64_t slot, MergeEvent ev);
   void merge_job(int64_t t, int64_t o, int64_t slot);
   // state.cpp
-  void load_tensors(const StateReader& r, bool selected);
+  void load_tensors(const StateReader& r, bool selected, const std::deque<Pending>& pending);
   // metrics.cpp
   StalenessSummary staleness() const;
 

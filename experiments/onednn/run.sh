@@ -7,7 +7,7 @@
 #  2. the GPT step (graphs/specs/gpt-kjv.json, --strategy device-adam, the metrics' median step,
 #     warm-up steps excluded) of the binary before the change ($BEFORE, fp32 and bf16) and of this
 #     tree's (fp32 and bf16), interleaved over ROUNDS rounds; ratios of the medians over the rounds.
-# Writes out/matmul.jsonl, out/sgemm.jsonl, out/steps.jsonl and out/summary.md.
+# Writes out/matmul.jsonl (oneDNN's implementation of each call too), out/sgemm.jsonl, out/steps.jsonl and out/summary.md.
 #   BEFORE=/path/to/main/build/zenflow-run bash experiments/onednn/run.sh
 #   env: ROUNDS (3), GPT_STEPS (30), CALLS (20), OUT (./out), ZF_BUILD_DIR (./build)
 # This tree's build must hold zenflow-run and bench_matmul (cmake --build build --target
@@ -26,8 +26,7 @@ spec="$root/graphs/specs/gpt-kjv.json"
 echo "run.sh: load $(cut -d' ' -f1-3 /proc/loadavg), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(not set)}," \
   "$(grep -m1 'model name' /proc/cpuinfo)"
 
-"$build/bench_matmul" --calls "$calls" | tee "$out/matmul.txt"
-"$build/bench_matmul" --calls "$calls" --json >"$out/matmul.jsonl"
+"$build/bench_matmul" --calls "$calls" --json | tee "$out/matmul.jsonl"
 : >"$out/sgemm.jsonl"
 for t in 1 2; do "$build/bench_matmul" --sgemm "$t" --json | tee -a "$out/sgemm.jsonl"; done
 

@@ -22,6 +22,9 @@ void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const 
                               const Tensor& dw, bool in_out = false);
 void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
                             const Tensor& dx, bool in_out = false);
+// The CPU multiplies bf16 natively (AVX512_BF16 or AMX, as oneDNN sees it): where not, precision
+// bf16's matmuls run in fp32 (Runtime::matmul_bf16, kernels/cpu/kernels.hpp).
+bool cpu_native_bf16();
 void insert_bias_add(const SubmitOptions& opt, const Tensor& y, const Tensor& b);
 void insert_bias_grad(const SubmitOptions& opt, const Tensor& dy, const Tensor& db);
 

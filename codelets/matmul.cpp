@@ -1,9 +1,12 @@
 // Matmul codelets: forward y = x w^T, backward dw = dy^T x and dx = dy w (kernels/cpu/matmul.cpp);
-// a weight stored (in, out) (in_out) is passed through to the kernels' transpose flags.
+// a weight stored (in, out) (in_out) is passed through to the kernels' transpose flags. Under
+// precision bf16 (Runtime::matmul_bf16) the CPU kernels multiply bf16 operands where the CPU has
+// native bf16 (kernels/cpu/kernels.hpp); the CUDA ones stay fp32 (cuBLAS SGEMM).
 #include <starpu.h>
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
+#include "codelets/kernels/cpu/gemm.hpp"
 #include "runtime/task.hpp"
 
 namespace zf {
@@ -12,20 +15,22 @@ namespace {
 struct MatmulArgs {
   int B, K, N;
   bool in_out;  // w / dw stored (K, N)
+  bool bf16;    // bf16 operands (CPU)
 };
 
 void matmul_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out);
+  kernels::cpu::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out, p->bf16);
 }
 void matmul_bwd_weight_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   kernels::cpu::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                  false, p->in_out);
+                                  false, p->in_out, p->bf16);
 }
 void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out);
+  kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out,
+                                p->bf16);
 }
 #ifdef ZF_USE_CUDA
 void matmul_fwd_cuda(void* b[], void* a) noexcept {
@@ -74,10 +79,12 @@ MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, cons
   int B = (int)(x.numel() / K);
   expect(y.numel() == (size_t)B * N, opt, shape_str(y) + " must hold " + std::to_string(B) + "x" +
                                               std::to_string(N));
-  return {B, K, N, in_out};
+  return {B, K, N, in_out, opt.rt && opt.rt->matmul_bf16()};
 }
 
 }  // namespace
+
+bool cpu_native_bf16() { return kernels::cpu::native_bf16(); }
 
 void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y, bool in_out) {
   TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(dims(opt, x, w, y, in_out)).submit();

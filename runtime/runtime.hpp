@@ -184,6 +184,10 @@ class Runtime {
   int64_t prefetches() const { return prefetches_.load(); }
   void count_prefetch() { prefetches_.fetch_add(1, std::memory_order_relaxed); }
   int host_worker_count() const { return (int)host_workers_.size(); }
+  // Precision "bf16" (graphs/train/precision.hpp): the device's CPU matmul codelets multiply bf16
+  // operands where the CPU has native bf16 (codelets/matmul.cpp); false: fp32.
+  void set_matmul_bf16(bool on) { matmul_bf16_ = on; }
+  bool matmul_bf16() const { return matmul_bf16_; }
   const std::vector<int>& device_workers() const { return device_workers_; }
   const std::vector<int>& host_workers() const { return host_workers_; }
   std::string worker_name(int id) const;
@@ -217,6 +221,7 @@ class Runtime {
   static int cuda_devices();
 
  private:
+  bool matmul_bf16_ = false;
   // The constructor's phases, in order: the configuration checked (returns the CUDA workers to
   // start), StarPU started, its workers split between the contexts, the contexts created.
   int check_config() const;

@@ -21,6 +21,8 @@ for r in rows:
         flops[r["what"].split(":")[1]] = r["flops_per_step"]
 sgemm2 = med("sgemm:blas2", "gflops_median")
 sgemm1 = med("sgemm:blas1", "gflops_median")
+# oneDNN's fp32 2048^3 (runs before it was measured have none)
+dnnl = {t: med(f"sgemm:onednn{t}", "gflops_median") for t in (1, 2) if f"sgemm:onednn{t}" in by}
 
 table, csvrows, checks, plot = [], [], [], {}
 for model in ("gpt-kjv", "mlp-fashion"):
@@ -54,6 +56,9 @@ for model in ("gpt-kjv", "mlp-fashion"):
                       f"{'met' if sp >= 1.3 else 'NOT met'}).")
         checks.append(f"- GPT FLOP rate: {f / t_eng / 1e9:.0f} GFLOP/s = **{frac:.2f}** of this run's 2-thread SGEMM "
                       f"({sgemm2:.0f} GFLOP/s; 1 thread {sgemm1:.0f}) (target >= 0.5: {'met' if frac >= 0.5 else 'NOT met'}).")
+        if 2 in dnnl:
+            checks.append(f"- GPT FLOP rate: **{f / t_eng / 1e9 / dnnl[2]:.2f}** of this run's 2-thread oneDNN fp32 "
+                          f"matmul 2048^3 ({dnnl[2]:.0f} GFLOP/s; 1 thread {dnnl.get(1, 0):.0f}).")
         if "cpu_over_wall" in by[eng][0]:
             cw = statistics.median(r["cpu_over_wall"] for r in by[eng])
             cores = by[eng][0].get("device_cores")
@@ -76,7 +81,8 @@ loads = [r["load"] for r in rows]
 rounds = max(r["round"] for r in rows)
 summary = [f"# zenflow-run vs PyTorch ({rows[0].get('torch', '') or next(r['torch'] for r in rows if 'torch' in r)}), "
            f"{rounds} interleaved rounds", "",
-           f"SGEMM 2048^3 (numpy, this run): {sgemm1:.0f} GFLOP/s on 1 thread, {sgemm2:.0f} on 2. "
+           f"SGEMM 2048^3 (numpy, this run): {sgemm1:.0f} GFLOP/s on 1 thread, {sgemm2:.0f} on 2" +
+           (f"; oneDNN fp32: {dnnl[1]:.0f} on 1, {dnnl[2]:.0f} on 2. " if len(dnnl) == 2 else ". ") +
            f"1-minute load during the runs: {min(loads):.2f}-{max(loads):.2f}.", ""] + checks + ["", *hdr, *table, ""]
 with open(f"{out}/summary.md", "w") as fh:
     fh.write("\n".join(summary))

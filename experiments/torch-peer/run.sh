@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # zenflow-run's device-adam step against PyTorch's on the same models, interleaved in one run:
 # the GPT of graphs/specs/gpt-kjv.json and the MLP of graphs/specs/mlp-fashion.json. Each round
-# runs, in turn: numpy SGEMM (2048^3) with 1 and 2 OpenBLAS threads, then for each spec
+# runs, in turn: numpy SGEMM (2048^3) with 1 and 2 OpenBLAS threads, oneDNN's fp32 matmul at the
+# same size with 1 and 2 threads (build/bench_matmul --sgemm), then for each spec
 # zenflow-run (device-adam) and PyTorch (peer.py) under every thread set-up tried:
 # torch.set_num_threads 1 or 2 x OPENBLAS_NUM_THREADS 1 or 2 (Debian's torch calls the system
 # OpenBLAS, which only that variable sets). The OpenBLAS environment is left as the machine sets it.
@@ -69,6 +70,13 @@ peer() {  # ROUND SPEC STEPS OMP BLAS
 for r in $(seq 1 "$rounds"); do
   echo "== round $r of $rounds (load $(load))"
   for t in 1 2; do record "$r" "sgemm:blas$t" "$(OPENBLAS_NUM_THREADS=$t $py "$here/sgemm.py")"; done
+  # oneDNN's fp32 matmul at the same size (tools/bench_matmul.cpp), the device matmuls' library
+  for t in 1 2; do
+    record "$r" "sgemm:onednn$t" "$("$build/bench_matmul" --sgemm "$t" --json | $py -c '
+import json, sys
+d = json.load(sys.stdin)
+print(json.dumps({"gflops_median": d["onednn_f32"], "impl": d["impl"]}))')"
+  done
   for spec in gpt-kjv:"$gpt_steps" mlp-fashion:"$mlp_steps"; do
     name="${spec%%:*}" steps="${spec##*:}"
     engine "$r" "$root/graphs/specs/$name.json" "$steps"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "codelets/codelets.hpp"
@@ -22,9 +23,19 @@ Precision::Precision(const Spec& spec, Runtime& rt, Workload& wl)
       fp16_(spec.precision == "fp16"),
       overflow_(fp16_ ? Tensor::home({1}, "fp16.overflow") : Tensor()),
       param_overflow_(fp16_ ? Tensor::home({1}, "fp16.param_overflow") : Tensor()),
-      scaler_(spec.fp16) {}
+      scaler_(spec.fp16) {
+  // bf16 matmuls on the CPU device where it multiplies bf16 natively; a GPU device keeps cuBLAS's fp32
+  native_matmuls_ = bf16_ && !rt.device_is_cuda() && cpu_native_bf16();
+  rt.set_matmul_bf16(native_matmuls_);
+  if (bf16_ && !rt.device_is_cuda() && !native_matmuls_)
+    std::fprintf(stderr,
+                 "zenflow-run: note: precision bf16: this CPU has no native bf16 (AVX512_BF16 or AMX, as oneDNN "
+                 "sees it): the device matmuls run in fp32 (parameters and gradients still rounded to bf16)\n");
+}
 
 std::string Precision::describe() const {
+  if (bf16_ && !rt_.device_is_cuda())
+    return native_matmuls_ ? " (bf16, matmuls in bf16)" : " (bf16, matmuls in fp32: no native bf16 on this CPU)";
   return std::string(bf16_ ? " (bf16)" : "") +
          (fp16_ ? (scaler_.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "");
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "codelets/kernels/cpu/gemm.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
 #include "graphs/spec/spec.hpp"
@@ -34,6 +35,9 @@ class MlpRef {
     train_ = std::move(d.train);
     gelu_ = s.model.activation == "gelu";
     B_ = s.train.batch_size;
+    // precision bf16 on a CPU device: the matmuls multiply bf16 operands where the CPU can
+    // (graphs/train/precision.cpp), so do ours
+    bf16_ = s.precision == "bf16" && kernels::cpu::native_bf16();
     sizes_.push_back(train_.cols);
     for (int h : s.model.hidden) sizes_.push_back(h);
     sizes_.push_back(train_.num_classes);
@@ -92,7 +96,7 @@ class MlpRef {
       const int in = (int)sizes_[l], out = (int)sizes_[l + 1];
       const float* xin = l == 0 ? x.data() : a[l - 1].data();
       z[l].assign((size_t)B_ * out, 0.0f);
-      k::matmul_fwd(xin, wt[l].data(), z[l].data(), B_, in, out, true);
+      k::matmul_fwd(xin, wt[l].data(), z[l].data(), B_, in, out, true, bf16_);
       k::bias_add(z[l].data(), params_[2 * l + 1].value.data(), B_, out);
       if (l + 1 < L) {
         a[l].assign(z[l].size(), 0.0f);
@@ -112,14 +116,14 @@ class MlpRef {
       const int in = (int)sizes_[l], out = (int)sizes_[l + 1];
       const float* xin = l == 0 ? x.data() : a[l - 1].data();
       std::vector<float> gt((size_t)in * out);  // (in, out), then the (out, in) gradient
-      k::matmul_bwd_weight(dz[l].data(), xin, gt.data(), B_, in, out, false, true);
+      k::matmul_bwd_weight(dz[l].data(), xin, gt.data(), B_, in, out, false, true, bf16_);
       for (int o = 0; o < out; ++o)
         for (int i = 0; i < in; ++i) grads_[2 * l][(size_t)o * in + i] = gt[(size_t)i * out + o];
       k::bias_grad(dz[l].data(), grads_[2 * l + 1].data(), B_, out);
       if (l > 0) {
         da[l - 1].assign((size_t)B_ * in, 0.0f);
         dz[l - 1].assign((size_t)B_ * in, 0.0f);
-        k::matmul_bwd_data(dz[l].data(), wt[l].data(), da[l - 1].data(), B_, in, out, true);
+        k::matmul_bwd_data(dz[l].data(), wt[l].data(), da[l - 1].data(), B_, in, out, true, bf16_);
         if (gelu_)
           k::gelu_bwd(z[l - 1].data(), da[l - 1].data(), dz[l - 1].data(), z[l - 1].size());
         else
@@ -134,6 +138,7 @@ class MlpRef {
   ImageSet train_;
   bool gelu_ = false;
   int B_ = 0;
+  bool bf16_ = false;
   std::vector<int64_t> sizes_;
   std::vector<RefParam> params_;
   std::vector<std::vector<float>> grads_;

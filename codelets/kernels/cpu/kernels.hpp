@@ -10,15 +10,21 @@ namespace zf::kernels::cpu {
 
 // y (B, N) = x (B, K) * w (N, K)^T. w_in_out: the weight is stored transposed, w (K, N) row-major
 // (docs/zenflow.md: a column W[:, j] is then contiguous), and so is dw below. Deterministic for a
-// given BLAS kernel; the two layouts take different BLAS calls (or our own loops), so they round
-// differently: both within rounding of the exact result (MatmulInOut.*), bitwise equal only for
-// the weight gradient of at most 4 rows, which is our own loop in both.
-void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out = false);
+// given kernel library; from 64 rows oneDNN (the same primitive shapes in both layouts, but the
+// operands' layouts differ), below OpenBLAS or our own loops: the two layouts round differently,
+// both within rounding of the exact result (MatmulInOut.*), bitwise equal only for the weight
+// gradient of at most 4 rows, which is our own loop in both.
+// bf16: from 64 rows, where the CPU has native bf16 (native_bf16() in kernels/cpu/gemm.hpp), the
+// two operands are rounded to bf16 and multiplied with fp32 sums into the fp32 output (what
+// PyTorch's autocast to bf16 does); elsewhere, and on other CPUs, fp32 as without it.
+void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out = false,
+                bool bf16 = false);
 // dw (N, K) = dy (B, N)^T * x (B, K)   (accumulate: dw += ...); dw_in_out: dw (K, N) = x^T dy
 void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate,
-                       bool dw_in_out = false);
+                       bool dw_in_out = false, bool bf16 = false);
 // dx (B, K) = dy (B, N) * w (N, K)   (w_in_out: w (K, N))
-void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out = false);
+void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out = false,
+                     bool bf16 = false);
 
 // y (B, N) += b (N)
 void bias_add(float* y, const float* b, int B, int N);

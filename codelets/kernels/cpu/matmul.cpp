@@ -1,7 +1,9 @@
-// Matmul forward and backward through CBLAS (OpenBLAS), single-threaded per call, cut into tiles
-// of the output (parallel.hpp) that the device side's idle cores help with. The tiles depend on
-// the shapes only: each output element is computed by the same BLAS call however many threads
-// run the tiles, so results are bitwise independent of the thread count.
+// Matmul forward and backward, single-threaded per call, cut into tiles of the output
+// (parallel.hpp) that the device side's idle cores help with: from kCoarseRows rows of batch
+// through oneDNN's matmul primitives (kernels/cpu/gemm.hpp; fp32, or bf16 inputs with fp32 sums
+// and output for a bf16 call where the CPU has native bf16), below through CBLAS (OpenBLAS) and
+// our own loops. The tiles depend on the shapes only: each output element is computed by the same
+// call however many threads run the tiles, so results are bitwise independent of the thread count.
 // y = x w^T, dw = dy^T x, dx = dy w; matches tests/reference/reference.hpp. A weight stored
 // (in, out) (w_in_out: w^T row-major, ZenFlow's column-contiguous layout, docs/zenflow.md) only
 // changes the BLAS transpose flags and the leading dimension.
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "codelets/kernels/cpu/gemm.hpp"
 #include "runtime/parallel.hpp"
 
 namespace zf::kernels::cpu {
@@ -59,12 +62,43 @@ void over(Cut c, int extent, F&& f) {  // f(begin, count) for each tile
     f(b, std::min(c.len, extent - b));
   });
 }
+
+// The two operands of a call's oneDNN tiles: as given (fp32), or, for a bf16 call where the CPU
+// has native bf16, converted once (kernels/bf16.hpp's rounding) into the calling thread's buffers,
+// which the tiles (on any thread) read until the call returns.
+struct Operands {
+  const void* a;
+  const void* b;
+  bool bf16;
+  // the GEMM of one tile: C (M, N) = op(A) op(B), A and B at element offsets ao, bo
+  void gemm(size_t ao, size_t bo, float* C, GemmShape s) const {
+    s.bf16 = bf16;
+    const size_t e = bf16 ? 2 : 4;
+    dnnl_gemm(s, (const char*)a + ao * e, (const char*)b + bo * e, C);
+  }
+};
+Operands operands(const float* a, size_t na, const float* b, size_t nb, bool bf16) {
+  if (!bf16 || !native_bf16()) return {a, b, false};
+  thread_local std::vector<uint16_t> ha, hb;
+  ha.resize(na);
+  hb.resize(nb);
+  pack_bf16(a, ha.data(), na);
+  pack_bf16(b, hb.data(), nb);
+  return {ha.data(), hb.data(), true};
+}
 }  // namespace
 
 constexpr int kStreamMinN = 256;  // below, a row of w is too short for the streaming loop to pay
-void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out) {
+void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out, bool bf16) {
   const double flops = 2.0 * B * K * N;
-  if (w_in_out) {  // w (K, N): tiles of output features, or of rows for large batches
+  if (B >= kCoarseRows) {  // tiles of rows: y[b0:b1] = x[b0:b1] w^T (w (N, K)) or x[b0:b1] w (w (K, N))
+    const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
+    over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+      op.gemm((size_t)b0 * K, 0, y + (size_t)b0 * N, {bb, N, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
+    });
+    return;
+  }
+  if (w_in_out) {  // w (K, N): tiles of output features
     if (B <= kSmallBatch && N >= kStreamMinN) {
       // y[b, :] = sum over k of x[b, k] w[k, :], in k order: one pass over w (memory-bound, like
       // SGEMV), where OpenBLAS's SGEMM would pack w first. Column blocks keep the B rows of y in L1.
@@ -85,36 +119,21 @@ void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, b
       });
       return;
     }
-    if (B < 64) {
-      over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
-        if (B == 1)
-          cblas_sgemv(CblasRowMajor, CblasTrans, K, nn, 1.0f, w + n0, N, x, 1, 0.0f, y + n0, 1);
-        else
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nn, K, 1.0f, x, K, w + n0, N, 0.0f, y + n0, N);
-      });
-      return;
-    }
-    over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bb, N, K, 1.0f, x + (size_t)b0 * K, K, w, N, 0.0f,
-                  y + (size_t)b0 * N, N);
-    });
-    return;
-  }
-  if (B < 64) {  // tiles of output features: y[:, n0:n1] = x w[n0:n1, :]^T
-    const Cut c = cut(N, flops, 16, B);
-    over(c, N, [&](int n0, int nn) {
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
       if (B == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, nn, K, 1.0f, w + (size_t)n0 * K, K, x, 1, 0.0f, y + n0, 1);
+        cblas_sgemv(CblasRowMajor, CblasTrans, K, nn, 1.0f, w + n0, N, x, 1, 0.0f, y + n0, 1);
       else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, nn, K, 1.0f, x, K, w + (size_t)n0 * K, K, 0.0f,
-                    y + n0, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nn, K, 1.0f, x, K, w + n0, N, 0.0f, y + n0, N);
     });
     return;
   }
-  const Cut c = cut(B, flops, 16, B);  // tiles of rows
-  over(c, B, [&](int b0, int bb) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bb, N, K, 1.0f, x + (size_t)b0 * K, K, w, K, 0.0f,
-                y + (size_t)b0 * N, N);
+  // tiles of output features: y[:, n0:n1] = x w[n0:n1, :]^T
+  over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+    if (B == 1)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, nn, K, 1.0f, w + (size_t)n0 * K, K, x, 1, 0.0f, y + n0, 1);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, nn, K, 1.0f, x, K, w + (size_t)n0 * K, K, 0.0f, y + n0,
+                  N);
   });
 }
 
@@ -137,20 +156,33 @@ static void small_batch_weight(const float* dy, const float* x, float* dw, int B
   }
 }
 
-void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N,
-                       bool accumulate, bool dw_in_out) {
-  if (dw_in_out) {  // dw (K, N) = x^T dy
-    if (B >= 64 && N > K) {
+void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate, bool dw_in_out,
+                       bool bf16) {
+  const double flops = 2.0 * B * K * N;
+  if (B >= kCoarseRows && !dw_in_out) {  // tiles of dw's rows: dw[n0:n1] (+)= dy[:, n0:n1]^T x
+    const Operands op = operands(dy, (size_t)B * N, x, (size_t)B * K, bf16);
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      op.gemm(n0, 0, dw + (size_t)n0 * K, {nn, K, B, true, false, N, K, K, accumulate, false});
+    });
+    return;
+  }
+  if (B >= kCoarseRows) {  // dw (K, N) = x^T dy
+    const Operands op = operands(x, (size_t)B * K, dy, (size_t)B * N, bf16);
+    if (N > K)
       // in tiles of its columns (output features), as the (N, K) call's tiles of rows: each tile
-      // packs x and a slice of dy, where tiles of rows would each pack the whole of dy; the rows
-      // stay better where N <= K or for fewer rows
-      over(cut(N, 2.0 * B * K * N, 16, B), N, [&](int n0, int nn) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nn, B, 1.0f, x, K, dy + n0, N,
-                    accumulate ? 1.0f : 0.0f, dw + n0, N);
+      // copies x and a slice of dy, where tiles of rows would each copy the whole of dy; the rows
+      // stay better where N <= K
+      over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+        op.gemm(0, n0, dw + n0, {K, nn, B, true, false, K, N, N, accumulate, false});
       });
-      return;
-    }
-    over(cut(K, 2.0 * B * K * N, 16, B), K, [&](int k0, int kk) {  // tiles of its rows (input features)
+    else
+      over(cut(K, flops, 16, B), K, [&](int k0, int kk) {
+        op.gemm(k0, 0, dw + (size_t)k0 * N, {kk, N, B, true, false, K, N, N, accumulate, false});
+      });
+    return;
+  }
+  if (dw_in_out) {  // dw (K, N) = x^T dy
+    over(cut(K, flops, 16, B), K, [&](int k0, int kk) {  // tiles of its rows (input features)
       if (B > kSmallBatch) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, N, B, 1.0f, x + k0, K, dy, N,
                     accumulate ? 1.0f : 0.0f, dw + (size_t)k0 * N, N);
@@ -174,7 +206,7 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
     });
     return;
   }
-  const Cut c = cut(N, 2.0 * B * K * N, 16, B);  // tiles of output features (rows of dw)
+  const Cut c = cut(N, flops, 16, B);  // tiles of output features (rows of dw)
   over(c, N, [&](int n0, int nn) {
     if (B > kSmallBatch)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nn, K, B, 1.0f, dy + n0, N, x, K,
@@ -184,18 +216,16 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
   });
 }
 
-void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out) {
+void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out, bool bf16) {
   const double flops = 2.0 * B * K * N;
-  if (w_in_out) {  // w (K, N): tiles of input features (rows of w), or of rows for large batches
-    if (B >= 64) {
-      // dx (B, K) = dy (B, N) w^T, straight: for the GPT's batches (1024 rows, K, N in 128-512) the
-      // scratch transposes below cost more than OpenBLAS's transposed-operand SGEMM
-      over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bb, K, N, 1.0f, dy + (size_t)b0 * N, N, w, N, 0.0f,
-                    dx + (size_t)b0 * K, K);
-      });
-      return;
-    }
+  if (B >= kCoarseRows) {  // tiles of rows: dx[b0:b1] = dy[b0:b1] w (w (N, K)) or dy[b0:b1] w^T (w (K, N))
+    const Operands op = operands(dy, (size_t)B * N, w, (size_t)N * K, bf16);
+    over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+      op.gemm((size_t)b0 * N, 0, dx + (size_t)b0 * K, {bb, K, N, false, w_in_out, N, w_in_out ? N : K, K, false, false});
+    });
+    return;
+  }
+  if (w_in_out) {  // w (K, N): tiles of input features (rows of w)
     const Cut c = cut(K, flops, 16, B);
     if (B == 1) {
       over(c, K, [&](int k0, int kk) {
@@ -217,20 +247,12 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
       for (int b = 0; b < B; ++b) dx[(size_t)b * K + k] = dxt[(size_t)k * B + b];
     return;
   }
-  if (B < 64) {  // tiles of input features: dx[:, k0:k1] = dy w[:, k0:k1]
-    const Cut c = cut(K, flops, 16, B);
-    over(c, K, [&](int k0, int kk) {
-      if (B == 1)
-        cblas_sgemv(CblasRowMajor, CblasTrans, N, kk, 1.0f, w + k0, K, dy, 1, 0.0f, dx + k0, 1);
-      else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, kk, N, 1.0f, dy, N, w + k0, K, 0.0f, dx + k0, K);
-    });
-    return;
-  }
-  const Cut c = cut(B, flops, 16, B);  // tiles of rows
-  over(c, B, [&](int b0, int bb) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bb, K, N, 1.0f, dy + (size_t)b0 * N, N, w, K, 0.0f,
-                dx + (size_t)b0 * K, K);
+  // tiles of input features: dx[:, k0:k1] = dy w[:, k0:k1]
+  over(cut(K, flops, 16, B), K, [&](int k0, int kk) {
+    if (B == 1)
+      cblas_sgemv(CblasRowMajor, CblasTrans, N, kk, 1.0f, w + k0, K, dy, 1, 0.0f, dx + k0, 1);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, kk, N, 1.0f, dy, N, w + k0, K, 0.0f, dx + k0, K);
   });
 }
 

@@ -1,0 +1,99 @@
+// oneDNN matmul primitives for kernels/cpu/gemm.hpp: created once per call shape, run on the
+// calling thread with a scratchpad of its own.
+#include "codelets/kernels/cpu/gemm.hpp"
+
+#include <omp.h>
+
+#include <cstring>
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace zf::kernels::cpu {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// oneDNN (Debian's, OpenMP runtime) splits a call over omp_get_max_threads() threads, a per-thread
+// setting: each calling thread sets its own to 1 before creating or running a primitive
+void one_thread() {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+}
+
+struct Entry {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c;
+  size_t scratch = 0;
+  std::string impl;
+};
+
+auto key_of(const GemmShape& s) {
+  return std::make_tuple(s.M, s.N, s.K, s.ta, s.tb, s.lda, s.ldb, s.ldc, s.accumulate, s.bf16);
+}
+
+const Entry& entry(const GemmShape& s) {
+  static std::mutex mu;
+  // node-based: an entry's address stays valid while others are added
+  static std::map<decltype(key_of(s)), std::unique_ptr<Entry>> cache;
+  const auto key = key_of(s);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  one_thread();
+  const dt in = s.bf16 ? dt::bf16 : dt::f32;
+  auto e = std::make_unique<Entry>();
+  // strides of a row-major (rows, cols) matrix with leading dimension ld, or of the transpose of one
+  e->a = dnnl::memory::desc(dims{s.M, s.K}, in, s.ta ? dims{1, s.lda} : dims{s.lda, 1});
+  e->b = dnnl::memory::desc(dims{s.K, s.N}, in, s.tb ? dims{1, s.ldb} : dims{s.ldb, 1});
+  e->c = dnnl::memory::desc(dims{s.M, s.N}, dt::f32, dims{s.ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
+  e->scratch = pd.scratchpad_desc().get_size();
+  e->impl = pd.impl_info_str();
+  e->prim = dnnl::matmul(pd);
+  return *cache.emplace(key, std::move(e)).first->second;
+}
+
+}  // namespace
+
+void dnnl_gemm(const GemmShape& s, const void* A, const void* B, float* C) {
+  const Entry& e = entry(s);
+  one_thread();
+  thread_local dnnl::stream stream(engine());
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < e.scratch) scratch.resize(e.scratch);
+  dnnl::memory a(e.a, engine(), const_cast<void*>(A)), b(e.b, engine(), const_cast<void*>(B)),
+      c(e.c, engine(), C);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+  if (e.scratch) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(dnnl::memory::desc(dims{(dnnl::memory::dim)e.scratch},
+                                                                                  dt::u8, dims{1}),
+                                                                engine(), scratch.data()));
+  e.prim.execute(stream, args);
+}
+
+bool native_bf16() {
+  // the ISA values are bit sets: avx512_core_amx holds avx512_core_bf16's bits
+  const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+  static const bool yes = ((unsigned)dnnl::get_effective_cpu_isa() & bf16) == bf16;
+  return yes;
+}
+
+const char* dnnl_gemm_impl(const GemmShape& s) { return entry(s).impl.c_str(); }
+
+}  // namespace zf::kernels::cpu

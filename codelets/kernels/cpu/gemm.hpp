@@ -1,0 +1,32 @@
+// One GEMM on the calling thread through oneDNN's matmul primitive (the CPU kernel library
+// PyTorch uses), for the matmul kernels' tiles (kernels/cpu/matmul.cpp). C (M, N), row-major with
+// leading dimension ldc, = A B (accumulate: C += A B); A is (M, K) row-major with leading
+// dimension lda, or its transpose (K, M) stored row-major (ta), B likewise (K, N) or (N, K) (tb),
+// as in CBLAS. bf16: A and B hold bf16 values (kernels/bf16.hpp), products summed in fp32, C fp32.
+//
+// A primitive is created once per distinct call shape (layouts, leading dimensions, accumulate,
+// data type) and kept for the process; creating and running are safe from concurrent threads.
+// Every call runs on its caller's thread alone (one OpenMP thread, its own scratchpad), and a
+// primitive's order of summation depends on its shape only: the same call gives the same bits
+// however many threads run other calls at the same time.
+#pragma once
+#include <cstdint>
+
+namespace zf::kernels::cpu {
+
+struct GemmShape {
+  int M, N, K;
+  bool ta, tb;
+  int lda, ldb, ldc;
+  bool accumulate;
+  bool bf16;
+};
+void dnnl_gemm(const GemmShape& s, const void* A, const void* B, float* C);
+
+// The CPU runs bf16 dot products natively (oneDNN's ISA at least avx512_core_bf16: AVX512_BF16
+// or AMX; ONEDNN_MAX_CPU_ISA can lower it).
+bool native_bf16();
+// oneDNN's implementation for a call shape ("brg:avx512_core", ...), for benchmarks and docs
+const char* dnnl_gemm_impl(const GemmShape& s);
+
+}  // namespace zf::kernels::cpu

@@ -1,0 +1,135 @@
+// oneDNN matmuls (codelets/kernels/cpu/gemm.hpp, matmul.cpp): cached primitives called from
+// several threads at once give the serial bits; bf16 matmuls within bf16's rounding of the exact
+// result (the same fp32-summation bound as fp32 against the exact product of the rounded inputs),
+// and the fp32 path where the CPU has no native bf16 or the batch is small.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codelets/kernels/cpu/gemm.hpp"
+#include "codelets/kernels/cpu/kernels.hpp"
+#include "tests/kernels/kernel_helpers.hpp"
+#include "tests/reference/bf16_ref.hpp"
+
+namespace zf::test {
+namespace {
+
+namespace cpu = zf::kernels::cpu;
+
+std::vector<float> normal(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+std::vector<float> transposed(const std::vector<float>& a, int R, int C) {
+  std::vector<float> t(a.size());
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) t[(size_t)c * R + r] = a[(size_t)r * C + c];
+  return t;
+}
+
+std::vector<float> rounded(std::vector<float> v) {
+  for (float& x : v) x = zf::ref::naive_bf16(x);
+  return v;
+}
+
+// C (M, P) against the exact A (M, n) B (n, P): the largest of |C - AB| / bound over the outputs,
+// bound = rel * sum_i |a_i b_i| + kResidualMax * n * eps_fp32 * |a| |b| (a row of A, a column of B)
+double worst(const std::vector<float>& C, const std::vector<float>& A, const std::vector<float>& B, int M, int n,
+             int P, double rel) {
+  double w = 0;
+  for (int m = 0; m < M; ++m)
+    for (int p = 0; p < P; ++p) {
+      double s = 0, sa = 0, aa = 0, bb = 0;
+      for (int i = 0; i < n; ++i) {
+        const double a = A[(size_t)m * n + i], b = B[(size_t)i * P + p];
+        s += a * b, sa += std::fabs(a * b), aa += a * a, bb += b * b;
+      }
+      const double bound = rel * sa + kResidualMax * n * FLT_EPSILON * std::sqrt(aa * bb) + 1e-300;
+      w = std::max(w, std::fabs((double)C[(size_t)m * P + p] - s) / bound);
+    }
+  return w;
+}
+
+TEST(OneDnnGemm, ConcurrentCallsGiveTheSerialBits) {
+  // shapes of the GPT's tiles in both layouts (both flags), and an accumulating one
+  const std::vector<cpu::GemmShape> shapes = {{512, 384, 128, false, true, 128, 128, 384, false, false},
+                                              {512, 384, 128, false, false, 128, 384, 384, false, false},
+                                              {128, 256, 1024, true, false, 128, 256, 256, true, false},
+                                              {256, 128, 512, false, true, 512, 512, 128, false, false}};
+  std::vector<std::vector<float>> A, B, C0, serial;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto& s = shapes[i];
+    A.push_back(normal((size_t)s.M * s.K, 11 + i));
+    B.push_back(normal((size_t)s.K * s.N, 21 + i));
+    C0.push_back(normal((size_t)s.M * s.N, 31 + i));
+    serial.push_back(C0[i]);
+    cpu::dnnl_gemm(s, A[i].data(), B[i].data(), serial[i].data());
+  }
+  std::vector<std::vector<std::vector<float>>> got(2, std::vector<std::vector<float>>(shapes.size()));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (size_t j = 0; j < shapes.size(); ++j) {
+          const size_t i = t ? shapes.size() - 1 - j : j;  // the two threads in opposite orders
+          got[t][i] = C0[i];
+          cpu::dnnl_gemm(shapes[i], A[i].data(), B[i].data(), got[t][i].data());
+        }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 2; ++t)
+    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_TRUE(bits_equal(got[t][i], serial[i])) << "thread " << t << " shape " << i;
+}
+
+// The three products of x (B, K) -> y (B, N) in both weight layouts with bf16 = true.
+TEST(MatmulBf16, WithinBf16RoundingOfTheExactProduct) {
+  // bf16 keeps 8 significant bits: each input is within u = 2^-8 of itself relative, a product of
+  // two within 2u + u^2; products of two bf16 values are exact in fp32 and summed in fp32
+  const double u = std::ldexp(1.0, -8), rel = 2 * u + u * u;
+  const bool native = cpu::native_bf16();
+  for (auto [B, K, N] : std::vector<std::tuple<int, int, int>>{{64, 55, 22}, {1024, 128, 384}, {1024, 512, 128}, {8, 128, 384}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+    const std::vector<float> x = normal((size_t)B * K, 1), w = normal((size_t)N * K, 2), dy = normal((size_t)B * N, 3);
+    const std::vector<float> wt = transposed(w, N, K);
+    // as GEMMs: y = x w^T, dx = dy w, dw = dy^T x; and the same of the bf16-rounded inputs
+    const std::vector<float> xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+    for (bool io : {false, true}) {
+      SCOPED_TRACE(io ? "(in, out)" : "(out, in)");
+      const std::vector<float>& wl = io ? wt : w;
+      std::vector<float> y((size_t)B * N), dx((size_t)B * K), dw((size_t)N * K), y32 = y, dx32 = dx, dw32 = dw;
+      cpu::matmul_fwd(x.data(), wl.data(), y.data(), B, K, N, io, true);
+      cpu::matmul_bwd_data(dy.data(), wl.data(), dx.data(), B, K, N, io, true);
+      cpu::matmul_bwd_weight(dy.data(), x.data(), dw.data(), B, K, N, false, io, true);
+      if (io) dw = transposed(dw, K, N);
+      if (!native || B < 64) {  // fp32, as without bf16
+        cpu::matmul_fwd(x.data(), wl.data(), y32.data(), B, K, N, io);
+        cpu::matmul_bwd_data(dy.data(), wl.data(), dx32.data(), B, K, N, io);
+        cpu::matmul_bwd_weight(dy.data(), x.data(), dw32.data(), B, K, N, false, io);
+        if (io) dw32 = transposed(dw32, K, N);
+        EXPECT_TRUE(bits_equal(y, y32) && bits_equal(dx, dx32) && bits_equal(dw, dw32));
+        continue;
+      }
+      // the exact product of the rounded inputs, to fp32's summation bound (the fp32 kernels on
+      // the unrounded inputs are outside it where the sums are short: B = 64, K = 55, N = 22)
+      EXPECT_LT(worst(y, xr, transposed(wr, N, K), B, K, N, 0.0), 1.0);
+      EXPECT_LT(worst(dx, dyr, wr, B, N, K, 0.0), 1.0);
+      EXPECT_LT(worst(dw, transposed(dyr, B, N), xr, N, B, K, 0.0), 1.0);
+      // and the exact product of the inputs as given, to bf16's rounding of the two factors
+      EXPECT_LT(worst(y, x, transposed(w, N, K), B, K, N, rel), 1.0);
+      EXPECT_LT(worst(dx, dy, w, B, N, K, rel), 1.0);
+      EXPECT_LT(worst(dw, transposed(dy, B, N), x, N, B, K, rel), 1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zf::test

@@ -18,18 +18,20 @@ for s in strategies:
         "speedup_vs_zero_offload": base / x["step_time_s"]["median"],
         "eval_accuracy_pct": 100 * x["final"]["eval_accuracy"],
         "staleness_max_steps": x.get("staleness", {}).get("max", 0),
+        "host_state_MB": x["host_state_bytes"] / 1e6,
     })
 with open(f"{out}/results.csv", "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=list(rows[0]))
     w.writeheader()
     w.writerows(rows)
 
-hdr = "| strategy | median step (ms) | device busy/step (ms) | stall | bytes/step (MB) | speedup vs zero-offload | accuracy (%) |"
-lines = [hdr, "|---|---|---|---|---|---|---|"]
+hdr = ("| strategy | median step (ms) | device busy/step (ms) | stall | bytes/step (MB) | speedup vs zero-offload "
+       "| accuracy (%) | host state (MB) |")
+lines = [hdr, "|---|---|---|---|---|---|---|---|"]
 for r in rows:
     lines.append(f"| {r['strategy']} | {r['median_step_ms']:.2f} | {r['device_busy_ms']:.2f} | "
                  f"{r['stall_fraction']:.3f} | {r['bytes_per_step_MB']:.2f} | "
-                 f"{r['speedup_vs_zero_offload']:.2f}x | {r['eval_accuracy_pct']:.2f} |")
+                 f"{r['speedup_vs_zero_offload']:.2f}x | {r['eval_accuracy_pct']:.2f} | {r['host_state_MB']:.1f} |")
 table = "\n".join(lines)
 print(table)
 

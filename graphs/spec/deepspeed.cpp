@@ -1,6 +1,7 @@
 // A DeepSpeed config as a patch to a spec's JSON; the spec's parser then reads the patched JSON.
 // Each DeepSpeed block is validated here as well, so that its errors name the DeepSpeed file.
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 
 #include "graphs/spec/deepspeed.hpp"
@@ -118,9 +119,31 @@ void patch_precision(Fields& top, Patch& p) {
     if (enabled && fp16_on) f.fail(f.at("enabled"), "fp16 and bf16 cannot both be enabled (as DeepSpeed)");
     if (enabled) {
       p.j["precision"] = "bf16";
+      // bf16 masters or moments would change every update: refused; the others are noted
+      for (const char* k : {"bf16_master_weights_and_grads", "bf16_optimizer_states"})
+        if (auto v = b->find(k); v != b->end() && (!v->is_boolean() || v->get<bool>()))
+          f.fail(f.at(k), "only false: the masters and moments are fp32 (docs/spec.md)");
       for (auto& [k, v] : b->items())
         if (k != "enabled") p.note(std::string(prec) + "." + k + " (DeepSpeed's bf16 tuning; this engine's bf16 is docs/spec.md's)");
     }
+  }
+}
+
+// DeepSpeed's scaling around the gradient all-reduce (stage_1_and_2.py,
+// gradient_reduction_w_predivide): its defaults are this engine's mean after the sum; the others
+// round the mean differently (and move fp16's range), so they are refused.
+void patch_gradient_scaling(Fields& top, Patch& p, int ranks) {
+  double f = 1.0;
+  top.number("gradient_predivide_factor", f, 0.0, 1e9, true);
+  if (f != 1.0)
+    top.fail("gradient_predivide_factor", "only 1 (DeepSpeed's default): the gradients are summed, then divided by the "
+                                          "ranks (docs/data-parallel.md)");
+  if (auto* v = top.find("prescale_gradients")) {
+    if (!v->is_boolean()) top.fail("prescale_gradients", "expected true or false");
+    if (v->get<bool>() && ranks > 1)
+      top.fail("prescale_gradients", "only false on several ranks: the gradients are summed, then divided by the ranks "
+                                     "(docs/data-parallel.md)");
+    if (v->get<bool>()) p.note("prescale_gradients (one process: divided by 1 before a sum of one)");
   }
 }
 
@@ -175,8 +198,9 @@ void patch_optimizer(Fields& top, Patch& p) {
   f.finish();
 }
 
-// zero_optimization.offload_optimizer: true when the optimizer is offloaded to the cpu.
-bool read_offload(Fields& f, Patch& p) {
+// zero_optimization.offload_optimizer: true when the optimizer is offloaded to the cpu; ratio:
+// Twin-Flow's (DeepSpeed's offload_config.py: default 1, in [0, 1]).
+bool read_offload(Fields& f, Patch& p, double& ratio) {
   const json* off = f.object("offload_optimizer");
   if (!off) return false;
   Fields g(*off, "zero_optimization.offload_optimizer", p.src());
@@ -185,10 +209,31 @@ bool read_offload(Fields& f, Patch& p) {
   if (dev == "nvme") g.fail(g.at("device"), "NVMe offload is not supported (cpu or none)");
   // pin_memory: host buffers are pinned whenever CUDA workers exist
   if (auto* pin = g.find("pin_memory"); pin && !pin->is_boolean()) g.fail(g.at("pin_memory"), "expected true or false");
-  for (const char* k : {"buffer_count", "fast_init", "ratio"})
-    if (g.find(k)) p.note(std::string("zero_optimization.offload_optimizer.") + k);
+  for (const char* k : {"buffer_count", "fast_init"})  // NVMe's buffers and initialisation
+    if (g.find(k)) p.note(std::string("zero_optimization.offload_optimizer.") + k + " (NVMe offload tuning)");
+  g.number("ratio", ratio, 0.0, 1.0);
   g.finish();
   return dev == "cpu";
+}
+
+// DeepSpeed's Twin-Flow (ZeRO-Offload++): offload_optimizer.ratio < 1 is DeepSpeed's stage 3 only
+// (runtime/zero/config.py, offload_ratio_check); here a split runs in one process (where every
+// stage is stage 0) and is refused on several ranks (zero_offload.cpp). With the optimizer on the cpu the ratio
+// and sub_group_size become the spec's (graphs/strategies/twin_flow.hpp); without it DeepSpeed
+// ignores the ratio (stage3.py: only an offloaded optimizer is split).
+void patch_twin_flow(const Fields& f, const json& zo, Patch& p, int stage, bool offload_cpu, double ratio) {
+  if (ratio < 1.0 && stage != 3)
+    f.fail("zero_optimization.offload_optimizer.ratio",
+           json(ratio).dump() + " needs zero_optimization.stage 3 (DeepSpeed's own check, runtime/zero/config.py: "
+                                   "\"Partial offloading only supported for ZeRO Stage 3.\")");
+  if (ratio < 1.0 && offload_cpu) {
+    p.j["zero_optimization"]["offload_optimizer"]["ratio"] = ratio;
+    if (zo.contains("sub_group_size")) p.j["zero_optimization"]["sub_group_size"] = zo["sub_group_size"];
+  } else {
+    if (ratio < 1.0) p.note("zero_optimization.offload_optimizer.ratio (the optimizer is not offloaded: DeepSpeed ignores it)");
+    if (zo.contains("sub_group_size"))
+      p.note("zero_optimization.sub_group_size (without a Twin-Flow ratio below 1: DeepSpeed's stage-3 tiling)");
+  }
 }
 
 // zero_optimization: the offload, ZeRO stage and zenflow block; returns the strategy it selects.
@@ -198,7 +243,8 @@ std::string patch_zero(Fields& top, Patch& p) {
   Fields f(*zo, "zero_optimization", p.src());
   int stage = 0;
   f.integer("stage", stage, 0, 3);
-  const bool offload_cpu = read_offload(f, p);
+  double ratio = 1.0;
+  const bool offload_cpu = read_offload(f, p, ratio);
   bool zenflow = false;
   if (auto* zf = f.object("zenflow")) {
     Fields g(*zf, "zero_optimization.zenflow", p.src());
@@ -209,10 +255,12 @@ std::string patch_zero(Fields& top, Patch& p) {
   }
   for (const char* k : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "reduce_bucket_size",
                         "allgather_partitions", "allgather_bucket_size", "round_robin_gradients",
-                        "sub_group_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                        "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                         "stage3_max_live_parameters", "stage3_max_reuse_distance",
                         "stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint"})
     if (f.find(k)) p.note(std::string("zero_optimization.") + k + " (communication tuning)");
+  int64_t sub_group_size = 0;  // DeepSpeed's Field(ge=0); used by patch_twin_flow
+  f.integer("sub_group_size", sub_group_size, 0, INT64_MAX);
   f.finish();
   if (zenflow && !offload_cpu)
     f.fail("zero_optimization.offload_optimizer.device", "ZenFlow requires the optimizer offloaded to the cpu (DeepSpeed's constraint)");
@@ -222,6 +270,7 @@ std::string patch_zero(Fields& top, Patch& p) {
   else if (stage > 0)  // device-adam: its optimizer state is on the device, replicated (stage 0)
     p.note("zero_optimization.stage " + std::to_string(stage) +
            " (no optimizer offload: device-adam's state stays on the device, replicated as with stage 0)");
+  patch_twin_flow(f, *zo, p, stage, offload_cpu, ratio);
   return zenflow ? "zenflow" : offload_cpu ? "zero-offload" : "device-adam";
 }
 
@@ -244,9 +293,9 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   top.number("gradient_clipping", clip, 0.0, 1e9);
   if (clip > 0) p.j["gradient_clipping"] = clip;
   patch_precision(top, p);
-  for (const char* k : {"steps_per_print", "wall_clock_breakdown", "dump_state", "prescale_gradients",
-                        "gradient_predivide_factor", "zero_allow_untested_optimizer"})
-    if (top.find(k)) p.note(std::string(k) + " (logging or multi-GPU tuning)");
+  for (const char* k : {"steps_per_print", "wall_clock_breakdown", "dump_state", "zero_allow_untested_optimizer"})
+    if (top.find(k)) p.note(std::string(k) + " (logging, or a permission)");
+  patch_gradient_scaling(top, p, ranks);
   patch_scheduler(top, p);
   patch_optimizer(top, p);
   const std::string strategy = patch_zero(top, p);

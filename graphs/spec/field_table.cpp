@@ -51,6 +51,16 @@ FieldDef custom(std::string name, Get get, Read read) {
 
 bool uses_zenflow(const Spec& s) { return s.strategy == "zenflow"; }
 bool uses_fp16(const Spec& s) { return s.precision == "fp16"; }
+bool twin_flow(const Spec& s) { return s.offload_ratio != 1.0; }
+
+// {"ratio": r}, r in [0, 1] (DeepSpeed's offload_config.py: Field(1.0, ge=0.0, le=1.0))
+void read_offload_optimizer(Fields& f, const std::string& k, Spec& s) {
+  const json* o = f.object(k);
+  if (!o) return;
+  Fields g(*o, f.at(k), f.source());
+  g.number("ratio", s.offload_ratio, 0.0, 1.0);
+  g.finish();
+}
 
 // "auto" or an integer in [1, INT32_MAX] (no run is longer: interval x steps per epoch cannot
 // overflow); false when the key is absent.
@@ -112,6 +122,13 @@ std::vector<FieldDef> top_and_model_fields() {
              [](Fields& f, const std::string& k, Spec& s) {
                f.integer(k, s.zero_stage, 0, 3);  // what stage 3 supports: make_strategy checks
              }).only_if([](const Spec& s) { return s.zero_stage != 0; }),
+      // DeepSpeed's Twin-Flow: the one key of its offload_optimizer block the spec has (the block
+      // as an object, so that the path is DeepSpeed's)
+      entry("zero_optimization.offload_optimizer", read_offload_optimizer,
+            [](const Spec& s) { return json{{"ratio", s.offload_ratio}}; })
+          .only_if(twin_flow).must_match(Match::field, 15),
+      integer("zero_optimization.sub_group_size", [](auto& s) -> auto& { return s.sub_group_size; }, 0, INT64_MAX)
+          .only_if(twin_flow).must_match(Match::field, 16, twin_flow),
       // DeepSpeed's fp16 keys (deepspeed/runtime/precision_config.py) other than enabled, auto_cast
       // and fp16_master_weights_and_grads
       custom("fp16.loss_scale", [](auto& s) -> auto& { return s.fp16.loss_scale; },

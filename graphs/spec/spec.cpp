@@ -87,6 +87,10 @@ void parse_block(Fields& top, const std::string& block, Spec& s) {
 
 // Checks across blocks, once all are read.
 void check_spec(const Fields& top, const Spec& s) {
+  if (s.offload_ratio < 1.0 && s.strategy != "zero-offload")
+    top.fail("zero_optimization.offload_optimizer.ratio",
+             json(s.offload_ratio).dump() + " (DeepSpeed's Twin-Flow) splits zero-offload's optimizer state; strategy is \"" +
+                 s.strategy + "\": use zero-offload, or ratio 1");
   if (s.strategy == "zenflow" && s.zenflow.deepspeed_rules() && s.precision == "fp16")
     top.fail("zenflow.semantics", "\"deepspeed\" is not implemented with precision fp16 (DeepSpeed checks the overflow "
                                   "only at update boundaries and drops the whole window there, while its selective "

@@ -45,6 +45,12 @@ struct Spec {
   // update runs on its partition, the updated partitions are all-gathered into the device
   // weights); 2 also reduce-scatters the gradients that go to the host. Offloading strategies only.
   int zero_stage = 0;
+  // DeepSpeed's Twin-Flow (ZeRO-Offload++; graphs/strategies/twin_flow.hpp, docs/spec.md):
+  // zero_optimization.offload_optimizer.ratio, the fraction of zero-offload's optimizer state
+  // sub-groups kept on the host (1: all, as zero-offload; 0: none, as device-adam), and
+  // zero_optimization.sub_group_size, DeepSpeed's sub-group size in elements (its default 1e9).
+  double offload_ratio = 1.0;
+  int64_t sub_group_size = 1000000000;
 
   // DeepSpeed's "fp16" block without "enabled" (precision "fp16" is that): same keys, types and
   // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/train/loss_scaler.hpp.

@@ -2,7 +2,11 @@
 // parameters back; the next forward waits for them (ZeRO-Offload). With delayed_update
 // (zero-offload-dpu, ZeRO-Offload's delayed parameter update) the host AdamW of step t overlaps
 // the device's step t + 1, and its result is copied to the device at the end of step t + 1.
+// With zero_optimization.offload_optimizer.ratio < 1 (DeepSpeed's Twin-Flow, twin_flow.hpp) the
+// parameters of the first sub-groups keep their optimizer state on the device and are updated
+// there every step, by the device AdamW as device-adam does; the others as above.
 #include "graphs/strategies/strategy.hpp"
+#include "graphs/strategies/twin_flow.hpp"
 
 namespace zf {
 namespace {
@@ -11,13 +15,22 @@ class ZeroOffload final : public Strategy {
  public:
   ZeroOffload(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm, bool delayed_update)
       : Strategy(rt, params, spec, comm), delayed_(delayed_update) {
-    plan_partition(params_);  // stage >= 1: each rank's share of every parameter's host state
-    for (Param* p : params_) {
+    plan_twin_flow();
+    std::vector<Param*> host_side;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!split_.on_device[i]) host_side.push_back(params_[i]);
+    plan_partition(host_side);  // stage >= 1: each rank's share of every parameter's host state
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param* p = params_[i];
+      if (split_.on_device[i]) {
+        st_.push_back(make_device_state(*p));
+        continue;
+      }
       st_.push_back(make_state(*p));
       // fp32 master weights start as the device parameters (not a per-step crossing)
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, st_.back().master, false);
     }
-    make_clip(false);
+    make_clip(split_.host_elems == 0);  // all on the device: clipped there, as device-adam
   }
   const char* name() const override { return delayed_ ? "zero-offload-dpu" : "zero-offload"; }
 
@@ -25,6 +38,12 @@ class ZeroOffload final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& n = params_[i]->name;
       const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
+      if (split_.on_device[i]) {  // Twin-Flow's device part: device-adam's keys
+        w.put("device.m." + n, st_[i].dm, io);
+        w.put("device.v." + n, st_[i].dv, io);
+        if (bf16_) w.put("device.master." + n, st_[i].dmaster, io);
+        continue;
+      }
       w.put("host.master." + n, st_[i].master, io);
       w.put("host.m." + n, st_[i].m, io);
       w.put("host.v." + n, st_[i].v, io);
@@ -48,6 +67,12 @@ class ZeroOffload final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& n = params_[i]->name;
       const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
+      if (split_.on_device[i]) {
+        r.get("device.m." + n, st_[i].dm, V::Finite, io);
+        r.get("device.v." + n, st_[i].dv, V::NonNegative, io);
+        if (bf16_) r.get("device.master." + n, st_[i].dmaster, V::Finite, io);
+        continue;
+      }
       r.get("host.master." + n, st_[i].master, V::Finite, io);
       r.get("host.m." + n, st_[i].m, V::Finite, io);
       r.get("host.v." + n, st_[i].v, V::NonNegative, io);
@@ -67,20 +92,33 @@ class ZeroOffload final : public Strategy {
   // copy follow o, so a step skipped for an fp16 overflow leaves the pipeline as it was.
   void submit_update(const UpdateStep& u) override {
     const int b = slot(u);
-    if (clip_) {
-      for (size_t i = 0; i < params_.size(); ++i) gradient_down(u.t, b, i);
+    if (clip_) {  // Twin-Flow: the device part's gradients are parts too, where they are
       std::vector<ClipPart> parts;
-      for (const State& s : st_)
-        for (const Tensor& g : adam_grad(s, b).tiles) parts.push_back({&g, whole(g)});
-      clip_->submit(u.t, host(u.t), parts, 1.0, 1.0f, 1.0f / u.grad_scale);
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (split_.on_device[i]) {
+          parts.push_back({&params_[i]->grad, whole(params_[i]->grad)});
+          continue;
+        }
+        gradient_down(u.t, b, i);
+        for (const Tensor& g : adam_grad(st_[i], b).tiles) parts.push_back({&g, whole(g)});
+      }
+      clip_->submit(u.t, split_.host_elems ? host(u.t) : rt_.device(u.t), parts, 1.0, 1.0f, 1.0f / u.grad_scale);
       for (size_t i = 0; i < params_.size(); ++i) update(u, i, 1.0f);
     } else {
       for (size_t i = 0; i < params_.size(); ++i) {
-        gradient_down(u.t, b, i);
+        if (!split_.on_device[i]) gradient_down(u.t, b, i);
         update(u, i, u.grad_scale);
       }
     }
     last_ = u.o;
+  }
+
+  void add_metrics(nlohmann::json& m, int64_t) const override {
+    if (spec_.offload_ratio == 1.0) return;
+    m["twin_flow"] = {{"ratio", spec_.offload_ratio},           {"sub_group_size", spec_.sub_group_size},
+                      {"sub_groups", split_.sub_groups},         {"device_sub_groups", split_.device_sub_groups},
+                      {"device_elements", split_.device_elems}, {"host_elements", split_.host_elems},
+                      {"device_state_bytes", device_state_}};
   }
 
   void flush(const UpdateStep& last) override {
@@ -96,10 +134,59 @@ class ZeroOffload final : public Strategy {
   // grad: the fp32 host gradient the AdamW reads (delayed_update: only with 2-byte crossings);
   // down / up: what the gradient crosses into and the parameters cross from (delayed_update: a
   // pair, by the parity of the update; else one, only with 2-byte crossings)
+  // Twin-Flow's device part: dm, dv (and with 2-byte precisions the fp32 master dmaster), as
+  // device-adam's
   struct State {
     HostTensor master, m, v, grad;
     HostTensor down[2], up[2];
+    Tensor dm, dv, dmaster;
   };
+
+  // DeepSpeed's split (twin_flow.hpp); ratio 1: every parameter on the host
+  void plan_twin_flow() {
+    std::vector<int64_t> numels;
+    for (const Param* p : params_) numels.push_back(p->value.numel());
+    split_ = twin_flow_split(numels, spec_.offload_ratio, spec_.sub_group_size);
+    if (!split_.device_elems) return;
+    const std::string field = spec_.where("zero_optimization.offload_optimizer.ratio");
+    const std::string r = nlohmann::json(spec_.offload_ratio).dump();
+    if (delayed_)
+      throw InputError(field, r + " (Twin-Flow) with zero-offload-dpu: the device part would not be delayed; use "
+                              "strategy zero-offload");
+    if (comm_)
+      throw InputError(field, r + " (Twin-Flow) with zero_optimization.stage " + std::to_string(spec_.zero_stage) +
+                                  " on several ranks: a split of partitioned state is not implemented (Twin-Flow runs in one "
+                                  "process, where every stage is stage 0); use one process or ratio 1 (docs/spec.md, "
+                                  "\"Twin-Flow\")");
+    if (clipping() && split_.host_elems && rt_.device_is_cuda())
+      throw InputError(spec_.where("gradient_clipping"),
+                       "with a Twin-Flow split on CUDA workers is not implemented (the host-side clip would read "
+                       "the device part's gradients); use ratio 0 or 1, or no clipping");
+  }
+
+  State make_device_state(const Param& p) {
+    State s;
+    s.dm = Tensor::home(p.value.shape(), p.name + ".m");
+    s.dv = Tensor::home(p.value.shape(), p.name + ".v");
+    device_state_ += 2 * (int64_t)s.dm.bytes();
+    if (bf16_) {  // as device-adam: fp32 master weights on the device
+      s.dmaster = Tensor::home(p.value.shape(), p.name + ".master");
+      device_state_ += (int64_t)s.dmaster.bytes();
+      insert_copy(rt_.device(-1).named("init.master." + p.name), p.value, whole(p.value), s.dmaster, whole(s.dmaster));
+    }
+    return s;
+  }
+
+  // Twin-Flow's device part: device-adam's update of parameter i (device_adam.cpp)
+  void device_update(const UpdateStep& u, size_t i, float grad_scale) {
+    const SubmitOptions o = rt_.device(u.t);
+    Param& p = *params_[i];
+    State& s = st_[i];
+    const Tensor& x = bf16_ ? s.dmaster : p.value;
+    insert_adam_step(o.named("adam.device." + p.name), hp(u.o), u.o + 1, grad_scale, x, whole(x), p.grad,
+                     whole(p.grad), s.dm, s.dv);
+    if (bf16_) insert_copy(o.named("master.device." + p.name), x, whole(x), p.value, whole(p.value));
+  }
 
   // precision "bf16" or "fp16" crosses 2-byte values; delayed_update crosses through its own
   // buffers at every precision
@@ -142,6 +229,7 @@ class ZeroOffload final : public Strategy {
   }
 
   void update(const UpdateStep& u, size_t i, float grad_scale) {
+    if (split_.on_device[i]) return device_update(u, i, grad_scale);
     const int64_t t = u.t;
     const int b = slot(u);
     Param& p = *params_[i];
@@ -165,6 +253,8 @@ class ZeroOffload final : public Strategy {
   }
 
   bool delayed_;
+  TwinFlowSplit split_;
+  int64_t device_state_ = 0;  // Twin-Flow: bytes of the device part's optimizer state
   std::vector<State> st_;
   int64_t last_ = -1;  // delayed_update: the last applied update (UpdateStep::o)
 };

@@ -250,5 +250,26 @@ TEST(DeepSpeedConfig, EachViolatedConstraintGetsItsError) {
   EXPECT_NE(input_error([&] { load_spec(spec, {}, p); }).find("select_interval"), std::string::npos);
 }
 
+// Issue 30's audit: keys that would change training are refused, not noted: another gradient
+// predivide factor, prescaling on several ranks, bf16 masters or moments.
+TEST(DeepSpeedConfig, KeysThatChangeTrainingAreNotNoted) {
+  auto refused = [](const json& c, int ranks, const std::string& field) {
+    const std::string msg = input_error([&] { deepspeed_patch(c, "ds.json", nullptr, ranks); });
+    EXPECT_NE(msg.find("ds.json: " + field), std::string::npos) << c.dump() << ": " << msg;
+  };
+  refused({{"train_batch_size", 16}, {"gradient_predivide_factor", 2.0}}, 1, "gradient_predivide_factor");
+  refused({{"train_batch_size", 16}, {"prescale_gradients", true}}, 2, "prescale_gradients");
+  refused({{"train_batch_size", 16}, {"prescale_gradients", 1}}, 1, "prescale_gradients");
+  for (const char* k : {"bf16_master_weights_and_grads", "bf16_optimizer_states"})
+    refused({{"train_batch_size", 16}, {"bf16", {{"enabled", true}, {k, true}}}}, 1, std::string("bf16.") + k);
+  std::vector<std::string> notes;  // the defaults, and prescaling in one process, are accepted
+  const json ok = {{"train_batch_size", 16}, {"gradient_predivide_factor", 1.0}, {"prescale_gradients", true},
+                   {"bf16", {{"enabled", true}, {"bf16_master_weights_and_grads", false}}}};
+  EXPECT_EQ(deepspeed_patch(ok, "ds.json", &notes, 1)["precision"], "bf16");
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("bf16.bf16_master_weights_and_grads"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("prescale_gradients"), std::string::npos) << notes[1];
+}
+
 }  // namespace
 }  // namespace zf::test

@@ -38,7 +38,7 @@ std::string section_of(const std::string& doc, const std::string& block) {
 // Two specs that, between them, set every field to a value other than its default.
 const json kRichA = json::parse(R"({
   "name": "rich-a", "strategy": "zero-offload", "precision": "fp16", "gradient_clipping": 1.5,
-  "zero_optimization": {"stage": 1},
+  "zero_optimization": {"stage": 1, "offload_optimizer": {"ratio": 0.5}, "sub_group_size": 1000},
   "fp16": {"loss_scale": 128.0, "initial_scale_power": 8, "loss_scale_window": 50, "hysteresis": 3,
            "consecutive_hysteresis": true, "min_loss_scale": 2},
   "model": {"type": "gpt-classifier", "hidden": [32], "activation": "gelu", "init_seed": 7, "n_layer": 2,
@@ -113,14 +113,22 @@ TEST(SpecFields, ResumeComparesTheSameFieldsInTheSameOrder) {
                                            "gradient_clipping", "train.gradient_accumulation_steps",
                                            "data.dataset", "data.dir", "data.train_limit", "train.batch_size",
                                            "train.seed"};
-  EXPECT_EQ(check_names(zf::Spec()), common);
+  std::vector<std::string> plain = common;
+  plain.push_back("zero_optimization.offload_optimizer");  // Twin-Flow's ratio: its state's layout
+  EXPECT_EQ(check_names(zf::Spec()), plain);
   std::vector<std::string> all = common;
   all.push_back("zenflow");
   all.push_back("fp16");
+  all.push_back("zero_optimization.offload_optimizer");
   zf::Spec z;
   z.strategy = "zenflow";
   z.precision = "fp16";
   EXPECT_EQ(check_names(z), all);
+  zf::Spec t;
+  t.strategy = "zero-offload";
+  t.offload_ratio = 0.5;
+  plain.push_back("zero_optimization.sub_group_size");  // below 1: the split's unit
+  EXPECT_EQ(check_names(t), plain);
 }
 
 TEST(SpecFields, ResumeValuesFillOldDefaultsAndSkipTheLayout) {

@@ -42,7 +42,7 @@
 #   zero_dpu_bf16        zero-offload-dpu with precision bf16, stage 2 vs stage 0 on 2 ranks: within ATOL
 #   zero_refusals        exit code 2 with a message naming the field: a global batch 4 ranks do not
 #                        divide (stage 2), device-adam at stage 1, zenflow's auto update interval at
-#                        stage 2
+#                        stage 2, a Twin-Flow ratio below 1 at stages 1 and 3
 #   zero_balance         the default runtime.tile_elems (1M elements, larger than any weight here):
 #                        zero-offload at stage 2 holds 0.45-0.56 of stage 0's host state on the largest
 #                        of 2 ranks (mlp-fashion at hidden 64, gpt-kjv), at most 1.1/4 of it on 4 ranks
@@ -360,6 +360,12 @@ assert abs(b['params_shards'] - a['params'] / 2) <= 4 * 4096 * 8, 'shards not ha
       --set zero_optimization.stage=1
     refused 2 "zero_optimization.stage: 2 with zenflow.update_interval \"auto\"" "${ZSMALL[@]}" "${ZENFLOW[@]}" \
       "${Z2[@]}" --set 'zenflow.update_interval="auto"'
+    # Twin-Flow (a ratio below 1) splits replicated state only: refused at stages 1 to 3 on 2 ranks
+    for st in 1 3; do
+      refused 2 "zero_optimization.offload_optimizer.ratio: 0.5 (Twin-Flow) with zero_optimization.stage $st" \
+        "${ZSMALL[@]}" --strategy zero-offload --set zero_optimization.stage=$st \
+        --set zero_optimization.offload_optimizer.ratio=0.5 --set zero_optimization.sub_group_size=0
+    done
     ;;
   zero_balance)
     # the issue's MLP (hidden 64, batch 16), a few steps: the host state does not depend on them

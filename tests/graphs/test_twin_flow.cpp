@@ -259,11 +259,11 @@ TEST(TwinFlow, DeepSpeedConfigMapsTheRatio) {
   EXPECT_EQ(p["strategy"], "zero-offload");
   EXPECT_EQ(p["zero_optimization"]["offload_optimizer"]["ratio"], 0.5);
   EXPECT_EQ(p["zero_optimization"]["sub_group_size"], 1000);
-  EXPECT_FALSE(p["zero_optimization"].contains("stage"));
-  ASSERT_EQ(notes.size(), 1u);
-  EXPECT_NE(notes[0].find("stage 3"), std::string::npos) << notes[0];
-  const std::string msg = input_error([&] { deepspeed_patch(c, "ds.json", nullptr, 2); });
-  EXPECT_NE(msg.find("ds.json: zero_optimization.stage"), std::string::npos) << msg;
+  // stage 3 is the spec's (in one process every stage is stage 0; on several ranks a split of the
+  // partitioned state is refused when the run starts, zero_offload.cpp)
+  EXPECT_EQ(p["zero_optimization"]["stage"], 3);
+  EXPECT_TRUE(notes.empty());
+  EXPECT_EQ(deepspeed_patch(c, "ds.json", nullptr, 2)["zero_optimization"]["stage"], 3);
   notes.clear();
   const json q = deepspeed_patch(cfg(3, "none", 0.5), "ds.json", &notes, 1);
   EXPECT_EQ(q["strategy"], "device-adam");

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cpu/gemm.hpp"
 #include "runtime/parallel.hpp"
 
@@ -77,6 +78,20 @@ struct Operands {
     dnnl_gemm(s, (const char*)a + ao * e, (const char*)b + bo * e, C);
   }
 };
+// Below kCoarseRows a bf16 call runs the fp32 paths on operands rounded to bf16 (into the calling
+// thread's buffers): a product of two bf16 values is exact in fp32, so these multiply what the
+// oneDNN tiles multiply and sum in fp32 as they do; the precision does not depend on the batch
+// (the rows of a data-parallel rank's share, say), only the order of the sums.
+void round_operands(const float*& a, size_t na, const float*& b, size_t nb, bool bf16) {
+  if (!bf16 || !native_bf16()) return;
+  thread_local std::vector<float> ra, rb;
+  ra.resize(na);
+  rb.resize(nb);
+  for (size_t i = 0; i < na; ++i) ra[i] = zf::kernels::bf16::round(a[i]);
+  for (size_t i = 0; i < nb; ++i) rb[i] = zf::kernels::bf16::round(b[i]);
+  a = ra.data();
+  b = rb.data();
+}
 Operands operands(const float* a, size_t na, const float* b, size_t nb, bool bf16) {
   if (!bf16 || !native_bf16()) return {a, b, false};
   thread_local std::vector<uint16_t> ha, hb;
@@ -98,6 +113,7 @@ void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, b
     });
     return;
   }
+  round_operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
   if (w_in_out) {  // w (K, N): tiles of output features
     if (B <= kSmallBatch && N >= kStreamMinN) {
       // y[b, :] = sum over k of x[b, k] w[k, :], in k order: one pass over w (memory-bound, like
@@ -181,6 +197,7 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
       });
     return;
   }
+  round_operands(dy, (size_t)B * N, x, (size_t)B * K, bf16);
   if (dw_in_out) {  // dw (K, N) = x^T dy
     over(cut(K, flops, 16, B), K, [&](int k0, int kk) {  // tiles of its rows (input features)
       if (B > kSmallBatch) {
@@ -225,6 +242,7 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
     });
     return;
   }
+  round_operands(dy, (size_t)B * N, w, (size_t)N * K, bf16);
   if (w_in_out) {  // w (K, N): tiles of input features (rows of w)
     const Cut c = cut(K, flops, 16, B);
     if (B == 1) {

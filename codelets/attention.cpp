@@ -1,8 +1,11 @@
 // Causal multi-head self-attention forward (saving the attention probabilities) and backward
-// (kernels/cpu/attention.cpp).
+// (kernels/cpu/attention.cpp): the GPT's on a fused qkv, and grouped-query attention (Llama,
+// Qwen2: docs/llama.md) on q, k, v held apart with n_kv_head <= n_head KV heads.
 #include <starpu.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
@@ -44,6 +47,43 @@ void attention_bwd_cuda(void* b[], void* a) noexcept {  // (B, T, T) scratch fro
 }
 #endif
 
+struct GqaArgs {
+  int B, T, H, Hkv, hs;
+  StepStatus* status;
+};
+
+void gqa_attention_fwd_cpu(void* b[], void* a) noexcept {  // q, k, v, out, att
+  auto* p = static_cast<GqaArgs*>(a);
+  kernels::cpu::gqa_attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]), p->B,
+                                  p->T, p->H, p->Hkv, p->hs);
+}
+void gqa_attention_bwd_cpu(void* b[], void* a) noexcept {  // dout, q, k, v, att, dq, dk, dv
+  auto* p = static_cast<GqaArgs*>(a);
+  float* scratch = static_cast<float*>(std::malloc((size_t)p->T * p->T * sizeof(float)));  // (T, T)
+  if (!scratch) {
+    if (p->status) p->status->fail("gqa_attention_bwd: out of memory for the (T, T) scratch");
+    return;
+  }
+  kernels::cpu::gqa_attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
+                                  vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), scratch, p->B, p->T, p->H, p->Hkv,
+                                  p->hs);
+  std::free(scratch);
+}
+#ifdef ZF_USE_CUDA
+void gqa_attention_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<GqaArgs*>(a);
+  cuda_check(kernels::cuda::gqa_attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]),
+                                              vec_ptr(b[4]), p->B, p->T, p->H, p->Hkv, p->hs, cublas_handle(),
+                                              cuda_stream()));
+}
+void gqa_attention_bwd_cuda(void* b[], void* a) noexcept {  // (B, T, T) scratch from the stream's pool
+  auto* p = static_cast<GqaArgs*>(a);
+  cuda_check(kernels::cuda::gqa_attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]),
+                                              vec_ptr(b[4]), vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), p->B, p->T,
+                                              p->H, p->Hkv, p->hs, cublas_handle(), cuda_stream()));
+}
+#endif
+
 starpu_codelet& attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
@@ -70,6 +110,42 @@ AttentionArgs dims(const SubmitOptions& opt, const Tensor& qkv, const Tensor& ou
   return a;
 }
 
+starpu_codelet& gqa_attention_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_gqa_attention_fwd", gqa_attention_fwd_cpu, ZF_CUDA_FUNC(gqa_attention_fwd_cuda), 5,
+                    {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+                   &m);
+  return c;
+}
+starpu_codelet& gqa_attention_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_gqa_attention_bwd", gqa_attention_bwd_cpu, ZF_CUDA_FUNC(gqa_attention_bwd_cuda), 8,
+                    {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
+                   &m);
+  return c;
+}
+
+// att (B, H, T, T), q and out (B*T, H*hs), k and v (B*T, Hkv*hs)
+GqaArgs gqa_dims(const SubmitOptions& opt, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const Tensor& att, int n_kv_head, StepStatus* status) {
+  expect(att.shape().size() == 4 && att.dim(2) == att.dim(3), opt, "att must be (B, H, T, T): " + shape_str(att));
+  const int B = (int)att.dim(0), H = (int)att.dim(1), T = (int)att.dim(2);
+  expect(n_kv_head > 0 && H % n_kv_head == 0, opt,
+         "the " + std::to_string(H) + " query heads are not a multiple of the " + std::to_string(n_kv_head) +
+             " KV heads");
+  expect(q.shape().size() == 2 && q.dim(0) == (int64_t)B * T && q.dim(1) % H == 0, opt,
+         shape_str(q) + " must be (B*T, H*hs) for " + shape_str(att));
+  const int hs = (int)(q.dim(1) / H);
+  const std::vector<int64_t> kv{(int64_t)B * T, (int64_t)n_kv_head * hs};
+  expect(k.shape() == kv && v.shape() == kv, opt,
+         shape_str(k) + " and " + shape_str(v) + " must be (" + std::to_string(kv[0]) + "," + std::to_string(kv[1]) +
+             ") = (B*T, n_kv_head*hs)");
+  expect(out.shape() == q.shape(), opt, shape_str(out) + " must be shaped as " + shape_str(q));
+  return {B, T, H, n_kv_head, hs, status};
+}
+
 }  // namespace
 
 void insert_attention_fwd(const SubmitOptions& opt, const Tensor& qkv, const Tensor& out, const Tensor& att,
@@ -82,6 +158,23 @@ void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Te
   AttentionArgs a = dims(opt, qkv, dout, att, status);
   expect(dqkv.numel() == qkv.numel(), opt, shape_str(dqkv) + " vs " + shape_str(qkv));
   TaskBuilder(attention_bwd_cl(), opt).r(dout).r(qkv).r(att).w(dqkv).args(a).submit();
+}
+
+void insert_gqa_attention_fwd(const SubmitOptions& opt, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& att, int n_kv_head, StepStatus* status) {
+  TaskBuilder(gqa_attention_fwd_cl(), opt)
+      .r(q).r(k).r(v).w(out).w(att)
+      .args(gqa_dims(opt, q, k, v, out, att, n_kv_head, status))
+      .submit();
+}
+
+void insert_gqa_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv, int n_kv_head, StepStatus* status) {
+  const GqaArgs a = gqa_dims(opt, q, k, v, dout, att, n_kv_head, status);
+  expect(dq.shape() == q.shape() && dk.shape() == k.shape() && dv.shape() == v.shape(), opt,
+         shape_str(dq) + ", " + shape_str(dk) + ", " + shape_str(dv) + " must be shaped as q, k, v");
+  TaskBuilder(gqa_attention_bwd_cl(), opt).r(dout).r(q).r(k).r(v).r(att).w(dq).w(dk).w(dv).args(a).submit();
 }
 
 }  // namespace zf

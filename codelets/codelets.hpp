@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
@@ -224,6 +225,32 @@ void insert_max_pool_bwd(const SubmitOptions& opt, const Tensor& x, const Tensor
 // y (B, C) = x at position len[b] - 1 of sequence b; the backward writes dx (B*T, C)
 void insert_last_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);
 void insert_last_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);
+
+// ---- Llama / Qwen2 layers (llama.cpp, attention.cpp; docs/llama.md). Activations (B*T, C).
+// y (N, C) = x * rstd * w, rstd (N) = 1/sqrt(mean(x^2) + eps) saved (config.json's rms_norm_eps)
+void insert_rmsnorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,
+                        const Tensor& rstd, float eps);
+void insert_rmsnorm_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                        const Tensor& w, const Tensor& dx, const Tensor& dw);
+// The rotary table (2, Tmax, hs/2), cos then sin (kernels::cpu::rope_table), as a home tensor
+// filled now, at graph build; throws zf::Error when p is unusable (kernels::cpu::rope_params_problem)
+// or hs is odd.
+Tensor make_rope_table(const kernels::cpu::RopeParams& p, int Tmax, int hs, const std::string& name);
+// In place on x (B*T, n_head*hs): the rotate-half rotation of each head by the angles of
+// positions pos0 .. pos0 + T - 1 (pos0 + T <= Tmax); the backward rotates dx back.
+void insert_rope_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& table, int T, int n_head, int pos0 = 0);
+void insert_rope_bwd(const SubmitOptions& opt, const Tensor& dx, const Tensor& table, int T, int n_head, int pos0 = 0);
+// out = silu(gate) * up, elementwise (gate, up, out of one size); the backward writes dgate, dup
+void insert_swiglu_fwd(const SubmitOptions& opt, const Tensor& gate, const Tensor& up, const Tensor& out);
+void insert_swiglu_bwd(const SubmitOptions& opt, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                       const Tensor& dgate, const Tensor& dup);
+// Causal grouped-query attention: q and out (B*T, H*hs), k and v (B*T, n_kv_head*hs), att (B, H, T, T)
+// (B, H and T from att's shape); query head h reads KV head h / (H / n_kv_head).
+void insert_gqa_attention_fwd(const SubmitOptions& opt, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& att, int n_kv_head, StepStatus* status);
+void insert_gqa_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv, int n_kv_head, StepStatus* status);
 
 // ---- text data (data.cpp). The sources must outlive the tasks.
 struct TextSource {

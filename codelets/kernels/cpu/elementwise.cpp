@@ -1,7 +1,7 @@
-// Elementwise kernels: bias, ReLU, GELU (tanh form, as GPT-2, through a vectorized exp), accumulate,
-// copy, zero.
+// Elementwise kernels: bias, ReLU, GELU (tanh form, as GPT-2, through a vectorized exp), SwiGLU
+// (the Llama MLP's silu(gate) * up, silu_math.hpp), accumulate, copy, zero.
 // Written as simple loops that GCC vectorizes (-O3 -fno-math-errno). The device-side ones (bias,
-// ReLU, GELU) cut long arrays into fixed chunks (parallel.hpp) that idle device cores help with;
+// ReLU, GELU, SwiGLU) cut long arrays into fixed chunks (parallel.hpp) that idle device cores help with;
 // every element is computed alone, so the result does not depend on who runs which chunk.
 #include <algorithm>
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
 #include "codelets/kernels/gelu_math.hpp"
+#include "codelets/kernels/silu_math.hpp"
 
 namespace zf::kernels::cpu {
 
@@ -68,6 +69,18 @@ void gelu_fwd(const float* x, float* y, size_t n) {
 void gelu_bwd(const float* x, const float* dy, float* dx, size_t n) {
   chunked(n, [&](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) dx[i] = gelu_math::gelu_bwd(x[i], dy[i]);
+  });
+}
+
+void swiglu_fwd(const float* gate, const float* up, float* out, size_t n) {
+  chunked(n, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) out[i] = silu_math::swiglu_fwd(gate[i], up[i]);
+  });
+}
+
+void swiglu_bwd(const float* gate, const float* up, const float* dout, float* dgate, float* dup, size_t n) {
+  chunked(n, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) silu_math::swiglu_bwd(gate[i], up[i], dout[i], dgate + i, dup + i);
   });
 }
 

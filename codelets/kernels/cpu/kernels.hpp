@@ -217,4 +217,54 @@ void class_embedding_fwd(float* x, const float* table, const int32_t* ids, int B
 // (overwritten; fixed order).
 void class_embedding_bwd(const float* dx, const int32_t* ids, float* dtable, int B, int T, int C, int K);
 
+// ---- Llama / Qwen2 layers (llama.cpp, elementwise.cpp, attention.cpp; docs/llama.md).
+// Activations are (B, T, C) row-major = (B*T, C); every kernel overwrites its outputs.
+// RMSNorm over the rows of x (N, C) as Hugging Face's LlamaRMSNorm in fp32: rstd = 1/sqrt(mean(x^2)
+// + eps) (the row sum in double, lanes.hpp's order), y = (x * rstd) * w; rstd (N) saved.
+void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int N, int C, float eps);
+// dx (N, C), dw (C) from dy (N, C): with xhat = x rstd,
+//   dx = rstd (dy w - xhat mean(dy w xhat)),  dw = sum over the rows of dy xhat.
+void rmsnorm_bwd(const float* dy, const float* x, const float* rstd, const float* w, float* dx, float* dw, int N,
+                 int C);
+// Rotary embedding parameters (config.json's rope_theta and rope_scaling; llama3: Hugging Face's
+// _compute_llama3_parameters).
+struct RopeParams {
+  double theta = 10000.0;
+  bool llama3 = false;  // rope_scaling {"rope_type": "llama3", ...}; false: rope_scaling null
+  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  double original_max_position_embeddings = 8192.0;
+};
+// What makes p unusable (a non-positive theta or factor, high_freq_factor <= low_freq_factor,
+// ...), naming the config field; empty when it is fine.
+const char* rope_params_problem(const RopeParams& p);
+// inv_freq (hs/2), in double: theta^(-2i/hs), then (llama3) divided by factor below the low
+// frequencies' wavelength bound, kept above the high one, interpolated in between.
+void rope_inv_freq(const RopeParams& p, int hs, double* inv_freq);
+// table (2, Tmax, hs/2): cos, then sin, of t * inv_freq[i] for positions t < Tmax, computed in
+// double and rounded to fp32 once.
+void rope_table(const RopeParams& p, int Tmax, int hs, float* table);
+// Rotate-half rotary embedding in place on x (B, T, NH*hs), every head alike (HF's
+// apply_rotary_pos_emb): with d = hs/2, c = cos[pos][i], s = sin[pos][i], i < d,
+//   x[i] <- x[i] c - x[i+d] s,   x[i+d] <- x[i+d] c + x[i] s;   pos = pos0 + t.
+// cos, sin: rows of (Tmax, d) tables with pos0 + T <= Tmax.
+void rope_fwd(float* x, const float* cos, const float* sin, int B, int T, int NH, int hs, int pos0);
+// The transpose (the rotation by -angle), in place on dx (B, T, NH*hs):
+//   dx[i] <- dx[i] c + dx[i+d] s,   dx[i+d] <- dx[i+d] c - dx[i] s.
+void rope_bwd(float* dx, const float* cos, const float* sin, int B, int T, int NH, int hs, int pos0);
+// SwiGLU (the Llama MLP's act_fn(gate_proj(x)) * up_proj(x), hidden_act "silu"), elementwise:
+// out = silu(gate) * up, silu(g) = g sigma(g); dgate = dout up sigma(g) (1 + g (1 - sigma(g))),
+// dup = dout silu(g).
+void swiglu_fwd(const float* gate, const float* up, float* out, size_t n);
+void swiglu_bwd(const float* gate, const float* up, const float* dout, float* dgate, float* dup, size_t n);
+// Causal grouped-query attention (HF's repeat_kv): q (B, T, H*hs), k and v (B, T, Hkv*hs), H a
+// multiple of Hkv; query head h reads KV head h / (H / Hkv). att (B, H, T, T) = softmax over
+// j <= i of q_i . k_j / sqrt(hs) (0 above the diagonal, saved); out (B, T, H*hs) = att v.
+// With Hkv = H it is attention_fwd on q, k, v held apart.
+void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
+                       int Hkv, int hs);
+// dq (B, T, H*hs), dk and dv (B, T, Hkv*hs) overwritten from dout (B, T, H*hs); scratch holds
+// T*T floats. A KV head's dk and dv are summed over its query heads in head order.
+void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
+                       float* dq, float* dk, float* dv, float* scratch, int B, int T, int H, int Hkv, int hs);
+
 }  // namespace zf::kernels::cpu

@@ -1,7 +1,9 @@
 // Causal multi-head self-attention on the GPU, the CPU kernel's algorithm (cpu/attention.cpp):
 // for each head h, the four products are cuBLAS strided-batched SGEMMs over the batch on strided
-// views of qkv (B, T, 3C) = [q | k | v]; the causal softmax and its backward are one block per
-// row. Row-major operands are passed to column-major cuBLAS transposed (see matmul.cu).
+// views of qkv (B, T, 3C) = [q | k | v] (GPT) or of q, k, v held apart with Hkv <= H KV heads
+// (grouped-query attention: head h reads KV head h / (H / Hkv)); the causal softmax and its
+// backward are one block per row. The backward visits the heads in order, the first of a KV head's
+// group writing its dk and dv (beta 0) and the others adding to them (beta 1): a fixed order. Row-major operands are passed to column-major cuBLAS transposed (see matmul.cu).
 #include <cmath>
 
 #include "codelets/kernels/cuda/common.cuh"
@@ -46,77 +48,117 @@ __global__ void causal_softmax_bwd_k(const float* att, float* ds, int T, size_t 
   for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= i ? a[j] * (d[j] - dot) : 0.0f;
 }
 
-}  // namespace
 
-Status attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, cublasHandle_t h,
-                     cudaStream_t s) {
-  const int hs = C / NH, C3 = 3 * C;
+// Row-major views as the CPU kernel's: q (B, T, ldq), k and v (B, T, ldkv), head offsets h*hs.
+struct Views {
+  const float *q, *k, *v;
+  int ldq, ldkv;
+  int B, T, H, Hkv, hs;
+};
+
+Status fwd(const Views& w, float* out, int ldo, float* att, cublasHandle_t h, cudaStream_t s) {
+  const int T = w.T, B = w.B, hs = w.hs, G = w.H / w.Hkv;
   const float scale = 1.0f / std::sqrt((float)hs), one = 1.0f, zero = 0.0f;
-  const long long sQKV = (long long)T * C3, sAtt = (long long)NH * T * T, sOut = (long long)T * C;
+  const long long sQ = (long long)T * w.ldq, sKV = (long long)T * w.ldkv, sAtt = (long long)w.H * T * T,
+                  sOut = (long long)T * ldo;
   if (Status e = check(cublasSetStream(h, s))) return e;
-  for (int hd = 0; hd < NH; ++hd) {
-    const float* q = qkv + hd * hs;
-    const float* k = q + C;
+  for (int hd = 0; hd < w.H; ++hd) {
+    const float* q = w.q + hd * hs;
+    const float* k = w.k + (hd / G) * hs;
     float* a = att + (size_t)hd * T * T;
     // S^T (T, T) col-major = op_T(k) q : S[i][j] = scale * q_i . k_j
-    if (Status e = check(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, C3, sQKV, q,
-                                                   C3, sQKV, &zero, a, T, sAtt, B)))
+    if (Status e = check(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, w.ldkv, sKV,
+                                                   q, w.ldq, sQ, &zero, a, T, sAtt, B)))
       return e;
   }
-  if (B > 0 && T > 0) causal_softmax_k<<<(unsigned)((size_t)B * NH * T), kRowThreads, 0, s>>>(att, T);
+  if (B > 0 && T > 0) causal_softmax_k<<<(unsigned)((size_t)B * w.H * T), kRowThreads, 0, s>>>(att, T);
   if (Status e = launched()) return e;
-  for (int hd = 0; hd < NH; ++hd) {
-    const float* v = qkv + hd * hs + 2 * C;
+  for (int hd = 0; hd < w.H; ++hd) {
+    const float* v = w.v + (hd / G) * hs;
     const float* a = att + (size_t)hd * T * T;
     float* o = out + hd * hs;
     // out^T (hs, T) = v^T (hs, T) att^T : out[i][d] = sum_j att[i][j] v[j][d]
-    if (Status e = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v, C3, sQKV, a, T,
-                                                   sAtt, &zero, o, C, sOut, B)))
+    if (Status e = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v, w.ldkv, sKV, a,
+                                                   T, sAtt, &zero, o, ldo, sOut, B)))
       return e;
   }
   return nullptr;
 }
 
-Status attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, int B, int T, int C,
-                     int NH, cublasHandle_t h, cudaStream_t s) {
-  const int hs = C / NH, C3 = 3 * C;
+struct Grads {
+  float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv
+};
+
+// One head over the batch; ds (B, T, T) scratch. beta 0 writes dk and dv, 1 adds to them.
+Status bwd_head(const Views& w, const float* dout, int ldo, const float* att, const Grads& g, float* ds, int hd,
+                float beta, cublasHandle_t h, cudaStream_t s) {
+  const int T = w.T, B = w.B, hs = w.hs, G = w.H / w.Hkv;
   const float scale = 1.0f / std::sqrt((float)hs), one = 1.0f, zero = 0.0f;
-  const long long sQKV = (long long)T * C3, sAtt = (long long)NH * T * T, sOut = (long long)T * C,
-                  sDs = (long long)T * T;
-  void* scratch = nullptr;  // ds (B, T, T) for one head
-  if (Status e = scratch_alloc(&scratch, (size_t)B * T * T * sizeof(float), s)) return e;
-  float* ds = (float*)scratch;
-  Status st = check(cublasSetStream(h, s));
-  for (int hd = 0; hd < NH && !st; ++hd) {
-    const float* q = qkv + hd * hs;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv + hd * hs;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* a = att + (size_t)hd * T * T;
-    const float* dO = dout + hd * hs;
-    // datt[i][j] = dO_i . v_j
-    st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, v, C3, sQKV, dO, C, sOut,
-                                         &zero, ds, T, sDs, B));
-    // dv[j][d] = sum_i att[i][j] dO[i][d]
-    if (!st)
-      st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, dO, C, sOut, a, T, sAtt,
-                                           &zero, dv, C3, sQKV, B));
-    if (!st && B > 0 && T > 0) {
-      causal_softmax_bwd_k<<<(unsigned)((size_t)B * T), kRowThreads, 0, s>>>(a, ds, T, (size_t)NH * T, T);
-      st = launched();
-    }
-    // dq[i][d] = scale sum_j dS[i][j] k[j][d];  dk[j][d] = scale sum_i dS[i][j] q[i][d]
-    if (!st)
-      st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale, k, C3, sQKV, ds, T, sDs,
-                                           &zero, dq, C3, sQKV, B));
-    if (!st)
-      st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale, q, C3, sQKV, ds, T, sDs,
-                                           &zero, dk, C3, sQKV, B));
+  const long long sQ = (long long)T * w.ldq, sKV = (long long)T * w.ldkv, sAtt = (long long)w.H * T * T,
+                  sOut = (long long)T * ldo, sDs = (long long)T * T;
+  const float* q = w.q + hd * hs;
+  const float* k = w.k + (hd / G) * hs;
+  const float* v = w.v + (hd / G) * hs;
+  float* dq = g.dq + hd * hs;
+  float* dk = g.dk + (hd / G) * hs;
+  float* dv = g.dv + (hd / G) * hs;
+  const float* a = att + (size_t)hd * T * T;
+  const float* dO = dout + hd * hs;
+  // datt[i][j] = dO_i . v_j
+  Status st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, v, w.ldkv, sKV, dO, ldo,
+                                              sOut, &zero, ds, T, sDs, B));
+  // dv[j][d] (+)= sum_i att[i][j] dO[i][d]
+  if (!st)
+    st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, dO, ldo, sOut, a, T, sAtt,
+                                         &beta, dv, w.ldkv, sKV, B));
+  if (!st && B > 0 && T > 0) {
+    causal_softmax_bwd_k<<<(unsigned)((size_t)B * T), kRowThreads, 0, s>>>(a, ds, T, (size_t)w.H * T, T);
+    st = launched();
   }
+  // dq[i][d] = scale sum_j dS[i][j] k[j][d];  dk[j][d] (+)= scale sum_i dS[i][j] q[i][d]
+  if (!st)
+    st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale, k, w.ldkv, sKV, ds, T, sDs,
+                                         &zero, dq, w.ldq, sQ, B));
+  if (!st)
+    st = check(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale, q, w.ldq, sQ, ds, T, sDs,
+                                         &beta, dk, w.ldkv, sKV, B));
+  return st;
+}
+
+Status bwd(const Views& w, const float* dout, int ldo, const float* att, const Grads& g, cublasHandle_t h,
+           cudaStream_t s) {
+  const int G = w.H / w.Hkv;
+  void* scratch = nullptr;  // ds (B, T, T) for one head
+  if (Status e = scratch_alloc(&scratch, (size_t)w.B * w.T * w.T * sizeof(float), s)) return e;
+  Status st = check(cublasSetStream(h, s));
+  for (int hd = 0; hd < w.H && !st; ++hd)
+    st = bwd_head(w, dout, ldo, att, g, (float*)scratch, hd, hd % G == 0 ? 0.0f : 1.0f, h, s);
   scratch_free(scratch, s);
   return st;
+}
+
+}  // namespace
+
+Status attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, cublasHandle_t h,
+                     cudaStream_t s) {
+  return fwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, C / NH}, out, C, att, h, s);
+}
+
+Status attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, int B, int T, int C,
+                     int NH, cublasHandle_t h, cudaStream_t s) {
+  return bwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, C / NH}, dout, C, att,
+             Grads{dqkv, dqkv + C, dqkv + 2 * C}, h, s);
+}
+
+Status gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
+                         int Hkv, int hs, cublasHandle_t h, cudaStream_t s) {
+  return fwd(Views{q, k, v, H * hs, Hkv * hs, B, T, H, Hkv, hs}, out, H * hs, att, h, s);
+}
+
+Status gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
+                         float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int hs, cublasHandle_t h,
+                         cudaStream_t s) {
+  return bwd(Views{q, k, v, H * hs, Hkv * hs, B, T, H, Hkv, hs}, dout, H * hs, att, Grads{dq, dk, dv}, h, s);
 }
 
 }  // namespace zf::kernels::cuda

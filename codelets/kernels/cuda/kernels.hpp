@@ -4,8 +4,8 @@
 // (codelets/kernels/cpu/kernels.hpp), with the stream (and cuBLAS handle) appended. Every
 // launcher returns nullptr, or a static error text when a launch or library call failed.
 // Bitwise equal to the CPU kernel (built with --fmad=false, IEEE div/sqrt): the elementwise
-// operations (bias add, ReLU, GELU, softmax-xent backward, AdamW, selective AdamW, accumulate,
-// copy, gather/scatter, merge, embedding, mean, max and last pooling) and, for at most 64 rows, the column sums
+// operations (bias add, ReLU, GELU, SwiGLU, rotary embeddings, softmax-xent backward, AdamW,
+// selective AdamW, accumulate, copy, gather/scatter, merge, embedding, mean, max and last pooling) and, for at most 64 rows, the column sums
 // (bias grad, column importance, LayerNorm dw/db). Matmuls (cuBLAS), attention, softmax and the
 // row statistics differ by rounding only. Scratch memory comes from the stream-ordered pool
 // (cudaMallocAsync).
@@ -127,5 +127,24 @@ Status max_pool_bwd(const float* x, const float* dy, const int32_t* len, float* 
                     cudaStream_t s);
 Status last_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
 Status last_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C, cudaStream_t s);
+
+// ---- Llama / Qwen2 layers (llama.cu, attention.cu; cpu:: semantics). The rotary tables cos and
+// sin, (Tmax, hs/2) each, are on the device.
+Status rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int N, int C, float eps, cudaStream_t s);
+Status rmsnorm_bwd(const float* dy, const float* x, const float* rstd, const float* w, float* dx, float* dw, int N,
+                   int C, cudaStream_t s);
+Status rope_fwd(float* x, const float* cos, const float* sin, int B, int T, int NH, int hs, int pos0,
+                cudaStream_t s);
+Status rope_bwd(float* dx, const float* cos, const float* sin, int B, int T, int NH, int hs, int pos0,
+                cudaStream_t s);
+Status swiglu_fwd(const float* gate, const float* up, float* out, size_t n, cudaStream_t s);
+Status swiglu_bwd(const float* gate, const float* up, const float* dout, float* dgate, float* dup, size_t n,
+                  cudaStream_t s);
+// Scratch (B*T*T floats) for the backward from the stream-ordered pool.
+Status gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
+                         int Hkv, int hs, cublasHandle_t h, cudaStream_t s);
+Status gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
+                         float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int hs, cublasHandle_t h,
+                         cudaStream_t s);
 
 }  // namespace zf::kernels::cuda

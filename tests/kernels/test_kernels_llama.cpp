@@ -15,6 +15,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -329,10 +331,11 @@ TEST(LlamaKernels, RopeParamsProblemsNameTheField) {
 
 // ------------------------------------------------------------------ independent of the core count
 
-// Two helper threads take tiles of every kernel call (as idle StarPU workers do, parallel.hpp) while
-// it runs; the results must be the bits of the same calls on their caller alone. Shapes with
-// several tiles each: RMSNorm and the rotary embedding in row tiles, SwiGLU in chunks, the
-// attention in (batch, head) tiles forward and (batch, KV head) tiles backward, groups of 3.
+// Two helper threads take tiles of every kernel call (as idle StarPU workers do, parallel.hpp);
+// each kernel's results must be the bits of the same call on its caller alone. Shapes with many
+// tiles: RMSNorm and the rotary embedding in row tiles, SwiGLU in chunks, the attention in
+// (batch, head) tiles forward and (batch, KV head) tiles backward, groups of 3. A call is repeated
+// until helpers did take some of its tiles (parallel_stats), at most kTries times.
 class Helpers {
  public:
   explicit Helpers(int n) {
@@ -354,42 +357,102 @@ class Helpers {
   std::vector<std::thread> threads_;
 };
 
-std::vector<FVec> run_all() {
-  const int N = 600, C = 96;  // RMSNorm: 4 row tiles of 170 rows
-  FVec x = uniform_f((size_t)N * C, -3, 3, 90), w = uniform_f(C, 0.5f, 1.5f, 91), dy = uniform_f(x.size(), -1, 1, 92);
-  FVec y(x.size()), s(N), dx(x.size()), dw(C);
-  cpu::rmsnorm_fwd(x.data(), w.data(), y.data(), s.data(), N, C, 1e-5f);
-  cpu::rmsnorm_bwd(dy.data(), x.data(), s.data(), w.data(), dx.data(), dw.data(), N, C);
-  const int B = 4, T = 150, NH = 6, hs = 16;  // rotary: B*T = 600 rows of 96 features, 4 tiles
-  FVec table((size_t)2 * T * hs / 2);
-  cpu::rope_table(small_llama3(), T, hs, table.data());
-  FVec r = x, dr = dy;
-  cpu::rope_fwd(r.data(), table.data(), table.data() + (size_t)T * hs / 2, B, T, NH, hs, 0);
-  cpu::rope_bwd(dr.data(), table.data(), table.data() + (size_t)T * hs / 2, B, T, NH, hs, 0);
-  const size_t n = 5 * 32768 + 7;  // SwiGLU: 5 chunks
-  FVec g = uniform_f(n, -8, 8, 93), u = uniform_f(n, -2, 2, 94), d = uniform_f(n, -1, 1, 95), o(n), dg(n), du(n);
-  cpu::swiglu_fwd(g.data(), u.data(), o.data(), n);
-  cpu::swiglu_bwd(g.data(), u.data(), d.data(), dg.data(), du.data(), n);
-  Gqa a(2, 130, 6, 2, 16, 96);  // 12 forward tiles, 4 backward tiles of 3 heads
-  a.run();
-  return {y, s, dx, dw, r, dr, o, dg, du, a.out, a.att, a.dq, a.dk, a.dv};
+struct Case {
+  const char* name;
+  std::function<std::vector<FVec>()> run;
+};
+
+// One case per kernel call, so that the helpers' tiles are counted for that call; the backward
+// calls start from the forward results computed alone.
+std::vector<Case> cases() {
+  const int N = 2048, C = 256;  // RMSNorm: 32 row tiles of 64 rows; rotary: as many, 16 heads of 16
+  auto x = std::make_shared<FVec>(uniform_f((size_t)N * C, -3, 3, 90));
+  auto w = std::make_shared<FVec>(uniform_f(C, 0.5f, 1.5f, 91));
+  auto dy = std::make_shared<FVec>(uniform_f(x->size(), -1, 1, 92));
+  auto rs = std::make_shared<FVec>(N), y = std::make_shared<FVec>(x->size());
+  cpu::rmsnorm_fwd(x->data(), w->data(), y->data(), rs->data(), N, C, 1e-5f);
+  const int B = 8, T = 256, NH = 16, hs = 16;
+  auto table = std::make_shared<FVec>((size_t)2 * T * hs / 2);
+  cpu::rope_table(small_llama3(), T, hs, table->data());
+  const size_t n = 15 * 32768 + 7;  // SwiGLU: 15 chunks
+  auto g = std::make_shared<FVec>(uniform_f(n, -8, 8, 93)), u = std::make_shared<FVec>(uniform_f(n, -2, 2, 94));
+  auto d = std::make_shared<FVec>(uniform_f(n, -1, 1, 95));
+  auto a = std::make_shared<Gqa>(4, 130, 6, 2, 16, 96);  // 24 forward tiles, 8 backward tiles of 3 heads
+  a->run();
+  return {
+      {"rmsnorm_fwd",
+       [=] {
+         FVec yy(x->size()), s(N);
+         cpu::rmsnorm_fwd(x->data(), w->data(), yy.data(), s.data(), N, C, 1e-5f);
+         return std::vector<FVec>{yy, s};
+       }},
+      {"rmsnorm_bwd",
+       [=] {
+         FVec dx(x->size()), dw(C);
+         cpu::rmsnorm_bwd(dy->data(), x->data(), rs->data(), w->data(), dx.data(), dw.data(), N, C);
+         return std::vector<FVec>{dx, dw};
+       }},
+      {"rope_fwd",
+       [=] {
+         FVec r = *x;
+         cpu::rope_fwd(r.data(), table->data(), table->data() + (size_t)T * hs / 2, B, T, NH, hs, 0);
+         return std::vector<FVec>{r};
+       }},
+      {"rope_bwd",
+       [=] {
+         FVec r = *dy;
+         cpu::rope_bwd(r.data(), table->data(), table->data() + (size_t)T * hs / 2, B, T, NH, hs, 0);
+         return std::vector<FVec>{r};
+       }},
+      {"swiglu_fwd",
+       [=] {
+         FVec o(n);
+         cpu::swiglu_fwd(g->data(), u->data(), o.data(), n);
+         return std::vector<FVec>{o};
+       }},
+      {"swiglu_bwd",
+       [=] {
+         FVec dg(n), du(n);
+         cpu::swiglu_bwd(g->data(), u->data(), d->data(), dg.data(), du.data(), n);
+         return std::vector<FVec>{dg, du};
+       }},
+      {"gqa_attention_fwd",
+       [=] {
+         FVec out(a->out.size()), att(a->att.size());
+         cpu::gqa_attention_fwd(a->q.data(), a->k.data(), a->v.data(), out.data(), att.data(), a->B, a->T, a->H,
+                                a->Hkv, a->hs);
+         return std::vector<FVec>{out, att};
+       }},
+      {"gqa_attention_bwd",
+       [=] {
+         FVec dq(a->dq.size()), dk(a->dk.size()), dv(a->dv.size()), scratch((size_t)a->T * a->T);
+         cpu::gqa_attention_bwd(a->dout.data(), a->q.data(), a->k.data(), a->v.data(), a->att.data(), dq.data(),
+                                dk.data(), dv.data(), scratch.data(), a->B, a->T, a->H, a->Hkv, a->hs);
+         return std::vector<FVec>{dq, dk, dv};
+       }},
+  };
 }
 
 TEST(LlamaKernels, BitwiseSameWithHelperThreads) {
+  constexpr int kTries = 200;
   zf::blas_single_thread();
+  const std::vector<Case> cs = cases();
+  std::vector<std::vector<FVec>> alone;
   zf::set_parallel_helpers(0);
-  const std::vector<FVec> alone = run_all();
-  const unsigned long long helped0 = zf::parallel_stats().helped;
-  {
-    Helpers h(2);
-    for (int rep = 0; rep < 3; ++rep) {
-      const std::vector<FVec> helped = run_all();
-      ASSERT_EQ(helped.size(), alone.size());
-      for (size_t i = 0; i < alone.size(); ++i) EXPECT_TRUE(bits_equal(helped[i], alone[i])) << "result " << i;
+  for (const Case& c : cs) alone.push_back(c.run());
+  Helpers h(2);
+  for (size_t k = 0; k < cs.size(); ++k) {
+    SCOPED_TRACE(cs[k].name);
+    bool helped = false;
+    for (int t = 0; t < kTries && !helped; ++t) {
+      const unsigned long long before = zf::parallel_stats().helped;
+      const std::vector<FVec> got = cs[k].run();
+      helped = zf::parallel_stats().helped > before;
+      ASSERT_EQ(got.size(), alone[k].size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(bits_equal(got[i], alone[k][i])) << "result " << i;
     }
+    EXPECT_TRUE(helped) << "the helpers took no tile in " << kTries << " calls: nothing was compared";
   }
-  // the helpers did take tiles (else the comparison above proves nothing)
-  EXPECT_GT(zf::parallel_stats().helped, helped0);
 }
 
 }  // namespace

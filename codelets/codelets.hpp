@@ -227,7 +227,7 @@ void insert_last_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tenso
 void insert_last_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);
 
 // ---- Llama / Qwen2 layers (llama.cpp, attention.cpp; docs/llama.md). Activations (B*T, C).
-// y (N, C) = x * rstd * w, rstd (N) = 1/sqrt(mean(x^2) + eps) saved (config.json's rms_norm_eps)
+// y (N, C) = x * rstd * w, rstd (N) = 1/sqrt(mean(x^2) + eps) saved (config.json's rms_norm_eps, >= 0)
 void insert_rmsnorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,
                         const Tensor& rstd, float eps);
 void insert_rmsnorm_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& x, const Tensor& rstd,

@@ -3,6 +3,7 @@
 // are validated here, when the graph is built.
 #include <starpu.h>
 
+#include <cmath>
 #include <string>
 
 #include "codelets/codelet_util.hpp"
@@ -119,7 +120,7 @@ RmsNormArgs rms_dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w,
          shape_str(x) + " / " + shape_str(y) + " must be (N, " + std::to_string(C) + ")");
   const int N = (int)(x.numel() / C);
   expect(rstd.numel() == (size_t)N, opt, shape_str(rstd) + " must hold N = " + std::to_string(N));
-  expect(eps > 0.0f, opt, "rmsnorm eps must be > 0, got " + std::to_string(eps));
+  expect(eps >= 0.0f && std::isfinite(eps), opt, "rmsnorm eps must be finite and >= 0, got " + std::to_string(eps));
   return {N, C, eps};
 }
 

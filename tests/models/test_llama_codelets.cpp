@@ -150,6 +150,8 @@ TEST(LlamaCodelets, ShapesThatDoNotFitAreRefusedAtGraphBuild) {
   EXPECT_THROW(make_rope_table(cpu::RopeParams{}, 4, 5, "rope"), Error);  // an odd head size
   Tensor w = Tensor::home({24}, "w"), y = Tensor::home({8, 24}, "y"), r7 = Tensor::home({7}, "r7");
   EXPECT_THROW(insert_rmsnorm_fwd(o, q, w, y, r7, 1e-5f), Error);  // rstd holds 7 of 8 rows
+  Tensor r8 = Tensor::home({8}, "r8");
+  EXPECT_THROW(insert_rmsnorm_fwd(o, q, w, y, r8, -1e-5f), Error);  // a negative eps
   Tensor s = Tensor::home({8, 23}, "s");
   EXPECT_THROW(insert_swiglu_fwd(o, q, y, s), Error);
   rt.wait_all();

@@ -1,10 +1,11 @@
 // Our device kernels against oneDNN's primitives at the GPT's shapes (graphs/specs/gpt-kjv.json:
 // batch 16 x context 64 = 1024 rows, width 128, MLP 512, 4 heads of 32, vocabulary 256), one thread,
-// median of calls, the variants interleaved over 3 rounds (experiments/onednn, "Other kernels"):
+// median of calls, the variants interleaved over 3 rounds (experiments/onednn, "Attention and the
+// other kernels"):
 // - the attention's six products (QK^T, PV; dP = dO V^T, dQ = dS K, dV = P^T dO, dK = dS^T Q) over
 //   the layer's 64 (batch, head) pairs: OpenBLAS's SGEMM per pair, oneDNN fp32 per pair, oneDNN
 //   batched over a sequence's heads, in fp32 and in bf16 (operands converted beforehand);
-// - the whole attention forward and backward of this tree (kernels/cpu/attention.cpp);
+// - the whole attention forward and backward of this tree (kernels/cpu/attention.cpp), fp32 and bf16;
 // - LayerNorm forward and backward (1024 x 128): ours, oneDNN's layer_normalization;
 // - softmax (forward, backward): the attention's causal rows (4096 x 64, ours only the j <= i part,
 //   oneDNN on full rows with the masked entries at -inf) and the vocabulary's rows (1024 x 256, ours

@@ -1,6 +1,8 @@
 // Causal multi-head self-attention forward (saving the attention probabilities) and backward
 // (kernels/cpu/attention.cpp): the GPT's on a fused qkv, and grouped-query attention (Llama,
-// Qwen2: docs/llama.md) on q, k, v held apart with n_kv_head <= n_head KV heads.
+// Qwen2: docs/llama.md) on q, k, v held apart with n_kv_head <= n_head KV heads. Under precision
+// bf16 (Runtime::matmul_bf16) the GPT's CPU kernels multiply bf16 operands where the CPU has native
+// bf16, as the matmul codelets; grouped-query attention and CUDA stay fp32.
 #include <starpu.h>
 
 #include <cstdlib>
@@ -17,21 +19,22 @@ namespace {
 struct AttentionArgs {
   int B, T, C, NH;
   StepStatus* status;
+  bool bf16;  // bf16 operands (CPU)
 };
 
 void attention_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AttentionArgs*>(a);
-  kernels::cpu::attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->NH);
+  kernels::cpu::attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->NH, p->bf16);
 }
 void attention_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AttentionArgs*>(a);
-  float* scratch = static_cast<float*>(std::malloc((size_t)p->T * p->T * sizeof(float)));  // (T, T)
+  float* scratch = static_cast<float*>(std::malloc((size_t)p->NH * p->T * p->T * sizeof(float)));  // (NH, T, T)
   if (!scratch) {
-    if (p->status) p->status->fail("attention_bwd: out of memory for the (T, T) scratch");
+    if (p->status) p->status->fail("attention_bwd: out of memory for the (NH, T, T) scratch");
     return;
   }
   kernels::cpu::attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), scratch, p->B, p->T,
-                              p->C, p->NH);
+                              p->C, p->NH, p->bf16);
   std::free(scratch);
 }
 #ifdef ZF_USE_CUDA
@@ -59,9 +62,9 @@ void gqa_attention_fwd_cpu(void* b[], void* a) noexcept {  // q, k, v, out, att
 }
 void gqa_attention_bwd_cpu(void* b[], void* a) noexcept {  // dout, q, k, v, att, dq, dk, dv
   auto* p = static_cast<GqaArgs*>(a);
-  float* scratch = static_cast<float*>(std::malloc((size_t)p->T * p->T * sizeof(float)));  // (T, T)
+  float* scratch = static_cast<float*>(std::malloc((size_t)p->H * p->T * p->T * sizeof(float)));  // (H, T, T)
   if (!scratch) {
-    if (p->status) p->status->fail("gqa_attention_bwd: out of memory for the (T, T) scratch");
+    if (p->status) p->status->fail("gqa_attention_bwd: out of memory for the (H, T, T) scratch");
     return;
   }
   kernels::cpu::gqa_attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
@@ -103,7 +106,8 @@ AttentionArgs dims(const SubmitOptions& opt, const Tensor& qkv, const Tensor& ou
                    StepStatus* status) {
   expect(att.shape().size() == 4 && att.dim(2) == att.dim(3), opt, "att must be (B, NH, T, T): " + shape_str(att));
   expect(qkv.shape().size() == 2 && qkv.dim(1) % 3 == 0, opt, "qkv must be (B*T, 3C): " + shape_str(qkv));
-  AttentionArgs a{(int)att.dim(0), (int)att.dim(2), (int)(qkv.dim(1) / 3), (int)att.dim(1), status};
+  AttentionArgs a{(int)att.dim(0), (int)att.dim(2), (int)(qkv.dim(1) / 3), (int)att.dim(1), status,
+                  opt.rt && opt.rt->matmul_bf16()};
   expect(a.C % a.NH == 0, opt, "C = " + std::to_string(a.C) + " is not a multiple of the heads " + std::to_string(a.NH));
   expect(qkv.dim(0) == (int64_t)a.B * a.T, opt, shape_str(qkv) + " does not match " + shape_str(att));
   expect(out.numel() == (size_t)a.B * a.T * a.C, opt, shape_str(out) + " must be (B*T, C)");

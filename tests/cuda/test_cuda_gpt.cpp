@@ -133,7 +133,7 @@ TEST_F(Attention, CudaMatchesCpu) {
                                                      {1, 100, 32, 0, 2}}) {
     SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(C) + " nh " + std::to_string(NH));
     auto qkv = randv((size_t)B * T * 3 * C, 39, -2.0f, 2.0f), dout = randv((size_t)B * T * C, 40);
-    std::vector<float> out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch((size_t)T * T);
+    std::vector<float> out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch((size_t)NH * T * T);
     cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH);
     cpu::attention_bwd(dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, NH);
     Dev<float> gqkv(qkv), gout(out.size()), gatt(att.size()), gdout(dout), gdqkv(dqkv.size());

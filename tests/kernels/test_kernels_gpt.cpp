@@ -184,7 +184,7 @@ TEST(GptKernels, AttentionMatchesReference) {
     SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
                  " NH=" + std::to_string(NH));
     FVec qkv = uniform_f((size_t)B * T * 3 * C, -1, 1, 60 + T), dout = uniform_f((size_t)B * T * C, -1, 1, 61);
-    FVec out(dout.size()), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch((size_t)T * T);
+    FVec out(dout.size()), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch((size_t)NH * T * T);
     cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH);
     cpu::attention_bwd(dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, NH);
     Vec q = widen(qkv), d = widen(dout), outr(out.size()), attr(att.size()), dqkvr(qkv.size());

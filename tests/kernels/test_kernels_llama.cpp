@@ -249,7 +249,7 @@ struct Gqa {
     att.assign((size_t)B * H * T * T, 0.0f);
   }
   void run() {
-    FVec scratch((size_t)T * T);
+    FVec scratch((size_t)H * T * T);
     cpu::gqa_attention_fwd(q.data(), k.data(), v.data(), out.data(), att.data(), B, T, H, Hkv, hs);
     cpu::gqa_attention_bwd(dout.data(), q.data(), k.data(), v.data(), att.data(), dq.data(), dk.data(), dv.data(),
                            scratch.data(), B, T, H, Hkv, hs);
@@ -288,7 +288,7 @@ TEST(LlamaKernels, GqaWithoutGroupingIsTheGptAttention) {
   const int B = 2, T = 70, H = 4, hs = 8, C = H * hs;
   Gqa g(B, T, H, H, hs, 80);
   g.run();
-  FVec qkv((size_t)B * T * 3 * C), dqkv(qkv.size()), out(g.out.size()), att(g.att.size()), scratch((size_t)T * T);
+  FVec qkv((size_t)B * T * 3 * C), dqkv(qkv.size()), out(g.out.size()), att(g.att.size()), scratch((size_t)H * T * T);
   for (size_t r = 0; r < (size_t)B * T; ++r)
     for (int c = 0; c < C; ++c) {
       qkv[r * 3 * C + c] = g.q[r * C + c];
@@ -425,7 +425,7 @@ std::vector<Case> cases() {
        }},
       {"gqa_attention_bwd",
        [=] {
-         FVec dq(a->dq.size()), dk(a->dk.size()), dv(a->dv.size()), scratch((size_t)a->T * a->T);
+         FVec dq(a->dq.size()), dk(a->dk.size()), dv(a->dv.size()), scratch((size_t)a->H * a->T * a->T);
          cpu::gqa_attention_bwd(a->dout.data(), a->q.data(), a->k.data(), a->v.data(), a->att.data(), dq.data(),
                                 dk.data(), dv.data(), scratch.data(), a->B, a->T, a->H, a->Hkv, a->hs);
          return std::vector<FVec>{dq, dk, dv};

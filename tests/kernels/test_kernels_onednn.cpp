@@ -15,6 +15,7 @@
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "tests/kernels/kernel_helpers.hpp"
 #include "tests/reference/bf16_ref.hpp"
+#include "tests/reference/gpt_ref.hpp"
 
 namespace zf::test {
 namespace {
@@ -134,6 +135,72 @@ TEST(MatmulBf16, WithinBf16RoundingOfTheExactProduct) {
       EXPECT_LT(worst(dx, dy, w, B, N, K, rel), 1.0);
       EXPECT_LT(worst(dw, transposed(dy, B, N), x, N, B, K, rel), 1.0);
     }
+  }
+}
+
+// The attention with bf16 = true (kernels/cpu/attention.cpp): where the CPU has native bf16, the
+// double reference on the bf16-rounded qkv and dout, within fp32 rounding plus the rounding of the
+// products' other operands (att, dS) to bf16: u = 2^-8 of sum |term| per output; elsewhere the
+// fp32 kernel's bits.
+TEST(AttentionBf16, WithinBf16RoundingOfTheReference) {
+  const double u = std::ldexp(1.0, -8);
+  for (auto [B, T, C, NH] : {std::tuple{2, 22, 64, 4}, std::tuple{1, 150, 32, 4}, std::tuple{16, 64, 128, 4}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T));
+    const int hs = C / NH, C3 = 3 * C;
+    const std::vector<float> qkv = uniform((size_t)B * T * C3, -1, 1, 41), dout = uniform((size_t)B * T * C, -1, 1, 42);
+    std::vector<float> out(dout.size()), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch(att.size() / B);
+    cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH, true);
+    cpu::attention_bwd(dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, NH, true);
+    if (!cpu::native_bf16()) {
+      std::vector<float> o32 = out, a32 = att, d32 = dqkv;
+      cpu::attention_fwd(qkv.data(), o32.data(), a32.data(), B, T, C, NH);
+      cpu::attention_bwd(dout.data(), qkv.data(), a32.data(), d32.data(), scratch.data(), B, T, C, NH);
+      EXPECT_TRUE(bits_equal(out, o32) && bits_equal(att, a32) && bits_equal(dqkv, d32));
+      continue;
+    }
+    const std::vector<float> qr = rounded(qkv), dr = rounded(dout);
+    std::vector<double> q(qr.begin(), qr.end()), d(dr.begin(), dr.end()), outr(out.size()), attr(att.size()),
+        dqkvr(qkv.size());
+    ref::attention_fwd(q.data(), outr.data(), attr.data(), B, T, C, NH);
+    ref::attention_bwd(d.data(), q.data(), attr.data(), dqkvr.data(), B, T, C, NH);
+    EXPECT_TRUE(residual_ok(att.data(), attr.data(), att.size(), (double)(hs + T))) << "att";
+    // per output: the bf16 rounding of its product's first operand (att or dS) over sum |term|
+    std::vector<double> bo(out.size()), bd(qkv.size());
+    const double scale = 1.0 / std::sqrt((double)hs);
+    auto at = [&](int b, int t, int part, int h, int c) { return ((size_t)b * T + t) * C3 + part * C + h * hs + c; };
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        const double* P = attr.data() + ((size_t)b * NH + h) * T * T;
+        for (int i = 0; i < T; ++i) {
+          std::vector<double> ds(T);  // dS row i = P (dP - sum P dP), dP = dout v^T
+          double dot = 0;
+          for (int j = 0; j <= i; ++j) {
+            for (int c = 0; c < hs; ++c) ds[j] += d[((size_t)b * T + i) * C + h * hs + c] * q[at(b, j, 2, h, c)];
+            dot += P[(size_t)i * T + j] * ds[j];
+          }
+          for (int j = 0; j <= i; ++j) ds[j] = P[(size_t)i * T + j] * (ds[j] - dot);
+          for (int j = 0; j <= i; ++j)
+            for (int c = 0; c < hs; ++c) {
+              const double p = std::fabs(P[(size_t)i * T + j]), s = std::fabs(ds[j]) * scale;
+              bo[((size_t)b * T + i) * C + h * hs + c] += u * p * std::fabs(q[at(b, j, 2, h, c)]);
+              bd[at(b, i, 0, h, c)] += u * s * std::fabs(q[at(b, j, 1, h, c)]);             // dq
+              bd[at(b, j, 1, h, c)] += u * s * std::fabs(q[at(b, i, 0, h, c)]);             // dk
+              bd[at(b, j, 2, h, c)] += u * p * std::fabs(d[((size_t)b * T + i) * C + h * hs + c]);  // dv
+            }
+        }
+      }
+    auto within = [&](const std::vector<float>& x, const std::vector<double>& r, const std::vector<double>& bound,
+                      double terms) {
+      size_t bad = 0;
+      for (size_t i = 0; i < x.size(); ++i)
+        bad += !(std::fabs(x[i] - r[i]) <= 1.01 * bound[i] + kResidualMax * terms * FLT_EPSILON);
+      return bad;
+    };
+    EXPECT_EQ(within(out, outr, bo, hs + 2 * T), 0u) << "out";
+    EXPECT_EQ(within(dqkv, dqkvr, bd, hs + 3 * T), 0u) << "dqkv";
+    std::vector<float> o32 = out, a32 = att;
+    cpu::attention_fwd(qkv.data(), o32.data(), a32.data(), B, T, C, NH);
+    EXPECT_FALSE(bits_equal(out, o32)) << "bf16 must change the result";
   }
 }
 

@@ -244,25 +244,30 @@ TEST(GptEngine, StepsBitwiseSameUnderSchedulingPolicies) {
 
 // A GPT whose matmuls and attention are cut into tiles trains to bitwise the same weights on one
 // device-side core (one device worker, two host workers: more workers than cores, so the host
-// ones do not lend), on two device workers, and on one with the host worker lending its core.
+// ones do not lend), on two device workers, and on one with the host worker lending its core; in
+// fp32 and in bf16 (bf16 operands in the matmuls and the attention where the CPU has them).
 TEST(GptEngine, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
-  TempDir dir;
-  Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));
-  s.model.n_embd = 64;  // c_fc: 256 tokens x 64 x 256, two row tiles; attention: 16 (batch, head) tiles
-  s.model.context = 32;
-  s.train.batch_size = 8;
-  s.train.steps = 4;
-  s.runtime.sched = "zf-deadline";
-  auto with = [&](int dev, int host) {
-    Spec t = s;
-    t.runtime.device_workers = dev;
-    t.runtime.host_workers = host;
-    return train_and_capture(t);
-  };
-  const Weights one = with(1, 2);
-  ASSERT_FALSE(one.empty());
-  EXPECT_EQ(first_difference(with(2, 1), one), "") << "two device workers";
-  EXPECT_EQ(first_difference(with(1, 1), one), "") << "the host worker lending";
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    TempDir dir;
+    Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));
+    s.model.n_embd = 64;  // c_fc: 256 tokens x 64 x 256, two row tiles; attention: 8 sequence tiles
+    s.model.context = 32;
+    s.train.batch_size = 8;
+    s.train.steps = 4;
+    s.runtime.sched = "zf-deadline";
+    s.precision = precision;
+    auto with = [&](int dev, int host) {
+      Spec t = s;
+      t.runtime.device_workers = dev;
+      t.runtime.host_workers = host;
+      return train_and_capture(t);
+    };
+    const Weights one = with(1, 2);
+    ASSERT_FALSE(one.empty());
+    EXPECT_EQ(first_difference(with(2, 1), one), "") << "two device workers";
+    EXPECT_EQ(first_difference(with(1, 1), one), "") << "the host worker lending";
+  }
 }
 
 TEST(GptEngine, TinyModelLearnsText) {

@@ -38,7 +38,8 @@ struct Entry {
 };
 
 auto key_of(const GemmShape& s) {
-  return std::make_tuple(s.M, s.N, s.K, s.ta, s.tb, s.lda, s.ldb, s.ldc, s.accumulate, s.bf16);
+  return std::make_tuple(s.M, s.N, s.K, s.ta, s.tb, s.lda, s.ldb, s.ldc, s.accumulate, s.bf16, s.alpha, s.batch,
+                         s.sa, s.sb, s.sc);
 }
 
 const Entry& entry(const GemmShape& s) {
@@ -52,12 +53,18 @@ const Entry& entry(const GemmShape& s) {
   one_thread();
   const dt in = s.bf16 ? dt::bf16 : dt::f32;
   auto e = std::make_unique<Entry>();
-  // strides of a row-major (rows, cols) matrix with leading dimension ld, or of the transpose of one
-  e->a = dnnl::memory::desc(dims{s.M, s.K}, in, s.ta ? dims{1, s.lda} : dims{s.lda, 1});
-  e->b = dnnl::memory::desc(dims{s.K, s.N}, in, s.tb ? dims{1, s.ldb} : dims{s.ldb, 1});
-  e->c = dnnl::memory::desc(dims{s.M, s.N}, dt::f32, dims{s.ldc, 1});
+  // strides of a row-major (rows, cols) matrix with leading dimension ld, or of the transpose of
+  // one; a batch: a leading dimension with the batch stride
+  auto md = [&](dnnl::memory::dim r, dnnl::memory::dim c, dims st, int64_t bs, dt t) {
+    if (s.batch == 1) return dnnl::memory::desc(dims{r, c}, t, st);
+    return dnnl::memory::desc(dims{s.batch, r, c}, t, dims{bs, st[0], st[1]});
+  };
+  e->a = md(s.M, s.K, s.ta ? dims{1, s.lda} : dims{s.lda, 1}, s.sa, in);
+  e->b = md(s.K, s.N, s.tb ? dims{1, s.ldb} : dims{s.ldb, 1}, s.sb, in);
+  e->c = md(s.M, s.N, dims{s.ldc, 1}, s.sc, dt::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
   if (s.accumulate) {
     dnnl::post_ops po;
     po.append_sum(1.0f);

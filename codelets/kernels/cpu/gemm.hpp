@@ -3,6 +3,9 @@
 // leading dimension ldc, = A B (accumulate: C += A B); A is (M, K) row-major with leading
 // dimension lda, or its transpose (K, M) stored row-major (ta), B likewise (K, N) or (N, K) (tb),
 // as in CBLAS. bf16: A and B hold bf16 values (kernels/bf16.hpp), products summed in fp32, C fp32.
+// alpha scales the product (C = alpha A B, an output scale of the primitive). batch > 1: that many
+// independent GEMMs of the same shape in one call (a batched matmul), the i-th on A + i sa, B + i sb
+// and C + i sc (strides in elements; the attention's heads, kernels/cpu/attention.cpp).
 //
 // A primitive is created once per distinct call shape (layouts, leading dimensions, accumulate,
 // data type) and kept for the process; creating and running are safe from concurrent threads.
@@ -20,6 +23,9 @@ struct GemmShape {
   int lda, ldb, ldc;
   bool accumulate;
   bool bf16;
+  float alpha = 1.0f;
+  int batch = 1;
+  int64_t sa = 0, sb = 0, sc = 0;
 };
 void dnnl_gemm(const GemmShape& s, const void* A, const void* B, float* C);
 

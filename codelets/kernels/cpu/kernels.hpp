@@ -174,10 +174,17 @@ void layernorm_bwd(const float* dy, const float* x, const float* mean, const flo
 // Causal multi-head self-attention, per (b, h): q, k, v (T, hs) are column blocks h*hs of the
 // thirds of qkv (B, T, 3C) = [q | k | v]; att (B, NH, T, T) = softmax(q k^T / sqrt(hs)) over
 // j <= i (0 above the diagonal, saved for the backward); out (B, T, C)[:, :, h*hs:] = att v.
-void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH);
-// dqkv (B, T, 3C) from dout (B, T, C); scratch holds T*T floats.
+// bf16: where the CPU has native bf16, the products' operands are rounded to bf16 (fp32 sums and
+// outputs, the softmax in fp32), as the matmuls above; elsewhere fp32.
+void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, bool bf16 = false);
+// dqkv (B, T, 3C) from dout (B, T, C); scratch holds NH*T*T floats.
 void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch,
-                   int B, int T, int C, int NH);
+                   int B, int T, int C, int NH, bool bf16 = false);
+// The attention's causal softmax on rows [r0, r1) of one head's scores a (T, T), in place: softmax
+// over j <= i, 0 for j > i; and its backward on rows [r0, r1) of ds (T, T) (datt in, dS out, for
+// j <= i; 0 for i < j < r1) from the probabilities att (T, T).
+void causal_softmax(float* a, int T, int r0, int r1);
+void causal_softmax_bwd(const float* att, float* ds, int T, int r0, int r1);
 // Mean over the first len[b] positions: y (B, C) = mean_{t < len[b]} x (B, T, C)[b, t]
 void mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
 // dx[b, t] = dy[b] / len[b] for t < len[b], 0 after
@@ -263,7 +270,7 @@ void swiglu_bwd(const float* gate, const float* up, const float* dout, float* dg
 void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
                        int Hkv, int hs);
 // dq (B, T, H*hs), dk and dv (B, T, Hkv*hs) overwritten from dout (B, T, H*hs); scratch holds
-// T*T floats. A KV head's dk and dv are summed over its query heads in head order.
+// H*T*T floats. A KV head's dk and dv are summed over its query heads in head order.
 void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
                        float* dq, float* dk, float* dv, float* scratch, int B, int T, int H, int Hkv, int hs);
 

@@ -38,8 +38,7 @@ void ZenFlowStrategy::submit_update(const UpdateStep& u) {
 void ZenFlowStrategy::prepare_gradients(const UpdateStep& u) {
   // precision fp16: the device gradients are unscaled in place first (DeepSpeed's
   // unscale_and_clip_grads), so the selection, the accumulation and both device AdamWs read the
-  // true gradient
-  // (stage 3: the gradient shards)
+  // true gradient (stage 3: the gradient shards)
   size_t base = 0;
   if (u.grad_scale != 1.0f)
     for (Param* p : params_)

@@ -117,8 +117,31 @@ class MergeLog {
   mutable std::mutex mu_;
   std::vector<MergeEvent> ev_;
 };
+// ZeRO stage 3 (docs/zenflow.md, "ZeRO stage 3"): a 1-D tensor holding the flat elements
+// [base, base + n) of a weight's storage (logical (R, C), stored (C, R) with in_out).
+struct WeightShard {
+  size_t base = 0, n = 0;
+  int R = 0, C = 0;
+  bool in_out = false;
+};
+// shard != null: w is that shard (ws stays in the whole weight's offsets; in_out is the shard's)
 void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,
-                  MergeLog* log, const MergeEvent& ev, bool in_out = false);
+                  MergeLog* log, const MergeEvent& ev, bool in_out = false, const WeightShard* shard = nullptr);
+// ZeRO stage 3 (select_shard.cpp, CPU workers): the shard's part of ZenFlow's column operations.
+// imp (C) = the column importance of the shard g's elements (the others count as zeros).
+void insert_column_importance_shard(const SubmitOptions& opt, const Tensor& g, const WeightShard& s, const Tensor& imp,
+                                    bool l2);
+// AdamW on the selected elements of the shard w with the shard g; m, v hold the shard's part of the
+// whole weight's selective moments, from selected_elements_before(s.base) on (at least
+// selective_moments_capacity(s, k) elements).
+void insert_selective_adam_shard(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
+                                 const WeightShard& s, const Tensor& sel, const Tensor& g, const Tensor& m,
+                                 const Tensor& v);
+// Selected elements of the whole weight before flat element e (sel: k sorted columns): the shard
+// [a, b) owns the selective moments [before(a), before(b)) of the whole (R, k) or (k, R) ones.
+size_t selected_elements_before(size_t e, const WeightShard& s, const int32_t* sel, int k);
+// The most selected elements the shard can hold, over every selection of k columns (at least 1).
+size_t selective_moments_capacity(const WeightShard& s, int k);
 // out (2 doubles) = {sum |g|, sum over selected columns of |g|}
 void insert_grad_mass(const SubmitOptions& opt, const Tensor& g, const Tensor& sel, const Tensor& out,
                       bool in_out = false);

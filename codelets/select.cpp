@@ -34,6 +34,7 @@ struct MergeArgs {
   int C, k;
   int in_out_rows;  // > 0: the weight is stored (C, R), R = in_out_rows
   size_t off, n;
+  size_t base;  // ZeRO stage 3: the destination shard's first element (0: the whole weight)
   MergeLog* log;
   MergeEvent ev;
   int src_half;  // 0: fp32 source; 1: bf16 (precision "bf16"); 2: fp16 (precision "fp16")
@@ -61,13 +62,13 @@ void merge_common(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   double t0 = starpu_timing_now();
   if (p->src_half == 1)
     kernels::cpu::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                        sel ? p->k : 0, p->in_out_rows);
+                                        sel ? p->k : 0, p->in_out_rows, p->base);
   else if (p->src_half == 2)
     kernels::cpu::merge_unselected_fp16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                        sel ? p->k : 0, p->in_out_rows);
+                                        sel ? p->k : 0, p->in_out_rows, p->base);
   else
     kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0,
-                                   p->in_out_rows);
+                                   p->in_out_rows, p->base);
   if (p->log) {
     MergeEvent e = p->ev;
     e.start_us = t0;
@@ -205,11 +206,26 @@ void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64
 }
 
 void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,
-                  MergeLog* log, const MergeEvent& ev, bool in_out) {
-  ColArgs d = dims(opt, w, sel, in_out);
-  expect(ws.offset + ws.n <= w.numel() && ws.n == src.numel(), opt, "merge slice does not match " + shape_str(src));
+                  MergeLog* log, const MergeEvent& ev, bool in_out, const WeightShard* shard) {
+  ColArgs d{};
+  size_t base = 0;
+  if (shard) {  // the shard of a (R, C) weight: ws inside [base, base + n), fp32 on CPU workers
+    d.R = shard->R;
+    d.C = shard->C;
+    d.k = sel ? (int)sel->numel() : 0;
+    in_out = shard->in_out;
+    base = shard->base;
+    expect(w.numel() >= shard->n && ws.offset >= base && ws.offset + ws.n <= base + shard->n, opt,
+           "merge slice outside the shard " + shape_str(w));
+    expect(src.elem_size() == 4 && (!opt.rt || !opt.rt->device_is_cuda()), opt, "merge into a shard: fp32 on CPU workers only");
+  } else {
+    d = dims(opt, w, sel, in_out);
+    expect(ws.offset + ws.n <= w.numel(), opt, "merge slice does not match " + shape_str(w));
+  }
+  expect(ws.n == src.numel(), opt, "merge slice does not match " + shape_str(src));
   expect(src.elem_size() == 4 || src.elem_size() == 2, opt, "merge: the source must be fp32, bf16 or fp16");
-  MergeArgs a{d.C, d.k, in_out ? d.R : 0, ws.offset, ws.n, log, ev, src.elem_size() == 4 ? 0 : src.half() == Half::Fp16 ? 2 : 1};
+  MergeArgs a{d.C, d.k, in_out ? d.R : 0, ws.offset, ws.n, base, log, ev,
+              src.elem_size() == 4 ? 0 : src.half() == Half::Fp16 ? 2 : 1};
   if (sel)
     TaskBuilder(merge_sel_cl(), opt).r(src).rw(w).r(*sel).args(a).submit();
   else

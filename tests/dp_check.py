@@ -27,6 +27,9 @@
                                                        of stage 2's within the partition's rounding) + at most
                                                        two whole layers; host state as stage 2's; all-gather and
                                                        reduce-scatter bytes per step
+  dp_check.py zenflow3 M2.json M3.json                 zenflow at stage 3 against stage 2, same ranks: the same
+                                                       selections, importance bytes per selection no more, no
+                                                       gradient all-reduce, device optimizer bytes no more
 Prints what it compared; exits 1 with "FAIL: ..." on a mismatch."""
 import json
 import struct
@@ -252,6 +255,30 @@ def stage3(m2_path, m3_path, w_path, tile):
              % (d3["reduce_scatter_bytes_per_step"], d3["allreduce_bytes_per_step"]["gradients"], total))
 
 
+def zenflow3(m2_path, m3_path):
+    """zenflow at ZeRO stage 3 (M3) against stage 2 (M2), same ranks: the same selections, importance
+    bytes per selection no more than stage 2's, no gradient all-reduce (stage 2 all-reduces the
+    selected columns; at stage 3 each owner updates its own), device optimizer state no more"""
+    m2, m3 = json.load(open(m2_path)), json.load(open(m3_path))
+    d2, d3 = m2["data_parallel"], m3["data_parallel"]
+    i2, i3 = d2["per_selection"]["importance_bytes"], d3["per_selection"]["importance_bytes"]
+    g2, g3 = d2["allreduce_bytes_per_step"]["gradients"], d3["allreduce_bytes_per_step"]["gradients"]
+    o2, o3 = m2["device_state_bytes"]["optimizer"], m3["device_state_bytes"]["optimizer"]
+    print("zenflow, %d ranks: importance bytes per selection stage 2 %d, stage 3 %d; selections %d and %d (%s); "
+          "gradient all-reduce bytes per step %g and %g; device optimizer bytes on rank 0 %d and %d"
+          % (d3["ranks"], i2, i3, d2["selections"], d3["selections"], m3["selection"], g2, g3, o2, o3))
+    if m2["strategy"] != "zenflow" or m3["strategy"] != "zenflow" or d2["zero_stage"] != 2 or d3["zero_stage"] != 3:
+        fail("expected zenflow at stages 2 and 3")
+    if d3["dp_selection"] != "exact" or i3 > i2 or i3 <= 0:
+        fail("stage 3 importance bytes per selection %d (%s), stage 2 %d" % (i3, d3["dp_selection"], i2))
+    if d2["selections"] != d3["selections"] or m2["selection"] != m3["selection"] or d3["selections"] < 1:
+        fail("selections differ: %s and %s" % (m2["selection"], m3["selection"]))
+    if g3 != 0 or g2 <= 0:
+        fail("gradient all-reduce bytes per step %g at stage 3 (expected 0), %g at stage 2 (expected > 0)" % (g3, g2))
+    if not 0 < o3 <= o2:
+        fail("device optimizer bytes %d at stage 3, %d at stage 2" % (o3, o2))
+
+
 def single(m_path):
     m = json.load(open(m_path))
     if "data_parallel" in m:
@@ -277,6 +304,8 @@ if __name__ == "__main__":
         balance(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
     elif cmd == "stage3" and len(sys.argv) == 6:
         stage3(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif cmd == "zenflow3" and len(sys.argv) == 4:
+        zenflow3(sys.argv[2], sys.argv[3])
     elif cmd == "single" and len(sys.argv) == 3:
         single(sys.argv[2])
     else:

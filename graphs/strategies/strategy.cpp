@@ -37,6 +37,17 @@ void Strategy::plan_partition(const std::vector<Param*>& ps) {
                            "(docs/data-parallel.md)");
     }
   for (size_t i = 0; i < ps.size(); ++i) bounds_[ps[i]] = std::move(b[i]);
+  if (spec_.zero_stage != 3) return;
+  shard_bounds_ = bounds_;
+  std::vector<Param*> rest;
+  std::vector<size_t> rest_sizes;
+  for (Param* p : params_)
+    if (!bounds_.count(p)) {
+      rest.push_back(p);
+      rest_sizes.push_back(p->value.numel());
+    }
+  std::vector<std::vector<size_t>> rb = partition_bounds(rest_sizes, R);
+  for (size_t i = 0; i < rest.size(); ++i) shard_bounds_[rest[i]] = std::move(rb[i]);
 }
 
 HostTensor Strategy::host_tensor(const Param& p, const std::string& name, size_t elem_size) {
@@ -98,7 +109,7 @@ void Strategy::begin_stage3(Workload& wl) {
     throw InputError(spec_.where("zero_optimization.stage"),
                      "3 partitions the device parameters by layer; the model " + wl.describe() +
                          " does not tell its layers (supported: the MLP, the GPT language model); use stage 2");
-  s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, bounds_, &allgather_, &reduce_scatter_);
+  s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, shard_bounds_, &allgather_, &reduce_scatter_);
   s3_->shard();
 }
 
@@ -125,9 +136,13 @@ namespace {
 // What stage 3 does not cover (docs/data-parallel.md, "ZeRO stage 3"), refused before anything runs.
 void check_stage3(const Spec& spec, const Runtime& rt) {
   const std::string where = spec.where("zero_optimization.stage");
-  if (spec.strategy == "zenflow")
-    throw InputError(where, "3 with zenflow is not implemented (its device update of the selected columns reads "
-                            "whole weights); use stage 2, or zero-offload at stage 3");
+  if (spec.strategy == "zenflow" && spec.zenflow.local_sum())
+    throw InputError(where, "3 with zenflow.dp_selection \"local-sum\" is not implemented (the proxy reads each "
+                            "rank's whole local gradient, which stage 3 reduce-scatters inside the backward); use "
+                            "dp_selection \"exact\" (the default) or stage 2");
+  if (spec.strategy == "zenflow" && spec.zenflow.deepspeed_rules())
+    throw InputError(where, "3 with zenflow.semantics \"deepspeed\" is not implemented (its 1-D warm-up and window "
+                            "sums read whole parameters); use semantics \"zenflow\" or stage 2");
   if (rt.device_is_cuda())
     throw InputError(where, "3 on CUDA workers is not implemented (the shards' gathers and reduce-scatters have no "
                             "NCCL implementation); use stage 2, or runtime.cuda_workers = -1");
@@ -151,9 +166,9 @@ std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vect
                               "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
     const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
     if (ranks && spec.zero_stage == 3) check_stage3(spec, rt);
-    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && auto_update_interval(spec.zenflow))
-      throw InputError(where, "2 with zenflow.update_interval \"auto\": the auto rule reads whole gradients, which "
-                              "stage 2 reduce-scatters; use stage 1 or a fixed update_interval");
+    if (ranks && spec.zero_stage >= 2 && spec.strategy == "zenflow" && auto_update_interval(spec.zenflow))
+      throw InputError(where, st + " with zenflow.update_interval \"auto\": the auto rule reads whole gradients, "
+                              "which stage " + st + " reduce-scatters; use stage 1 or a fixed update_interval");
     if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && rt.device_is_cuda())
       throw InputError(where, "2 with zenflow on CUDA workers: the selected columns' all-reduce after the "
                               "reduce-scatter runs on CPU workers only; use stage 1");

@@ -128,7 +128,8 @@ class Strategy {
   // ZeRO stage >= 1 over several ranks (else a no-op): partitions the elements of `ps` over the
   // ranks (contiguous shares in model order, each within kPartitionSlack elements of 1/R, cut on
   // SIMD-aligned offsets: partition.hpp). Call before the host tensors are made. Throws an
-  // InputError when some rank would own no element.
+  // InputError when some rank would own no element. Stage 3: the other parameters' device values
+  // are partitioned too, among themselves (shard_bounds_; a rank may own none of them).
   void plan_partition(const std::vector<Param*>& ps);
   // This rank's share of p's host copy (all of it unless partitioned), counted in host_state_bytes.
   HostTensor host_tensor(const Param& p, const std::string& name, size_t elem_size = 4);
@@ -162,6 +163,15 @@ class Strategy {
   const Comm* comm_;  // null: one process, or zero_optimization.stage 0 (nothing partitioned)
   std::unique_ptr<Stage3> s3_;  // stage 3, from begin_stage3
   std::map<const Param*, std::vector<size_t>> bounds_;
+  // stage 3: every parameter's device partition: bounds_, and for the parameters without host
+  // state (zenflow's 1-D ones) a partition of their own (plan_partition)
+  std::map<const Param*, std::vector<size_t>> shard_bounds_;
+  // stage 3, sharded: the shard of a parameter's value or gradient (*base: its first element),
+  // else dev itself (*base = 0)
+  const Tensor& shard_of(const Tensor& dev, size_t* base) const {
+    *base = 0;
+    return s3_ ? s3_->resolve(dev, base) : dev;
+  }
   // gradient_clipping: created by the strategy that clips (device_side: where its parts live)
   std::unique_ptr<GradClip> clip_;
   bool clipping() const { return spec_.gradient_clipping > 0; }

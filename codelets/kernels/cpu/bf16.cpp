@@ -21,7 +21,7 @@ void round_bf16(float* x, size_t n) {
 }
 
 size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, int in_out_rows) {
+                             int k, int in_out_rows, size_t base) {
   // unpacked in blocks into a stack-sized buffer, then the fp32 merge (one code path for the
   // selection logic)
   constexpr size_t kBlock = 4096;
@@ -30,7 +30,7 @@ size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off,
   for (size_t done = 0; done < n;) {
     const size_t m = std::min(kBlock, n - done);
     unpack_bf16(src + done, buf, m);
-    written += merge_unselected(dst, C, buf, off + done, m, sel, k, in_out_rows);
+    written += merge_unselected(dst, C, buf, off + done, m, sel, k, in_out_rows, base);
     done += m;
   }
   return written;

@@ -108,12 +108,29 @@ void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const flo
 // dst (R, C) flat elements [off, off + n) = src[0, n) except where the column is selected
 // (sel may be null with k = 0: every column is merged). Returns elements written.
 // in_out_rows > 0: dst is stored (C, R) with R = in_out_rows (flat element e is in column e / R).
+// base > 0 (ZeRO stage 3): dst holds only the weight's flat elements from base on (a shard), so
+// element e is written at dst[e - base] (off >= base).
 size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t n,
-                        const int32_t* sel, int k, int in_out_rows = 0);
+                        const int32_t* sel, int k, int in_out_rows = 0, size_t base = 0);
 // total = sum |g|; selected = sum over the selected columns of |g| (double accumulators, in
 // storage order)
 void grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* total,
                double* selected, bool in_out = false);
+
+// ZeRO stage 3 (docs/zenflow.md, "ZeRO stage 3"): a shard holds the flat elements [lo, hi) of the
+// weight's storage, (R, C) or (C, R) with in_out. The selective moments of the whole weight, (R, k)
+// or (k, R), list the selected elements in storage order, so a shard's selected elements own the
+// contiguous moments [selected_before(lo), selected_before(hi)).
+// The number of selected elements before flat element e (e <= R x C).
+size_t selected_before(size_t e, int R, int C, const int32_t* sel, int k, bool in_out);
+// imp (C) = the column importance of the shard g (hi - lo elements): column_importance of the
+// whole weight with every other element zero, bitwise (the same additions in the same order).
+void column_importance_segment(const float* g, size_t lo, size_t hi, int R, int C, bool l2, float* imp,
+                               bool in_out);
+// selective_adam on the shard's selected elements: w, g the shard, m, v its moments (from
+// selected_before(lo) on); element by element identical to selective_adam on the whole weight.
+void selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                            const float* g, float* m, float* v, const AdamParams& hp, int64_t step, bool in_out);
 
 // acc += scale * g
 void accumulate(float* acc, const float* g, size_t n, float scale);
@@ -130,7 +147,7 @@ void round_bf16(float* x, size_t n);
 
 // merge_unselected from a bf16 source: dst values are exactly fp32(src)
 size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, int in_out_rows = 0);
+                             int k, int in_out_rows = 0, size_t base = 0);
 
 // ---- gradient clipping (clip.cpp, docs/spec.md "gradient_clipping")
 // sum of x[i]^2 in double, in index order
@@ -152,7 +169,7 @@ void unpack_fp16(const uint16_t* x, float* y, size_t n);
 size_t round_fp16(float* x, size_t n);
 // merge_unselected from an fp16 source: dst values are exactly fp32(src)
 size_t merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, int in_out_rows = 0);
+                             int k, int in_out_rows = 0, size_t base = 0);
 // x *= s (the loss scaler's unscale of a device gradient)
 void scale(float* x, size_t n, float s);
 

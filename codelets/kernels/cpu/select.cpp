@@ -96,9 +96,9 @@ void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const flo
 }
 
 size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t n,
-                        const int32_t* sel, int k, int in_out_rows) {
+                        const int32_t* sel, int k, int in_out_rows, size_t base) {
   if (k == 0) {
-    std::copy(src, src + n, dst + off);
+    std::copy(src, src + n, dst + (off - base));
     return n;
   }
   if (in_out_rows > 0) {  // storage (C, R): runs of whole columns; a selected column is skipped
@@ -110,7 +110,7 @@ size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t 
       const size_t run = std::min(end - e, (col + 1) * R - e);
       while (q < sel + k && (size_t)*q < col) ++q;
       if (q == sel + k || (size_t)*q != col) {
-        std::memcpy(dst + e, src + (e - off), run * sizeof(float));
+        std::memcpy(dst + (e - base), src + (e - off), run * sizeof(float));
         written += run;
       }
       e += run;
@@ -126,10 +126,11 @@ size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t 
     const size_t run = std::min(end - e, (size_t)C - col);
     const int32_t* lo = std::lower_bound(sel, sel + k, (int32_t)col);
     const int32_t* hi = std::lower_bound(lo, sel + k, (int32_t)(col + run));
-    float* d = dst + e - col;  // start of the row
-    for (const int32_t* q = lo; q < hi; ++q) keep[q - lo] = d[*q];
-    std::memcpy(dst + e, src + (e - off), run * sizeof(float));
-    for (const int32_t* q = lo; q < hi; ++q) d[*q] = keep[q - lo];
+    const size_t row = e - col - base;  // the row's start in dst (wraps below a shard's start; only
+                                        // selected columns >= col are indexed, at >= e - base)
+    for (const int32_t* q = lo; q < hi; ++q) keep[q - lo] = dst[row + (size_t)*q];
+    std::memcpy(dst + (e - base), src + (e - off), run * sizeof(float));
+    for (const int32_t* q = lo; q < hi; ++q) dst[row + (size_t)*q] = keep[q - lo];
     written += run - (size_t)(hi - lo);
     e += run;
   }
@@ -155,6 +156,74 @@ void grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* 
   }
   *total = t;
   *selected = s;
+}
+
+size_t selected_before(size_t e, int R, int C, const int32_t* sel, int k, bool in_out) {
+  if (in_out) {  // (k, R): whole selected columns before e's column, then e's column's rows before e
+    const size_t col = e / (size_t)R;
+    const int32_t* q = std::lower_bound(sel, sel + k, (int32_t)std::min<size_t>(col, (size_t)C));
+    size_t n = (size_t)(q - sel) * (size_t)R;
+    if (q < sel + k && (size_t)*q == col) n += e % (size_t)R;
+    return n;
+  }
+  const size_t row = e / (size_t)C, col = e % (size_t)C;  // (R, k): k per row before e's row
+  return row * (size_t)k + (size_t)(std::lower_bound(sel, sel + k, (int32_t)col) - sel);
+}
+
+void column_importance_segment(const float* g, size_t lo, size_t hi, int R, int C, bool l2, float* imp,
+                               bool in_out) {
+  std::fill(imp, imp + C, 0.0f);
+  if (in_out) {  // each column's sum over its rows in order, from 0 (column_importance's order)
+    for (size_t e = lo; e < hi;) {
+      const size_t col = e / (size_t)R, end = std::min(hi, (col + 1) * (size_t)R);
+      float s = 0.0f;
+      for (; e < end; ++e) s += l2 ? g[e - lo] * g[e - lo] : std::fabs(g[e - lo]);
+      imp[col] = s;
+    }
+    return;
+  }
+  for (size_t e = lo; e < hi;) {  // row by row, each column's additions in row order
+    const size_t col = e % (size_t)C, end = std::min(hi, e - col + (size_t)C);
+    const float* x = g + (e - lo);
+    float* out = imp + col;
+    if (l2)
+      for (size_t j = 0; j < end - e; ++j) out[j] += x[j] * x[j];
+    else
+      for (size_t j = 0; j < end - e; ++j) out[j] += std::fabs(x[j]);
+    e = end;
+  }
+}
+
+void selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                            const float* g, float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+  const size_t m0 = selected_before(lo, R, C, sel, k, in_out);
+  if (in_out) {  // one contiguous AdamW per selected column's run inside [lo, hi)
+    const size_t Rs = (size_t)R;
+    for (const int32_t* q = std::lower_bound(sel, sel + k, (int32_t)(lo / Rs)); q < sel + k && (size_t)*q * Rs < hi;
+         ++q) {
+      const size_t a = std::max(lo, (size_t)*q * Rs), b = std::min(hi, ((size_t)*q + 1) * Rs);
+      const size_t mi = (size_t)(q - sel) * Rs + a % Rs - m0;
+      adam_step(w + (a - lo), g + (a - lo), m + mi, v + mi, b - a, hp, step, 1.0f);
+    }
+    return;
+  }
+  // row by row, as selective_adam: the row's selected elements inside [lo, hi) gathered, updated,
+  // scattered back
+  std::vector<float> tw((size_t)k), tg((size_t)k);
+  for (size_t rs = lo - lo % (size_t)C; rs < hi; rs += (size_t)C) {
+    const size_t a = std::max(lo, rs), b = std::min(hi, rs + (size_t)C);
+    const int32_t* q0 = std::lower_bound(sel, sel + k, (int32_t)(a - rs));
+    const int32_t* q1 = std::lower_bound(q0, sel + k, (int32_t)(b - rs));
+    const size_t n = (size_t)(q1 - q0);
+    if (n == 0) continue;
+    for (size_t c = 0; c < n; ++c) {
+      tw[c] = w[rs + (size_t)q0[c] - lo];
+      tg[c] = g[rs + (size_t)q0[c] - lo];
+    }
+    const size_t mi = rs / (size_t)C * (size_t)k + (size_t)(q0 - sel) - m0;
+    adam_step(tw.data(), tg.data(), m + mi, v + mi, n, hp, step, 1.0f);
+    for (size_t c = 0; c < n; ++c) w[rs + (size_t)q0[c] - lo] = tw[c];
+  }
 }
 
 }  // namespace zf::kernels::cpu

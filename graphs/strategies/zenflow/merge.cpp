@@ -5,17 +5,20 @@
 namespace zf::zenflow {
 
 // Stage >= 1: each rank merges its partition's tiles, then the weight is all-gathered (the
-// selected columns, updated alike on every rank, travel with the rest).
+// selected columns, updated alike on every rank, travel with the rest). Stage 3: into this rank's
+// shard, which the next forward gathers.
 void ZenFlowStrategy::merge_all(int64_t t, int64_t slot, MergeEvent ev) {
   bool logged = false;  // one event per merge: at its first tile on this rank
   for (auto& wp : mat_) {
     Matrix& w = *wp;
     const HostTensor& h = slot < 0 ? w.master : w.result(slot);
-    size_t elems = 0;
+    size_t elems = 0, base = 0;
+    const Tensor& x = shard_of(w.p->value, &base);  // stage 3: this rank's shard
+    const WeightShard sh = stage3() ? shard(w) : WeightShard{};
     for (size_t i = 0; i < h.tiles.size(); ++i) {
-      insert_merge(rt_.device(t).named("merge." + w.p->name + "[" + std::to_string(i) + "]"), h.tiles[i],
-                   w.p->value, h.slices[i], selected_ ? &w.sel : nullptr, logged ? nullptr : &log_, ev,
-                   w.p->in_out);
+      insert_merge(rt_.device(t).named("merge." + w.p->name + "[" + std::to_string(i) + "]"), h.tiles[i], x,
+                   h.slices[i], selected_ ? &w.sel : nullptr, logged ? nullptr : &log_, ev, w.p->in_out,
+                   stage3() ? &sh : nullptr);
       logged = true;
       elems += h.slices[i].n;
     }

@@ -26,6 +26,7 @@ void ZenFlowStrategy::before_gradient_allreduce(const UpdateStep& u, const Comm&
 //   stage 2 (exact): each rank's importance of its reduce-scattered gradient (its segment's rows,
 //     the rest zeros), all-reduced: L1 and squared L2 are sums over the rows, so the sum of the
 //     ranks' partial sums is the reduced gradient's importance (up to the order of the additions);
+//   stage 3 (exact): the same partial sums from this rank's gradient shard (the same bytes);
 //   local-sum: the sum before_gradient_allreduce all-reduced.
 void ZenFlowStrategy::select_columns(int64_t t, int64_t o) {
   for (auto& wp : mat_) {
@@ -46,9 +47,15 @@ void ZenFlowStrategy::select_columns(int64_t t, int64_t o) {
     if (imp_reduced_at_ == t) {  // local-sum: this step's sum (a skipped step's is made again, not counted)
       allreduce_ += (int64_t)w.imp.bytes();
     } else {
-      insert_column_importance(dev.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2",
-                               w.p->in_out);
-      if (zero_stage() == 2) {  // the ranks' partial importances (comm_ is set from stage 1 on)
+      if (stage3()) {  // the partial importance of this rank's gradient shard (the rest counts as zeros)
+        size_t base = 0;
+        insert_column_importance_shard(dev.named("select.importance." + n), shard_of(w.p->grad, &base), shard(w),
+                                       w.imp, z_.importance == "l2");
+      } else {
+        insert_column_importance(dev.named("select.importance." + n), w.p->grad, w.imp, z_.importance == "l2",
+                                 w.p->in_out);
+      }
+      if (zero_stage() >= 2) {  // the ranks' partial importances (comm_ is set from stage 1 on)
         insert_allreduce(dev.named("select.allreduce." + n), w.imp, 1.0f, *comm_);
         allreduce_ += (int64_t)w.imp.bytes();
       }
@@ -80,7 +87,8 @@ void ZenFlowStrategy::submit_gradient_collectives(const UpdateStep& u, const Com
 }
 
 // Stage 2, every update once a selection exists: the selected columns of every row, from their
-// owners' reduce-scattered means (rows x k floats per 2-D weight, one all-reduce each).
+// owners' reduce-scattered means (rows x k floats per 2-D weight, one all-reduce each). Stage 3
+// needs none: each rank updates the selected elements of its own shard.
 void ZenFlowStrategy::allreduce_selected(int64_t t) {
   if (zero_stage() != 2 || !selected_) return;
   for (auto& wp : mat_) {

@@ -24,13 +24,25 @@ void ZenFlowStrategy::save_state(StateWriter& w) const {
     for (int i = 0; i <= cal_.staleness(); ++i) w.put("host.acc" + std::to_string(i) + "." + n, m.acc[i], io);
     for (size_t i = 0; i < m.res.size(); ++i) w.put("host.res" + std::to_string(i) + "." + n, m.res[i], io);
     w.put("device.sel." + n, m.sel);
-    w.put("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, io);
-    w.put("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, io);
+    if (stage3()) {  // the shards' parts, whole in the file (zeros before the first selection)
+      const std::vector<size_t> mb = selected_ ? moment_bounds(m) : std::vector<size_t>{};
+      const size_t rk = (size_t)m.R * (size_t)m.k;
+      put_owned(w, "device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, rk, mb, io);
+      put_owned(w, "device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, rk, mb, io);
+    } else {
+      w.put("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, io);
+      w.put("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, io);
+    }
     w.put_f64("auto.AN." + n, {m.A, m.N, m.mass_host[0], m.mass_host[1]});
   }
   for (const Vector& v : vec_) {
-    w.put("device.m." + v.p->name, v.m);
-    w.put("device.v." + v.p->name, v.v);
+    if (stage3()) {
+      put_owned(w, "device.m." + v.p->name, v.m, v.p->value.numel(), shard_bounds_.at(v.p), 0);
+      put_owned(w, "device.v." + v.p->name, v.v, v.p->value.numel(), shard_bounds_.at(v.p), 0);
+    } else {
+      w.put("device.m." + v.p->name, v.m);
+      w.put("device.v." + v.p->name, v.v);
+    }
     for (size_t i = 0; i < v.acc.size(); ++i) w.put("host.acc" + std::to_string(i) + "." + v.p->name, v.acc[i]);
     for (int i = 0; i < 2; ++i)
       if (v.mw[i].numel()) {
@@ -162,8 +174,15 @@ void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected, const st
     }
     if (selected)  // before the first selection the buffer is unused (and overwritten by it)
       r.get_indices("device.sel." + n, m.sel, m.C);
-    r.get("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, V::Finite, io);
-    r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, V::NonNegative, io);
+    if (stage3()) {  // this rank's shard's part of the whole moments (none before the first selection)
+      const std::vector<size_t> mb = selected ? moment_bounds(m) : std::vector<size_t>{};
+      const size_t rk = (size_t)m.R * (size_t)m.k;
+      get_owned(r, "device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, rk, mb, V::Finite, io);
+      get_owned(r, "device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, rk, mb, V::NonNegative, io);
+    } else {
+      r.get("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, V::Finite, io);
+      r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, V::NonNegative, io);
+    }
     auto an = r.f64("auto.AN." + n);
     if (an.size() != 4) r.fail("auto.AN." + n, std::to_string(an.size()) + " values, expected 4");
     for (int i = 0; i < 4; ++i)
@@ -176,8 +195,13 @@ void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected, const st
     m.mass_host[1] = an[3];
   }
   for (Vector& v : vec_) {
-    r.get("device.m." + v.p->name, v.m);
-    r.get("device.v." + v.p->name, v.v, V::NonNegative);
+    if (stage3()) {
+      get_owned(r, "device.m." + v.p->name, v.m, v.p->value.numel(), shard_bounds_.at(v.p), V::Finite, 0);
+      get_owned(r, "device.v." + v.p->name, v.v, v.p->value.numel(), shard_bounds_.at(v.p), V::NonNegative, 0);
+    } else {
+      r.get("device.m." + v.p->name, v.m);
+      r.get("device.v." + v.p->name, v.v, V::NonNegative);
+    }
     for (size_t i = 0; i < v.acc.size(); ++i) r.get("host.acc" + std::to_string(i) + "." + v.p->name, v.acc[i]);
     for (int i = 0; i < 2; ++i)
       if (v.mw[i].numel()) {
@@ -185,6 +209,53 @@ void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected, const st
         r.get("device.v_warm" + std::to_string(i) + "." + v.p->name, v.vw[i], V::NonNegative);
       }
   }
+}
+
+// Stage 3: rank r's shard [b[r], b[r+1]) of a weight owns the selective moments [mb[r], mb[r+1])
+// of the whole (R, k) or (k, R) ones (the selected elements in storage order); sel must be final.
+std::vector<size_t> ZenFlowStrategy::moment_bounds(const Matrix& w) const {
+  const std::vector<size_t>& b = *bounds(*w.p);
+  WeightShard whole{0, (size_t)w.R * (size_t)w.C, w.R, w.C, w.p->in_out};
+  std::vector<size_t> mb(b.size());
+  w.sel.acquire_read();
+  for (size_t r = 0; r < b.size(); ++r) mb[r] = selected_elements_before(b[r], whole, w.sel.as<int32_t>(), w.k);
+  w.sel.release();
+  return mb;
+}
+
+// Every rank calls it: the parts all-gathered into a whole tensor of `numel` elements, which rank
+// 0's file gets (b empty: no rank owns any, zeros).
+void ZenFlowStrategy::put_owned(StateWriter& w, const std::string& name, const Tensor& own, size_t numel,
+                                const std::vector<size_t>& b, int64_t io) const {
+  const size_t r = (size_t)comm_->rank();
+  Tensor all = Tensor::home({(int64_t)numel}, name + ".whole");
+  all.acquire_write();
+  std::fill(all.data(), all.data() + all.numel(), 0.0f);
+  int rc = 0;
+  if (!b.empty()) {
+    own.acquire_read();
+    std::copy(own.data(), own.data() + (b[r + 1] - b[r]), all.data() + b[r]);
+    own.release();
+    rc = comm_->allgather(all.data(), b);
+  }
+  all.release();
+  if (rc != 0) throw Error("checkpoint: MPI_Allgatherv of " + name + " failed");
+  w.put(name, all, io);
+}
+
+// The whole tensor read (and checked) from the file; this rank keeps its part (zeros past it; b
+// empty: none).
+void ZenFlowStrategy::get_owned(const StateReader& r, const std::string& name, const Tensor& own, size_t numel,
+                                const std::vector<size_t>& b, StateReader::Values v, int64_t io) const {
+  const size_t rank = (size_t)comm_->rank();
+  Tensor all = Tensor::home({(int64_t)numel}, name + ".whole");
+  r.get(name, all, v, io);
+  all.acquire_read();
+  own.acquire_write();
+  std::fill(own.data(), own.data() + own.numel(), 0.0f);
+  if (!b.empty()) std::copy(all.data() + b[rank], all.data() + b[rank + 1], own.data());
+  own.release();
+  all.release();
 }
 
 }  // namespace zf::zenflow

@@ -38,24 +38,29 @@ void ZenFlowStrategy::submit_update(const UpdateStep& u) {
 void ZenFlowStrategy::prepare_gradients(const UpdateStep& u) {
   // precision fp16: the device gradients are unscaled in place first (DeepSpeed's
   // unscale_and_clip_grads), so the selection, the accumulation and both device AdamWs read the
-  // true gradient
+  // true gradient (stage 3: the gradient shards)
+  size_t base = 0;
   if (u.grad_scale != 1.0f)
-    for (Param* p : params_) insert_scale(rt_.device(u.t).named("unscale.grad." + p->name), p->grad, u.grad_scale);
+    for (Param* p : params_)
+      insert_scale(rt_.device(u.t).named("unscale.grad." + p->name), shard_of(p->grad, &base), u.grad_scale);
   // semantics deepspeed: every gradient DeepSpeed sees (selection, selective and 1-D steps, the
   // host's window sum) is g/K
   if (cal_.divides_gradients())
     for (Param* p : params_)
-      insert_scale(rt_.device(u.t).named("scale.grad." + p->name), p->grad, cal_.gradient_factor());
+      insert_scale(rt_.device(u.t).named("scale.grad." + p->name), shard_of(p->grad, &base), cal_.gradient_factor());
 }
 
-// The window's first step copies, the others add.
+// The window's first step copies, the others add. Stage 3: from the gradient shard.
 void ZenFlowStrategy::accumulate(int64_t t, const Param& p, const HostTensor& acc) {
+  size_t base = 0;
+  const Tensor& g = shard_of(p.grad, &base);
   for (size_t i = 0; i < acc.tiles.size(); ++i) {
     const std::string nm = "accumulate." + p.name + "[" + std::to_string(i) + "]";
+    const Slice gs{acc.slices[i].offset - base, acc.slices[i].n};
     if (ring_.accumulated() == 0)
-      insert_copy(rt_.crossing(t).named(nm), p.grad, acc.slices[i], acc.tiles[i], whole(acc.tiles[i]));
+      insert_copy(rt_.crossing(t).named(nm), g, gs, acc.tiles[i], whole(acc.tiles[i]));
     else
-      insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), p.grad, acc.slices[i], 1.0f);
+      insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), g, gs, 1.0f);
   }
   for (const Slice& sl : acc.slices) d2h_ += (int64_t)(sl.n * p.grad.elem_size());  // this rank's tiles
 }
@@ -136,8 +141,15 @@ void ZenFlowStrategy::selective_updates(int64_t t, int64_t o) {
       insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
       h2d_ += 2 * (int64_t)w.m_sel.bytes();
     }
-    insert_selective_adam(dev.named("adam.device." + n), hp(o), cal_.selective_step(o), w.p->value, w.sel, w.p->grad,
-                          w.m_sel, w.v_sel, w.p->in_out);
+    if (stage3()) {  // the selected elements of this rank's shard (the owners')
+      size_t base = 0;
+      insert_selective_adam_shard(dev.named("adam.device." + n), hp(o), cal_.selective_step(o),
+                                  shard_of(w.p->value, &base), shard(w), w.sel, shard_of(w.p->grad, &base), w.m_sel,
+                                  w.v_sel);
+    } else {
+      insert_selective_adam(dev.named("adam.device." + n), hp(o), cal_.selective_step(o), w.p->value, w.sel,
+                            w.p->grad, w.m_sel, w.v_sel, w.p->in_out);
+    }
     if (z_.offload) {
       insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
       insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
@@ -151,10 +163,15 @@ void ZenFlowStrategy::vector_updates(int64_t t, int64_t o, bool select) {
   for (Vector& v : vec_) {
     Param& p = *v.p;
     switch (cal_.vector_update(o)) {
-      case VectorUpdate::Device:
-        insert_adam_step(dev.named("adam.device." + p.name), hp(o), o + 1, 1.0f, p.value, whole(p.value), p.grad,
-                         whole(p.grad), v.m, v.v);
+      case VectorUpdate::Device: {
+        // stage 3: this rank's shard (none when it owns no element of p)
+        size_t base = 0;
+        const Slice s = stage3() ? Slice{0, shard_len(p)} : whole(p.value);
+        if (s.n > 0)
+          insert_adam_step(dev.named("adam.device." + p.name), hp(o), o + 1, 1.0f, shard_of(p.value, &base), s,
+                           shard_of(p.grad, &base), s, v.m, v.v);
         break;
+      }
       case VectorUpdate::HostWarmUp: {
         // DeepSpeed's warm-up: the host step (at the host's moments, step o + 1) whose result is
         // copied back synchronously; run here on the device parameter, equal to its host master

@@ -25,9 +25,22 @@ ZenFlowStrategy::ZenFlowStrategy(Runtime& rt, std::vector<Param*> params, const 
   make_clip(false);
 }
 
+WeightShard ZenFlowStrategy::shard(const Matrix& w) const {
+  const std::vector<size_t>& b = *bounds(*w.p);
+  const size_t r = (size_t)comm_->rank();
+  return WeightShard{b[r], b[r + 1] - b[r], w.R, w.C, w.p->in_out};
+}
+
+size_t ZenFlowStrategy::shard_len(const Param& p) const {
+  const std::vector<size_t>& b = shard_bounds_.at(&p);
+  return b[(size_t)comm_->rank() + 1] - b[(size_t)comm_->rank()];
+}
+
 void ZenFlowStrategy::add_vector(Param* p) {
-  vec_.push_back(Vector{p, Tensor::home(p->value.shape(), p->name + ".m"),
-                        Tensor::home(p->value.shape(), p->name + ".v"), {}, {}, {}});
+  // stage 3: the moments of this rank's shard only
+  const std::vector<int64_t> shape =
+      stage3() ? std::vector<int64_t>{(int64_t)std::max<size_t>(1, shard_len(*p))} : p->value.shape();
+  vec_.push_back(Vector{p, Tensor::home(shape, p->name + ".m"), Tensor::home(shape, p->name + ".v"), {}, {}, {}});
   for (int i = 0; i < cal_.vector_warm_sets(); ++i) {
     vec_.back().mw[i] = Tensor::home(p->value.shape(), p->name + ".m_warm" + std::to_string(i));
     vec_.back().vw[i] = Tensor::home(p->value.shape(), p->name + ".v_warm" + std::to_string(i));
@@ -47,8 +60,11 @@ void ZenFlowStrategy::add_matrix(Param* p) {
   const std::string& n = p->name;
   w.sel = Tensor::home({w.k}, n + ".sel", sizeof(int32_t));
   w.imp = Tensor::lazy({w.C}, n + ".importance");
-  // (R, k); (k, R) for a weight stored (in, out): a selected column's moments are contiguous
-  const std::vector<int64_t> rk = p->in_out ? std::vector<int64_t>{w.k, w.R} : std::vector<int64_t>{w.R, w.k};
+  // (R, k); (k, R) for a weight stored (in, out): a selected column's moments are contiguous.
+  // Stage 3: the most of them this rank's shard can own.
+  const std::vector<int64_t> rk = stage3()       ? std::vector<int64_t>{(int64_t)selective_moments_capacity(shard(w), w.k)}
+                                  : p->in_out ? std::vector<int64_t>{w.k, w.R}
+                                              : std::vector<int64_t>{w.R, w.k};
   if (z_.offload) {
     w.m_sel_host = Tensor::home(rk, n + ".m_sel.host");
     w.v_sel_host = Tensor::home(rk, n + ".v_sel.host");

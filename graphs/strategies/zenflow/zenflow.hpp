@@ -23,7 +23,9 @@ namespace zf::zenflow {  // private to graphs/strategies/zenflow/
 struct Matrix {  // a 2-D weight and its ZenFlow state
   Param* p;
   int R, C, k;
-  Tensor sel, imp, m_sel, v_sel;             // device side
+  // device side; ZeRO stage 3: m_sel, v_sel hold this rank's shard's part of the selective moments
+  // (selective_moments_capacity elements; docs/zenflow.md, "ZeRO stage 3")
+  Tensor sel, imp, m_sel, v_sel;
   Tensor m_sel_host, v_sel_host;             // offload: selective moments kept on the host
   Tensor mass;                               // {sum|g|, sum|g[:, sel]|} of the last step (auto rule)
   HostTensor master, m, v, resync;           // host side
@@ -40,7 +42,7 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
 
 struct Vector {  // a 1-D parameter: device AdamW every step
   Param* p;
-  Tensor m, v;
+  Tensor m, v;  // ZeRO stage 3: this rank's shard's (at least one element)
   // semantics deepspeed: the warm-up's moments (DeepSpeed's host moments of the parameter, one
   // set per parity under overlap_step; docs/zenflow.md)
   Tensor mw[2], vw[2];
@@ -97,8 +99,20 @@ class ZenFlowStrategy final : public Strategy {
   // merge.cpp: a host result into the device weights (slot: its ring slot, -1: the master weights)
   void merge_all(int64_t t, int64_t slot, MergeEvent ev);
   void merge_job(int64_t t, int64_t o, int64_t slot);
+  // ZeRO stage 3 (docs/zenflow.md, "ZeRO stage 3"): the device parameters are shards; each rank
+  // updates the selected elements and the 1-D elements of its own shards
+  bool stage3() const { return zero_stage() == 3; }
+  WeightShard shard(const Matrix& w) const;
+  size_t shard_len(const Param& p) const;
   // state.cpp
   void load_tensors(const StateReader& r, bool selected, const std::deque<Pending>& pending);
+  // stage 3: this rank's part `own` of a tensor of `numel` elements partitioned by `b` (empty: no
+  // rank owns any), whole in the file (as at the other stages)
+  void put_owned(StateWriter& w, const std::string& name, const Tensor& own, size_t numel,
+                 const std::vector<size_t>& b, int64_t io) const;
+  void get_owned(const StateReader& r, const std::string& name, const Tensor& own, size_t numel,
+                 const std::vector<size_t>& b, StateReader::Values v, int64_t io) const;
+  std::vector<size_t> moment_bounds(const Matrix& w) const;  // the shards' parts of the selective moments
   // metrics.cpp
   StalenessSummary staleness() const;
 

@@ -226,9 +226,12 @@ void insert_last_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tenso
 void insert_last_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);
 
 // ---- text data (data.cpp). The sources must outlive the tasks.
+// A sequence of `size` token ids, `width` bytes each in host order at `data`: 1 (bytes, the text
+// datasets), 2 or 4 (token files, models/tokens.hpp).
 struct TextSource {
   const uint8_t* data;
   int64_t size;
+  int32_t width = 1;
 };
 // tokens, targets (B, T) int32: windows text[s .. s+T] for each start s (s + T < size)
 void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const std::vector<int64_t>& starts,

@@ -276,9 +276,12 @@ void insert_gqa_attention_bwd(const SubmitOptions& opt, const Tensor& dout, cons
                               const Tensor& dv, int n_kv_head, StepStatus* status);
 
 // ---- text data (data.cpp). The sources must outlive the tasks.
+// A sequence of `size` token ids, `width` bytes each in host order at `data`: 1 (bytes, the text
+// datasets), 2 or 4 (token files, models/tokens.hpp).
 struct TextSource {
   const uint8_t* data;
   int64_t size;
+  int32_t width = 1;
 };
 // tokens, targets (B, T) int32: windows text[s .. s+T] for each start s (s + T < size)
 void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const std::vector<int64_t>& starts,

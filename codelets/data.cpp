@@ -82,7 +82,15 @@ void load_windows_cpu(void* b[], void* a) noexcept {
       if (h->status) h->status->fail("load_windows: window at " + std::to_string(starts[i]) + " out of range");
       return;
     }
-  kernels::cpu::gather_windows(h->text->data, starts, h->B, h->T, vec_as<int32_t>(b[0]), vec_as<int32_t>(b[1]));
+  int32_t* tokens = vec_as<int32_t>(b[0]);
+  int32_t* targets = vec_as<int32_t>(b[1]);
+  const uint8_t* d = h->text->data;
+  if (h->text->width == 2)
+    kernels::cpu::gather_windows(reinterpret_cast<const uint16_t*>(d), starts, h->B, h->T, tokens, targets);
+  else if (h->text->width == 4)
+    kernels::cpu::gather_windows(reinterpret_cast<const uint32_t*>(d), starts, h->B, h->T, tokens, targets);
+  else
+    kernels::cpu::gather_windows(d, starts, h->B, h->T, tokens, targets);
 }
 
 struct SequencesHeader {

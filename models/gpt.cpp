@@ -5,6 +5,7 @@
 // The backward mirrors it; the residual gradient is carried in two buffers that alternate.
 #include "models/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -249,6 +250,19 @@ GptLanguageModel::GptLanguageModel(const GptConfig& cfg, TextSplit data, StepSta
     : cfg_(cfg), data_(std::move(data)), status_(status), rng_(cfg.init_seed) {
   train_src_ = {data_.train.data(), (int64_t)data_.train.size()};
   val_src_ = {data_.val.data(), (int64_t)data_.val.size()};
+  data_description_ = data_.description;
+  init();
+}
+
+GptLanguageModel::GptLanguageModel(const GptConfig& cfg, TokenSplit data, StepStatus* status)
+    : cfg_(cfg), tokens_(std::move(data)), token_data_(true), status_(status), rng_(cfg.init_seed) {
+  train_src_ = {tokens_.train.bytes(), tokens_.train.size(), tokens_.train.width};
+  val_src_ = {tokens_.val.bytes(), tokens_.val.size(), tokens_.val.width};
+  data_description_ = tokens_.description;
+  init();
+}
+
+void GptLanguageModel::init() {
   body_ = std::make_unique<GptBody>(cfg_, rng_);
   lm_head_ = gpt_param("lm_head.weight", {cfg_.vocab, cfg_.n_embd}, rng_, 0.02f, true);
 }
@@ -256,7 +270,7 @@ GptLanguageModel::GptLanguageModel(const GptConfig& cfg, TextSplit data, StepSta
 GptLanguageModel::~GptLanguageModel() = default;
 
 std::string GptLanguageModel::describe() const {
-  return describe_gpt(cfg_, body_->numel() + lm_head_.value.numel()) + " (LM head untied); " + data_.description;
+  return describe_gpt(cfg_, body_->numel() + lm_head_.value.numel()) + " (LM head untied); " + data_description_;
 }
 
 std::vector<Param*> GptLanguageModel::params() {
@@ -272,7 +286,7 @@ std::vector<std::vector<Param*>> GptLanguageModel::layer_groups() {
   return g;
 }
 
-int64_t GptLanguageModel::epoch_size() const { return ((int64_t)data_.train.size() - 1) / cfg_.context; }
+int64_t GptLanguageModel::epoch_size() const { return (train_src_.size - 1) / cfg_.context; }
 
 GptLanguageModel::Head& GptLanguageModel::head_for(int B) {
   for (auto& h : heads_)
@@ -313,9 +327,12 @@ void GptLanguageModel::submit_step(Runtime& rt, int64_t step, const std::vector<
 
 std::vector<int64_t> GptLanguageModel::eval_starts() const {
   const int64_t T = cfg_.context;
-  const int64_t n = ((int64_t)data_.val.size() - 1) / T;
+  const int64_t n = (val_src_.size - 1) / T;
   std::vector<int64_t> s;
-  if (cfg_.eval_limit > 0 && cfg_.eval_limit < n) {
+  if (token_data_) {  // the first eval_limit windows (docs/gpt.md, "Token files")
+    const int64_t m = cfg_.eval_limit > 0 ? std::min(cfg_.eval_limit, n) : n;
+    for (int64_t i = 0; i < m; ++i) s.push_back(i * T);
+  } else if (cfg_.eval_limit > 0 && cfg_.eval_limit < n) {
     for (int64_t i = 0; i < cfg_.eval_limit; ++i) s.push_back(i * n / cfg_.eval_limit * T);
   } else {
     for (int64_t i = 0; i < n; ++i) s.push_back(i * T);

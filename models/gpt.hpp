@@ -1,6 +1,6 @@
-// A GPT-2-style decoder on bytes (vocabulary 256): token + position embeddings, n_layer
+// A GPT-2-style decoder on tokens (bytes: vocabulary 256; token files: model.vocab): token + position embeddings, n_layer
 // pre-LayerNorm blocks (causal multi-head self-attention, then a 4x GELU MLP, each added to the
-// residual stream), a final LayerNorm and an untied LM head (lm_head.weight (256, C), no bias).
+// residual stream), a final LayerNorm and an untied LM head (lm_head.weight (vocab, C), no bias).
 // Parameter names and shapes follow GPT-2 (wte, wpe, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight,
 // ...), with 2-D weights (out_features, in_features) like the MLP's (the blocks' four Linear weights
 // stored transposed under GptConfig::weights_in_out, Param::in_out). Initialisation as
@@ -14,6 +14,7 @@
 #include "codelets/codelets.hpp"
 #include "models/rng.hpp"
 #include "models/text.hpp"
+#include "models/tokens.hpp"
 #include "models/workload.hpp"
 
 namespace zf {
@@ -90,11 +91,13 @@ struct LmBuffers {
   Tensor logits, probs, dlogits;
 };
 
-// Next-byte prediction on a text: a sampling unit is a window start offset u * T (T = context),
-// epoch_size = number of non-overlapping windows of the training text; the loss is per byte (nats).
+// Next-token prediction on a text (bytes) or on token files (ids below cfg.vocab): a sampling unit
+// is window u, the tokens [uT, uT + T] (T = context: inputs the first T, targets the last T);
+// epoch_size = floor((N - 1) / T) windows of the training tokens; the loss is per token (nats).
 class GptLanguageModel : public Workload {
  public:
   GptLanguageModel(const GptConfig& cfg, TextSplit data, StepStatus* status);
+  GptLanguageModel(const GptConfig& cfg, TokenSplit data, StepStatus* status);
   ~GptLanguageModel() override;
   std::string describe() const override;
   std::vector<Param*> params() override;
@@ -104,17 +107,22 @@ class GptLanguageModel : public Workload {
                    const Tensor& stats) override;
   EvalResult evaluate(Runtime& rt) override;
   std::vector<std::vector<Param*>> layer_groups() override;  // the body's, lm_head with ln_f
-  // Start offsets of the evaluation windows (all non-overlapping ones, or eval_limit evenly spaced).
+  // Start offsets of the evaluation windows: all of them (eval_limit 0), else eval_limit of them,
+  // evenly spaced for text, the first ones for token files.
   std::vector<int64_t> eval_starts() const;
 
  private:
   struct Head;  // tokens and targets (double-buffered), logits, probs, dlogits of one batch size
+  void init();  // the parameters, once the data is in place
   Head& head_for(int B);
   void run_batch(const SubmitOptions& o, int slot, const std::vector<int64_t>& starts, const TextSource* src,
                  const Tensor& stats, bool accumulate, bool backward);
 
   GptConfig cfg_;
-  TextSplit data_;
+  TextSplit data_;      // text datasets
+  TokenSplit tokens_;   // data.dataset "tokens"
+  bool token_data_ = false;
+  std::string data_description_;
   TextSource train_src_{}, val_src_{};
   StepStatus* status_;
   Rng rng_;

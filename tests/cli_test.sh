@@ -184,6 +184,37 @@ if [ -d "$DATA" ]; then
   for _ in $(seq 40); do printf 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 '; done >"$TMP/multibyte.txt"
   expect 0 "a text data file with multi-byte UTF-8" -- "$SPEC" --set model.type=gpt --set data.dataset=text \
     --set data.path="$TMP/multibyte.txt" --set model.context=16 --set train.batch_size=2 --steps 2 -q
+  # ---- token files (data.dataset "tokens", docs/gpt.md "Token files"): each bad file exits 2
+  # naming the field, the file and what was expected; good ones train
+  TOK=(--set model.type=gpt --set data.dataset=tokens --set model.context=16 --set train.batch_size=2 --steps 2 -q)
+  perl -e 'print pack("v*", map { $_ * 7 % 256 } 0..199)' >"$TMP/tok.bin"
+  perl -e 'print pack("V*", map { $_ * 977 % 70000 } 0..199)' >"$TMP/tok.u32.bin"
+  perl -e 'print pack("l<3", 20240520, 1, 200), "\0" x 1012, pack("v*", map { $_ % 256 } 0..199)' >"$TMP/llmc.bin"
+  expect 0 "raw uint16 token files, sequential order" -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok.bin" \
+    --set data.eval_path="$TMP/llmc.bin" --set data.order=sequential
+  expect 0 "a uint32 token file with model.vocab 70000" -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok.u32.bin" \
+    --set data.eval_path="$TMP/tok.bin" --set model.vocab=70000
+  expect 2 "token ids beyond model.vocab" "data.path: $TMP/tok.u32.bin" "token id 977 at byte offset 4" \
+    "model.vocab = 256" -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok.u32.bin" --set data.eval_path="$TMP/tok.bin"
+  expect 2 "tokens without data.eval_path" "data.eval_path" "required" -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok.bin"
+  head -c 1100 "$TMP/llmc.bin" >"$TMP/llmc-cut.bin"
+  expect 2 "a truncated llm.c token file" "data.eval_path: $TMP/llmc-cut.bin" "truncated" "announces 200 uint16 ids" \
+    -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok.bin" --set data.eval_path="$TMP/llmc-cut.bin"
+  head -c 500 "$TMP/llmc.bin" >"$TMP/llmc-hdr.bin"
+  expect 2 "an llm.c header cut short" "$TMP/llmc-hdr.bin" "truncated llm.c header" "1024-byte header" \
+    -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/llmc-hdr.bin" --set data.eval_path="$TMP/tok.bin"
+  perl -e 'print pack("l<3", 20240520, 3, 200), "\0" x 1012, pack("v*", 0..199)' >"$TMP/llmc-ver.bin"
+  expect 2 "a bad llm.c header (version 3)" "$TMP/llmc-ver.bin" "bad llm.c header: version 3" "expected 1" \
+    -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/llmc-ver.bin" --set data.eval_path="$TMP/tok.bin"
+  { cat "$TMP/tok.bin"; printf x; } >"$TMP/tok-odd.bin"
+  expect 2 "a raw token file with an odd byte count" "$TMP/tok-odd.bin" "odd byte count 401" \
+    -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok-odd.bin" --set data.eval_path="$TMP/tok.bin"
+  : >"$TMP/tok-empty.bin"
+  expect 2 "an empty token file" "data.eval_path: $TMP/tok-empty.bin" "empty file" \
+    -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok.bin" --set data.eval_path="$TMP/tok-empty.bin"
+  head -c 32 "$TMP/tok.bin" >"$TMP/tok-short.bin"
+  expect 2 "a token file shorter than context + 1" "$TMP/tok-short.bin" "16 tokens" "model.context + 1 = 17" \
+    -- "$SPEC" "${TOK[@]}" --set data.path="$TMP/tok-short.bin" --set data.eval_path="$TMP/tok.bin"
   printf 'Ge1:1 In the beginning God created the heaven and the earth.\nGe1:2 And the earth was without form.\n' >"$TMP/genesis.txt"
   expect 2 "a classifier split with no held-out verses" "data.path" "no held-out verses" \
     -- "$SPEC" --set model.type=gpt-classifier --set data.dataset=kjv --set data.path="$TMP/genesis.txt" \

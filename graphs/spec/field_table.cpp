@@ -158,6 +158,9 @@ std::vector<FieldDef> top_and_model_fields() {
       integer("model.n_head", [](auto& s) -> auto& { return s.model.n_head; }, 1, 256).must_match(Match::block, 3),
       integer("model.n_embd", [](auto& s) -> auto& { return s.model.n_embd; }, 1, 8192).must_match(Match::block, 3),
       integer("model.context", [](auto& s) -> auto& { return s.model.context; }, 1, 8192).must_match(Match::block, 3),
+      // absent from to_json when default: older checkpoints' specs compare equal
+      integer("model.vocab", [](auto& s) -> auto& { return s.model.vocab; }, 1, 1 << 24)
+          .only_if([](const Spec& s) { return s.model.vocab != 256; }).must_match(Match::block, 3),
       text("model.pool", [](auto& s) -> auto& { return s.model.pool; }, {"mean", "max", "last"})
           .must_match(Match::block, 3),
       // absent from to_json when default: older checkpoints' specs compare equal
@@ -171,13 +174,19 @@ std::vector<FieldDef> top_and_model_fields() {
 
 std::vector<FieldDef> data_train_optimizer_fields() {
   return {
-      text("data.dataset", [](auto& s) -> auto& { return s.data.dataset; }, {"fashion-mnist", "kjv", "text"})
+      text("data.dataset", [](auto& s) -> auto& { return s.data.dataset; }, {"fashion-mnist", "kjv", "text", "tokens"})
           .must_match(Match::field, 8),
       text("data.dir", [](auto& s) -> auto& { return s.data.dir; }).must_match(Match::field, 9),
       integer("data.train_limit", [](auto& s) -> auto& { return s.data.train_limit; }, 0, INT32_MAX)
           .must_match(Match::field, 10),
       integer("data.eval_limit", [](auto& s) -> auto& { return s.data.eval_limit; }, 0, INT32_MAX),
       text("data.path", [](auto& s) -> auto& { return s.data.path; }),
+      text("data.eval_path", [](auto& s) -> auto& { return s.data.eval_path; })
+          .only_if([](const Spec& s) { return !s.data.eval_path.empty(); }),
+      // absent from to_json when default (older checkpoints' specs compare equal); a resumed run
+      // must see the same batches
+      text("data.order", [](auto& s) -> auto& { return s.data.order; }, {"random", "sequential"})
+          .only_if([](const Spec& s) { return s.data.order != "random"; }).must_match(Match::field, 17),
       text("data.labels", [](auto& s) -> auto& { return s.data.labels; }, {"testament", "section"}),
       text("data.split", [](auto& s) -> auto& { return s.data.split; }, {"book", "verse"}),
       integer("train.batch_size", [](auto& s) -> auto& { return s.train.batch_size; }, 1, 1 << 20)

@@ -45,11 +45,25 @@ void check_model_data(const Fields& top, Spec& s) {
   if (m == "mlp" && d != "fashion-mnist")
     top.fail("data.dataset", "'" + d + "' needs a text model (model.type gpt or gpt-classifier); mlp trains on fashion-mnist");
   if (m == "gpt" && d == "fashion-mnist")
-    top.fail("data.dataset", "model.type gpt trains on text: set data.dataset to kjv or text");
+    top.fail("data.dataset", "model.type gpt trains on text or tokens: set data.dataset to kjv, text or tokens");
   if (m == "gpt-classifier" && d != "kjv")
     top.fail("data.dataset", "model.type gpt-classifier classifies KJV verses: set data.dataset to kjv");
   if (d == "text" && s.data.path.empty()) top.fail("data.path", "required with data.dataset text (a UTF-8 text file)");
   if (d == "kjv" && s.data.path.empty()) s.data.path = kKjvDefaultPath;
+  if (m == "gpt-classifier" && d == "tokens")
+    top.fail("data.dataset", "model.type gpt-classifier classifies KJV verses: set data.dataset to kjv");
+  if (d == "tokens" && s.data.path.empty())
+    top.fail("data.path", "required with data.dataset tokens (the training token file, docs/gpt.md)");
+  if (d == "tokens" && s.data.eval_path.empty())
+    top.fail("data.eval_path", "required with data.dataset tokens (the evaluation token file, docs/gpt.md)");
+  if (d != "tokens" && !s.data.eval_path.empty())
+    top.fail("data.eval_path", "only with data.dataset tokens (" + d + " has its own evaluation split)");
+  // the byte datasets' ids are the 256 byte values; the classifier's heads are built on them
+  if ((m == "gpt-classifier" && s.model.vocab != 256) || ((d == "text" || d == "kjv") && s.model.vocab < 256))
+    top.fail("model.vocab", std::to_string(s.model.vocab) + ": " +
+                                (m == "gpt-classifier" ? "gpt-classifier reads bytes, vocabulary 256"
+                                                       : "data.dataset " + d + " reads bytes: at least 256") +
+                                " (another vocabulary needs data.dataset tokens)");
 }
 
 // Checks across the fields of a block the spec has, after its unknown keys are refused.

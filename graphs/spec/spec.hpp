@@ -71,6 +71,9 @@ struct Spec {
     uint64_t init_seed = 1;
     // gpt | gpt-classifier (docs/gpt.md)
     int n_layer = 4, n_head = 4, n_embd = 128, context = 128;
+    // gpt: the vocabulary (wte and lm_head rows); text datasets need the 256 byte values, token
+    // files ids below it (docs/gpt.md, "Token files")
+    int vocab = 256;
     std::string pool = "mean";  // gpt-classifier: mean | max | last (the verse's last byte)
     // gpt-classifier: linear (a classification layer on the pooled output) | generative (Bayes'
     // rule over the language model conditioned on a class byte; docs/gpt.md)
@@ -87,8 +90,12 @@ struct Spec {
     std::string dir = "/usr/share/datasets/fashion-mnist";
     int64_t train_limit = 0;  // 0: all examples
     int64_t eval_limit = 0;
-    // kjv | text (docs/gpt.md): the text file; for kjv "" means kKjvDefaultPath
+    // kjv | text | tokens (docs/gpt.md): the text or training token file; for kjv "" means kKjvDefaultPath
     std::string path;
+    std::string eval_path;  // tokens: the evaluation token file (required)
+    // The training units' order (docs/spec.md): "random", a permutation per epoch seeded by
+    // train.seed, or "sequential": row b of step t's global batch is unit (t B + b) mod U
+    std::string order = "random";
     std::string labels = "testament";  // gpt-classifier: testament | section
     std::string split = "book";        // gpt-classifier: book | verse
   } data;

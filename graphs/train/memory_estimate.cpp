@@ -62,14 +62,16 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     e.data = (double)(s.data.train_limit > 0 ? std::min<int64_t>(s.data.train_limit, 60000) : 60000) * in +
              10000.0 * in;
   } else {
-    const double C = s.model.n_embd, T = s.model.context, L = s.model.n_layer, H = s.model.n_head, V = 256;
+    const double C = s.model.n_embd, T = s.model.context, L = s.model.n_layer, H = s.model.n_head, V = s.model.vocab;
     P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head
     tensors = 3 + 12 * L + 2;
     // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
     // the attention probabilities H x T per position; then the shared gradients and the head
     act_per_row = T * (L * (16 * C + H * T + 4) + 18 * C + 3 * V);
-    // text: the file and its split copies; kjv: about 4 MB of verses, parsed
-    e.data = 3.0 * (s.data.dataset == "text" ? file_size(s.data.path) : 5.0 * 1024 * 1024);
+    // text: the file and its split copies; kjv: about 4 MB of verses, parsed; tokens: the two
+    // files' ids at their width (about the files' sizes)
+    e.data = s.data.dataset == "tokens" ? file_size(s.data.path) + file_size(s.data.eval_path)
+                                        : 3.0 * (s.data.dataset == "text" ? file_size(s.data.path) : 5.0 * 1024 * 1024);
   }
   e.param_count = (int64_t)P;
   // values and gradients, fp32, and with gradient accumulation one more gradient-sized buffer

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "codelets/codelets.hpp"
+#include "graphs/spec/spec.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "graphs/train/precision.hpp"
 #include "models/rng.hpp"
@@ -30,6 +31,7 @@ StepGraph::StepGraph(const Spec& spec, Runtime& rt, Workload& wl, Strategy& stra
       // completes before t+R may write it
       R_(spec.runtime.lookahead + 2),
       per_epoch_(steps_per_epoch),
+      order_{spec.data.order == "sequential", wl.epoch_size(), steps_per_epoch, B_, Bl_, ranks},
       idx_(Bl_) {
   for (int i = 0; i < R_ * A_; ++i) stats_.push_back(Tensor::home({3}, "stats." + std::to_string(i), sizeof(double)));
   rec_.resize(T);
@@ -42,7 +44,7 @@ StepGraph::StepGraph(const Spec& spec, Runtime& rt, Workload& wl, Strategy& stra
 
 void StepGraph::submit(int64_t t) {
   const int64_t e = t / per_epoch_;
-  if (e != epoch_) {
+  if (e != epoch_ && !order_.sequential) {
     epoch_ = e;
     perm_ = permutation(wl_.epoch_size(), spec_.train.seed * 1000003ull + (uint64_t)e);
   }
@@ -62,11 +64,10 @@ void StepGraph::submit(int64_t t) {
   }
 }
 
-// micro-batch mb of step t: rows [mb R Bl, (mb + 1) R Bl) of the epoch's permutation (R ranks),
-// rank r: its r-th Bl of them
+// micro-batch mb of step t: rows [mb R Bl, (mb + 1) R Bl) of the step's global batch (R ranks),
+// rank r: its r-th Bl of them (BatchOrder)
 void StepGraph::submit_micro_batch(int64_t t, int mb) {
-  const int64_t base = (t % per_epoch_) * B_ + ((int64_t)mb * ranks_ + rank_) * Bl_;
-  for (int i = 0; i < Bl_; ++i) idx_[i] = perm_[base + i];
+  for (int i = 0; i < Bl_; ++i) idx_[i] = order_.unit(perm_, t, order_.row(mb, rank_, i));
   const Tensor& st = stats_[(t % R_) * A_ + mb];
   wl_.submit_step(rt_, t, idx_, st);
   double* dst = mb == 0 ? rec_[t].stats : micro_rec_[(size_t)t * (A_ - 1) + mb - 1].stats;

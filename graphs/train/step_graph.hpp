@@ -21,6 +21,22 @@ struct StepRecord {
   double stats[3] = {0, 0, 0};  // loss sum, correct, count (written by read_async)
 };
 
+// Which training units (Workload::submit_step's indices) a step's rows are (docs/spec.md,
+// data.order). Row b of step t's global batch of B rows is unit perm[(t mod per_epoch) B + b] of
+// the epoch's permutation ("random"), or unit (t B + b) mod units ("sequential"). With R ranks and
+// A micro-batches of Bl rows each (B = Bl R A), rank r's micro-batch mb holds the global rows
+// row(mb, r, 0 .. Bl): every rank sees the rows one process would.
+struct BatchOrder {
+  bool sequential = false;
+  int64_t units = 0, per_epoch = 1;  // Workload::epoch_size(), steps per epoch
+  int B = 0, Bl = 0, ranks = 1;
+  int64_t row(int mb, int rank, int i) const { return ((int64_t)mb * ranks + rank) * Bl + i; }
+  // perm: the epoch's permutation of the units (unused when sequential)
+  int32_t unit(const std::vector<int32_t>& perm, int64_t t, int64_t row) const {
+    return sequential ? (int32_t)((t * B + row) % units) : perm[(size_t)((t % per_epoch) * B + row)];
+  }
+};
+
 class StepGraph {
  public:
   // Called after step t's backward (and gradient all-reduce) is submitted (RunOptions::after_backward).
@@ -57,6 +73,7 @@ class StepGraph {
   AfterBackward after_backward_;
   const int rank_, ranks_, A_, Bl_, B_, R_;
   const int64_t per_epoch_;
+  const BatchOrder order_;
   std::vector<Tensor> stats_;      // the stats ring
   std::vector<StepRecord> rec_;    // per step: micro-batch 0's, then (gather_records) the whole batch
   std::vector<StepRecord> micro_rec_;  // micro-batches 1..A-1

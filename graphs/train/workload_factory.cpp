@@ -9,6 +9,7 @@
 #include "models/idx.hpp"
 #include "models/mlp.hpp"
 #include "models/text.hpp"
+#include "models/tokens.hpp"
 #include "runtime/error.hpp"
 
 namespace zf {
@@ -36,6 +37,7 @@ GptConfig gpt_config(const Spec& spec) {
   c.n_head = spec.model.n_head;
   c.n_embd = spec.model.n_embd;
   c.context = spec.model.context;
+  c.vocab = spec.model.vocab;
   c.init_seed = spec.model.init_seed;
   c.batch_size = spec.train.batch_size;
   c.eval_batch_size = spec.train.eval_batch_size;
@@ -66,7 +68,11 @@ std::unique_ptr<Workload> make_gpt(const Spec& spec, StepStatus* status) {  // d
   const GptConfig c = gpt_config(spec);
   const std::string where = spec.source + ": data.path";
   std::unique_ptr<Workload> w;
-  if (spec.model.type == "gpt") {
+  if (spec.model.type == "gpt" && spec.data.dataset == "tokens") {
+    w = std::make_unique<GptLanguageModel>(
+        c, load_token_split(spec.data.path, where, spec.data.eval_path, spec.source + ": data.eval_path", c.vocab, c.context),
+        status);
+  } else if (spec.model.type == "gpt") {
     TextSplit t = spec.data.dataset == "kjv" ? kjv_lm_split(load_kjv(spec.data.path, where))
                                              : load_text_split(spec.data.path, where);
     check_split(t, c.context, spec.data.path, where);

@@ -59,6 +59,8 @@ const json kRichA = json::parse(R"({
 })");
 const json kRichB = json::parse(R"({
   "strategy": "zenflow", "precision": "bf16", "zero_optimization": {"stage": 2},
+  "model": {"type": "gpt", "vocab": 50257},
+  "data": {"dataset": "tokens", "path": "/tmp/train.bin", "eval_path": "/tmp/eval.bin", "order": "sequential"},
   "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.1, "cos_min_ratio": 0.01,
                 "warmup_num_steps": 5, "total_num_steps": 50}},
   "zenflow": {"select_strategy": "epoch", "select_interval": 1, "update_interval": 2, "semantics": "deepspeed",
@@ -98,6 +100,9 @@ TEST(SpecFields, ToJsonLeavesOutDefaultsOlderSpecsLacked) {
   EXPECT_FALSE(j["model"].contains("head"));
   EXPECT_FALSE(j["model"].contains("weight_layout"));
   EXPECT_FALSE(j["train"].contains("gradient_accumulation_steps"));
+  EXPECT_FALSE(j["model"].contains("vocab"));
+  EXPECT_FALSE(j["data"].contains("eval_path"));
+  EXPECT_FALSE(j["data"].contains("order"));
   EXPECT_EQ(j["zenflow"]["update_interval"], "auto");
   EXPECT_EQ(j["zenflow"]["max_staleness"], 0);
 }
@@ -115,7 +120,11 @@ TEST(SpecFields, ResumeComparesTheSameFieldsInTheSameOrder) {
                                            "train.seed"};
   std::vector<std::string> plain = common;
   plain.push_back("zero_optimization.offload_optimizer");  // Twin-Flow's ratio: its state's layout
-  EXPECT_EQ(check_names(zf::Spec()), plain);
+  auto with_order = [](std::vector<std::string> v) {        // data.order: the batches' windows
+    v.push_back("data.order");
+    return v;
+  };
+  EXPECT_EQ(check_names(zf::Spec()), with_order(plain));
   std::vector<std::string> all = common;
   all.push_back("zenflow");
   all.push_back("fp16");
@@ -123,12 +132,12 @@ TEST(SpecFields, ResumeComparesTheSameFieldsInTheSameOrder) {
   zf::Spec z;
   z.strategy = "zenflow";
   z.precision = "fp16";
-  EXPECT_EQ(check_names(z), all);
+  EXPECT_EQ(check_names(z), with_order(all));
   zf::Spec t;
   t.strategy = "zero-offload";
   t.offload_ratio = 0.5;
   plain.push_back("zero_optimization.sub_group_size");  // below 1: the split's unit
-  EXPECT_EQ(check_names(t), plain);
+  EXPECT_EQ(check_names(t), with_order(plain));
 }
 
 TEST(SpecFields, ResumeValuesFillOldDefaultsAndSkipTheLayout) {

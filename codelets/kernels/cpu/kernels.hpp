@@ -218,6 +218,9 @@ void last_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T,
 // text[s_b + 1 .. s_b + T] for the start offsets s (B); s_b + T < n is the caller's promise.
 void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, int32_t* tokens,
                     int32_t* targets);
+// The same on token ids of 2 or 4 bytes (token files; the ids are below the model's vocabulary).
+void gather_windows(const uint16_t* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets);
+void gather_windows(const uint32_t* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets);
 // Rows `rows` (B) of a padded byte table (R, T) with lengths (R) and labels (R): tokens (B, T),
 // len (B), labels (B).
 void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,

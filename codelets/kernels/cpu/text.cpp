@@ -1,21 +1,34 @@
-// Batches of bytes as tokens (byte-level vocabulary of 256): language-model windows of a text and
-// rows of a padded sequence table (the classifier's verses), class-conditioned chunks of verses
-// (the generative classifier).
+// Batches of bytes as tokens (byte-level vocabulary of 256): language-model windows of a text (or
+// of a token file's 2- or 4-byte ids) and rows of a padded sequence table (the classifier's
+// verses), class-conditioned chunks of verses (the generative classifier).
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
 
-void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, int32_t* tokens,
-                    int32_t* targets) {
+namespace {
+template <class Id>
+void gather(const Id* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets) {
   for (int b = 0; b < B; ++b) {
-    const uint8_t* s = text + starts[b];
+    const Id* s = ids + starts[b];
     int32_t* tk = tokens + (size_t)b * T;  // (T)
     int32_t* tg = targets + (size_t)b * T;
     for (int t = 0; t < T; ++t) {
-      tk[t] = s[t];
-      tg[t] = s[t + 1];
+      tk[t] = (int32_t)s[t];
+      tg[t] = (int32_t)s[t + 1];
     }
   }
+}
+}  // namespace
+
+void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, int32_t* tokens,
+                    int32_t* targets) {
+  gather(text, starts, B, T, tokens, targets);
+}
+void gather_windows(const uint16_t* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets) {
+  gather(ids, starts, B, T, tokens, targets);
+}
+void gather_windows(const uint32_t* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets) {
+  gather(ids, starts, B, T, tokens, targets);
 }
 
 void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,

@@ -15,6 +15,7 @@ using json = nlohmann::json;
 // The largest dimension accepted (vocabulary, widths, positions): products of two stay far below
 // 2^63, and no published model comes near it.
 constexpr int64_t kMaxDim = int64_t(1) << 24;
+constexpr int64_t kMaxLayers = 4096;  // Llama 3.1 405B has 126
 
 // Typed access to config.json's fields: absent or null takes the default; a value of the wrong type
 // or range is an InputError naming the file and the field.
@@ -130,7 +131,7 @@ void read_llama_like(const Fields& f, Config& c, const Defaults& d) {
   c.vocab_size = f.integer("vocab_size", d.vocab);
   c.hidden_size = f.integer("hidden_size", d.hidden);
   c.intermediate_size = f.integer("intermediate_size", d.intermediate);
-  c.num_layers = f.integer("num_hidden_layers", d.layers, 1, 1 << 16);
+  c.num_layers = f.integer("num_hidden_layers", d.layers, 1, kMaxLayers);
   c.num_heads = f.integer("num_attention_heads", d.heads);
   c.num_kv_heads = f.integer("num_key_value_heads", d.kv_heads ? d.kv_heads : c.num_heads);
   c.max_positions = f.integer("max_position_embeddings", d.max_positions);
@@ -162,7 +163,7 @@ void read_gpt2(const Fields& f, Config& c) {
   };
   c.vocab_size = f.integer("vocab_size", 50257);
   c.hidden_size = alias("n_embd", "hidden_size", 768);
-  c.num_layers = alias("n_layer", "num_hidden_layers", 12, 1 << 16);
+  c.num_layers = alias("n_layer", "num_hidden_layers", 12, kMaxLayers);
   c.num_heads = alias("n_head", "num_attention_heads", 12);
   c.max_positions = alias("n_positions", "max_position_embeddings", 1024);
   c.intermediate_size = f.integer("n_inner", 4 * c.hidden_size);

@@ -99,19 +99,22 @@ const Defaults kLlama{32000, 4096, 11008, 32, 32, 0 /* = heads */, 2048, {1}, {2
 const Defaults kMistral{32000, 4096, 14336, 32, 32, 8, 4096 * 32, {1}, {2}, false};
 const Defaults kQwen2{151936, 4096, 22016, 32, 32, 32, 32768, {}, {}, false};
 
-void read_rope_scaling(const Fields& f, Config& c) {
-  const json* v = f.get("rope_scaling");
+// rope_scaling, or transformers 5's rope_parameters (rope_theta and the scaling in one object);
+// `key` names the field in errors.
+void read_rope_scaling(const Fields& f, Config& c, const std::string& key) {
+  const json* v = f.get(key);
   if (!v) return;
-  if (!v->is_object()) f.fail("rope_scaling", "expected null or an object, got " + excerpt(v->dump()));
+  if (!v->is_object()) f.fail(key, "expected null or an object, got " + excerpt(v->dump()));
   const Fields r(*v, c.path);
+  if (key == "rope_parameters") c.rope_theta = r.positive("rope_theta", c.rope_theta);
   std::string type = r.string("rope_type", "");
   if (type.empty()) type = r.string("type", "");  // the older key
-  if (type == "default") return;                  // transformers: no scaling
+  if (type == "default" || (type.empty() && key == "rope_parameters")) return;  // transformers: no scaling
   if (type != "llama3")
-    f.fail("rope_scaling.rope_type", "'" + excerpt(type) +
+    f.fail(key + ".rope_type", "'" + excerpt(type) +
                                          "' is not implemented (expected null, \"default\" or \"llama3\")");
   auto need = [&](const char* k) {
-    if (!r.get(k)) f.fail(std::string("rope_scaling.") + k, "missing (the llama3 type needs factor, "
+    if (!r.get(k)) f.fail(key + "." + k, "missing (the llama3 type needs factor, "
                                                             "low_freq_factor, high_freq_factor, original_max_position_embeddings)");
   };
   for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) need(k);
@@ -121,9 +124,8 @@ void read_rope_scaling(const Fields& f, Config& c) {
   s.low_freq_factor = r.positive("low_freq_factor", 0);
   s.high_freq_factor = r.positive("high_freq_factor", 0);
   s.original_max_position_embeddings = r.integer("original_max_position_embeddings", 0);
-  if (s.factor < 1) f.fail("rope_scaling.factor", "expected >= 1");
-  if (s.high_freq_factor <= s.low_freq_factor)
-    f.fail("rope_scaling.high_freq_factor", "expected greater than low_freq_factor");
+  if (s.factor < 1) f.fail(key + ".factor", "expected >= 1");
+  if (s.high_freq_factor <= s.low_freq_factor) f.fail(key + ".high_freq_factor", "expected greater than low_freq_factor");
 }
 
 // llama, mistral, qwen2: RMSNorm, rotary embeddings, SwiGLU.
@@ -148,7 +150,10 @@ void read_llama_like(const Fields& f, Config& c, const Defaults& d) {
     f.fail("num_key_value_heads", std::to_string(c.num_kv_heads) + " does not divide num_attention_heads " +
                                       std::to_string(c.num_heads));
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "true is not implemented (expected false: no MLP biases)");
-  read_rope_scaling(f, c);
+  read_rope_scaling(f, c, "rope_scaling");
+  read_rope_scaling(f, c, "rope_parameters");
+  if (f.get("rope_scaling") && f.get("rope_parameters"))
+    f.fail("rope_parameters", "given with rope_scaling: expected one of them (rope_parameters is transformers 5's name)");
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", d.tie);
   c.bos_token_ids = f.ids("bos_token_id", d.bos, c.vocab_size);
   c.eos_token_ids = f.ids("eos_token_id", d.eos, c.vocab_size);

@@ -125,6 +125,17 @@ TEST(HfConfig, Qwen2AndGpt2Fields) {
   l["rope_scaling"] = {{"type", "llama3"}, {"factor", 2.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 2.0},
                        {"original_max_position_embeddings", 8}};  // the older key
   EXPECT_TRUE(parse(l).rope_scaling.llama3);
+  // transformers 5: rope_theta and the scaling as rope_parameters
+  l.erase("rope_scaling");
+  l["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 123.0}};
+  EXPECT_EQ(parse(l).rope_theta, 123.0);
+  EXPECT_FALSE(parse(l).rope_scaling.llama3);
+  l["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 5e5}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
+  EXPECT_TRUE(parse(l).rope_scaling.llama3);
+  EXPECT_EQ(parse(l).rope_scaling.factor, 8.0);
+  l["rope_parameters"]["rope_type"] = "yarn";
+  expect_refused(l, {"/m/config.json: rope_parameters.rope_type", "'yarn' is not implemented"});
   // Mistral's window is harmless when it covers every position
   EXPECT_NO_THROW(parse(json{{"model_type", "mistral"}, {"sliding_window", 4096}, {"max_position_embeddings", 4096}}));
 }

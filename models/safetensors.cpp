@@ -17,14 +17,15 @@
 namespace zf {
 namespace {
 
+}  // namespace
+
 size_t dtype_size(const std::string& d) {
   if (d == "F32" || d == "I32") return 4;
   if (d == "F64" || d == "I64") return 8;
+  if (d == "BF16" || d == "F16") return 2;
   if (d == "U8") return 1;
   return 0;
 }
-
-}  // namespace
 
 size_t StTensor::numel() const {
   size_t n = 1;
@@ -173,17 +174,18 @@ StFile read_safetensors_metadata(const std::string& path) {
   return f;
 }
 
-StFile read_safetensors(const std::string& path) {
+StTable read_safetensors_table(const std::string& path) {
   std::ifstream in;
   const Header hd = read_header(path, in);
-  const nlohmann::json& j = hd.j;
-  const uint64_t fsize = hd.fsize, hlen = hd.hlen;
-  const uint64_t data_len = fsize - 8 - hlen;
-  StFile f;
+  StTable tab;
+  tab.file_size = hd.fsize;
+  tab.data_start = 8 + hd.hlen;
+  const uint64_t data_len = hd.fsize - 8 - hd.hlen;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (auto& [name, v] : j.items()) {
+  StFile md;
+  for (auto& [name, v] : hd.j.items()) {
     if (name == "__metadata__") {
-      read_metadata(path, v, f);
+      read_metadata(path, v, md);
       continue;
     }
     const std::string where = path + ": tensor '" + name + "'";
@@ -192,10 +194,10 @@ StFile read_safetensors(const std::string& path) {
     if (!v.contains("shape") || !v["shape"].is_array()) throw InputError(where, "shape: expected an array");
     if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
       throw InputError(where, "data_offsets: expected [begin, end]");
-    StTensor t;
+    StEntry t;
     t.dtype = v["dtype"].get<std::string>();
     size_t es = dtype_size(t.dtype);
-    if (es == 0) throw InputError(where, "dtype " + t.dtype + " is not supported (F32, F64, I32, I64, U8)");
+    if (es == 0) throw InputError(where, "dtype " + t.dtype + " is not supported (F32, BF16, F16, F64, I32, I64, U8)");
     uint64_t nbytes = es;  // shape * dtype size, checked: a product that wraps must not pass as small
     for (auto& d : v["shape"]) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t)INT64_MAX)
@@ -214,17 +216,37 @@ StFile read_safetensors(const std::string& path) {
     if (e - b != nbytes)
       throw InputError(where, "data_offsets span " + std::to_string(e - b) + " bytes, shape and dtype need " +
                                   std::to_string(nbytes));
-    t.bytes.resize(e - b);
-    in.seekg((std::streamoff)(8 + hlen + b));
-    in.read(reinterpret_cast<char*>(t.bytes.data()), (std::streamsize)(e - b));
-    if (!in) throw InputError(where, "could not read its data");
+    t.begin = b;
+    t.end = e;
     ranges.push_back({b, e});
+    tab.entries.emplace(name, std::move(t));
+  }
+  tab.metadata = std::move(md.metadata);
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) throw InputError(path, "tensors' data_offsets overlap");
+  return tab;
+}
+
+StFile read_safetensors(const std::string& path) {
+  const StTable tab = read_safetensors_table(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "cannot open safetensors file");
+  StFile f;
+  f.metadata = tab.metadata;
+  for (auto& [name, e] : tab.entries) {
+    StTensor t;
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    t.bytes.resize(e.end - e.begin);
+    in.seekg((std::streamoff)(tab.data_start + e.begin));
+    in.read(reinterpret_cast<char*>(t.bytes.data()), (std::streamsize)(e.end - e.begin));
+    if (!in) throw InputError(path + ": tensor '" + name + "'", "could not read its data");
     f.tensors.emplace(name, std::move(t));
   }
   if (f.metadata.count("zf_crc32")) {  // CRC-32 of the data section, tensors in file order
     std::vector<std::pair<uint64_t, std::string>> by_off;
-    for (auto& [name, v] : j.items())
-      if (name != "__metadata__") by_off.push_back({v["data_offsets"][0].get<uint64_t>(), name});
+    for (auto& [name, e] : tab.entries) by_off.push_back({e.begin, name});
     std::sort(by_off.begin(), by_off.end());
     uLong crc = crc32(0L, Z_NULL, 0);
     for (auto& [off, name] : by_off) {
@@ -235,9 +257,6 @@ StFile read_safetensors(const std::string& path) {
       throw InputError(path, "checksum mismatch: the data section is corrupted (CRC-32 " + std::to_string(crc) +
                                  ", the header records " + f.metadata["zf_crc32"] + ")");
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second) throw InputError(path, "tensors' data_offsets overlap");
   return f;
 }
 

@@ -1,6 +1,7 @@
 // safetensors files (huggingface/safetensors format): 8-byte little-endian header length N, N bytes
 // of JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
-// then the little-endian data. Only F32 (plus I64/F64/U8 for training state) is written here.
+// then the little-endian data. The engine's own files hold F32 (plus I64/F64/U8 for training state);
+// Hugging Face checkpoints (models/hf/) also BF16 and F16, read through read_safetensors_table.
 // Writes are atomic: temporary file in the same directory, fsync, rename.
 #pragma once
 #include <cstdint>
@@ -13,7 +14,7 @@
 namespace zf {
 
 struct StTensor {
-  std::string dtype;            // "F32", "F64", "I64", "I32", "U8"
+  std::string dtype;            // "F32", "F64", "I64", "I32", "U8", "BF16", "F16"
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;   // little-endian raw data
   size_t numel() const;
@@ -24,6 +25,26 @@ struct StFile {
   std::map<std::string, std::string> metadata;
   std::map<std::string, StTensor> tensors;
 };
+
+// One entry of a file's tensor table: where its data lies, relative to the data section.
+struct StEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // data_offsets
+};
+struct StTable {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, StEntry> entries;
+  uint64_t data_start = 0;  // file offset of the data section (8 + header length)
+  uint64_t file_size = 0;
+};
+
+// Bytes per element of a safetensors dtype; 0 for one not supported here.
+size_t dtype_size(const std::string& dtype);
+
+// The header alone, every entry checked (a supported dtype, shape x dtype size = its span, inside the
+// data section, no two overlapping; the header checksum when there is one); no tensor data is read.
+StTable read_safetensors_table(const std::string& path);
 
 // Throws zf::InputError naming the file and the tensor/field on any malformed content.
 StFile read_safetensors(const std::string& path);

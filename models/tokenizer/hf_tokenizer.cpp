@@ -211,6 +211,13 @@ std::string HfTokenizer::decode(const std::vector<uint32_t>& ids, bool skip_spec
   return decode_tokens(decoder_, std::move(tokens));
 }
 
+std::vector<std::string> HfTokenizer::pre_tokenize_pieces(std::string_view text) const {
+  check_utf8(text, "text");
+  std::vector<std::string> pieces;
+  pre_tokenize(pre_tokenizer_, text, true, [&](std::string_view p, bool) { pieces.emplace_back(p); });
+  return pieces;
+}
+
 uint64_t HfTokenizer::vocab_size() const { return vocab_size_; }
 
 std::optional<uint32_t> HfTokenizer::token_to_id(const std::string& token) const {

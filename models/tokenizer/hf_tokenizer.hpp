@@ -32,6 +32,9 @@ class HfTokenizer final : public Tokenizer {
   uint64_t vocab_size() const override;
   std::optional<uint32_t> token_to_id(const std::string& token) const override;
   std::string describe() const override;
+  // The pre-tokenizer's pieces of `text` alone (no added tokens, no normalizer), as the library's
+  // PreTokenizer::pre_tokenize_string gives them: for the test of the regexes (tokenizer_test.sh).
+  std::vector<std::string> pre_tokenize_pieces(std::string_view text) const;
 
  private:
   // The added tokens one trie of HF's matches: patterns by first byte, longest first.

@@ -3,11 +3,12 @@
 (Hugging Face's or sentencepiece's) against OURS/NAME.* (zf_tokenizer_tool). Prints one line per
 text, the first difference with its context where they differ; exit 1 on any difference.
   /usr/bin/python3 compare.py LABEL REF_DIR OURS_DIR"""
+import json
 import os
 import sys
 
 label, ref, ours = sys.argv[1:4]
-bad = equal = total_ids = total_bytes = 0
+bad = equal = total_ids = total_bytes = total_pieces = 0
 names = sorted(f[:-4] for f in os.listdir(ref) if f.endswith(".ids"))
 if not names:
     sys.exit(f"compare: {label}: no results in {ref}")
@@ -36,10 +37,24 @@ for name in names:
             bad += 1
             ok = False
         decoded.append(len(a))
+    pieces_ref = os.path.join(ref, name + ".pieces")
+    if os.path.exists(pieces_ref):  # the pre-tokenizer's pieces (tokenizer.json with a pre-tokenizer)
+        a = json.load(open(pieces_ref, encoding="utf-8"))
+        mine = os.path.join(ours, name + ".pieces")
+        b = json.load(open(mine, encoding="utf-8")) if os.path.exists(mine) else None
+        if a != b:
+            k = next((i for i in range(min(len(a), len(b or []))) if a[i] != b[i]), min(len(a), len(b or [])))
+            print(f"compare: {label}: {name}: FAIL: pre-tokenizer pieces differ at piece {k} of {len(a)}: "
+                  f"reference {a[k:k + 3]!r}, ours {(b or [])[k:k + 3]!r}")
+            bad += 1
+            ok = False
+        else:
+            total_pieces += len(a)
     if ok:
         total_ids += len(r)
         total_bytes += decoded[0]
         equal += 1
 if not bad:
-    print(f"compare: {label}: {equal} texts, {total_ids} ids equal, decoded text equal ({total_bytes} bytes)")
+    print(f"compare: {label}: {equal} texts, {total_ids} ids equal, decoded text equal ({total_bytes} bytes)"
+          + (f", {total_pieces} pre-tokenizer pieces equal" if total_pieces else ""))
 sys.exit(1 if bad else 0)

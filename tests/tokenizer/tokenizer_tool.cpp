@@ -2,7 +2,8 @@
 // zf::tok's tokenizer of MODEL_DIR and the decoded text, written as the reference scripts write
 // Hugging Face's and sentencepiece's (hf_reference.js, sp_reference.py), so that the files compare
 // byte for byte: OUT/NAME.ids (the ids, one line, space-separated), OUT/NAME.dec (decode),
-// OUT/NAME.decskip (decode skipping special tokens).
+// OUT/NAME.decskip (decode skipping special tokens), and for a tokenizer.json with a pre-tokenizer
+// OUT/NAME.pieces (its pieces of the raw text, a JSON array of strings).
 //   zf_tokenizer_tool MODEL_DIR OUT_DIR TEXT_FILE...
 #include <chrono>
 #include <filesystem>
@@ -10,6 +11,9 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "models/tokenizer/hf_tokenizer.hpp"
 #include "models/tokenizer/tokenizer.hpp"
 #include "runtime/error.hpp"
 
@@ -35,6 +39,8 @@ int main(int argc, char** argv) {
       f << "\n";
       std::ofstream(out / (name + ".dec"), std::ios::binary) << tok->decode(ids, false);
       std::ofstream(out / (name + ".decskip"), std::ios::binary) << tok->decode(ids, true);
+      if (auto* hf = dynamic_cast<const zf::tok::HfTokenizer*>(tok.get()))
+        std::ofstream(out / (name + ".pieces"), std::ios::binary) << nlohmann::json(hf->pre_tokenize_pieces(ss.str())).dump();
       std::cerr << "zf_tokenizer_tool: " << name << ": " << ids.size() << " ids in " << s << " s\n";
     }
   } catch (const zf::InputError& e) {

@@ -5,7 +5,8 @@
 // WORK/hf/NAME/TEXT.ids (ids of encode(text, add_special_tokens=false), space-separated), .dec
 // and .decskip (decode without and with skip_special_tokens), .pieces (the pre-tokenizer's pieces of
 // the raw text, JSON), as zf_tokenizer_tool writes them.
-// --only=A,B: the results of those variants only (the variants are written every time).
+// --only=A,B: the results of those variants only (the variants are written every time), without
+// the pieces.
 //   node hf_reference.js SOURCE_DIR WORK [--only=NAME,...] TEXT_FILE...
 const fs = require('fs');
 const path = require('path');
@@ -83,7 +84,7 @@ for (const [name, j] of Object.entries(variants)) {
       fs.writeFileSync(base + '.dec', await t.decode(ids, false));
       fs.writeFileSync(base + '.decskip', await t.decode(ids, true));
       const pre = t.getPreTokenizer();  // the regexes' pieces, which ids show only where a merge crosses them
-      if (pre) fs.writeFileSync(base + '.pieces', JSON.stringify(pre.preTokenizeString(text).map((p) => p[0])));
+      if (pre && !only) fs.writeFileSync(base + '.pieces', JSON.stringify(pre.preTokenizeString(text).map((p) => p[0])));
       console.error(`hf_reference: ${name}: ${path.basename(file)}: ${ids.length} ids in ${Date.now() - t0} ms`);
     }
   }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "models/tokenizer/token_writer.hpp"
@@ -25,9 +26,19 @@ struct TokenizeArgs {
   bool no_bos = false, no_eos = false, llmc = false, quiet = false;
 };
 
+// The output's directory must exist and the name must not be a directory: found before the work.
+void check_out(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::path(out).has_parent_path() ? fs::path(out).parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) throw InputError("--out " + out, "directory " + dir.string() + " does not exist");
+  if (fs::is_directory(out, ec)) throw InputError("--out " + out, "is a directory, expected a file name");
+}
+
 int tokenize(const TokenizeArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
+  check_out(a.out);
   const auto tok = tok::load_tokenizer(a.model);
   const tok::SpecialIds sp = tok::read_special_ids(a.model);
   const std::vector<uint8_t> bytes = read_input_file(a.text, "--text " + a.text);
@@ -62,7 +73,8 @@ int tokenize_main(int argc, char** argv) {
   CLI::App app{"zenflow-run tokenize: a text file to token ids with a Hugging Face model directory's tokenizer\n"
                "(tokenizer.json, else tokenizer.model; BOS/EOS from its config.json). The token file is raw\n"
                "little-endian uint16 when the vocabulary has at most 65536 ids, else llm.c's format with uint32\n"
-               "tokens (docs/tokenizers.md, \"Token files\")."};
+               "tokens (docs/tokenizers.md, \"Token files\").",
+               "zenflow-run tokenize"};
   TokenizeArgs a;
   app.add_option("--model", a.model, "model directory (tokenizer.json or tokenizer.model; config.json)")->required();
   app.add_option("--text", a.text, "UTF-8 text file, tokenized as one document")->required();

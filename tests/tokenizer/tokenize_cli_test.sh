@@ -59,12 +59,13 @@ echo '{"bos_token_id": 1, "eos_token_id": [2, 1]}' >"$s/config.json"
 check "$c/d.bin" raw16 "$w/sp/sp-kjv/kjv-00.txt.ids" 1
 
 # 5. bad input: exit 2, the message naming the file and the field
-bad() {  # bad NAME EXPECTED_TEXT... -- ARGS: zenflow-run tokenize ARGS must exit 2 saying every EXPECTED_TEXT
+bad() {  # bad NAME EXPECTED_TEXT... -- ARGS: zenflow-run tokenize ARGS (--out added) must exit 2 saying every EXPECTED_TEXT
   local name="$1" expect=() rc=0
   shift
   while [ "$1" != -- ]; do expect+=("$1"); shift; done
   shift
-  "$run" tokenize "$@" --out "$c/bad.bin" >"$c/bad.log" 2>&1 || rc=$?
+  [[ " $* " == *" --out "* ]] || set -- "$@" --out "$c/bad.bin"
+  "$run" tokenize "$@" >"$c/bad.log" 2>&1 || rc=$?
   ((rc == 2)) || { cat "$c/bad.log"; fail "$name: exit $rc, expected 2"; }
   for e in "${expect[@]}"; do
     grep -qF -- "$e" "$c/bad.log" || { cat "$c/bad.log"; fail "$name: the message does not say '$e'"; }
@@ -103,4 +104,5 @@ mkdir -p "$c/bad-config" && cp "$m/tokenizer.json" "$c/bad-config/" && echo '{"b
 bad "a BOS id not a number" "bad-config/config.json: bos_token_id" "expected an integer" -- --model "$c/bad-config" --text "$stress"
 mkdir -p "$c/big-eos" && cp "$m/tokenizer.json" "$c/big-eos/" && echo '{"eos_token_id": 99999}' >"$c/big-eos/config.json"
 bad "an EOS id outside the vocabulary" "big-eos/config.json: eos_token_id" "99999 is not an id" -- --model "$c/big-eos" --text "$stress"
+bad "an output in no directory" "--out $c/nodir/x.bin" "does not exist" -- --model "$m" --text "$stress" --out "$c/nodir/x.bin"
 say "every token file as expected, every bad input exit 2"

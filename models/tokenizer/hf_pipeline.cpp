@@ -175,22 +175,31 @@ void parse_decoder_into(const JsonField& f, Decoder& out, int depth) {
   out.push_back(std::move(d));
 }
 
+// Real tokenizers have a handful of steps; many more are a malformed file (and would nest the
+// pre-tokenizer's recursion that deep).
+constexpr size_t kMaxSteps = 64;
+template <class T>
+T capped(const JsonField& f, T steps) {
+  if (steps.size() > kMaxSteps) f.fail(std::to_string(steps.size()) + " steps, expected at most " + std::to_string(kMaxSteps));
+  return steps;
+}
+
 }  // namespace
 
 Normalizer parse_normalizer(const JsonField& f) {
   Normalizer n;
   if (!f.is_null()) parse_normalizer_into(f, n, 0);
-  return n;
+  return capped(f, std::move(n));
 }
 PreTokenizer parse_pre_tokenizer(const JsonField& f) {
   PreTokenizer p;
   if (!f.is_null()) parse_pre_tokenizer_into(f, p, 0);
-  return p;
+  return capped(f, std::move(p));
 }
 Decoder parse_decoder(const JsonField& f) {
   Decoder d;
   if (!f.is_null()) parse_decoder_into(f, d, 0);
-  return d;
+  return capped(f, std::move(d));
 }
 
 std::string normalize(const Normalizer& n, std::string s) {

@@ -33,7 +33,7 @@ class HfTokenizer final : public Tokenizer {
   std::optional<uint32_t> token_to_id(const std::string& token) const override;
   std::string describe() const override;
   // The pre-tokenizer's pieces of `text` alone (no added tokens, no normalizer), as the library's
-  // PreTokenizer::pre_tokenize_string gives them: for the test of the regexes (tokenizer_test.sh).
+  // PreTokenizer::pre_tokenize_string gives them: for the test of the regexes (tests/tokenizer/tokenizer_test.sh).
   std::vector<std::string> pre_tokenize_pieces(std::string_view text) const;
 
  private:

@@ -1,7 +1,7 @@
 // Tokenizers of Hugging Face model directories, StarPU-free: tokenizer.json (byte-level BPE as
 // GPT-2, Llama 3 and Qwen2 use it; Llama 2's BPE with byte fallback), or tokenizer.model through
 // libsentencepiece where there is no tokenizer.json. Ids equal Hugging Face's `tokenizers` library
-// and sentencepiece on the same text (tests/tokenizer_test.sh); docs/tokenizers.md.
+// and sentencepiece on the same text (tests/tokenizer/tokenizer_test.sh); docs/tokenizers.md.
 #pragma once
 #include <cstdint>
 #include <functional>

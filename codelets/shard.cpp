@@ -45,6 +45,9 @@ void reduce_scatter_shard_cpu(void* b[], void* a) noexcept {
     return;
   }
   for (size_t i = bd[r]; i < bd[r + 1]; ++i) s[i - bd[r]] = p->scale != 1.0f ? x[i] * p->scale : x[i];
+  // a rank without elements of the parameter: its one-element placeholder holds 0, not whatever the
+  // fresh buffer held (the precision rounding reads it, and fp16's overflow check would see garbage)
+  std::fill(s + (bd[r + 1] - bd[r]), s + vec_n(b[1]), 0.0f);
 }
 
 starpu_codelet& gather_shards_cl() {

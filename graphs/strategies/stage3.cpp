@@ -26,9 +26,9 @@ std::vector<int> LiveGroups::drop(int g) {
 
 
 Stage3::Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
-               int64_t* allgather, int64_t* reduce_scatter)
+               int64_t* allgather, int64_t* reduce_scatter, int accumulation)
     : rt_(rt), comm_(comm), wl_(wl), live_((int)wl.layer_groups().size()), allgather_(allgather),
-      reduce_scatter_(reduce_scatter) {
+      reduce_scatter_(reduce_scatter), A_(accumulation) {
   const size_t r = (size_t)comm.rank();
   for (const std::vector<Param*>& group : wl.layer_groups()) {
     std::vector<Entry> es;
@@ -37,7 +37,8 @@ Stage3::Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const
       if (it == bounds.end()) throw Error("ZeRO stage 3: parameter " + p->name + " is not partitioned");
       const size_t len = std::max<size_t>(1, it->second[r + 1] - it->second[r]);
       es.push_back({p, &it->second, (int)r, Tensor::lazy({(int64_t)len}, p->name + ".shard"),
-                    Tensor::lazy({(int64_t)len}, p->name + ".grad.shard")});
+                    Tensor::lazy({(int64_t)len}, p->name + ".grad.shard"),
+                    A_ > 1 ? Tensor::lazy({(int64_t)len}, p->name + ".grad_acc.shard") : Tensor()});
     }
     groups_.push_back(std::move(es));
   }
@@ -136,15 +137,24 @@ void Stage3::before_backward(int64_t step, int g) {
   for (int x : live_.before_backward(g)) gather(step, x);
   grad_peak_ = std::max(grad_peak_, group_bytes(g));  // the backward of g writes its whole gradients
 }
-// the gradients' mean over the ranks into the shards, as the backward completes
+// the gradients' mean over the ranks into the shards, as the backward completes; with gradient
+// accumulation, times 1 / A into the accumulators (zeroed by the first micro-batch), which the
+// last micro-batch copies into the gradient shards (stage 2's StepGraph does the same on whole
+// gradients before its one reduce-scatter: the sums differ in order only)
 void Stage3::after_backward(int64_t step, int g) {
   for (int x : live_.after_backward(g)) release(x);
   const float mean = 1.0f / (float)comm_.size();
+  const SubmitOptions o = rt_.device(step);
   for (const Entry& e : groups_[(size_t)g]) {
-    insert_reduce_scatter_shard(rt_.device(step).named("stage3.reduce_scatter." + e.p->name), e.p->grad, e.grad,
-                                mean, *e.b, comm_);
+    insert_reduce_scatter_shard(o.named("stage3.reduce_scatter." + e.p->name), e.p->grad, e.grad, mean, *e.b, comm_);
     *reduce_scatter_ += (int64_t)e.p->grad.bytes();
     e.p->grad.discard();
+    if (A_ == 1) continue;
+    if (mb_ == 0) insert_zero(o.named("stage3.micro.zero." + e.p->name), e.acc);
+    insert_accumulate(o.named("stage3.micro.accumulate." + e.p->name), e.acc, whole(e.acc), e.grad, whole(e.grad),
+                      1.0f / (float)A_);
+    if (mb_ == A_ - 1)
+      insert_copy(o.named("stage3.micro.result." + e.p->name), e.acc, whole(e.acc), e.grad, whole(e.grad));
   }
 }
 

@@ -39,8 +39,14 @@ class Stage3 final : public LayerHook {
  public:
   // bounds: the strategy's partition (every parameter of `groups` partitioned; must outlive this);
   // allgather, reduce_scatter: the strategy's byte counters, which the collectives add to.
+  // accumulation: train.gradient_accumulation_steps A; above 1 each micro-batch's gradients are
+  // reduce-scattered (their mean over the ranks) and accumulated, times 1 / A, into a third shard
+  // per parameter (DeepSpeed's stage 3 likewise reduces every micro-batch: whole gradients never
+  // outlive their layer's backward), copied into the gradient shard after the last micro-batch.
   Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
-         int64_t* allgather, int64_t* reduce_scatter);
+         int64_t* allgather, int64_t* reduce_scatter, int accumulation);
+  // The micro-batch (0 .. A - 1) whose forward and backward the workload submits next.
+  void set_micro_batch(int mb) { mb_ = mb; }
   // The whole values (home tensors) -> this rank's shards; the values become transient and the
   // workload calls this hook. Waits for the copies.
   void shard();
@@ -60,7 +66,7 @@ class Stage3 final : public LayerHook {
   // Device bytes of this rank (docs/metrics.md, device_state_bytes): the shards, and the most
   // whole values (gradients) the hooks keep at one time.
   int64_t param_shard_bytes() const;
-  int64_t grad_shard_bytes() const { return param_shard_bytes(); }
+  int64_t grad_shard_bytes() const { return (A_ > 1 ? 2 : 1) * param_shard_bytes(); }  // with the accumulators
   int64_t param_peak_bytes() const { return param_peak_; }
   int64_t grad_peak_bytes() const { return grad_peak_; }
 
@@ -70,6 +76,7 @@ class Stage3 final : public LayerHook {
     const std::vector<size_t>* b;
     int value_rank;      // this rank
     Tensor value, grad;  // the shards: this rank's segment (at least one element)
+    Tensor acc;          // gradient accumulation (A > 1): the micro-batches' sum, a shard likewise
     size_t base() const;
     size_t len() const;
   };
@@ -86,6 +93,8 @@ class Stage3 final : public LayerHook {
   bool sharded_ = false;
   int64_t *allgather_, *reduce_scatter_;
   int64_t live_bytes_ = 0, param_peak_ = 0, grad_peak_ = 0;
+  const int A_;
+  int mb_ = 0;
 };
 
 }  // namespace zf

@@ -97,8 +97,9 @@ void Strategy::begin_stage3(Workload& wl) {
   if (groups.empty() || n != params_.size())
     throw InputError(spec_.where("zero_optimization.stage"),
                      "3 partitions the device parameters by layer; the model " + wl.describe() +
-                         " does not tell its layers (supported: the MLP, the GPT language model); use stage 2");
-  s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, bounds_, &allgather_, &reduce_scatter_);
+                         " does not tell its layers (supported: the MLP, the GPT language model and classifiers); use stage 2");
+  s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, bounds_, &allgather_, &reduce_scatter_,
+                                 spec_.train.gradient_accumulation_steps);
   s3_->shard();
 }
 
@@ -131,13 +132,6 @@ void check_stage3(const Spec& spec, const Runtime& rt) {
   if (rt.device_is_cuda())
     throw InputError(where, "3 on CUDA workers is not implemented (the shards' gathers and reduce-scatters have no "
                             "NCCL implementation); use stage 2, or runtime.cuda_workers = -1");
-  if (spec.precision != "fp32")
-    throw InputError(where, "3 with precision \"" + spec.precision +
-                                "\" is not implemented (the rounding of the device parameters and gradients reads "
-                                "them whole); use precision \"fp32\" or stage 2");
-  if (spec.train.gradient_accumulation_steps > 1)
-    throw InputError(where, "3 with train.gradient_accumulation_steps > 1 is not implemented (the micro-batches "
-                            "accumulate whole gradients); use stage 2");
 }
 }  // namespace
 

@@ -50,7 +50,8 @@
 # ZeRO stage 3 (partitioned device parameters and gradients, docs/data-parallel.md), host tiles of 1024:
 #   zero_stage3_r2/_r4   zero-offload and zero-offload-dpu at stages 2 and 3 on 2 (4) ranks: stage 3 within
 #                        1e-5 relative (L2 per tensor) of stage 2, replicas identical, device parameter bytes
-#                        per rank = 1/R of stage 2's (the shards) + at most two whole layers, host state
+#                        per rank = 1/R of stage 2's (the shards) + at most one whole layer (with
+#                        stage3_max_live_parameters 1e9: two, the same weights bitwise), host state
 #                        as stage 2's, all-gather and reduce-scatter bytes per step; on 2 ranks also
 #                        zero-offload with gradient_clipping: stage 3 within 1e-5 of stage 2, same clipping,
 #                        and a 2-layer GPT (gpt-kjv.json): within 1e-5 of stage 2, shards half the parameters
@@ -300,6 +301,18 @@ print('$s: skipped %s at both stages' % a['fp16']['skipped_at'])" "$TMP/s0.json"
       $CHECK stage3 "$TMP/s2.json" "$TMP/s3.json" "$TMP/s3.safetensors" $ZTILE || exit 1
       $CHECK rel "$TMP/s3.safetensors" "$TMP/s2.safetensors" 1e-5 || exit 1
     done
+    # DeepSpeed's default stage3_max_live_parameters (1e9): the next layer gathered whole one layer
+    # ahead (two whole at once), the same weights bitwise, more device bytes ($s: the loop's last
+    # strategy, whose stage-3 run s3 is)
+    runN "$NP" "${ZSMALL[@]}" --strategy "$s" --set zero_optimization.stage=3 \
+      --set zero_optimization.stage3_max_live_parameters=1000000000 --save "$TMP/l3.safetensors" \
+      --metrics "$TMP/l3.json" || fail "$NP-rank stage 3 run with max live 1e9 exited $?"
+    $CHECK stage3 "$TMP/s2.json" "$TMP/l3.json" "$TMP/l3.safetensors" $ZTILE || exit 1
+    $CHECK close "$TMP/l3.safetensors" "$TMP/s3.safetensors" 0 || exit 1
+    /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(f))['device_state_bytes']['params_transient'] for f in sys.argv[1:])
+print('whole layers on rank 0: %d bytes (max live: the largest layer), %d (1e9)' % (a, b))
+assert a < b, 'the larger budget prefetches no more'" "$TMP/s3.json" "$TMP/l3.json" || fail "max live parameters"
     [ "$NP" = 2 ] || { echo "ok: data_parallel.$CASE"; exit 0; }
     # gradient clipping: the host tiles' sums of squares, all-reduced as at stage 2
     for st in 2 3; do

@@ -99,7 +99,7 @@ void Strategy::begin_stage3(Workload& wl) {
                      "3 partitions the device parameters by layer; the model " + wl.describe() +
                          " does not tell its layers (supported: the MLP, the GPT language model and classifiers); use stage 2");
   s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, bounds_, &allgather_, &reduce_scatter_,
-                                 spec_.train.gradient_accumulation_steps);
+                                 spec_.stage3_max_live_parameters, spec_.train.gradient_accumulation_steps);
   s3_->shard();
 }
 

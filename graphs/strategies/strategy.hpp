@@ -113,6 +113,8 @@ class Strategy {
   void shard_params() {
     if (s3_) s3_->shard();
   }
+  // Stage 3: the most elements of whole parameters at once in effect (LiveGroups::budget); 0 otherwise.
+  int64_t stage3_max_live_elems() const { return s3_ ? s3_->max_live_elems() : 0; }
   // Stage 3: the micro-batch (0 .. A - 1) submitted next (its gradients accumulate into the shards).
   bool stage3() const { return s3_ != nullptr; }
   void set_micro_batch(int mb) {

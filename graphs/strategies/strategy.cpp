@@ -124,14 +124,11 @@ bool Strategy::host_adam_task(const TaskRecord& r) {
 
 namespace {
 // What stage 3 does not cover (docs/data-parallel.md, "ZeRO stage 3"), refused before anything runs.
-void check_stage3(const Spec& spec, const Runtime& rt) {
+void check_stage3(const Spec& spec) {
   const std::string where = spec.where("zero_optimization.stage");
   if (spec.strategy == "zenflow")
     throw InputError(where, "3 with zenflow is not implemented (its device update of the selected columns reads "
                             "whole weights); use stage 2, or zero-offload at stage 3");
-  if (rt.device_is_cuda())
-    throw InputError(where, "3 on CUDA workers is not implemented (the shards' gathers and reduce-scatters have no "
-                            "NCCL implementation); use stage 2, or runtime.cuda_workers = -1");
 }
 }  // namespace
 
@@ -144,7 +141,7 @@ std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vect
       throw InputError(where, st + " partitions the host optimizer state of the offloading strategies (zero-offload, "
                               "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
     const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
-    if (ranks && spec.zero_stage == 3) check_stage3(spec, rt);
+    if (ranks && spec.zero_stage == 3) check_stage3(spec);
     if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && auto_update_interval(spec.zenflow))
       throw InputError(where, "2 with zenflow.update_interval \"auto\": the auto rule reads whole gradients, which "
                               "stage 2 reduce-scatters; use stage 1 or a fixed update_interval");

@@ -1,8 +1,9 @@
 // ZeRO stage 3 (docs/data-parallel.md): a parameter's whole device value is gathered from the
 // ranks' shards before a layer uses it, and its gradient reduce-scattered into this rank's shard
 // after the layer's backward. Like every collective, each task takes the runtime's comm token
-// (codelets/allreduce.cpp says why). CPU workers only: stage 3 on CUDA workers is refused
-// (graphs/strategies/strategy.cpp).
+// (codelets/allreduce.cpp says why). CPU workers: MPI (MPI_Allgatherv, MPI_Reduce_scatter); CUDA
+// workers: NCCL on the worker's stream, as stage 2's reduce-scatter and all-gather
+// (codelets/kernels/cuda/allreduce.hpp: one rooted call per uneven segment, grouped).
 #include <starpu.h>
 
 #include <algorithm>
@@ -11,6 +12,9 @@
 #include "codelets/codelets.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/task.hpp"
+#ifdef ZF_USE_NCCL
+#include "codelets/kernels/cuda/allreduce.hpp"
+#endif
 
 namespace zf {
 namespace {
@@ -45,18 +49,45 @@ void reduce_scatter_shard_cpu(void* b[], void* a) noexcept {
     return;
   }
   for (size_t i = bd[r]; i < bd[r + 1]; ++i) s[i - bd[r]] = p->scale != 1.0f ? x[i] * p->scale : x[i];
+  // a rank without elements of the parameter: its one-element placeholder holds 0, not whatever the
+  // fresh buffer held (the precision rounding reads it, and fp16's overflow check would see garbage)
+  std::fill(s + (bd[r + 1] - bd[r]), s + vec_n(b[1]), 0.0f);
 }
+
+#ifdef ZF_USE_CUDA
+void gather_shards_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardArgs*>(a);
+#ifdef ZF_USE_NCCL
+  cuda_check(kernels::cuda::gather_shards(vec_ptr(b[0]), vec_ptr(b[1]), *p->bounds, p->comm->rank(),
+                                          static_cast<ncclComm_t>(p->comm->nccl()), cuda_stream()));
+#else
+  (void)p;
+  record_task_failure("a stage-3 gather on a CUDA worker: this build has no NCCL");
+#endif
+}
+void reduce_scatter_shard_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardArgs*>(a);
+#ifdef ZF_USE_NCCL
+  cuda_check(kernels::cuda::reduce_scatter_shard(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[1]), *p->bounds,
+                                                 p->comm->rank(), p->scale,
+                                                 static_cast<ncclComm_t>(p->comm->nccl()), cuda_stream()));
+#else
+  (void)p;
+  record_task_failure("a stage-3 reduce-scatter on a CUDA worker: this build has no NCCL");
+#endif
+}
+#endif
 
 starpu_codelet& gather_shards_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_gather_shards", gather_shards_cpu, nullptr, 3, {STARPU_R, STARPU_W, STARPU_RW}}, &m);
+      {"zf_gather_shards", gather_shards_cpu, ZF_CUDA_FUNC(gather_shards_cuda), 3, {STARPU_R, STARPU_W, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& reduce_scatter_shard_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_reduce_scatter_shard", reduce_scatter_shard_cpu, nullptr, 3, {STARPU_RW, STARPU_W, STARPU_RW}}, &m);
+      {"zf_reduce_scatter_shard", reduce_scatter_shard_cpu, ZF_CUDA_FUNC(reduce_scatter_shard_cuda), 3, {STARPU_RW, STARPU_W, STARPU_RW}}, &m);
   return c;
 }
 

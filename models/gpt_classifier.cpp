@@ -99,6 +99,13 @@ bool GptClassifier::optional_on_init(const std::string& name) const {
 }
 bool GptClassifier::ignorable_on_init(const std::string& name) const { return name == "lm_head.weight"; }
 
+std::vector<std::vector<Param*>> GptClassifier::layer_groups() {
+  std::vector<std::vector<Param*>> g = body_->groups();
+  g.back().push_back(&weight_);
+  g.back().push_back(&bias_);
+  return g;
+}
+
 GptClassifier::Head& GptClassifier::head_for(int B) {
   for (auto& h : heads_)
     if (h->B == B) return *h;
@@ -129,7 +136,9 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
   const std::string pre = backward ? "" : "eval.";
   insert_load_sequences(o.named(pre + "load_sequences"), table, rows, h.tokens[slot], h.len[slot], h.labels[slot],
                         status_);
-  body_->forward(o, a, h.tokens[slot]);
+  LayerHook* hook = backward ? hook_ : nullptr;  // evaluation: the weights are whole
+  const int last = cfg_.n_layer + 1;                // {ln_f, classifier}
+  body_->forward(o, a, h.tokens[slot], nullptr, hook);
   if (pool_ == Pool::Max)
     insert_max_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
   else if (pool_ == Pool::Last)
@@ -138,9 +147,11 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
     insert_mean_pool_fwd(o.named(pre + "fwd.pool"), GptBody::out(a), h.len[slot], h.pooled);
   insert_matmul_fwd(o.named(pre + "fwd.classifier"), h.pooled, weight_.value, h.logits);
   insert_bias_add(o.named(pre + "fwd.classifier.bias"), h.logits, bias_.value);
+  if (hook) hook->after_forward(o.step, last);
   insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.labels[slot], h.probs, stats, accumulate, status_);
   if (!backward) return;
   insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.labels[slot], h.dlogits, loss_scale_ / (float)B);
+  if (hook) hook->before_backward(o.step, last);
   insert_matmul_bwd_weight(o.named("bwd.classifier.dw"), h.dlogits, h.pooled, weight_.grad);
   insert_bias_grad(o.named("bwd.classifier.db"), h.dlogits, bias_.grad);
   insert_matmul_bwd_data(o.named("bwd.classifier.dx"), h.dlogits, weight_.value, h.dpooled);
@@ -150,7 +161,7 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
     insert_last_pool_bwd(o.named("bwd.pool"), h.dpooled, h.len[slot], GptBody::d_out(a));
   else
     insert_mean_pool_bwd(o.named("bwd.pool"), h.dpooled, h.len[slot], GptBody::d_out(a));
-  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a));
+  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a), nullptr, hook);
 }
 
 void GptClassifier::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
@@ -256,6 +267,13 @@ GptGenerativeClassifier::Head& GptGenerativeClassifier::head_for(int B) {
   return *heads_.back();
 }
 
+std::vector<std::vector<Param*>> GptGenerativeClassifier::layer_groups() {
+  std::vector<std::vector<Param*>> g = body_->groups();
+  g.front().push_back(&class_emb_);  // read by the embeddings' forward, written by their backward
+  g.back().push_back(&lm_head_);
+  return g;
+}
+
 void GptGenerativeClassifier::run_batch(const SubmitOptions& o, int slot, const std::vector<kernels::cpu::ChunkRef>& refs,
                                         const TextSource* src, const Tensor* stats, const Tensor* out, int64_t offset) {
   const bool backward = stats != nullptr;  // training: loss and backward; evaluation: log-likelihoods
@@ -266,9 +284,12 @@ void GptGenerativeClassifier::run_batch(const SubmitOptions& o, int slot, const 
   insert_load_chunks(o.named(pre + "load_chunks"), src, refs, h.tokens[slot], h.targets[slot], h.classes[slot],
                      h.labels[slot], status_);
   const GptBody::Conditioning cond{&class_emb_.value, &class_emb_.grad, &h.classes[slot]};
-  body_->forward(o, a, h.tokens[slot], &cond);
+  LayerHook* hook = backward ? hook_ : nullptr;  // evaluation: the weights are whole
+  const int last = cfg_.n_layer + 1;                // {ln_f, lm_head}
+  body_->forward(o, a, h.tokens[slot], &cond, hook);
   const Tensor& x = GptBody::out(a);
   insert_matmul_fwd(o.named(pre + "fwd.lm_head"), x, lm_head_.value, h.logits);
+  if (hook) hook->after_forward(o.step, last);
   if (!backward) {
     insert_sequence_logprob(o.named("eval.logprob"), h.logits, h.targets[slot], *out, offset, B);
     return;
@@ -277,9 +298,10 @@ void GptGenerativeClassifier::run_batch(const SubmitOptions& o, int slot, const 
                         (int)task_.class_names.size(), kLmWeight, status_);
   if (loss_scale_ != 1.0f)  // precision fp16: the loss scale (exact for DeepSpeed's powers of two)
     insert_scale(o.named("fwd.loss.scale"), h.dlogits, loss_scale_);
+  if (hook) hook->before_backward(o.step, last);
   insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, lm_head_.grad);
   insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, lm_head_.value, GptBody::d_out(a));
-  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a), &cond);
+  body_->backward(o, a, h.tokens[slot], GptBody::d_out(a), &cond, hook);
 }
 
 void GptGenerativeClassifier::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,

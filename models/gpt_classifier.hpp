@@ -60,6 +60,8 @@ class GptClassifier : public Workload {
   // A language-model checkpoint initialises the body: the head may be missing, lm_head ignored.
   bool optional_on_init(const std::string& name) const override;
   bool ignorable_on_init(const std::string& name) const override;
+  // ZeRO stage 3: the body's groups, the classification layer with ln_f (as the language model's head)
+  std::vector<std::vector<Param*>> layer_groups() override;
   const VerseTask& task() const { return task_; }
 
  private:
@@ -104,6 +106,8 @@ class GptGenerativeClassifier : public Workload {
   std::vector<Param*> params() override;
   // a language-model checkpoint lacks class_embedding: it starts at zero (the pretrained model)
   bool optional_on_init(const std::string& name) const override { return name == class_emb_.name; }
+  // ZeRO stage 3: the body's groups, class_embedding with the embeddings, lm_head with ln_f
+  std::vector<std::vector<Param*>> layer_groups() override;
   // A sampling unit is a chunk of a training verse. A step of B chunks runs K*B sequences, each
   // chunk under every class, for the loss kernels::cpu::gen_class_loss: the cross-entropy of the
   // chunk's class posterior (Bayes' rule over its K likelihoods) plus kLmWeight times the

@@ -212,8 +212,9 @@ def balance(m0_path, m_path, lo, hi):
 
 def stage3(m2_path, m3_path, w_path, tile):
     """ZeRO stage 3 vs stage 2 at the same R: device parameter bytes per rank 1/R of stage 2's
-    (the shards, within the partition's rounding) plus at most two whole layers (the one in use and
-    the one prefetched); the host state as stage 2's; the collective bytes per step"""
+    (the shards, within the partition's rounding) plus at most one whole layer's (the default
+    stage3_max_live_parameters; a larger one: two, the one in use and the one prefetched); the
+    host state as stage 2's; the collective bytes per step"""
     m2, m3 = json.load(open(m2_path)), json.load(open(m3_path))
     d2, d3 = m2["data_parallel"], m3["data_parallel"]
     w = read_safetensors(w_path)
@@ -223,14 +224,17 @@ def stage3(m2_path, m3_path, w_path, tile):
     for name, (_, v) in w.items():
         layers[name.split(".")[0]] = layers.get(name.split(".")[0], 0) + 4 * len(v)
     two = sum(sorted(layers.values())[-2:])
+    one = max(layers.values())
+    live = d3["stage3_max_live_parameters"]
+    bound = one if 4 * live <= one else two  # whole layers at once: one within the default budget
     last = layers[sorted(layers, key=lambda n: int(n[2:]))[-1]]
     slack = 4 * tile + 4 * len(w)  # whole host tiles per rank; a one-element shard where a rank owns none
     p2, p3 = d2["device_param_bytes_per_rank"], d3["device_param_bytes_per_rank"]
     b3 = m3["device_state_bytes"]
     print("stage 3, %d ranks: device parameter bytes per rank %s (stage 2: %s, ratio %.3f); rank 0: shards %d, "
-          "transient %d (1/R of stage 2 = %.0f, two largest layers %d); gradients %d; all-gather %g, "
+          "transient %d (1/R of stage 2 = %.0f, bound %d: max live %d elements); gradients %d; all-gather %g, "
           "reduce-scatter %g bytes/step; host state %s (stage 2: %s)"
-          % (R, p3, p2, max(p3) / p2[0], b3["params_shards"], b3["params_transient"], total / R, two, b3["grads"],
+          % (R, p3, p2, max(p3) / p2[0], b3["params_shards"], b3["params_transient"], total / R, bound, live, b3["grads"],
              d3["allgather_bytes_per_step"], d3["reduce_scatter_bytes_per_step"], d3["host_state_bytes_per_rank"],
              d2["host_state_bytes_per_rank"]))
     if d3["zero_stage"] != 3 or d2["zero_stage"] != 2 or d2["ranks"] != R:
@@ -239,10 +243,10 @@ def stage3(m2_path, m3_path, w_path, tile):
         fail("stage 2 device parameter bytes %s, expected %d on every rank" % (p2, total))
     if abs(b3["params_shards"] - total / R) > slack:
         fail("rank 0's shards hold %d bytes, 1/R of the parameters is %.0f (+-%d)" % (b3["params_shards"], total / R, slack))
-    if not 0 < b3["params_transient"] <= two:
-        fail("rank 0 holds %d bytes of whole layers at once, expected (0, %d]" % (b3["params_transient"], two))
-    if len(p3) != R or max(p3) > total / R + slack + two:
-        fail("device parameter bytes per rank %s exceed 1/R of stage 2's + two layers (%.0f)" % (p3, total / R + slack + two))
+    if not 0 < b3["params_transient"] <= bound:
+        fail("rank 0 holds %d bytes of whole layers at once, expected (0, %d]" % (b3["params_transient"], bound))
+    if len(p3) != R or max(p3) > total / R + slack + bound:
+        fail("device parameter bytes per rank %s exceed 1/R of stage 2's + %d (%.0f)" % (p3, bound, total / R + slack + bound))
     if b3["params"] != p3[0] or b3["total"] != d3["device_state_bytes_per_rank"][0]:
         fail("device_state_bytes %s disagrees with the per-rank lists" % b3)
     if d3["host_state_bytes_per_rank"] != d2["host_state_bytes_per_rank"]:

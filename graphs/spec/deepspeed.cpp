@@ -256,11 +256,15 @@ std::string patch_zero(Fields& top, Patch& p) {
   for (const char* k : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "reduce_bucket_size",
                         "allgather_partitions", "allgather_bucket_size", "round_robin_gradients",
                         "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                        "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                        "stage3_max_reuse_distance",
                         "stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint"})
     if (f.find(k)) p.note(std::string("zero_optimization.") + k + " (communication tuning)");
   int64_t sub_group_size = 0;  // DeepSpeed's Field(ge=0); used by patch_twin_flow
   f.integer("sub_group_size", sub_group_size, 0, INT64_MAX);
+  // DeepSpeed's default is 1e9 elements; absent, the spec's 0: the gathered values bounded to one layer
+  const bool has_max_live = f.find("stage3_max_live_parameters") != nullptr;
+  int64_t max_live = 0;
+  f.integer("stage3_max_live_parameters", max_live, 0, INT64_MAX);
   f.finish();
   if (zenflow && !offload_cpu)
     f.fail("zero_optimization.offload_optimizer.device", "ZenFlow requires the optimizer offloaded to the cpu (DeepSpeed's constraint)");
@@ -270,6 +274,10 @@ std::string patch_zero(Fields& top, Patch& p) {
   else if (stage > 0)  // device-adam: its optimizer state is on the device, replicated (stage 0)
     p.note("zero_optimization.stage " + std::to_string(stage) +
            " (no optimizer offload: device-adam's state stays on the device, replicated as with stage 0)");
+  if (has_max_live && offload_cpu && stage == 3)
+    p.j["zero_optimization"]["stage3_max_live_parameters"] = max_live;
+  else if (has_max_live)
+    p.note("zero_optimization.stage3_max_live_parameters (read at stage 3 with an optimizer offload only)");
   patch_twin_flow(f, *zo, p, stage, offload_cpu, ratio);
   return zenflow ? "zenflow" : offload_cpu ? "zero-offload" : "device-adam";
 }

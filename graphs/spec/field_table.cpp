@@ -127,6 +127,9 @@ std::vector<FieldDef> top_and_model_fields() {
       entry("zero_optimization.offload_optimizer", read_offload_optimizer,
             [](const Spec& s) { return json{{"ratio", s.offload_ratio}}; })
           .only_if(twin_flow).must_match(Match::field, 15),
+      integer("zero_optimization.stage3_max_live_parameters",
+              [](auto& s) -> auto& { return s.stage3_max_live_parameters; }, 0, INT64_MAX)
+          .only_if([](const Spec& s) { return s.stage3_max_live_parameters != 0; }),
       integer("zero_optimization.sub_group_size", [](auto& s) -> auto& { return s.sub_group_size; }, 0, INT64_MAX)
           .only_if(twin_flow).must_match(Match::field, 16, twin_flow),
       // DeepSpeed's fp16 keys (deepspeed/runtime/precision_config.py) other than enabled, auto_cast

@@ -45,6 +45,10 @@ struct Spec {
   // update runs on its partition, the updated partitions are all-gathered into the device
   // weights); 2 also reduce-scatters the gradients that go to the host. Offloading strategies only.
   int zero_stage = 0;
+  // DeepSpeed's zero_optimization.stage3_max_live_parameters: at stage 3 the most elements of
+  // whole (gathered) parameters on a rank at once (graphs/strategies/stage3.hpp, LiveGroups), at
+  // least the largest layer group's; 0 (the default): the largest layer group's, one layer.
+  int64_t stage3_max_live_parameters = 0;
   // DeepSpeed's Twin-Flow (ZeRO-Offload++; graphs/strategies/twin_flow.hpp, docs/spec.md):
   // zero_optimization.offload_optimizer.ratio, the fraction of zero-offload's optimizer state
   // sub-groups kept on the host (1: all, as zero-offload; 0: none, as device-adam), and

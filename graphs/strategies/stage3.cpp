@@ -8,27 +8,63 @@
 
 namespace zf {
 
-std::vector<int> LiveGroups::want(std::vector<int> gs) {
-  std::vector<int> out;
-  for (int g : gs)
-    if (g >= 0 && g < (int)live_.size() && !live_[(size_t)g]) {
-      live_[(size_t)g] = true;
-      out.push_back(g);
+LiveGroups::LiveGroups(std::vector<std::vector<int64_t>> numels, int64_t budget) : n_(std::move(numels)) {
+  for (const auto& g : n_) {
+    live_.emplace_back(g.size(), false);
+    int64_t e = 0;
+    for (int64_t n : g) e += n;
+    budget_ = std::max(budget_, e);
+  }
+  budget_ = std::max(budget_, budget);
+}
+
+bool LiveGroups::whole(int g) const {
+  for (bool b : live_[(size_t)g])
+    if (!b) return false;
+  return true;
+}
+
+std::vector<LiveGroups::Item> LiveGroups::want(int g, int next) {
+  std::vector<Item> out;
+  auto take = [&](int h, size_t i) {
+    out.push_back({h, (int)i});
+    live_[(size_t)h][i] = true;
+    live_elems_ += n_[(size_t)h][i];
+  };
+  for (size_t i = 0; i < n_[(size_t)g].size(); ++i)
+    if (!live_[(size_t)g][i]) take(g, i);
+  if (next >= 0 && next < groups())  // the prefetch: what fits beside g
+    for (size_t i = 0; i < n_[(size_t)next].size(); ++i)
+      if (!live_[(size_t)next][i] && live_elems_ + n_[(size_t)next][i] <= budget_) take(next, i);
+  return out;
+}
+
+std::vector<LiveGroups::Item> LiveGroups::drop(int g) {
+  std::vector<Item> out;
+  for (size_t i = 0; i < n_[(size_t)g].size(); ++i)
+    if (live_[(size_t)g][i]) {
+      live_[(size_t)g][i] = false;
+      live_elems_ -= n_[(size_t)g][i];
+      out.push_back({g, (int)i});
     }
   return out;
 }
 
-std::vector<int> LiveGroups::drop(int g) {
-  if (!live_[(size_t)g]) return {};
-  live_[(size_t)g] = false;
-  return {g};
+namespace {
+std::vector<std::vector<int64_t>> numels(Workload& wl) {
+  std::vector<std::vector<int64_t>> n;
+  for (const std::vector<Param*>& g : wl.layer_groups()) {
+    n.emplace_back();
+    for (const Param* p : g) n.back().push_back((int64_t)p->value.numel());
+  }
+  return n;
 }
-
+}  // namespace
 
 Stage3::Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
-               int64_t* allgather, int64_t* reduce_scatter)
-    : rt_(rt), comm_(comm), wl_(wl), live_((int)wl.layer_groups().size()), allgather_(allgather),
-      reduce_scatter_(reduce_scatter) {
+               int64_t* allgather, int64_t* reduce_scatter, int64_t max_live, int accumulation)
+    : rt_(rt), comm_(comm), wl_(wl), live_(numels(wl), max_live), allgather_(allgather),
+      reduce_scatter_(reduce_scatter), A_(accumulation) {
   const size_t r = (size_t)comm.rank();
   for (const std::vector<Param*>& group : wl.layer_groups()) {
     std::vector<Entry> es;
@@ -37,7 +73,8 @@ Stage3::Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const
       if (it == bounds.end()) throw Error("ZeRO stage 3: parameter " + p->name + " is not partitioned");
       const size_t len = std::max<size_t>(1, it->second[r + 1] - it->second[r]);
       es.push_back({p, &it->second, (int)r, Tensor::lazy({(int64_t)len}, p->name + ".shard"),
-                    Tensor::lazy({(int64_t)len}, p->name + ".grad.shard")});
+                    Tensor::lazy({(int64_t)len}, p->name + ".grad.shard"),
+                    A_ > 1 ? Tensor::lazy({(int64_t)len}, p->name + ".grad_acc.shard") : Tensor()});
     }
     groups_.push_back(std::move(es));
   }
@@ -112,39 +149,48 @@ int64_t Stage3::param_shard_bytes() const {
   return n;
 }
 
-void Stage3::gather(int64_t step, int g) {
-  for (const Entry& e : groups_[(size_t)g]) {
+void Stage3::gather(int64_t step, const std::vector<LiveGroups::Item>& items) {
+  for (const auto& [g, i] : items) {
+    const Entry& e = groups_[(size_t)g][(size_t)i];
     insert_gather_shards(rt_.device(step).named("stage3.gather." + e.p->name), e.value, e.p->value, *e.b, comm_);
     *allgather_ += (int64_t)e.p->value.bytes();
+    live_bytes_ += (int64_t)e.p->value.bytes();
   }
-  live_bytes_ += group_bytes(g);
   param_peak_ = std::max(param_peak_, live_bytes_);
 }
 
-void Stage3::release(int g) {
-  for (const Entry& e : groups_[(size_t)g]) e.p->value.discard();
-  live_bytes_ -= group_bytes(g);
+void Stage3::release(const std::vector<LiveGroups::Item>& items) {
+  for (const auto& [g, i] : items) {
+    const Entry& e = groups_[(size_t)g][(size_t)i];
+    e.p->value.discard();
+    live_bytes_ -= (int64_t)e.p->value.bytes();
+  }
 }
 
-void Stage3::before_forward(int64_t step, int g) {
-  for (int x : live_.before_forward(g)) gather(step, x);
-}
-void Stage3::after_forward(int64_t step, int g) {
-  for (int x : live_.after_forward(g)) release(x);
-}
+void Stage3::before_forward(int64_t step, int g) { gather(step, live_.before_forward(g)); }
+void Stage3::after_forward(int64_t step, int g) { release(live_.after_forward(g)); }
 void Stage3::before_backward(int64_t step, int g) {
-  for (int x : live_.before_backward(g)) gather(step, x);
+  gather(step, live_.before_backward(g));
   grad_peak_ = std::max(grad_peak_, group_bytes(g));  // the backward of g writes its whole gradients
 }
-// the gradients' mean over the ranks into the shards, as the backward completes
+// the gradients' mean over the ranks into the shards, as the backward completes; with gradient
+// accumulation, times 1 / A into the accumulators (zeroed by the first micro-batch), which the
+// last micro-batch copies into the gradient shards (stage 2's StepGraph does the same on whole
+// gradients before its one reduce-scatter: the sums differ in order only)
 void Stage3::after_backward(int64_t step, int g) {
-  for (int x : live_.after_backward(g)) release(x);
+  release(live_.after_backward(g));
   const float mean = 1.0f / (float)comm_.size();
+  const SubmitOptions o = rt_.device(step);
   for (const Entry& e : groups_[(size_t)g]) {
-    insert_reduce_scatter_shard(rt_.device(step).named("stage3.reduce_scatter." + e.p->name), e.p->grad, e.grad,
-                                mean, *e.b, comm_);
+    insert_reduce_scatter_shard(o.named("stage3.reduce_scatter." + e.p->name), e.p->grad, e.grad, mean, *e.b, comm_);
     *reduce_scatter_ += (int64_t)e.p->grad.bytes();
     e.p->grad.discard();
+    if (A_ == 1) continue;
+    if (mb_ == 0) insert_zero(o.named("stage3.micro.zero." + e.p->name), e.acc);
+    insert_accumulate(o.named("stage3.micro.accumulate." + e.p->name), e.acc, whole(e.acc), e.grad, whole(e.grad),
+                      1.0f / (float)A_);
+    if (mb_ == A_ - 1)
+      insert_copy(o.named("stage3.micro.result." + e.p->name), e.acc, whole(e.acc), e.grad, whole(e.grad));
   }
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "models/workload.hpp"
@@ -15,32 +16,52 @@
 
 namespace zf {
 
-// Which groups' values are whole while the hooks of a step run: before_forward(g) gathers g and
-// g + 1 (the prefetch), after_forward(g) releases g except the last group (its backward follows),
-// before_backward(g) gathers g and g - 1, after_backward(g) releases g. Pure bookkeeping (no tasks):
-// the engine's plan, tested on its own (tests/graphs/test_stage3.cpp).
+// Which parameters' values are whole while the hooks of a step run. A group is whole while it
+// runs: before_forward(g) gathers what of g is not whole, then prefetches the parameters of g + 1,
+// in order, each that fits within the budget of whole elements; after_forward(g) releases g except
+// the last group (its backward follows); before_backward(g) does as before_forward with g - 1;
+// after_backward(g) releases g. So at most max(budget, the largest group's elements) are whole at
+// once; a budget of the largest group's (Stage3's default) bounds the whole values to one layer's
+// worth and still prefetches whatever of the next group fits beside the current one. Pure
+// bookkeeping (no tasks): the engine's plan, tested on its own (tests/graphs/test_stage3.cpp).
 class LiveGroups {
  public:
-  explicit LiveGroups(int groups) : live_((size_t)groups, false) {}
-  // The groups to gather (not yet whole) / to release (whole) at each hook, in order.
-  std::vector<int> before_forward(int g) { return want({g, g + 1}); }
-  std::vector<int> after_forward(int g) { return g + 1 < (int)live_.size() ? drop(g) : std::vector<int>{}; }
-  std::vector<int> before_backward(int g) { return want({g, g - 1}); }
-  std::vector<int> after_backward(int g) { return drop(g); }
-  bool live(int g) const { return live_[(size_t)g]; }
+  using Item = std::pair<int, int>;  // (group, parameter index within the group)
+  // numels[g][i]: elements of parameter i of group g; budget: elements whole at once, at least
+  // the largest group's (a smaller one is raised to it)
+  LiveGroups(std::vector<std::vector<int64_t>> numels, int64_t budget);
+  // The parameters to gather (not yet whole) / to release (whole) at each hook, in order.
+  std::vector<Item> before_forward(int g) { return want(g, g + 1); }
+  std::vector<Item> after_forward(int g) { return g + 1 < groups() ? drop(g) : std::vector<Item>{}; }
+  std::vector<Item> before_backward(int g) { return want(g, g - 1); }
+  std::vector<Item> after_backward(int g) { return drop(g); }
+  bool live(int g, int i) const { return live_[(size_t)g][(size_t)i]; }
+  bool whole(int g) const;  // every parameter of g
+  int groups() const { return (int)n_.size(); }
+  int64_t budget() const { return budget_; }
+  int64_t live_elems() const { return live_elems_; }
 
  private:
-  std::vector<int> want(std::vector<int> gs);
-  std::vector<int> drop(int g);
-  std::vector<bool> live_;
+  std::vector<Item> want(int g, int next);
+  std::vector<Item> drop(int g);
+  std::vector<std::vector<int64_t>> n_;
+  std::vector<std::vector<bool>> live_;
+  int64_t budget_ = 0, live_elems_ = 0;
 };
 
 class Stage3 final : public LayerHook {
  public:
   // bounds: the strategy's partition (every parameter of `groups` partitioned; must outlive this);
   // allgather, reduce_scatter: the strategy's byte counters, which the collectives add to.
+  // max_live: zero_optimization.stage3_max_live_parameters, the most elements of whole values at
+  // once (LiveGroups; 0: the largest group's, one layer); accumulation: train.gradient_accumulation_steps A; above 1 each micro-batch's gradients are
+  // reduce-scattered (their mean over the ranks) and accumulated, times 1 / A, into a third shard
+  // per parameter (DeepSpeed's stage 3 likewise reduces every micro-batch: whole gradients never
+  // outlive their layer's backward), copied into the gradient shard after the last micro-batch.
   Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
-         int64_t* allgather, int64_t* reduce_scatter);
+         int64_t* allgather, int64_t* reduce_scatter, int64_t max_live, int accumulation);
+  // The micro-batch (0 .. A - 1) whose forward and backward the workload submits next.
+  void set_micro_batch(int mb) { mb_ = mb; }
   // The whole values (home tensors) -> this rank's shards; the values become transient and the
   // workload calls this hook. Waits for the copies.
   void shard();
@@ -58,11 +79,12 @@ class Stage3 final : public LayerHook {
   void after_backward(int64_t step, int g) override;
 
   // Device bytes of this rank (docs/metrics.md, device_state_bytes): the shards, and the most
-  // whole values (gradients) the hooks keep at one time.
+  // whole values (gradients) the hooks keep at one time (the sum of the gathered tensors' bytes).
   int64_t param_shard_bytes() const;
-  int64_t grad_shard_bytes() const { return param_shard_bytes(); }
+  int64_t grad_shard_bytes() const { return (A_ > 1 ? 2 : 1) * param_shard_bytes(); }  // with the accumulators
   int64_t param_peak_bytes() const { return param_peak_; }
   int64_t grad_peak_bytes() const { return grad_peak_; }
+  int64_t max_live_elems() const { return live_.budget(); }  // in effect
 
  private:
   struct Entry {
@@ -70,11 +92,12 @@ class Stage3 final : public LayerHook {
     const std::vector<size_t>* b;
     int value_rank;      // this rank
     Tensor value, grad;  // the shards: this rank's segment (at least one element)
+    Tensor acc;          // gradient accumulation (A > 1): the micro-batches' sum, a shard likewise
     size_t base() const;
     size_t len() const;
   };
-  void gather(int64_t step, int g);
-  void release(int g);
+  void gather(int64_t step, const std::vector<LiveGroups::Item>& items);
+  void release(const std::vector<LiveGroups::Item>& items);
   int64_t group_bytes(int g) const;
 
   Runtime& rt_;
@@ -86,6 +109,8 @@ class Stage3 final : public LayerHook {
   bool sharded_ = false;
   int64_t *allgather_, *reduce_scatter_;
   int64_t live_bytes_ = 0, param_peak_ = 0, grad_peak_ = 0;
+  const int A_;
+  int mb_ = 0;
 };
 
 }  // namespace zf

@@ -108,8 +108,9 @@ void Strategy::begin_stage3(Workload& wl) {
   if (groups.empty() || n != params_.size())
     throw InputError(spec_.where("zero_optimization.stage"),
                      "3 partitions the device parameters by layer; the model " + wl.describe() +
-                         " does not tell its layers (supported: the MLP, the GPT language model); use stage 2");
-  s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, shard_bounds_, &allgather_, &reduce_scatter_);
+                         " does not tell its layers (supported: the MLP, the GPT language model and classifiers); use stage 2");
+  s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, shard_bounds_, &allgather_, &reduce_scatter_,
+                                 spec_.stage3_max_live_parameters, spec_.train.gradient_accumulation_steps);
   s3_->shard();
 }
 
@@ -136,23 +137,18 @@ namespace {
 // What stage 3 does not cover (docs/data-parallel.md, "ZeRO stage 3"), refused before anything runs.
 void check_stage3(const Spec& spec, const Runtime& rt) {
   const std::string where = spec.where("zero_optimization.stage");
-  if (spec.strategy == "zenflow" && spec.zenflow.local_sum())
+  if (spec.strategy != "zenflow") return;
+  if (spec.zenflow.local_sum())
     throw InputError(where, "3 with zenflow.dp_selection \"local-sum\" is not implemented (the proxy reads each "
                             "rank's whole local gradient, which stage 3 reduce-scatters inside the backward); use "
                             "dp_selection \"exact\" (the default) or stage 2");
-  if (spec.strategy == "zenflow" && spec.zenflow.deepspeed_rules())
+  if (spec.zenflow.deepspeed_rules())
     throw InputError(where, "3 with zenflow.semantics \"deepspeed\" is not implemented (its 1-D warm-up and window "
                             "sums read whole parameters); use semantics \"zenflow\" or stage 2");
   if (rt.device_is_cuda())
-    throw InputError(where, "3 on CUDA workers is not implemented (the shards' gathers and reduce-scatters have no "
-                            "NCCL implementation); use stage 2, or runtime.cuda_workers = -1");
-  if (spec.precision != "fp32")
-    throw InputError(where, "3 with precision \"" + spec.precision +
-                                "\" is not implemented (the rounding of the device parameters and gradients reads "
-                                "them whole); use precision \"fp32\" or stage 2");
-  if (spec.train.gradient_accumulation_steps > 1)
-    throw InputError(where, "3 with train.gradient_accumulation_steps > 1 is not implemented (the micro-batches "
-                            "accumulate whole gradients); use stage 2");
+    throw InputError(where, "3 with zenflow on CUDA workers is not implemented (the owners' selective AdamW and "
+                            "merges on shard segments have CPU kernels only); use zero-offload at stage 3, or "
+                            "runtime.cuda_workers = -1");
 }
 }  // namespace
 

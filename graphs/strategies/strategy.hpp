@@ -113,6 +113,20 @@ class Strategy {
   void shard_params() {
     if (s3_) s3_->shard();
   }
+  // Stage 3: the most elements of whole parameters at once in effect (LiveGroups::budget); 0 otherwise.
+  int64_t stage3_max_live_elems() const { return s3_ ? s3_->max_live_elems() : 0; }
+  // Stage 3: the micro-batch (0 .. A - 1) submitted next (its gradients accumulate into the shards).
+  bool stage3() const { return s3_ != nullptr; }
+  void set_micro_batch(int mb) {
+    if (s3_) s3_->set_micro_batch(mb);
+  }
+  // Where a parameter's device value or gradient is (t: &p.value or &p.grad): at stage 3, while
+  // sharded, this rank's shard of it (elementwise work, e.g. the precision rounding, goes there);
+  // else t itself.
+  const Tensor& device_tensor(const Tensor& t) const {
+    size_t base = 0;
+    return s3_ ? s3_->resolve(t, &base) : t;
+  }
   // This rank's device state (docs/metrics.md, device_state_bytes): parameters (at stage 3 the
   // shards plus the most whole layer groups held at once), gradients likewise, device optimizer state.
   struct DeviceState {

@@ -40,12 +40,15 @@ std::string Precision::describe() const {
          (fp16_ ? (scaler_.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "");
 }
 
-void Precision::round_params(int64_t step) const {
-  for (Param* p : wl_.params())
+// Rounding is elementwise: rounding the shards of stage 3 rounds what their gathers make whole.
+void Precision::round_params(int64_t step, const Strategy* strat) const {
+  for (Param* p : wl_.params()) {
+    const Tensor& v = strat ? strat->device_tensor(p->value) : p->value;
     if (bf16_)
-      insert_round_bf16(rt_.device(step).named("bf16.param." + p->name), p->value);
+      insert_round_bf16(rt_.device(step).named("bf16.param." + p->name), v);
     else if (fp16_)
-      insert_round_fp16(rt_.device(step).named("fp16.param." + p->name), p->value, param_overflow_);
+      insert_round_fp16(rt_.device(step).named("fp16.param." + p->name), v, param_overflow_);
+  }
 }
 
 void Precision::begin_step(int64_t t) {
@@ -56,17 +59,21 @@ void Precision::begin_step(int64_t t) {
 
 bool Precision::finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u) {
   if (bf16_)
-    for (Param* p : wl_.params()) insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), p->grad);
+    for (Param* p : wl_.params())
+      insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), strat.device_tensor(p->grad));
   if (!fp16_) return true;
   // The overflow check: the rounding to fp16 raises the flag on an inf or NaN in any gradient of
   // the step (after the all-reduce, so on every rank alike: an inf on one rank is an inf or NaN in
   // the sum). The builder waits for it here, as DeepSpeed reads its overflow flag on the host every
   // step: the step's update depends on it.
-  for (Param* p : wl_.params()) insert_round_fp16(rt_.device(t).named("fp16.grad." + p->name), p->grad, overflow_);
+  for (Param* p : wl_.params())
+    insert_round_fp16(rt_.device(t).named("fp16.grad." + p->name), strat.device_tensor(p->grad), overflow_);
   // ZeRO stage 2: a rank's reduce-scattered gradients are its partition's sums and the rest its
   // local values; an inf or NaN in any rank's local gradient is one in its owner's sum, so the OR
-  // over the ranks of their flags is the global gradient's (every rank agrees)
-  if (comm && strat.zero_stage() == 2) insert_allreduce_flag(rt_.host(t).named("fp16.overflow.allreduce"), overflow_, *comm);
+  // over the ranks of their flags is the global gradient's (every rank agrees). Stage 3: a rank
+  // rounds only its shards (the sums of its segments), so the OR over the ranks sees every shard.
+  if (comm && strat.zero_stage() >= 2)
+    insert_allreduce_flag(rt_.host(t).named("fp16.overflow.allreduce"), overflow_, *comm);
   // The tracker's wait first: a blocking acquire issued while the step's tasks still run slows
   // every device task several times (docs/spec.md); after the wait the acquire finds the flag
   // written (and on a GPU only copies the word back).

@@ -32,20 +32,22 @@ class Precision {
   // The run header's words for it: " (bf16)", " (fp16, dynamic loss scale)", or "".
   std::string describe() const;
 
-  // Rounds the device parameters after step's update (-1: the initial values).
-  void round_params(int64_t step) const;
+  // Rounds the device parameters after step's update (-1: the initial values). strat: where they
+  // are (ZeRO stage 3: this rank's shards; Strategy::device_tensor); null: the workload's, whole.
+  void round_params(int64_t step, const Strategy* strat) const;
   // Room for the loss scale of each of the run's T steps (the progress lines read it).
   void reserve_steps(int64_t T) { scale_of_.assign((size_t)T, 0.0); }
   // Step t starts: its loss scale (every micro-batch's) goes to the workload.
   void begin_step(int64_t t);
   // The updates applied before step t (UpdateStep::o).
   int64_t update_index(int64_t t) const { return fp16_ ? applied_ : t; }
-  // After step t's backward and gradient collectives: rounds the gradients; fp16: waits for the
-  // overflow check, updates the scale and sets u.grad_scale. False: the step is skipped.
+  // After step t's backward and gradient collectives: rounds the gradients (ZeRO stage 3: this
+  // rank's shards); fp16: waits for the overflow check, updates the scale and sets u.grad_scale.
+  // False: the step is skipped.
   bool finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u);
   // Step t's update was submitted.
-  void after_update(int64_t t) {
-    round_params(t);
+  void after_update(int64_t t, const Strategy& strat) {
+    round_params(t, &strat);
     ++applied_;
   }
   // The last applied update after T steps (-1: none), for Strategy::flush.

@@ -210,6 +210,8 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
           {"replicas_identical", same},
           {"weight_hashes", hashes}};
   if (z) dp["dp_selection"] = z->dp_selection;
+  // stage 3: the bound in effect on the elements of gathered parameters (docs/data-parallel.md)
+  if (strat.zero_stage() == 3) dp["stage3_max_live_parameters"] = strat.stage3_max_live_elems();
   return dp;
 }
 

@@ -38,7 +38,8 @@ StepGraph::StepGraph(const Spec& spec, Runtime& rt, Workload& wl, Strategy& stra
   micro_rec_.resize(A_ > 1 ? (size_t)T * (A_ - 1) : 0);
   // gradient accumulation (DeepSpeed's: each micro-batch's gradient scaled by 1/A, summed in
   // micro-batch order; docs/spec.md)
-  if (A_ > 1)
+  // (ZeRO stage 3: into the gradient shards, graphs/strategies/stage3.hpp)
+  if (A_ > 1 && !strat_.stage3())
     for (Param* p : wl_.params()) grad_acc_.push_back(Tensor::home(p->grad.shape(), p->name + ".grad_acc"));
 }
 
@@ -60,7 +61,7 @@ void StepGraph::submit(int64_t t) {
   if (after_backward_) after_backward_(rt_, wl_, t);
   if (prec_.finish_gradients(t, strat_, comm_, u)) {  // false: an fp16 overflow skips the step
     strat_.submit_update(u);
-    prec_.after_update(t);
+    prec_.after_update(t, strat_);
   }
 }
 
@@ -69,10 +70,11 @@ void StepGraph::submit(int64_t t) {
 void StepGraph::submit_micro_batch(int64_t t, int mb) {
   for (int i = 0; i < Bl_; ++i) idx_[i] = order_.unit(perm_, t, order_.row(mb, rank_, i));
   const Tensor& st = stats_[(t % R_) * A_ + mb];
+  strat_.set_micro_batch(mb);
   wl_.submit_step(rt_, t, idx_, st);
   double* dst = mb == 0 ? rec_[t].stats : micro_rec_[(size_t)t * (A_ - 1) + mb - 1].stats;
   rt_.read_async(st, dst, 3 * sizeof(double), t);
-  if (A_ > 1) accumulate_gradients(t, mb);
+  if (A_ > 1 && !strat_.stage3()) accumulate_gradients(t, mb);
 }
 
 void StepGraph::accumulate_gradients(int64_t t, int mb) {
@@ -90,7 +92,7 @@ void StepGraph::accumulate_gradients(int64_t t, int mb) {
 
 void StepGraph::submit_flush(int64_t T) {
   strat_.flush(UpdateStep{T - 1, prec_.last_update(T), 1.0f});
-  prec_.round_params(T - 1);
+  prec_.round_params(T - 1, &strat_);
 }
 
 double StepGraph::step_stats(int64_t s, int k) const {

@@ -37,6 +37,40 @@ TEST(Nccl, LoadsAtRunTimeWithEverySymbol) {
   ASSERT_NE(nc->get_error_string, nullptr);
   EXPECT_STREQ(nc->get_error_string(ncclSuccess), "no error");
 }
+
+// ZeRO stage 3's NCCL collectives (codelets/shard.cpp) on a one-rank communicator (one GPU): the
+// gather puts the shard into the rank's segment and broadcasts it; the reduce-scatter scales the
+// sum into the shard and zeroes the shard's placeholder tail. The CPU (MPI) side is dp_test.sh's.
+TEST(Nccl, Stage3GatherAndReduceScatterShardsOnOneRank) {
+  const char* err = nullptr;
+  const NcclApi* nc = nccl_api(&err);
+  if (!nc) GTEST_SKIP() << err;
+  if (Runtime::cuda_devices() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount sees none)";
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(nc->get_unique_id(&id), ncclSuccess);
+  ASSERT_EQ(nc->comm_init_rank(&comm, 1, id, 0), ncclSuccess);
+  const size_t n = 37, shard_n = n + 3;  // a shard longer than the segment: its tail a placeholder
+  const std::vector<size_t> bounds = {0, n};
+  std::vector<float> host(shard_n);
+  for (size_t i = 0; i < shard_n; ++i) host[i] = 0.5f * (float)i + 1.0f;
+  float *shard = nullptr, *x = nullptr;
+  ASSERT_EQ(cudaMalloc(&shard, shard_n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&x, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(shard, host.data(), shard_n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(x, 0xff, n * sizeof(float)), cudaSuccess);  // NaN: what the gather must overwrite
+  EXPECT_EQ(kernels::cuda::gather_shards(shard, x, bounds, 0, comm, nullptr), nullptr);
+  std::vector<float> got(shard_n);
+  ASSERT_EQ(cudaMemcpy(got.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], host[i]) << "gathered element " << i;
+  EXPECT_EQ(kernels::cuda::reduce_scatter_shard(x, shard, shard_n, bounds, 0, 0.25f, comm, nullptr), nullptr);
+  ASSERT_EQ(cudaMemcpy(got.data(), shard, shard_n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], 0.25f * host[i]) << "shard element " << i;
+  for (size_t i = n; i < shard_n; ++i) EXPECT_EQ(got[i], 0.0f) << "placeholder element " << i;
+  cudaFree(shard);
+  cudaFree(x);
+  nc->comm_destroy(comm);
+}
 #endif
 
 // ---- the engine on CUDA workers vs the same run on CPU workers

@@ -176,6 +176,29 @@ TEST(DeepSpeedConfig, ZeroStageMapsForOffloadedOptimizers) {
   EXPECT_NE(msg.find("ds.json: zero_optimization.stage"), std::string::npos) << msg;
 }
 
+// stage3_max_live_parameters: the spec's at stage 3 with an offload (the bound on gathered values,
+// docs/data-parallel.md), a note otherwise; not an integer >= 0: exit 2 naming it
+TEST(DeepSpeedConfig, Stage3MaxLiveParametersMapsAtStage3) {
+  auto cfg = [](int stage) {
+    json c = json::parse(R"({"train_batch_size": 16, "zero_optimization": {"offload_optimizer": {"device": "cpu"},
+                             "stage3_max_live_parameters": 1000000000}})");
+    c["zero_optimization"]["stage"] = stage;
+    return c;
+  };
+  std::vector<std::string> notes;
+  EXPECT_EQ(deepspeed_patch(cfg(3), "ds.json", &notes, 1)["zero_optimization"]["stage3_max_live_parameters"],
+            1000000000);
+  EXPECT_TRUE(notes.empty());
+  const json p = deepspeed_patch(cfg(2), "ds.json", &notes, 1);
+  EXPECT_FALSE(p["zero_optimization"].contains("stage3_max_live_parameters"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("stage3_max_live_parameters"), std::string::npos) << notes[0];
+  json bad = cfg(3);
+  bad["zero_optimization"]["stage3_max_live_parameters"] = -1;
+  const std::string msg = input_error([&] { deepspeed_patch(bad, "ds.json", nullptr, 1); });
+  EXPECT_NE(msg.find("ds.json: zero_optimization.stage3_max_live_parameters"), std::string::npos) << msg;
+}
+
 // DeepSpeedExamples' ZenFlow fine-tuning config (training/DeepSpeed-ZenFlow/finetuning/zf_config.json,
 // its keys in graphs/specs/ds-zenflow-finetune.json) on the GPT spec: accepted unchanged
 TEST(DeepSpeedConfig, DeepSpeedExamplesZenFlowConfigLoadsOnTheGptSpec) {

@@ -75,4 +75,23 @@ Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, c
   });
 }
 
+Status gather_shards(const float* shard, float* x, const std::vector<size_t>& bounds, int rank, ncclComm_t comm,
+                     cudaStream_t s) {
+  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off;
+  if (n && cudaMemcpyAsync(x + off, shard, n * sizeof(float), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    return "cudaMemcpyAsync failed";
+  return allgather(x, bounds, comm, s);
+}
+
+Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::vector<size_t>& bounds, int rank,
+                            float scale, ncclComm_t comm, cudaStream_t s) {
+  if (Status e = reduce_scatter_scale(x, bounds, rank, scale, comm, s)) return e;
+  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off;
+  if (n && cudaMemcpyAsync(shard, x + off, n * sizeof(float), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    return "cudaMemcpyAsync failed";
+  if (shard_n > n && cudaMemsetAsync(shard + n, 0, (shard_n - n) * sizeof(float), s) != cudaSuccess)
+    return "cudaMemsetAsync failed";
+  return nullptr;
+}
+
 }  // namespace zf::kernels::cuda

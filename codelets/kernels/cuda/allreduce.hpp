@@ -27,4 +27,13 @@ Status reduce_scatter_scale(float* x, const std::vector<size_t>& bounds, int ran
                             cudaStream_t s);
 Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s);
 
+// ZeRO stage 3 (codelets/shard.cpp): gather_shards copies this rank's shard (its segment's
+// elements) into its segment of x, then all-gathers x as above; reduce_scatter_shard reduce-scatters
+// x as reduce_scatter_scale does, then copies this rank's segment into shard (shard_n >= the
+// segment's elements; the rest of the shard, a placeholder, <- 0).
+Status gather_shards(const float* shard, float* x, const std::vector<size_t>& bounds, int rank, ncclComm_t comm,
+                     cudaStream_t s);
+Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::vector<size_t>& bounds, int rank,
+                            float scale, ncclComm_t comm, cudaStream_t s);
+
 }  // namespace zf::kernels::cuda

@@ -5,16 +5,20 @@
 #   gpt    graphs/specs/gpt-kjv.json, STEPS_GPT steps (5 warm-up steps excluded by the spec's log)
 #   mlp    graphs/specs/mlp-fashion.json with hidden [8192, 512] and batch 2 (a wide MLP, small batch),
 #          STEPS_MLP steps
-# Writes $OUT/results.csv (case, round, strategy, median and p90 step in ms) and summary.md (the
-# zenflow / device-adam ratio of each round and the median of the rounds' ratios).
+# Writes $OUT/results.csv (case, round, strategy, median and p90 step in ms), summary.md (the
+# zenflow / device-adam ratio of each round and the median of the rounds' ratios), every run's
+# --trace-csv (traces/$case.$round.$strategy.csv, from step 10 on) and breakdown.md: the
+# per-kernel sums of each case's last round side by side (breakdown.py).
 #   bash experiments/zenflow-overhead/run.sh      (ROUNDS=3 STEPS_GPT=80 STEPS_MLP=200: about 3 minutes)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/out}"
+zf_targets=(zenflow-run)  # what common.sh builds
 source "$here/../common.sh"
 rounds="${ROUNDS:-3}"
 zf=(--set zenflow.topk_ratio=0.1 --set zenflow.update_interval=4 --set zenflow.overlap_step=true
   --set zenflow.full_warm_up_rounds=0 --set zenflow.reset_host_moments=false)
+mkdir -p "$out/traces"
 run_case() {  # case spec steps extra...
   local c=$1 spec=$2 steps=$3 r s
   shift 3
@@ -22,10 +26,12 @@ run_case() {  # case spec steps extra...
     for s in device-adam zenflow; do
       echo "$c, round $r: $s"
       "$root/build/zenflow-run" "$root/$spec" --strategy "$s" --steps "$steps" "$@" "${zf[@]}" \
-        --set data.eval_limit=16 -q --metrics "$out/$c.$r.$s.json" >"$out/$c.$r.$s.log" 2>&1
+        --set data.eval_limit=16 -q --metrics "$out/$c.$r.$s.json" --trace-csv "$out/traces/$c.$r.$s.csv" --trace-from 10 \
+        >"$out/$c.$r.$s.log" 2>&1
     done
   done
 }
+echo "run.sh: load $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 run_case gpt graphs/specs/gpt-kjv.json "${STEPS_GPT:-80}"
 run_case mlp graphs/specs/mlp-fashion.json "${STEPS_MLP:-200}" --set 'model.hidden=[8192,512]' \
   --set train.batch_size=2
@@ -48,3 +54,10 @@ open(out + "/results.csv", "w").write("case,round,strategy,median_ms,p90_ms\n" +
 open(out + "/summary.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+{
+  echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end of the run"
+  for c in gpt mlp; do
+    $py "$here/breakdown.py" "$out/traces/$c.$rounds.device-adam.csv" "$out/traces/$c.$rounds.zenflow.csv" --title "$c, round $rounds"
+    echo
+  done
+} | tee "$out/breakdown.md"

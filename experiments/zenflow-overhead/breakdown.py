@@ -5,8 +5,9 @@ Usage: breakdown.py DEVICE_ADAM.csv ZENFLOW.csv [--title T]
 Prints a markdown table: for each kernel (a task name without its layer index, its tile index
 and, for optimizer and crossing tasks, its parameter; AdamW of a 2-D weight and of a 1-D
 parameter apart), the side and worker that ran it, its mean time per step in ms under each
-strategy and the difference; then each worker's busy time per step and the median step span
-(the time from one step's first device task to the next step's). Only the steps both files hold
+strategy and the difference; then each worker's busy time per step (a mean, like the kernels')
+and the median step span (the time from one step's first device task to the next step's; a
+median, so under load it can be smaller than the mean busy time). Only the steps both files hold
 are counted (`--trace-from` chooses the first; the last step is left out: its span is open).
 A device task's time includes the help of idle workers (runtime/parallel.hpp): when the host
 worker runs the host AdamW it cannot help, and the device's matmuls take longer.

@@ -8,6 +8,7 @@
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
+#include "runtime/parallel.hpp"
 #include "runtime/task.hpp"
 
 namespace zf {
@@ -29,6 +30,8 @@ struct MoveArgs {
   size_t dst_off, src_off, n;
   float scale;
 };
+// the least elements a helper takes of a crossing (accumulation, merge): 256 KiB of fp32
+constexpr size_t kCrossingRange = 65536;
 
 void adam_step_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AdamArgs*>(a);
@@ -41,9 +44,19 @@ void adam_step_accumulate_cpu(void* b[], void* a) noexcept {  // buffers: param,
                                      vec_ptr(b[2]) + p->g_off, vec_ptr(b[3]), vec_ptr(b[4]), p->n, p->hp,
                                      p->step, p->grad_scale);
 }
+void adam_step_result_cpu(void* b[], void* a) noexcept {  // buffers: param, grad (then the result), m, v
+  auto* p = static_cast<AdamArgs*>(a);
+  kernels::cpu::adam_step_result(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->g_off, vec_ptr(b[2]),
+                                 vec_ptr(b[3]), p->n, p->hp, p->step, p->grad_scale);
+}
+// ZenFlow's per-step crossing of the whole gradient: in ranges that idle workers help with
+// (elementwise: the same result however many run them)
 void accumulate_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MoveArgs*>(a);
-  kernels::cpu::accumulate(vec_ptr(b[0]) + p->dst_off, vec_ptr(b[1]) + p->src_off, p->n, p->scale);
+  float* acc = vec_ptr(b[0]) + p->dst_off;
+  const float* g = vec_ptr(b[1]) + p->src_off;
+  parallel_ranges(p->n, 16, kCrossingRange,
+                  [&](size_t lo, size_t hi) { kernels::cpu::accumulate(acc + lo, g + lo, hi - lo, p->scale); });
 }
 void copy_cpu(void* b[], void* a) noexcept {  // buffers: src, dst
   auto* p = static_cast<MoveArgs*>(a);
@@ -145,6 +158,12 @@ starpu_codelet& adam_accumulate_cl() {
       make_codelet({"zf_adam_step_accumulate", adam_step_accumulate_cpu, ZF_CUDA_FUNC(adam_step_accumulate_cuda), 5,
                     {STARPU_RW, STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
                    &m);
+  return c;
+}
+starpu_codelet& adam_result_cl() {  // host side only (a host context has no CUDA workers)
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_adam_step_result", adam_step_result_cpu, nullptr, 4, {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_RW}}, &m);
   return c;
 }
 starpu_codelet& accumulate_cl() {
@@ -254,6 +273,23 @@ void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp,
   TaskBuilder(adam_accumulate_cl(), opt)
       .rw(param).rw(acc).r(grad).rw(m).rw(v)
       .args(AdamAccArgs{hp, step, grad_scale, ps.offset, as.offset, gs.offset, ps.n})
+      .submit();
+}
+
+void insert_adam_step_result(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                             const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
+                             const Tensor& v) {
+  check_slice(opt, param, ps);
+  check_slice(opt, grad, gs);
+  expect(ps.n == gs.n && m.numel() == ps.n && v.numel() == ps.n, opt,
+         "adam_result: param, grad and moments must have the same length");
+  expect(grad.handle() != param.handle(), opt, "adam_result: the gradient must be its own tensor");
+  expect(grad.elem_size() == 4, opt, "adam_result: the gradient (and result) buffer must be fp32");
+  expect(step >= 1, opt, "adam_result: step counts from 1");
+  expect(opt.side == Side::Host, opt, "adam_result: host side only (no CUDA implementation)");
+  TaskBuilder(adam_result_cl(), opt)
+      .rw(param).rw(grad).rw(m).rw(v)
+      .args(AdamArgs{hp, step, grad_scale, ps.offset, gs.offset, ps.n})
       .submit();
 }
 

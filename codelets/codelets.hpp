@@ -73,6 +73,13 @@ void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t st
 void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp, int64_t step,
                                  float grad_scale, const Tensor& param, Slice ps, const Tensor& acc,
                                  Slice as, const Tensor& grad, Slice gs, const Tensor& m, const Tensor& v);
+// AdamW on param[ps] with grad[gs] (* grad_scale), moments m, v; then grad[gs] = param[ps], the
+// updated weights (kernels::cpu::adam_step_result): bitwise insert_adam_step + insert_copy(param ->
+// grad) in one pass and one task. Host side only: ZenFlow's host update whose result goes into
+// the accumulator it read (graphs/strategies/zenflow/update.cpp).
+void insert_adam_step_result(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                             const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
+                             const Tensor& v);
 // acc[as] += scale * g[gs]
 void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
                        Slice gs, float scale);

@@ -4,6 +4,7 @@
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
+#include "runtime/parallel.hpp"
 #include "runtime/task.hpp"
 
 namespace zf {
@@ -58,17 +59,27 @@ void grad_mass_cpu(void* b[], void* a) noexcept {
   double* out = vec_as<double>(b[2]);
   kernels::cpu::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, &out[0], &out[1], p->in_out != 0);
 }
+// the least elements a helper takes of a merge: 256 KiB of fp32
+constexpr size_t kMergeRange = 65536;
+
+// In ranges of whole rows (columns of a weight stored (C, R)) that idle workers help with: every
+// element is copied or kept alone, so the result does not depend on who runs which range.
 void merge_common(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   double t0 = starpu_timing_now();
-  if (p->src_half == 1)
-    kernels::cpu::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                        sel ? p->k : 0, p->in_out_rows, p->base);
-  else if (p->src_half == 2)
-    kernels::cpu::merge_unselected_fp16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                        sel ? p->k : 0, p->in_out_rows, p->base);
-  else
-    kernels::cpu::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel, sel ? p->k : 0,
-                                   p->in_out_rows, p->base);
+  float* dst = vec_ptr(b[1]);
+  const int k = sel ? p->k : 0;
+  const size_t unit = p->in_out_rows > 0 ? (size_t)p->in_out_rows : (size_t)p->C;
+  parallel_ranges(p->n, unit, kMergeRange, [&](size_t lo, size_t hi) {
+    if (p->src_half == 1)
+      kernels::cpu::merge_unselected_bf16(dst, p->C, vec_as<uint16_t>(b[0]) + lo, p->off + lo, hi - lo, sel, k,
+                                          p->in_out_rows, p->base);
+    else if (p->src_half == 2)
+      kernels::cpu::merge_unselected_fp16(dst, p->C, vec_as<uint16_t>(b[0]) + lo, p->off + lo, hi - lo, sel, k,
+                                          p->in_out_rows, p->base);
+    else
+      kernels::cpu::merge_unselected(dst, p->C, vec_ptr(b[0]) + lo, p->off + lo, hi - lo, sel, k, p->in_out_rows,
+                                     p->base);
+  });
   if (p->log) {
     MergeEvent e = p->ev;
     e.start_us = t0;

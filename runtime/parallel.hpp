@@ -8,6 +8,7 @@
 // sched_deadline.cpp) take tiles too. Without helpers, or while another call holds the one job
 // slot, or when called from inside a tile, the tiles run in order on the caller.
 #pragma once
+#include <cstddef>
 
 namespace zf {
 
@@ -23,6 +24,23 @@ void parallel_tiles(int n, F&& f) {
     return;
   }
   parallel_for(n, [](void* c, int t) { (*static_cast<F*>(c))(t); }, &f);
+}
+
+// [0, n) cut into ranges of at least min_len elements, each length a multiple of unit (the last
+// one shorter), at most 16: f(begin, end) for each, as tiles of parallel_tiles. The ranges depend
+// on n, unit and min_len only, so an elementwise f gives the same result however many help.
+template <class F>
+void parallel_ranges(size_t n, size_t unit, size_t min_len, F&& f) {
+  if (n == 0) return;
+  unit = unit ? unit : 1;
+  size_t len = (min_len + unit - 1) / unit * unit;
+  const size_t max_tiles = 16;
+  if ((n + len - 1) / len > max_tiles) len = ((n + max_tiles - 1) / max_tiles + unit - 1) / unit * unit;
+  const size_t tiles = (n + len - 1) / len;
+  parallel_tiles((int)tiles, [&](int t) {
+    const size_t b = (size_t)t * len;
+    f(b, b + len < n ? b + len : n);
+  });
 }
 
 // For the runtime. The hook is called (from the posting thread) when a job with tiles to take is

@@ -3,8 +3,10 @@
 // (graphs/specs/gpt-kjv.json: B = 16 x 64 = 1024 rows, width 128, MLP 512, vocabulary 256) in the
 // three products of a layer and both weight layouts, calls interleaved, median over the calls.
 // `--sgemm T`: the SGEMM yardstick instead, 2048^3 on T threads, OpenBLAS and oneDNN fp32
-// (experiments/torch-peer). Prints one line per case; with --json, one JSON object per line.
-//   bench_matmul [--calls N (30)] [--json] [--sgemm T]
+// (experiments/torch-peer). `--threads T`: oneDNN's own fp32 matmul (one primitive per shape,
+// T OpenMP threads, no tiles of ours) at the GPT's shapes, the yardstick of the GPT step's matmul
+// rate (experiments/onednn). Prints one line per case; with --json, one JSON object per line.
+//   bench_matmul [--calls N (30)] [--json] [--sgemm T | --threads T]
 #include <cblas.h>
 #include <omp.h>
 
@@ -131,23 +133,64 @@ void sgemm(int T, int calls, bool json) {
                 g / td, pd.impl_info_str());
 }
 
+// oneDNN's fp32 matmul on T threads at one of the GPT's GEMMs (transposes as memory layouts)
+void dnnl_threads(const Case& c, int T, int calls, bool json, const std::string& layer) {
+  omp_set_num_threads(T);
+  auto a = random_vec((size_t)c.M * c.K, 1), b = random_vec((size_t)c.K * c.N, 2);
+  std::vector<float> out((size_t)c.M * c.N);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream s(eng);
+  using tag = dnnl::memory::format_tag;
+  const auto f32 = dnnl::memory::data_type::f32;
+  dnnl::memory::desc ad({c.M, c.K}, f32, c.ta ? tag::ba : tag::ab), bd({c.K, c.N}, f32, c.tb ? tag::ba : tag::ab),
+      cd({c.M, c.N}, f32, tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), eng);
+  dnnl::matmul mm(pd);
+  dnnl::memory ma(ad, eng, a.data()), mb(bd, eng, b.data()), mc(cd, eng, out.data());
+  double t = 0;
+  for (int round = 0; round < 3; ++round)
+    t += median_s(calls, [&] {
+      mm.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+      s.wait();
+    });
+  const double g = 3 * 2.0 * c.M * c.N * c.K * 1e-9 / t;  // over the sum of 3 medians
+  if (json)
+    std::printf("{\"layer\": \"%s\", \"op\": \"%s\", \"in_out\": %s, \"M\": %d, \"N\": %d, \"K\": %d, "
+                "\"threads\": %d, \"onednn_f32\": %.1f, \"impl\": \"%s\"}\n",
+                layer.c_str(), c.op, c.in_out ? "true" : "false", c.M, c.N, c.K, T, g, pd.impl_info_str());
+  else
+    std::printf("%-14s %-10s %-7s %5dx%4dx%4d  %d threads  %6.1f GFLOP/s  %s\n", layer.c_str(), c.op,
+                c.in_out ? "(in,out)" : "(out,in)", c.M, c.N, c.K, T, g, pd.impl_info_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int calls = 30, sgemm_threads = 0;
+  int calls = 30, sgemm_threads = 0, threads = 0;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--calls" && i + 1 < argc) calls = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json") json = true;
     else if (a == "--sgemm" && i + 1 < argc) sgemm_threads = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--threads" && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: bench_matmul [--calls N] [--json] [--sgemm THREADS]\n");
+      std::fprintf(stderr, "usage: bench_matmul [--calls N] [--json] [--sgemm THREADS | --threads THREADS]\n");
       return 2;
     }
   }
   if (sgemm_threads) {
     sgemm(sgemm_threads, std::max(3, calls / 10), json);
+    return 0;
+  }
+  const struct {
+    const char* name;
+    int K, N;
+  } layers[] = {{"attn.c_attn", 128, 384}, {"attn.c_proj", 128, 128}, {"mlp.c_fc", 128, 512},
+                {"mlp.c_proj", 512, 128},  {"lm_head", 128, 256}};
+  if (threads) {
+    for (auto& l : layers)
+      for (const Case& c : layer_cases(1024, l.K, l.N)) dnnl_threads(c, threads, calls, json, l.name);
     return 0;
   }
   openblas_set_num_threads(1);
@@ -156,11 +199,6 @@ int main(int argc, char** argv) {
                 "%-14s %-10s %-7s %16s  %6s  %6s  %6s  %6s   %s\n",
                 calls, cpu::native_bf16() ? "yes" : "no", "layer", "product", "weight", "M x N x K", "OpenBLAS",
                 "f32", "bf16", "+conv", "oneDNN impl (f32 / bf16)");
-  const struct {
-    const char* name;
-    int K, N;
-  } layers[] = {{"attn.c_attn", 128, 384}, {"attn.c_proj", 128, 128}, {"mlp.c_fc", 128, 512},
-                {"mlp.c_proj", 512, 128},  {"lm_head", 128, 256}};
   for (auto& l : layers)
     for (const Case& c : layer_cases(1024, l.K, l.N)) run_case(c, calls, json, l.name);
   return 0;

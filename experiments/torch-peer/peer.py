@@ -6,13 +6,16 @@ form, causal attention, untied LM head without bias; or the MLP of docs/spec.md)
 optimizer (torch.optim.AdamW with the spec's lr, betas, eps, weight decay) and the same batch
 shape, and times full training steps: zero_grad, forward, loss, backward, optimizer.step().
 Inputs are random bytes / random images of the spec's shapes: the work of a step does not depend
-on the values. Prints one JSON object: {"model", "steps", "warmup", "omp_threads",
+on the values. Prints one JSON object: {"model", "precision", "steps", "warmup", "omp_threads",
 "blas_threads", "median_s", "mean_s", "min_s", "params", "flops_per_step", "torch"}.
+--precision bf16: the forward and the loss under torch.autocast("cpu", dtype=torch.bfloat16)
+(PyTorch's CPU mixed precision: the linear layers and the attention's matmuls in bf16 through
+oneDNN, fp32 weights and optimizer, the backward outside the context as PyTorch prescribes).
 
 The thread set-up is the caller's: OMP_NUM_THREADS / --threads sets torch's intra-op threads
 (torch.set_num_threads); Debian's torch calls the system OpenBLAS, whose own thread count only
 OPENBLAS_NUM_THREADS (read at load time) sets, so run.sh starts one process per set-up.
-Usage: peer.py SPEC --threads N [--steps 60] [--warmup 10]
+Usage: peer.py SPEC --threads N [--steps 60] [--warmup 10] [--precision fp32|bf16]
 """
 import argparse
 import json
@@ -90,6 +93,7 @@ def main():
     ap.add_argument("--threads", type=int, required=True, help="torch.set_num_threads (intra-op)")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -121,13 +125,14 @@ def main():
         x, y = data()
         t0 = time.perf_counter()
         optim.zero_grad(set_to_none=True)
-        loss = run(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = run(x, y)
         loss.backward()
         optim.step()
         dt = time.perf_counter() - t0
         if s >= a.warmup:
             times.append(dt)
-    print(json.dumps({"model": m["type"], "steps": a.steps, "warmup": a.warmup, "omp_threads": a.threads,
+    print(json.dumps({"model": m["type"], "precision": a.precision, "steps": a.steps, "warmup": a.warmup, "omp_threads": a.threads,
                       "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
                       "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
                       "min_s": min(times), "params": params, "flops_per_step": flops,

@@ -223,4 +223,36 @@ TEST(AdamStepAccumulate, BitwiseEqualsAccumulateAdamZero) {
       EXPECT_TRUE(bitwise_equal(acc, accf)) << "acc";
     }
 }
+
+// ZenFlow's host update with its result in the gradient's buffer: bitwise equal to adam_step +
+// copy(g, p), for any split of [0, n) (pieces at odd offsets: scalar heads and tails).
+TEST(AdamStepResult, BitwiseEqualsAdamThenCopy) {
+  cpu::AdamParams hp;
+  hp.weight_decay = 0.01f;
+  uint32_t seed = 2900;
+  std::vector<size_t> sizes = kSmallSizes;
+  sizes.push_back(4099);
+  if (!quick()) sizes.push_back(size_t{1} << 20);
+  for (float grad_scale : {1.0f, 0.25f})
+    for (size_t n : sizes) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " grad_scale=" + std::to_string(grad_scale));
+      auto p0 = uniform(n, -1.f, 1.f, seed++);
+      std::vector<float> p = p0, m(n, 0.f), v(n, 0.f), pf = p0, mf(n, 0.f), vf(n, 0.f);
+      std::vector<float> g, gf;
+      for (int64_t t = 1; t <= 3; ++t) {
+        g = uniform(n, -1.f, 1.f, seed++);
+        gf = g;
+        cpu::adam_step(p.data(), g.data(), m.data(), v.data(), n, hp, t, grad_scale);
+        cpu::copy(g.data(), p.data(), n);
+        const size_t a = std::min(n, size_t{13}), b = std::clamp(n / 2 + 5, a, n);
+        for (auto [lo, hi] : {std::pair{size_t{0}, a}, std::pair{a, b}, std::pair{b, n}})
+          cpu::adam_step_result(pf.data() + lo, gf.data() + lo, mf.data() + lo, vf.data() + lo, hi - lo, hp, t,
+                                grad_scale);
+        ASSERT_TRUE(bitwise_equal(g, gf)) << "result, step " << t;
+      }
+      EXPECT_TRUE(bitwise_equal(p, pf)) << "p";
+      EXPECT_TRUE(bitwise_equal(m, mf)) << "m";
+      EXPECT_TRUE(bitwise_equal(v, vf)) << "v";
+    }
+}
 }  // namespace

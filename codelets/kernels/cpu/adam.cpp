@@ -1,6 +1,7 @@
-// AdamW, as torch.optim.AdamW (decoupled weight decay, bias correction), and ZenFlow's fused
-// "last accumulation + host update" pass. AVX-512 or AVX2 intrinsics chosen at compile time, a
-// scalar fallback otherwise. Vector lanes and the scalar head/tail run the same operation
+// AdamW, as torch.optim.AdamW (decoupled weight decay, bias correction), ZenFlow's fused
+// "last accumulation + host update" pass, and the host update that leaves its result in the
+// gradient's buffer too (ZenFlow's result ring). AVX-512 or AVX2 intrinsics chosen at compile
+// time, a scalar fallback otherwise. Vector lanes and the scalar head/tail run the same operation
 // sequence through one template (no FMA; the project builds with -ffp-contract=off so the
 // compiler fuses nothing either): results are bitwise independent of how [0, n) is tiled and of
 // which of the three paths ran. Memory-bound: 28 bytes per parameter (36 fused), see
@@ -92,20 +93,26 @@ struct Coef {
 // back the 4K-aliasing stalls that update() orders its accesses to avoid.
 struct Ptrs {
   float* p;
-  float* acc;  // null unless fused
+  float* acc;  // Accumulate: the accumulator; Result: where the new p goes (the gradient's buffer)
   const float* g;
   float* m;
   float* v;
 };
 
-// Elements [i, i + U * V::W). kAcc: g <- acc + g (as accumulate(acc, g, n, 1.0f)), then acc <- 0.
+// What a pass does besides AdamW: Plain nothing; Accumulate: g <- acc + g (as accumulate(acc, g,
+// n, 1.0f)), then acc <- 0; Result: the new p is also stored to acc, which is g (the gradient
+// buffer takes the result, as adam_step then copy(g, p, n)).
+enum class Mode { Plain, Accumulate, Result };
+
+// Elements [i, i + U * V::W).
 // Every load of the group comes before its first store. The buffers usually share their address
 // modulo 4 KiB (page-aligned allocations), and a load issued after a store to the same offset of
 // another buffer waits on a false store-to-load dependency (4K aliasing, which slows the fused
 // pass severely). Groups cover whole 64-byte lines, so no later load hits a line offset
 // stored by an earlier group still in flight.
-template <class V, bool kAcc, int U>
+template <class V, Mode kMode, int U>
 inline __attribute__((always_inline)) void update(const Ptrs& a, size_t i, const Coef<V>& c) {
+  constexpr bool kAcc = kMode == Mode::Accumulate;
   using R = typename V::R;
   constexpr size_t W = sizeof(R) / sizeof(float);
   R g[U], m[U], v[U], p[U];
@@ -127,13 +134,14 @@ inline __attribute__((always_inline)) void update(const Ptrs& a, size_t i, const
   for (int u = 0; u < U; ++u) {
     const size_t j = i + u * W;
     if constexpr (kAcc) V::store(a.acc + j, V::set(0.0f));
+    if constexpr (kMode == Mode::Result) V::store(a.acc + j, p[u]);
     V::store(a.m + j, m[u]);
     V::store(a.v + j, v[u]);
     V::store(a.p + j, p[u]);
   }
 }
 
-template <bool kAcc>
+template <Mode kMode>
 void adam_run(Ptrs a, size_t n, const AdamParams& hp, int64_t step, float grad_scale) {
   // `a` is a local copy: stores through the float pointers cannot alias it, so the pointers stay
   // in registers.
@@ -145,11 +153,11 @@ void adam_run(Ptrs a, size_t n, const AdamParams& hp, int64_t step, float grad_s
   // scalar head up to a line-aligned p (tiles of one tensor then share the alignment)
   size_t head = (size_t)(-(uintptr_t)a.p / sizeof(float)) & (line - 1);
   if (head > n) head = n;
-  for (; i < head; ++i) update<Scalar, kAcc, 1>(a, i, cs);
-  for (; i + line <= n; i += line) update<Vec, kAcc, (int)(line / W)>(a, i, cv);
-  for (; i + W <= n; i += W) update<Vec, kAcc, 1>(a, i, cv);
+  for (; i < head; ++i) update<Scalar, kMode, 1>(a, i, cs);
+  for (; i + line <= n; i += line) update<Vec, kMode, (int)(line / W)>(a, i, cv);
+  for (; i + W <= n; i += W) update<Vec, kMode, 1>(a, i, cv);
 #endif
-  for (; i < n; ++i) update<Scalar, kAcc, 1>(a, i, cs);
+  for (; i < n; ++i) update<Scalar, kMode, 1>(a, i, cs);
 }
 
 }  // namespace
@@ -157,13 +165,18 @@ void adam_run(Ptrs a, size_t n, const AdamParams& hp, int64_t step, float grad_s
 void adam_step(float* __restrict p, const float* __restrict g, float* __restrict m,
                float* __restrict v, size_t n, const AdamParams& hp, int64_t step,
                float grad_scale) {
-  adam_run<false>(Ptrs{p, nullptr, g, m, v}, n, hp, step, grad_scale);
+  adam_run<Mode::Plain>(Ptrs{p, nullptr, g, m, v}, n, hp, step, grad_scale);
 }
 
 void adam_step_accumulate(float* __restrict p, float* __restrict acc, const float* __restrict g,
                           float* __restrict m, float* __restrict v, size_t n, const AdamParams& hp,
                           int64_t step, float grad_scale) {
-  adam_run<true>(Ptrs{p, acc, g, m, v}, n, hp, step, grad_scale);
+  adam_run<Mode::Accumulate>(Ptrs{p, acc, g, m, v}, n, hp, step, grad_scale);
+}
+
+void adam_step_result(float* __restrict p, float* __restrict g, float* __restrict m, float* __restrict v,
+                      size_t n, const AdamParams& hp, int64_t step, float grad_scale) {
+  adam_run<Mode::Result>(Ptrs{p, g, g, m, v}, n, hp, step, grad_scale);
 }
 
 }  // namespace zf::kernels::cpu

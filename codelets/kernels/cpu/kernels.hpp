@@ -85,6 +85,11 @@ void adam_step(float* p, const float* g, float* m, float* v, size_t n, const Ada
 // zero(acc, n). Buffers must not overlap. Elementwise: any split of [0, n) gives the same result.
 void adam_step_accumulate(float* p, float* acc, const float* g, float* m, float* v, size_t n,
                           const AdamParams& hp, int64_t step, float grad_scale);
+// ZenFlow's host update with its result copy in one pass: adam_step on p with gradient g, then
+// g[i] = p[i] (the gradient's buffer holds the updated weights, 4 bytes per parameter less to read
+// than a copy after it). Bitwise equal to adam_step(p, g, m, v, ...); copy(g, p, n).
+void adam_step_result(float* p, float* g, float* m, float* v, size_t n, const AdamParams& hp, int64_t step,
+                      float grad_scale);
 
 // ---- ZenFlow: column selection and selective updates. A weight g/w is (R, C) row-major;
 // column j is [:, j]; sel holds k column indices, sorted ascending. in_out: the weight (and its

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/parallel.hpp"
 
 namespace zf::kernels::cpu {
 
@@ -70,29 +71,37 @@ void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, f
   }
 }
 
+// In ranges of selected columns (rows of the (R, C) storage) of at least kSelRange elements that
+// idle workers help with: AdamW is elementwise, so the result does not depend on who runs which.
+constexpr size_t kSelRange = 32768;
+
 void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
                     float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
   if (in_out) {  // one contiguous AdamW of R elements per selected column, m and v (k, R)
-    for (int c = 0; c < k; ++c) {
-      const size_t j = (size_t)sel[c] * R;
-      adam_step(w + j, g + j, m + (size_t)c * R, v + (size_t)c * R, (size_t)R, hp, step, 1.0f);
-    }
+    parallel_ranges((size_t)k, 1, std::max<size_t>(1, kSelRange / std::max(1, R)), [&](size_t lo, size_t hi) {
+      for (size_t c = lo; c < hi; ++c) {
+        const size_t j = (size_t)sel[c] * R;
+        adam_step(w + j, g + j, m + c * R, v + c * R, (size_t)R, hp, step, 1.0f);
+      }
+    });
     return;
   }
   // Row by row: gather the row's selected weights and gradients into two small buffers (they stay
   // in L1), run the vectorised adam_step on them, scatter the weights back. One pass over the
   // scattered columns instead of a gather into an (R, k) gradient buffer first.
-  std::vector<float> tw(k), tg(k);
-  for (int i = 0; i < R; ++i) {
-    float* row = w + (size_t)i * C;
-    const float* grow = g + (size_t)i * C;
-    for (int c = 0; c < k; ++c) {
-      tw[c] = row[sel[c]];
-      tg[c] = grow[sel[c]];
+  parallel_ranges((size_t)R, 1, std::max<size_t>(1, kSelRange / std::max(1, k)), [&](size_t lo, size_t hi) {
+    std::vector<float> tw(k), tg(k);
+    for (size_t i = lo; i < hi; ++i) {
+      float* row = w + i * C;
+      const float* grow = g + i * C;
+      for (int c = 0; c < k; ++c) {
+        tw[c] = row[sel[c]];
+        tg[c] = grow[sel[c]];
+      }
+      adam_step(tw.data(), tg.data(), m + i * k, v + i * k, (size_t)k, hp, step, 1.0f);
+      for (int c = 0; c < k; ++c) row[sel[c]] = tw[c];
     }
-    adam_step(tw.data(), tg.data(), m + (size_t)i * k, v + (size_t)i * k, (size_t)k, hp, step, 1.0f);
-    for (int c = 0; c < k; ++c) row[sel[c]] = tw[c];
-  }
+  });
 }
 
 size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t n,

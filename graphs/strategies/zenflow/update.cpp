@@ -119,10 +119,15 @@ void ZenFlowStrategy::host_adam(int64_t t, int64_t o, int64_t due, int64_t slot,
     for (size_t i = 0; i < w.master.tiles.size(); ++i) {
       const std::string s = w.p->name + "[" + std::to_string(i) + "]";
       const SubmitOptions ho = rt_.host(t).due_at(due).named(kHostAdamTask + s);
-      insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(o), cal_.host_step(o, ring_.job()), scale,
-                       w.master.tiles[i], whole(w.master.tiles[i]), w.acc[slot].tiles[i],
-                       whole(w.acc[slot].tiles[i]), second ? w.m2.tiles[i] : w.m.tiles[i],
-                       second ? w.v2.tiles[i] : w.v.tiles[i]);
+      const Tensor &mt = second ? w.m2.tiles[i] : w.m.tiles[i], &vt = second ? w.v2.tiles[i] : w.v.tiles[i];
+      const int64_t hs = cal_.host_step(o, ring_.job());
+      if (copy_result && w.res.empty()) {  // fp32: the AdamW leaves its result in the slot it read
+        insert_adam_step_result(ho.prefetched(1), hp(o), hs, scale, w.master.tiles[i], whole(w.master.tiles[i]),
+                                w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]), mt, vt);
+        continue;
+      }
+      insert_adam_step(copy_result ? ho : ho.prefetched(0), hp(o), hs, scale, w.master.tiles[i],
+                       whole(w.master.tiles[i]), w.acc[slot].tiles[i], whole(w.acc[slot].tiles[i]), mt, vt);
       if (copy_result)
         insert_copy(rt_.host(t).due_at(due).named("result." + s).prefetched(1), w.master.tiles[i],
                     whole(w.master.tiles[i]), w.result(slot).tiles[i], whole(w.result(slot).tiles[i]));

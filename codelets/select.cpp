@@ -220,7 +220,7 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
                   MergeLog* log, const MergeEvent& ev, bool in_out, const WeightShard* shard) {
   ColArgs d{};
   size_t base = 0;
-  if (shard) {  // the shard of a (R, C) weight: ws inside [base, base + n), fp32 on CPU workers
+  if (shard) {  // the shard of a (R, C) weight: ws inside [base, base + n), on CPU workers
     d.R = shard->R;
     d.C = shard->C;
     d.k = sel ? (int)sel->numel() : 0;
@@ -228,7 +228,7 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
     base = shard->base;
     expect(w.numel() >= shard->n && ws.offset >= base && ws.offset + ws.n <= base + shard->n, opt,
            "merge slice outside the shard " + shape_str(w));
-    expect(src.elem_size() == 4 && (!opt.rt || !opt.rt->device_is_cuda()), opt, "merge into a shard: fp32 on CPU workers only");
+    expect(!opt.rt || !opt.rt->device_is_cuda(), opt, "merge into a shard: on CPU workers only");
   } else {
     d = dims(opt, w, sel, in_out);
     expect(ws.offset + ws.n <= w.numel(), opt, "merge slice does not match " + shape_str(w));

@@ -73,7 +73,7 @@
 #   zero_stage3_refusals exit code 2 naming zero_optimization.stage: zenflow's local-sum selection and auto
 #                        update interval at stage 3 (not implemented), device-adam at stage 3
 #   zero_stage3_precision_r2/_r4  bf16 and fp16 (overflowing first loss scales) at stages 2 and 3: bitwise,
-#                        the same skipped steps
+#                        the same skipped steps; zero-offload, and zenflow too on 2 ranks
 #   zero_stage3_accumulate  gradient accumulation 2 on 2 ranks, zero-offload and -dpu: within 1e-6 relative
 #                        of stage 2, reduce-scatter bytes twice stage 2's, gradient shards and accumulators
 #   zero_stage3_gpt_classifier  a 2-layer GPT classifier, linear and generative heads: bitwise stage 2
@@ -431,15 +431,20 @@ assert abs(b['params_shards'] - a['params'] / 2) <= 4 * 4096, 'shards not half t
     # so the weights are bitwise stage 2's; fp16 skips the same steps (the flag OR-ed over the ranks'
     # shards)
     NP=${CASE##*_r}
+    STRATS=(zero-offload)
+    [ "$NP" = 2 ] && STRATS+=(zenflow)  # zenflow's owners merge the host results' halves into their shards
+    for strat in "${STRATS[@]}"; do
+    S=(--strategy zero-offload)
+    [ $strat = zenflow ] && S=("${ZENFLOW[@]}")
     for prec in bf16 fp16; do
       P=(--set precision=$prec)
       [ $prec = fp16 ] && P+=(--set fp16.initial_scale_power=24 --set fp16.loss_scale_window=5)
       for st in 2 3; do
-        runN "$NP" "${ZSMALL[@]}" --strategy zero-offload "${P[@]}" --set zero_optimization.stage=$st \
-          --save "$TMP/s$st.safetensors" --metrics "$TMP/s$st.json" || fail "$prec $NP-rank stage $st run exited $?"
+        runN "$NP" "${ZSMALL[@]}" "${S[@]}" "${P[@]}" --set zero_optimization.stage=$st \
+          --save "$TMP/s$st.safetensors" --metrics "$TMP/s$st.json" || fail "$strat $prec $NP-rank stage $st run exited $?"
         $CHECK metrics "$TMP/s$st.json" "$TMP/s$st.safetensors" "$NP" || exit 1
       done
-      echo "$prec:"
+      echo "$strat $prec:"
       $CHECK stage3 "$TMP/s2.json" "$TMP/s3.json" "$TMP/s3.safetensors" $ZTILE || exit 1
       $CHECK close "$TMP/s3.safetensors" "$TMP/s2.safetensors" 0 || exit 1
       [ $prec = fp16 ] || continue
@@ -449,6 +454,7 @@ assert a['skipped_steps'] > 0, 'no step skipped: the case tests nothing'
 assert a['skipped_at'] == b['skipped_at'] and a['loss_scale'] == b['loss_scale'], (a, b)
 print('fp16: skipped %s at both stages, final loss scale %g' % (a['skipped_at'], a['loss_scale']))" \
         "$TMP/s2.json" "$TMP/s3.json" || fail "fp16: stage 3 skips other steps than stage 2"
+    done
     done
     ;;
   zero_stage3_accumulate)

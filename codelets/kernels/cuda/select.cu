@@ -1,7 +1,9 @@
 // ZenFlow's column kernels on the GPU: importance (a deterministic column sum), top-k by rank
 // counting (column j is selected when fewer than k columns beat it: larger value first, lower
 // index on ties, NaN smallest, exactly cpu::topk_columns' order) then an in-order compaction,
-// gather/scatter, the merge of host results into unselected columns and the gradient mass.
+// gather/scatter, the merge of host results into unselected columns (of a whole weight or of a
+// ZeRO stage 3 shard from its base element), the gradient mass, and stage 3's segment kernels
+// (selected_before, column_importance_segment: the CPU kernels' order, bitwise).
 #include <cmath>
 
 #include "codelets/kernels/bf16.hpp"

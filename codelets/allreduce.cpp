@@ -141,6 +141,17 @@ void reduce_scatter_cuda(void* b[], void* a) noexcept {
   record_task_failure("reduce-scatter on a CUDA worker: this build has no NCCL");
 #endif
 }
+void allreduce_columns_cuda(void* b[], void* a) noexcept {  // buffers: x, sel, comm token
+  auto* p = static_cast<SegmentArgs*>(a);
+#ifdef ZF_USE_NCCL
+  cuda_check(kernels::cuda::allreduce_columns(vec_ptr(b[0]), (int)p->rows, (int)p->cols, vec_as<int32_t>(b[1]),
+                                              (int)p->k, p->in_out != 0, static_cast<ncclComm_t>(p->comm->nccl()),
+                                              cuda_stream()));
+#else
+  (void)p;
+  record_task_failure("selected columns' all-reduce on a CUDA worker: this build has no NCCL");
+#endif
+}
 void allgather_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<SegmentArgs*>(a);
 #ifdef ZF_USE_NCCL
@@ -159,11 +170,11 @@ starpu_codelet& reduce_scatter_cl() {
                                           {STARPU_RW, STARPU_RW}}, &m);
   return c;
 }
-// CPU workers only (graphs/strategies/strategy.cpp refuses zenflow at stage 2 on GPUs)
-starpu_codelet& allreduce_columns_cl() {
+starpu_codelet& allreduce_columns_cl() {  // CPU workers: MPI; CUDA workers: NCCL
   static starpu_perfmodel m{};
-  static starpu_codelet c =
-      make_codelet({"zf_allreduce_columns", allreduce_columns_cpu, nullptr, 3, {STARPU_RW, STARPU_R, STARPU_RW}}, &m);
+  static starpu_codelet c = make_codelet({"zf_allreduce_columns", allreduce_columns_cpu,
+                                          ZF_CUDA_FUNC(allreduce_columns_cuda), 3, {STARPU_RW, STARPU_R, STARPU_RW}},
+                                         &m);
   return c;
 }
 starpu_codelet& allgather_cl() {

@@ -118,13 +118,13 @@ void merge_common_cuda(void* b[], MergeArgs* p, const int32_t* sel) noexcept {
   const double t0 = starpu_timing_now();
   if (p->src_half == 1)
     cuda_check(kernels::cuda::merge_unselected_bf16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                                    sel ? p->k : 0, cuda_stream(), p->in_out_rows));
+                                                    sel ? p->k : 0, cuda_stream(), p->in_out_rows, p->base));
   else if (p->src_half == 2)
     cuda_check(kernels::cuda::merge_unselected_fp16(vec_ptr(b[1]), p->C, vec_as<uint16_t>(b[0]), p->off, p->n, sel,
-                                                    sel ? p->k : 0, cuda_stream(), p->in_out_rows));
+                                                    sel ? p->k : 0, cuda_stream(), p->in_out_rows, p->base));
   else
     cuda_check(kernels::cuda::merge_unselected(vec_ptr(b[1]), p->C, vec_ptr(b[0]), p->off, p->n, sel,
-                                               sel ? p->k : 0, cuda_stream(), p->in_out_rows));
+                                               sel ? p->k : 0, cuda_stream(), p->in_out_rows, p->base));
   if (p->log) {
     MergeEvent e = p->ev;
     e.start_us = e.end_us = t0;
@@ -220,7 +220,7 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
                   MergeLog* log, const MergeEvent& ev, bool in_out, const WeightShard* shard) {
   ColArgs d{};
   size_t base = 0;
-  if (shard) {  // the shard of a (R, C) weight: ws inside [base, base + n), on CPU workers
+  if (shard) {  // the shard of a (R, C) weight: ws inside [base, base + n)
     d.R = shard->R;
     d.C = shard->C;
     d.k = sel ? (int)sel->numel() : 0;
@@ -228,7 +228,6 @@ void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, 
     base = shard->base;
     expect(w.numel() >= shard->n && ws.offset >= base && ws.offset + ws.n <= base + shard->n, opt,
            "merge slice outside the shard " + shape_str(w));
-    expect(!opt.rt || !opt.rt->device_is_cuda(), opt, "merge into a shard: on CPU workers only");
   } else {
     d = dims(opt, w, sel, in_out);
     expect(ws.offset + ws.n <= w.numel(), opt, "merge slice does not match " + shape_str(w));

@@ -1,6 +1,6 @@
 // ZeRO stage 3 with ZenFlow (docs/zenflow.md, "ZeRO stage 3"): the column importance and the
-// selective AdamW of a weight's shard, the segment of its storage that this rank owns. CPU workers
-// only (stage 3 on CUDA workers is refused, graphs/strategies/strategy.cpp).
+// selective AdamW of a weight's shard, the segment of its storage that this rank owns. CPU and
+// CUDA workers (the CUDA kernels: codelets/kernels/cuda/select.cu and adam.cu, bitwise the CPU's).
 #include <starpu.h>
 
 #include <algorithm>
@@ -41,15 +41,33 @@ void selective_adam_shard_cpu(void* b[], void* a) noexcept {
                                        vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
 }
 
+#ifdef ZF_USE_CUDA
+void importance_shard_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardColArgs*>(a);
+  cuda_check(kernels::cuda::column_importance_segment(vec_ptr(b[0]), p->lo, p->hi, p->R, p->C, p->l2 != 0,
+                                                      vec_ptr(b[1]), cuda_stream(), p->in_out != 0));
+}
+// sel is on the device: no run-time capacity check as on the CPU (which would synchronize); the
+// moments' capacity was checked at submission (selective_moments_capacity is the most any
+// selection of k columns can select inside the shard)
+void selective_adam_shard_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardColArgs*>(a);
+  cuda_check(kernels::cuda::selective_adam_segment(vec_ptr(b[0]), p->lo, p->hi, p->R, p->C, vec_as<int32_t>(b[1]),
+                                                   p->k, vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step,
+                                                   cuda_stream(), p->in_out != 0));
+}
+#endif
+
 starpu_codelet& importance_shard_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c =
-      make_codelet({"zf_column_importance_shard", importance_shard_cpu, nullptr, 2, {STARPU_R, STARPU_W}}, &m);
+  static starpu_codelet c = make_codelet({"zf_column_importance_shard", importance_shard_cpu,
+                                          ZF_CUDA_FUNC(importance_shard_cuda), 2, {STARPU_R, STARPU_W}}, &m);
   return c;
 }
 starpu_codelet& selective_adam_shard_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_selective_adam_shard", selective_adam_shard_cpu, nullptr, 5,
+  static starpu_codelet c = make_codelet({"zf_selective_adam_shard", selective_adam_shard_cpu,
+                                          ZF_CUDA_FUNC(selective_adam_shard_cuda), 5,
                                           {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}}, &m);
   return c;
 }

@@ -135,7 +135,7 @@ bool Strategy::host_adam_task(const TaskRecord& r) {
 
 namespace {
 // What stage 3 does not cover (docs/data-parallel.md, "ZeRO stage 3"), refused before anything runs.
-void check_stage3(const Spec& spec, const Runtime& rt) {
+void check_stage3(const Spec& spec) {
   const std::string where = spec.where("zero_optimization.stage");
   if (spec.strategy != "zenflow") return;
   if (spec.zenflow.local_sum())
@@ -145,10 +145,6 @@ void check_stage3(const Spec& spec, const Runtime& rt) {
   if (spec.zenflow.deepspeed_rules())
     throw InputError(where, "3 with zenflow.semantics \"deepspeed\" is not implemented (its 1-D warm-up and window "
                             "sums read whole parameters); use semantics \"zenflow\" or stage 2");
-  if (rt.device_is_cuda())
-    throw InputError(where, "3 with zenflow on CUDA workers is not implemented (the owners' selective AdamW and "
-                            "merges on shard segments have CPU kernels only); use zero-offload at stage 3, or "
-                            "runtime.cuda_workers = -1");
 }
 }  // namespace
 
@@ -161,13 +157,10 @@ std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vect
       throw InputError(where, st + " partitions the host optimizer state of the offloading strategies (zero-offload, "
                               "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
     const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
-    if (ranks && spec.zero_stage == 3) check_stage3(spec, rt);
+    if (ranks && spec.zero_stage == 3) check_stage3(spec);
     if (ranks && spec.zero_stage >= 2 && spec.strategy == "zenflow" && auto_update_interval(spec.zenflow))
       throw InputError(where, st + " with zenflow.update_interval \"auto\": the auto rule reads whole gradients, "
                               "which stage " + st + " reduce-scatters; use stage 1 or a fixed update_interval");
-    if (ranks && spec.zero_stage == 2 && spec.strategy == "zenflow" && rt.device_is_cuda())
-      throw InputError(where, "2 with zenflow on CUDA workers: the selected columns' all-reduce after the "
-                              "reduce-scatter runs on CPU workers only; use stage 1");
   }
   if (spec.strategy == "zenflow") return make_zenflow(spec, rt, params, steps_per_epoch, comm);
   if (spec.strategy == "zero-offload-dpu") return make_zero_offload(spec, rt, params, comm, true);

@@ -82,6 +82,32 @@ __global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, con
   }
 }
 
+// ZeRO stage 3: the selected elements of the weight's segment [lo, hi) (w, g hold that segment),
+// m and v indexed from selected_before(lo). Thread t: in_out, selected column t / R, row t % R;
+// else row lo / C + t / k, selected column t % k.
+__global__ void selective_adam_segment_k(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                                         const float* g, float* m, float* v, size_t n, Coef c, bool in_out) {
+  const size_t m0 = selected_before_at(lo, R, C, sel, k, in_out);
+  ZF_GRID_STRIDE(t, n) {
+    size_t e, mi;
+    if (in_out) {
+      const size_t q = t / (size_t)R, i = t - q * (size_t)R;
+      e = (size_t)sel[q] * R + i;
+      mi = t;
+    } else {
+      const size_t r = lo / (size_t)C + t / (size_t)k, q = t % (size_t)k;
+      e = r * C + (size_t)sel[q];
+      mi = r * k + q;
+    }
+    if (e < lo || e >= hi) continue;
+    float pi = w[e - lo], mv = m[mi - m0], vv = v[mi - m0];
+    update(pi, g[e - lo], mv, vv, c);
+    w[e - lo] = pi;
+    m[mi - m0] = mv;
+    v[mi - m0] = vv;
+  }
+}
+
 }  // namespace
 
 Status adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp, int64_t step,
@@ -104,6 +130,16 @@ Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const f
   if (!n) return nullptr;
   selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g, m, v, n, coef(hp, step, 1.0f),
                                                       in_out ? R : 0);
+  return launched();
+}
+
+Status selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                              const float* g, float* m, float* v, const AdamParams& hp, int64_t step, cudaStream_t s,
+                              bool in_out) {
+  if (hi <= lo || k <= 0) return nullptr;
+  const size_t n = in_out ? (size_t)k * R : ((hi - 1) / (size_t)C - lo / (size_t)C + 1) * (size_t)k;
+  selective_adam_segment_k<<<blocks_for(n), kThreads, 0, s>>>(w, lo, hi, R, C, sel, k, g, m, v, n,
+                                                              coef(hp, step, 1.0f), in_out);
   return launched();
 }
 

@@ -15,6 +15,19 @@ __global__ void scale_k(float* x, size_t n, float scale) {
   ZF_GRID_STRIDE(i, n) x[i] *= scale;
 }
 
+// the selected columns of x (rows, cols), stored (cols, rows) when in_out <-> buf (rows, k)
+__global__ void columns_k(float* x, int rows, int cols, const int32_t* sel, int k, bool in_out, float* buf,
+                          bool to_buf) {
+  ZF_GRID_STRIDE(e, (size_t)rows * k) {
+    const size_t r = e / (size_t)k, j = e - r * (size_t)k;
+    const size_t at = in_out ? (size_t)sel[j] * rows + r : r * cols + (size_t)sel[j];
+    if (to_buf)
+      buf[e] = x[at];
+    else
+      x[at] = buf[e];
+  }
+}
+
 }  // namespace
 
 Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStream_t s) {
@@ -92,6 +105,23 @@ Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::v
   if (shard_n > n && cudaMemsetAsync(shard + n, 0, (shard_n - n) * sizeof(float), s) != cudaSuccess)
     return "cudaMemsetAsync failed";
   return nullptr;
+}
+
+Status allreduce_columns(float* x, int rows, int cols, const int32_t* sel, int k, bool in_out, ncclComm_t comm,
+                         cudaStream_t s) {
+  const size_t n = (size_t)rows * k;
+  if (!n) return nullptr;
+  void* buf = nullptr;
+  if (Status e = scratch_alloc(&buf, n * sizeof(float), s)) return e;
+  columns_k<<<blocks_for(n), kThreads, 0, s>>>(x, rows, cols, sel, k, in_out, (float*)buf, true);
+  Status st = launched();
+  if (!st) st = allreduce_scale((float*)buf, n, 1.0f, comm, s);
+  if (!st) {
+    columns_k<<<blocks_for(n), kThreads, 0, s>>>(x, rows, cols, sel, k, in_out, (float*)buf, false);
+    st = launched();
+  }
+  scratch_free(buf, s);
+  return st;
 }
 
 }  // namespace zf::kernels::cuda

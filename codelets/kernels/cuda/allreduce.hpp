@@ -13,10 +13,16 @@
 
 namespace zf::kernels::cuda {
 
-
 // x (n) <- scale * sum over the communicator's ranks of x; every rank must call it with the same n
 // in the same order (NCCL's rule, and the comm token's purpose in codelets/allreduce.cpp).
 Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStream_t s);
+
+// ZenFlow at ZeRO stage 2 (codelets/allreduce.cpp, allreduce_columns): the k selected columns of
+// x (rows, cols), stored (cols, rows) when in_out, <- their sum over the ranks: gathered into one
+// rows x k scratch buffer, one ncclAllReduce, scattered back (each element is non-zero on its
+// owner only after the reduce-scatter, so the sum is exact: bitwise the CPU path's MPI result).
+Status allreduce_columns(float* x, int rows, int cols, const int32_t* sel, int k, bool in_out, ncclComm_t comm,
+                         cudaStream_t s);
 
 // ZeRO partitions (docs/data-parallel.md): bounds = ranks + 1 element offsets of x. The segments
 // are cut on multiples of 16 elements, hence uneven, and ncclReduceScatter / ncclAllGather take equal counts: the

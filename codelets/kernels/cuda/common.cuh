@@ -96,4 +96,26 @@ __device__ inline float block_max(float v, float* shared /* 32 */) {
   return r;
 }
 
+// ZenFlow's selections (sel: k sorted column indices): the first index q with sel[q] >= col, and
+// cpu::selected_before's count (the index into m and v of a selected element e of the weight)
+__device__ inline int lower_bound_sel(const int32_t* sel, int k, int col) {
+  int lo = 0, hi = k;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (sel[mid] < col) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+__device__ inline size_t selected_before_at(size_t e, int R, int C, const int32_t* sel, int k, bool in_out) {
+  if (in_out) {  // (k, R): whole selected columns before e's column, then e's column's rows before e
+    const size_t col = e / (size_t)R;
+    const int q = lower_bound_sel(sel, k, (int)min(col, (size_t)C));
+    size_t n = (size_t)q * (size_t)R;
+    if (q < k && (size_t)sel[q] == col) n += e % (size_t)R;
+    return n;
+  }
+  const size_t row = e / (size_t)C, col = e % (size_t)C;  // (R, k): k per row before e's row
+  return row * (size_t)k + (size_t)lower_bound_sel(sel, k, (int)col);
+}
+
 }  // namespace zf::kernels::cuda::detail

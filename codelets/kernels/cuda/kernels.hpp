@@ -90,13 +90,27 @@ Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k,
 // g is the whole gradient (R, C); m, v are (R, k)
 Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
                       const AdamParams& hp, int64_t step, cudaStream_t s, bool in_out = false);
-// As cpu::merge_unselected, without the count of elements written.
+// As cpu::merge_unselected, without the count of elements written (base: dst holds the weight's
+// elements from base on, a ZeRO stage 3 shard).
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
-                        cudaStream_t s, int in_out_rows = 0);
+                        cudaStream_t s, int in_out_rows = 0,
+                        size_t base = 0);
 Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s, int in_out_rows = 0);
+                             int k, cudaStream_t s, int in_out_rows = 0,
+                        size_t base = 0);
 Status merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s, int in_out_rows = 0);
+                             int k, cudaStream_t s, int in_out_rows = 0,
+                        size_t base = 0);
+// ZeRO stage 3 (codelets/select_shard.cpp), as kernels::cpu's: g, w hold the weight's elements
+// [lo, hi). out (one size_t, device) <- selected_before(e); imp (C) <- each column's importance
+// over the segment, the CPU kernel's order (bitwise); the selective AdamW of the segment's
+// selected elements, m and v from selected_before(lo) on (bitwise, as selective_adam).
+Status selected_before(size_t e, int R, int C, const int32_t* sel, int k, bool in_out, size_t* out, cudaStream_t s);
+Status column_importance_segment(const float* g, size_t lo, size_t hi, int R, int C, bool l2, float* imp,
+                                 cudaStream_t s, bool in_out = false);
+Status selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                              const float* g, float* m, float* v, const AdamParams& hp, int64_t step, cudaStream_t s,
+                              bool in_out = false);
 // out (2 doubles, device) = {sum |g|, sum over the selected columns of |g|}; deterministic.
 Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s,
                  bool in_out = false);

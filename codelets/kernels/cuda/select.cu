@@ -1,7 +1,9 @@
 // ZenFlow's column kernels on the GPU: importance (a deterministic column sum), top-k by rank
 // counting (column j is selected when fewer than k columns beat it: larger value first, lower
 // index on ties, NaN smallest, exactly cpu::topk_columns' order) then an in-order compaction,
-// gather/scatter, the merge of host results into unselected columns and the gradient mass.
+// gather/scatter, the merge of host results into unselected columns (of a whole weight or of a
+// ZeRO stage 3 shard from its base element), the gradient mass, and stage 3's segment kernels
+// (selected_before, column_importance_segment: the CPU kernels' order, bitwise).
 #include <cmath>
 
 #include "codelets/kernels/bf16.hpp"
@@ -90,11 +92,7 @@ __global__ void scatter_k(const float* in, int C, const int32_t* sel, int k, flo
 }
 
 __device__ inline bool selected(const int32_t* sel, int k, int col) {
-  int lo = 0, hi = k;  // sel sorted ascending
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (sel[mid] < col) lo = mid + 1; else hi = mid;
-  }
+  const int lo = lower_bound_sel(sel, k, col);
   return lo < k && sel[lo] == col;
 }
 
@@ -107,11 +105,39 @@ __device__ inline float load(const F16* src, size_t e) { return fp16::to_float(s
 
 template <class Src>  // float, uint16_t for a bf16 source, F16 for an fp16 one
 __global__ void merge_k(float* dst, int C, const Src* src, size_t off, size_t n, const int32_t* sel, int k,
-                        int in_out_rows) {
+                        int in_out_rows, size_t base) {
   ZF_GRID_STRIDE(e, n) {
-    const size_t d = off + e;
+    const size_t d = off + e;  // the element of the whole weight; dst holds [base, ...)
     const int col = in_out_rows > 0 ? (int)(d / (size_t)in_out_rows) : (int)(d % (size_t)C);
-    if (k == 0 || !selected(sel, k, col)) dst[d] = load(src, e);
+    if (k == 0 || !selected(sel, k, col)) dst[d - base] = load(src, e);
+  }
+}
+
+__global__ void selected_before_k(size_t e, int R, int C, const int32_t* sel, int k, bool in_out, size_t* out) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) *out = selected_before_at(e, R, C, sel, k, in_out);
+}
+
+// imp[j] <- the sum over the rows i, in order from 0, of |g| or g^2 at the elements of column j
+// inside [lo, hi) (0.0f first: cpu::column_importance_segment's order, one thread per column)
+__global__ void importance_segment_k(const float* g, size_t lo, size_t hi, int R, int C, bool l2, float* imp,
+                                     bool in_out) {
+  ZF_GRID_STRIDE(j, (size_t)C) {
+    float s = 0.0f;
+    if (in_out) {  // column j: elements [j R, (j + 1) R)
+      const size_t a = max(lo, j * (size_t)R), b = min(hi, (j + 1) * (size_t)R);
+      for (size_t e = a; e < b; ++e) {
+        const float x = g[e - lo];
+        s = s + (l2 ? __fmul_rn(x, x) : fabsf(x));
+      }
+    } else {  // rows whose element j lies inside [lo, hi)
+      for (size_t i = lo / (size_t)C; i * (size_t)C < hi; ++i) {
+        const size_t e = i * (size_t)C + j;
+        if (e < lo || e >= hi) continue;
+        const float x = g[e - lo];
+        s = s + (l2 ? __fmul_rn(x, x) : fabsf(x));
+      }
+    }
+    imp[j] = s;
   }
 }
 
@@ -182,24 +208,24 @@ Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k,
 }
 
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
-                        cudaStream_t s, int in_out_rows) {
+                        cudaStream_t s, int in_out_rows, size_t base) {
   if (!n) return nullptr;
-  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k, in_out_rows);
+  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k, in_out_rows, base);
   return launched();
 }
 
 Status merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s, int in_out_rows) {
+                             int k, cudaStream_t s, int in_out_rows, size_t base) {
   if (!n) return nullptr;
-  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k, in_out_rows);
+  merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, src, off, n, sel, k, in_out_rows, base);
   return launched();
 }
 
 Status merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
-                             int k, cudaStream_t s, int in_out_rows) {
+                             int k, cudaStream_t s, int in_out_rows, size_t base) {
   if (!n) return nullptr;
   merge_k<<<blocks_for(n), kThreads, 0, s>>>(dst, C, reinterpret_cast<const F16*>(src), off, n, sel, k,
-                                             in_out_rows);
+                                             in_out_rows, base);
   return launched();
 }
 
@@ -212,6 +238,19 @@ Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double
   Status st = launched();
   scratch_free(part, s);
   return st;
+}
+
+Status selected_before(size_t e, int R, int C, const int32_t* sel, int k, bool in_out, size_t* out,
+                       cudaStream_t s) {
+  selected_before_k<<<1, 32, 0, s>>>(e, R, C, sel, k, in_out, out);
+  return launched();
+}
+
+Status column_importance_segment(const float* g, size_t lo, size_t hi, int R, int C, bool l2, float* imp,
+                                 cudaStream_t s, bool in_out) {
+  if (C <= 0) return nullptr;
+  importance_segment_k<<<blocks_for((size_t)C), kThreads, 0, s>>>(g, lo, hi, R, C, l2, imp, in_out);
+  return launched();
 }
 
 }  // namespace zf::kernels::cuda

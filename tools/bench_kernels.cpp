@@ -13,7 +13,7 @@
 // - GELU (tanh) forward and backward (1024 x 512): ours, oneDNN's eltwise_gelu_tanh.
 // Prints one line per case: microseconds (of the thread's CPU time) per call of each variant, and
 // the ratio first / last.
-//   bench_kernels [--calls N (30)]
+//   bench_kernels [--calls N (30)] [--only attention|layernorm|softmax|gelu]
 #include <cblas.h>
 #include <omp.h>
 
@@ -25,6 +25,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -294,12 +295,16 @@ void bench_gelu(int calls) {
 
 int main(int argc, char** argv) {
   int calls = 30;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--calls" && i + 1 < argc) {
       calls = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--only" && i + 1 < argc &&
+               std::set<std::string>{"attention", "layernorm", "softmax", "gelu"}.count(argv[i + 1])) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_kernels [--calls N]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--calls N] [--only attention|layernorm|softmax|gelu]\n");
       return 2;
     }
   }
@@ -308,10 +313,11 @@ int main(int argc, char** argv) {
   omp_set_num_threads(1);
   std::printf("one thread, CPU microseconds per call (mean of 3 interleaved rounds' medians of %d calls); native bf16: %s\n",
               calls, cpu::native_bf16() ? "yes" : "no");
-  bench_attention_products(calls);
-  bench_attention_whole(calls);
-  bench_layernorm(calls);
-  bench_softmax(calls);
-  bench_gelu(calls);
+  auto run = [&](const char* what) { return only.empty() || only == what; };
+  if (run("attention")) bench_attention_products(calls);
+  if (run("attention")) bench_attention_whole(calls);
+  if (run("layernorm")) bench_layernorm(calls);
+  if (run("softmax")) bench_softmax(calls);
+  if (run("gelu")) bench_gelu(calls);
   return 0;
 }

@@ -110,7 +110,9 @@ TEST_F(LayerNorm, CudaMatchesCpu) {
     cpu::layernorm_bwd(dy.data(), x.data(), mean.data(), rstd.data(), w.data(), dx.data(), dw.data(), db.data(), N, C);
     Dev<float> gx(x), gw(w), gb(b), gy(x.size()), gmean(N), grstd(N), gdy(dy), gdx(x.size()), gdw(C), gdb(C);
     ok(gpu::layernorm_fwd(gx.p(), gw.p(), gb.p(), gy.p(), gmean.p(), grstd.p(), N, C, 1e-5f, s));
-    // the statistics' double sums run in another order: equal after rounding to float, or 1 ulp
+    // the CPU's statistics are oneDNN's fp32 sums (kernels/cpu/layernorm.cpp), the GPU's double:
+    // against the double reference the CPU's mean, rstd and y stay within 0.31, 0.18 and 0.19 of
+    // these tolerances at these shapes (measured, 2026-12-02)
     EXPECT_TRUE(close(gmean.get(), mean, 1e-7, 1e-6)) << "mean";
     EXPECT_TRUE(close(grstd.get(), rstd, 0.0, 1e-6)) << "rstd";
     EXPECT_TRUE(close(gy.get(), y, 1e-6, 1e-5)) << "y";
@@ -118,13 +120,11 @@ TEST_F(LayerNorm, CudaMatchesCpu) {
     Dev<float> cmean(mean), crstd(rstd);
     ok(gpu::layernorm_bwd(gdy.p(), gx.p(), cmean.p(), crstd.p(), gw.p(), gdx.p(), gdw.p(), gdb.p(), N, C, s));
     EXPECT_TRUE(close(gdx.get(), dx, 1e-5, 1e-4)) << "dx";  // mean(dy w) etc. in another order, cancellation
-    if (N <= 64) {
-      EXPECT_TRUE(bitwise(gdw.get(), dw)) << "dw";
-      EXPECT_TRUE(bitwise(gdb.get(), db)) << "db";
-    } else {
-      EXPECT_TRUE(close(gdw.get(), dw, 1e-4, 1e-4)) << "dw";  // N terms in chunk order
-      EXPECT_TRUE(close(gdb.get(), db, 1e-4, 1e-4)) << "db";
-    }
+    // N terms, on the CPU in oneDNN's order (its xhat from its own rstd), on the GPU in row or
+    // chunk order: not bitwise across the two libraries; the CPU's are within 0.015 of this
+    // tolerance against the double reference
+    EXPECT_TRUE(close(gdw.get(), dw, 1e-4, 1e-4)) << "dw";
+    EXPECT_TRUE(close(gdb.get(), db, 1e-4, 1e-4)) << "db";
   }
 }
 

@@ -371,6 +371,8 @@ std::vector<Case> cases() {
   auto dy = std::make_shared<FVec>(uniform_f(x->size(), -1, 1, 92));
   auto rs = std::make_shared<FVec>(N), y = std::make_shared<FVec>(x->size());
   cpu::rmsnorm_fwd(x->data(), w->data(), y->data(), rs->data(), N, C, 1e-5f);
+  auto lm = std::make_shared<FVec>(N), ls = std::make_shared<FVec>(N);
+  cpu::layernorm_fwd(x->data(), w->data(), dy->data(), y->data(), lm->data(), ls->data(), N, C, 1e-5f);
   const int B = 8, T = 256, NH = 16, hs = 16;
   auto table = std::make_shared<FVec>((size_t)2 * T * hs / 2);
   cpu::rope_table(small_llama3(), T, hs, table->data());
@@ -391,6 +393,20 @@ std::vector<Case> cases() {
          FVec dx(x->size()), dw(C);
          cpu::rmsnorm_bwd(dy->data(), x->data(), rs->data(), w->data(), dx.data(), dw.data(), N, C);
          return std::vector<FVec>{dx, dw};
+       }},
+      // the GPT's LayerNorm (oneDNN, one primitive call a tile) on the same 32 row tiles
+      {"layernorm_fwd",
+       [=] {
+         FVec yy(x->size()), m(N), s(N);
+         cpu::layernorm_fwd(x->data(), w->data(), dy->data(), yy.data(), m.data(), s.data(), N, C, 1e-5f);
+         return std::vector<FVec>{yy, m, s};
+       }},
+      {"layernorm_bwd",
+       [=] {
+         FVec dx(x->size()), dw(C), db(C);
+         cpu::layernorm_bwd(dy->data(), x->data(), lm->data(), ls->data(), w->data(), dx.data(), dw.data(), db.data(),
+                            N, C);
+         return std::vector<FVec>{dx, dw, db};
        }},
       {"rope_fwd",
        [=] {

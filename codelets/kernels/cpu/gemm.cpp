@@ -2,8 +2,6 @@
 // calling thread with a scratchpad of its own.
 #include "codelets/kernels/cpu/gemm.hpp"
 
-#include <omp.h>
-
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
@@ -13,22 +11,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "codelets/kernels/cpu/dnnl_ctx.hpp"
+
 namespace zf::kernels::cpu {
 namespace {
 
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// oneDNN (Debian's, OpenMP runtime) splits a call over omp_get_max_threads() threads, a per-thread
-// setting: each calling thread sets its own to 1 before creating or running a primitive
-void one_thread() {
-  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-}
+using dnnl_ctx::engine;
+using dnnl_ctx::one_thread;
 
 struct Entry {
   dnnl::matmul prim;
@@ -81,17 +73,9 @@ const Entry& entry(const GemmShape& s) {
 
 void dnnl_gemm(const GemmShape& s, const void* A, const void* B, float* C) {
   const Entry& e = entry(s);
-  one_thread();
-  thread_local dnnl::stream stream(engine());
-  thread_local std::vector<uint8_t> scratch;
-  if (scratch.size() < e.scratch) scratch.resize(e.scratch);
   dnnl::memory a(e.a, engine(), const_cast<void*>(A)), b(e.b, engine(), const_cast<void*>(B)),
       c(e.c, engine(), C);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-  if (e.scratch) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(dnnl::memory::desc(dims{(dnnl::memory::dim)e.scratch},
-                                                                                  dt::u8, dims{1}),
-                                                                engine(), scratch.data()));
-  e.prim.execute(stream, args);
+  dnnl_ctx::execute(e.prim, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}}, e.scratch);
 }
 
 bool native_bf16() {

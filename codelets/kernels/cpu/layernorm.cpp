@@ -1,18 +1,28 @@
-// LayerNorm over the last dimension (torch.nn.LayerNorm, biased variance), forward and backward
-// as in llm.c's layernorm_forward/backward. Row statistics are accumulated in double, in the fixed
-// order of lanes.hpp (vectorized), so the result does not depend on the worker; the backward's
-// formula:
-//   dx = rstd * (dy w - mean(dy w) - xhat * mean(dy w xhat)),  dw = sum dy xhat,  db = sum dy.
-// Rows are tiles of parallel.hpp (kRowElems elements a tile, shapes only). The forward's rows are
-// each computed alone; the backward's tiles write their dx rows and their own partial dw and db
-// (rows in order), which the caller then adds in tile order: independent of who runs which tile.
-// With one tile (N * C <= kRowElems) that is the plain sum over the rows in order.
+// LayerNorm over the last dimension (torch.nn.LayerNorm, biased variance), forward and backward,
+// through oneDNN's layer_normalization primitive (fp32 statistics; the backward's formula
+//   dx = rstd * (dy w - mean(dy w) - xhat * mean(dy w xhat)),  dw = sum dy xhat,  db = sum dy).
+// Rows are tiles of parallel.hpp (kRowElems elements a tile, shapes only); each tile is one
+// primitive call on the thread that runs it (one OpenMP thread, dnnl_ctx.hpp), primitives made
+// once per (rows, C) and kept. A call's order of summation depends on its shape only, so a row's
+// results do not depend on who runs it. The backward's tiles write their dx rows and their own
+// partial dw and db (the primitive's diff_scale and diff_shift over the tile's rows), which the
+// caller then adds in tile order: independent of the number of threads. With one tile
+// (N * C <= kRowElems) dw and db are the primitive's.
+//
+// Saved statistics: mean and rstd = 1/sqrt(var + eps) (what the codelets and the CUDA kernels
+// read). The forward converts oneDNN's variance to rstd as oneDNN does in fp32; the backward hands
+// oneDNN variance = 1/rstd^2 with eps = 0, so it needs no eps.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
+#include "codelets/kernels/cpu/dnnl_ctx.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "codelets/kernels/cpu/lanes.hpp"
 #include "runtime/parallel.hpp"
 
 namespace zf::kernels::cpu {
@@ -20,53 +30,112 @@ namespace zf::kernels::cpu {
 namespace {
 constexpr int kRowElems = 16384;
 int rows_per_tile(int C) { return std::max(1, kRowElems / std::max(1, C)); }
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+struct Prims {
+  dnnl::memory::desc x, stat, wv;
+  dnnl::layer_normalization_forward fwd;
+  dnnl::layer_normalization_backward bwd;
+  size_t fwd_scratch = 0, bwd_scratch = 0;
+};
+
+// forward with eps; backward with eps 0 (its variance input is 1/rstd^2)
+const Prims& prims(int rows, int C, float eps) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, float>, std::unique_ptr<Prims>> cache;  // node-based
+  const auto key = std::make_tuple(rows, C, eps);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  dnnl_ctx::one_thread();
+  auto& eng = dnnl_ctx::engine();
+  auto p = std::make_unique<Prims>();
+  p->x = dnnl::memory::desc({rows, C}, dt::f32, tag::ab);
+  p->stat = dnnl::memory::desc({rows}, dt::f32, tag::a);
+  p->wv = dnnl::memory::desc({C}, dt::f32, tag::a);
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  using fwd_t = dnnl::layer_normalization_forward;
+  fwd_t::primitive_desc fpd({dnnl::prop_kind::forward_training, p->x, eps, flags}, attr, eng);
+  fwd_t::primitive_desc hint({dnnl::prop_kind::forward_training, p->x, 0.0f, flags}, attr, eng);
+  dnnl::layer_normalization_backward::primitive_desc bpd({dnnl::prop_kind::backward, p->x, p->x, 0.0f, flags}, attr,
+                                                         eng, hint);
+  p->fwd = fwd_t(fpd);
+  p->bwd = dnnl::layer_normalization_backward(bpd);
+  p->fwd_scratch = fpd.scratchpad_desc().get_size();
+  p->bwd_scratch = bpd.scratchpad_desc().get_size();
+  return *cache.emplace(key, std::move(p)).first->second;
+}
+
+struct Arg {
+  int id;
+  const dnnl::memory::desc* md;
+  const float* p;
+};
+
+// Runs prim with these arguments on the calling thread. The memory objects (and the scratchpad's)
+// are made once per thread and primitive and pointed at the call's data: making them per call cost
+// about a third of a 128-row tile's time.
+template <size_t K>
+void run(const dnnl::primitive& prim, size_t scratch, const Arg (&args)[K]) {
+  struct Bound {
+    std::unordered_map<int, dnnl::memory> map;
+    std::vector<uint8_t> scratch;
+  };
+  thread_local std::map<const void*, Bound> bound;
+  dnnl_ctx::one_thread();
+  Bound& b = bound[prim.get()];
+  if (b.map.empty()) {
+    for (const Arg& a : args) b.map.emplace(a.id, dnnl::memory(*a.md, dnnl_ctx::engine(), DNNL_MEMORY_NONE));
+    b.scratch.resize(scratch);
+    using dims = dnnl::memory::dims;
+    if (scratch)
+      b.map.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(dnnl::memory::desc(dims{(dnnl::memory::dim)scratch},
+                                                                         dnnl::memory::data_type::u8, dims{1}),
+                                                      dnnl_ctx::engine(), b.scratch.data()));
+  }
+  for (const Arg& a : args) b.map.at(a.id).set_data_handle(const_cast<float*>(a.p));
+  prim.execute(dnnl_ctx::stream(), b.map);
+}
 }  // namespace
 
 void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                    int N, int C, float eps) {
+  if (N <= 0 || C <= 0) return;
   const int rows = rows_per_tile(C);
   parallel_tiles((N + rows - 1) / rows, [&](int t) {
-    for (int i = t * rows; i < std::min(N, (t + 1) * rows); ++i) {
-      const float* xi = x + (size_t)i * C;  // (C)
-      float* yi = y + (size_t)i * C;
-      const float m = (float)(lane_sum<double>(C, [&](size_t c) { return xi[c]; }) / C);
-      const double v = lane_sum<double>(C, [&](size_t c) {
-        const double d = (double)xi[c] - m;
-        return d * d;
-      });
-      const float r = (float)(1.0 / std::sqrt(v / C + (double)eps));
-      for (int c = 0; c < C; ++c) yi[c] = (xi[c] - m) * r * w[c] + b[c];
-      mean[i] = m;
-      rstd[i] = r;
-    }
+    const int i0 = t * rows, n = std::min(N, i0 + rows) - i0;
+    const Prims& p = prims(n, C, eps);
+    const size_t off = (size_t)i0 * C;
+    // the variance lands in rstd, then becomes rstd there
+    run(p.fwd, p.fwd_scratch,
+        {{DNNL_ARG_SRC, &p.x, x + off}, {DNNL_ARG_DST, &p.x, y + off}, {DNNL_ARG_SCALE, &p.wv, w},
+         {DNNL_ARG_SHIFT, &p.wv, b}, {DNNL_ARG_MEAN, &p.stat, mean + i0}, {DNNL_ARG_VARIANCE, &p.stat, rstd + i0}});
+    for (int i = i0; i < i0 + n; ++i) rstd[i] = 1.0f / std::sqrt(rstd[i] + eps);
   });
 }
 
 void layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
                    float* dx, float* dw, float* db, int N, int C) {
+  if (C <= 0) return;
   const int rows = rows_per_tile(C), tiles = (N + rows - 1) / rows;
   std::vector<float> part((size_t)std::max(tiles, 1) * 2 * C, 0.0f);  // per tile: dw (C), db (C)
   parallel_tiles(tiles, [&](int t) {
+    const int i0 = t * rows, n = std::min(N, i0 + rows) - i0;
+    const Prims& p = prims(n, C, 0.0f);
+    const size_t off = (size_t)i0 * C;
+    thread_local std::vector<float> var;
+    var.resize((size_t)n);
+    for (int i = 0; i < n; ++i) var[i] = 1.0f / (rstd[i0 + i] * rstd[i0 + i]);
     float* pw = part.data() + (size_t)t * 2 * C;
-    float* pb = pw + C;
-    for (int i = t * rows; i < std::min(N, (t + 1) * rows); ++i) {
-      const float* dyi = dy + (size_t)i * C;  // (C)
-      const float* xi = x + (size_t)i * C;
-      float* dxi = dx + (size_t)i * C;
-      const float m = mean[i], r = rstd[i];
-      const double s1 = lane_sum<double>(C, [&](size_t c) { return dyi[c] * w[c]; });
-      const double s2 = lane_sum<double>(C, [&](size_t c) {
-        const float xhat = (xi[c] - m) * r;
-        return (double)(dyi[c] * w[c]) * xhat;
-      });
-      const float mg = (float)(s1 / C), mgx = (float)(s2 / C);
-      for (int c = 0; c < C; ++c) {
-        const float xhat = (xi[c] - m) * r;
-        dxi[c] = (dyi[c] * w[c] - mg - xhat * mgx) * r;
-        pw[c] += dyi[c] * xhat;
-        pb[c] += dyi[c];
-      }
-    }
+    // the primitive reads no shift in the backward; w stands in for its (C) descriptor
+    run(p.bwd, p.bwd_scratch,
+        {{DNNL_ARG_SRC, &p.x, x + off}, {DNNL_ARG_DIFF_DST, &p.x, dy + off}, {DNNL_ARG_MEAN, &p.stat, mean + i0},
+         {DNNL_ARG_VARIANCE, &p.stat, var.data()}, {DNNL_ARG_SCALE, &p.wv, w}, {DNNL_ARG_SHIFT, &p.wv, w},
+         {DNNL_ARG_DIFF_SRC, &p.x, dx + off}, {DNNL_ARG_DIFF_SCALE, &p.wv, pw}, {DNNL_ARG_DIFF_SHIFT, &p.wv, pw + C}});
   });
   for (int c = 0; c < C; ++c) dw[c] = db[c] = 0.0f;
   for (int t = 0; t < tiles; ++t)

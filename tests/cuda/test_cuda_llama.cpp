@@ -88,7 +88,7 @@ TEST_F(GqaAttention, CudaMatchesCpu) {
                  std::to_string(Hkv) + " of " + std::to_string(hs));
     const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs;
     auto q = randv(nq, 58, -2.0f, 2.0f), k = randv(nkv, 59, -2.0f, 2.0f), v = randv(nkv, 60), dout = randv(nq, 61);
-    std::vector<float> out(nq), att((size_t)B * H * T * T), dq(nq), dk(nkv), dv(nkv), scratch((size_t)T * T);
+    std::vector<float> out(nq), att((size_t)B * H * T * T), dq(nq), dk(nkv), dv(nkv), scratch((size_t)H * T * T);
     cpu::gqa_attention_fwd(q.data(), k.data(), v.data(), out.data(), att.data(), B, T, H, Hkv, hs);
     cpu::gqa_attention_bwd(dout.data(), q.data(), k.data(), v.data(), att.data(), dq.data(), dk.data(), dv.data(),
                            scratch.data(), B, T, H, Hkv, hs);

@@ -96,7 +96,7 @@ TEST(GptSpec, FieldsAndErrors) {
   expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt", "n_embd": 10, "n_head": 4}, "data": {"dataset": "kjv"}})"), "x.json"); },
                      {"x.json: model.n_embd", "multiple of model.n_head"});
   expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt"}})"), "x.json"); },
-                     {"x.json: data.dataset", "kjv or text"});
+                     {"x.json: data.dataset", "kjv, text or tokens"});
   expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"model": {"type": "gpt"}, "data": {"dataset": "text"}})"), "x.json"); },
                      {"x.json: data.path", "required"});
   expect_input_error([] { parse_spec(nlohmann::json::parse(R"({"data": {"dataset": "kjv"}})"), "x.json"); },

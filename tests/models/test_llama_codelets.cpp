@@ -57,7 +57,7 @@ std::vector<FVec> direct(const Inputs& in) {
   FVec q = in.q, k = in.k;
   cpu::rope_fwd(q.data(), cs, sn, B, T, H, hs, 0);
   cpu::rope_fwd(k.data(), cs, sn, B, T, Hkv, hs, 0);
-  FVec out(q.size()), att((size_t)B * H * T * T), dq(q.size()), dk(k.size()), dv(k.size()), scratch((size_t)T * T);
+  FVec out(q.size()), att((size_t)B * H * T * T), dq(q.size()), dk(k.size()), dv(k.size()), scratch((size_t)H * T * T);
   cpu::gqa_attention_fwd(q.data(), k.data(), in.v.data(), out.data(), att.data(), B, T, H, Hkv, hs);
   cpu::gqa_attention_bwd(in.dout.data(), q.data(), k.data(), in.v.data(), att.data(), dq.data(), dk.data(), dv.data(),
                          scratch.data(), B, T, H, Hkv, hs);

@@ -197,7 +197,7 @@ LmRowSplit load_instruction_split(const std::string& path, const std::string& wh
     for (size_t i = 0; i < train.size(); ++i) (i % 10 == 9 ? eval : kept).push_back(std::move(train[i]));
     train = std::move(kept);
     eval_file = w;
-    eval_how = "every 10th record of " + path;
+    eval_how = "held out (every 10th) from " + path;
   }
   LmRowSplit s;
   int64_t cut_train = 0, cut_eval = 0;
@@ -207,7 +207,7 @@ LmRowSplit load_instruction_split(const std::string& path, const std::string& wh
     return std::to_string(r.rows) + " Alpaca records " + from + " (T " + std::to_string(o.T) + ", " +
            std::to_string(cut) + " truncated to T + 1 tokens)";
   };
-  s.train.description = describe(s.train, cut_train, "from " + path);
+  s.train.description = describe(s.train, cut_train, "from " + path);  // "562 Alpaca records from F (T 256, ...)"
   s.eval.description = describe(s.eval, cut_eval, eval_how);
   return s;
 }

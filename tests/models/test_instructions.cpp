@@ -6,6 +6,7 @@
 // tokenize`'s file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -290,6 +291,41 @@ TEST(TextTokens, EqualsTheTokenizeCommand) {
   small.vocab = 300;
   expect_input_error([&] { load_text_token_split(path, kW, "", "", kjv_bpe(), small); },
                      {kW, path, "not below the model's vocab_size 300"});
+}
+
+// A tokenizer with more than 65536 ids (a vocabulary entry at 70000, as the tokenizer test's
+// kjv-wide): the ids are kept at 4 bytes and equal the llm.c uint32 file `zenflow-run tokenize` writes.
+TEST(TextTokens, WideVocabularyKeepsFourBytes) {
+  TempDir dir;
+  const std::string model = dir.path("m");
+  std::filesystem::create_directory(model);
+  const Bytes raw = read_file(std::string(ZF_SOURCE_DIR) + "/graphs/tokenizers/kjv-bpe/tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(std::string(raw.begin(), raw.end()));
+  // one more vocabulary entry: the library gives the added tokens the next ids, 4095 and 4096
+  j["model"]["vocab"]["<|wide|>"] = 70000;
+  j["added_tokens"][0]["id"] = 4095;
+  j["added_tokens"][1]["id"] = 4096;
+  j["added_tokens"].push_back({{"id", 70000}, {"content", "<|wide|>"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", false}, {"special", true}});
+  dir.write("m/tokenizer.json", j.dump());
+  dir.write("m/config.json", R"({"bos_token_id": 4095, "eos_token_id": 4096})");
+  const auto wide = tok::load_tokenizer(model);
+  ASSERT_EQ(wide->vocab_size(), 70001u);
+  const std::string path = dir.write("t.txt", fixture_text() + " <|wide|> Amen.\n");
+  const std::string cmd = std::string(ZF_RUN_BINARY) + " tokenize -q --model " + model + " --text " + path + " --out " + dir.path("t.bin");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const TokenFile want = load_token_file(dir.path("t.bin"), "t", 70001, 1);
+  EXPECT_EQ(want.format, "llm.c uint32");
+  TextTokenOptions o;
+  o.bos = 4095;
+  o.eos = 4096;
+  o.vocab = 70001;
+  o.context = 8;
+  const TokenSplit s = load_text_token_split(path, kW, path, "spec.json: data.eval_path", *wide, o);
+  EXPECT_EQ(s.train.width, 4);
+  EXPECT_EQ(s.train.format, "tokenized uint32");
+  EXPECT_EQ(s.train.u32, want.u32);
+  EXPECT_NE(std::find(s.train.u32.begin(), s.train.u32.end(), 70000u), s.train.u32.end());
 }
 
 }  // namespace

@@ -1,20 +1,23 @@
-// Generation with a KV cache (models/hf/causal_lm.hpp, sampler.hpp, generate.hpp; docs/hf.md
-// "Generation"): (a) the logits of the cached decoding (a prefill, then one position per call) at
-// every position equal the double-precision full-sequence forward of tests/reference/hf_ref.hpp,
-// for Llama (GQA, llama3 rope scaling, untied; and with attention_bias and a prefill of 70 rows,
-// oneDNN's matmul path), Qwen2 (q/k/v biases, tied) and GPT-2 (Conv1D, learned positions, tied);
+// Generation with a KV cache (models/hf/causal_lm.hpp, generate.hpp; docs/hf.md "Generation"):
+// (a) the logits of the cached decoding (a prefill, then one position per call) at every position
+// equal the double-precision full-sequence forward of tests/reference/hf_ref.hpp, for Llama (GQA,
+// llama3 rope scaling, untied; and with attention_bias and a prefill of 70 rows, oneDNN's matmul
+// path), Qwen2 (q/k/v biases, tied) and GPT-2 (Conv1D, learned positions, tied and untied);
 // (b) greedy generation is the reference's argmax continuation, and stops at EOS and at the
-// context's end; (c) the sampler on known logits: greedy ties, the nucleus, temperature,
-// reproducibility by seed and the draws' frequencies; the text stream on the KJV tokenizer.
+// context's end; sampled text is reproducible by seed; a save_dir copy generates the same. The
+// sampler alone on known logits: test_sampler.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "models/hf/causal_lm.hpp"
 #include "models/hf/generate.hpp"
 #include "models/hf/sampler.hpp"
+#include "models/hf/save.hpp"
 #include "models/hf_helpers.hpp"
 #include "models/tokenizer/tokenizer.hpp"
 #include "tests/reference/hf_ref.hpp"
@@ -201,6 +204,26 @@ TEST(Generate, SampledTextIsReproducibleBySeed) {
   EXPECT_NE(zf::hf::generate(lm, prompt, o).tokens, a.tokens);
   o.candidates = 5;  // ids below 5 only
   for (int32_t id : zf::hf::generate(lm, prompt, o).tokens) EXPECT_LT(id, 5);
+}
+
+// --model also takes a --save-hf output: the saved directory gives the same tokens and logits.
+TEST(Generate, SavedDirectoryGeneratesTheSame) {
+  TinyModel m(tiny_qwen2(), 13);
+  TempDir out("zf_gen_saved");
+  zf::hf::save_dir(out.path("m"), m.c, [&](const zf::hf::TensorSpec& t) { return m.w.at(t.name).data(); }, {});
+  const zf::hf::Config c2 = zf::hf::read_config(out.path("m/config.json"));
+  CausalLM a(m.c, m.w, 16), b(c2, zf::hf::load_host_tensors(out.path("m"), c2, 0), 16);
+  const std::vector<int32_t> prompt = m.tokens(5, 2);
+  zf::hf::GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.sampling = {0.8, 0.95};
+  o.seed = 1;
+  EXPECT_EQ(zf::hf::generate(a, prompt, o).tokens, zf::hf::generate(b, prompt, o).tokens);
+  std::vector<float> la, lb;
+  a.reset(), b.reset();
+  a.forward(prompt.data(), 5, true, la);
+  b.forward(prompt.data(), 5, true, lb);
+  EXPECT_EQ(la, lb);
 }
 
 }  // namespace

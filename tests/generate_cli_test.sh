@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # zenflow-run generate (docs/hf.md, "Generation") on tiny model directories with the shipped KJV
 # tokenizer (graphs/tokenizers/kjv-bpe) and Hugging Face's init (no weight files): the prompt and
-# its continuation on stdout, the tokens/s line on stderr, the same text for the same seed, greedy
-# the same whatever the seed, --max-new-tokens and the context's end obeyed, each family; exit 2
-# naming the option or the file on bad input. Prints "FAIL: ..." and exits 1 on any failure.
+# its continuation on stdout, the tokens/s line on stderr, the same text for the same seed and any
+# --threads, greedy the same whatever the seed, --max-new-tokens and the context's end obeyed, each
+# family; exit 2 naming the option or the file on bad input. Prints "FAIL: ..." and exits 1 on any failure.
 # Usage: generate_cli_test.sh ZENFLOW_RUN SOURCE_DIR
 set -u
 [ $# -eq 2 ] || { echo "usage: $0 ZENFLOW_RUN SOURCE_DIR" >&2; exit 1; }
@@ -57,6 +57,10 @@ cmp -s "$TMP/g" "$TMP/out" || fail "greedy text depends on the seed"
 gen --model "$TMP/llama" --prompt "$PROMPT" --temperature 1e-3 --top-p 1e-6 --max-new-tokens 10 --seed 9 ||
   fail "top-p 1e-6: exit $?"
 cmp -s "$TMP/g" "$TMP/out" || fail "top-p 1e-6 (only the most probable token) is not the greedy text"
+gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 --threads 1 || fail "--threads 1: exit $?"
+cmp -s "$TMP/a" "$TMP/out" || fail "--threads 1 gave another text than the default"
+gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 --threads 3 || fail "--threads 3: exit $?"
+cmp -s "$TMP/a" "$TMP/out" || fail "--threads 3 gave another text than the default"
 PASSED=$((PASSED + 1))
 
 # the other families; GPT-2's 24 positions end the generation; an empty prompt starts from BOS
@@ -96,6 +100,7 @@ bad "temperature nan" "--temperature" -- --model "$TMP/llama" --prompt x --tempe
 bad "max-new-tokens 0" "--max-new-tokens" -- --model "$TMP/llama" --prompt x --max-new-tokens 0
 bad "max-new-tokens abc" "--max-new-tokens" -- --model "$TMP/llama" --prompt x --max-new-tokens abc
 bad "seed -1" "--seed" -- --model "$TMP/llama" --prompt x --seed -1
+bad "threads 0" "--threads" -- --model "$TMP/llama" --prompt x --threads 0
 bad "prompt too long" "max_position_embeddings" -- --model "$TMP/llama" --prompt "$long"
 bad "empty prompt, no BOS" "--prompt" -- --model "$TMP/llama" --prompt "" --no-bos
 bad "not UTF-8" "--prompt" -- --model "$TMP/llama" --prompt $'\xff\xfe'

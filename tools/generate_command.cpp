@@ -15,6 +15,8 @@
 #include "models/hf/generate.hpp"
 #include "models/tokenizer/tokenizer.hpp"
 #include "runtime/error.hpp"
+#include "runtime/host_helpers.hpp"
+#include "runtime/parallel.hpp"
 
 namespace zf::tools {
 
@@ -25,6 +27,7 @@ struct GenerateArgs {
   int64_t max_new_tokens = 64;
   hf::SamplingParams sampling;
   uint64_t seed = 0, init_seed = 0;
+  int threads = 1;
   bool no_bos = false;
 };
 
@@ -55,6 +58,8 @@ int generate(const GenerateArgs& a) {
   if (!fs::is_directory(a.model, ec)) throw InputError("--model " + a.model, "expected a model directory");
   if (a.max_new_tokens < 1 || a.max_new_tokens > (int64_t)1 << 30)
     throw InputError("--max-new-tokens", std::to_string(a.max_new_tokens) + ", expected an integer in [1, 2^30]");
+  if (a.threads < 1 || a.threads > 1024)
+    throw InputError("--threads", std::to_string(a.threads) + ", expected an integer in [1, 1024]");
   if (const std::string p = hf::sampling_problem(a.sampling); !p.empty())
     throw InputError(p.substr(0, p.find(':')), p.substr(p.find(':') + 2));
   const hf::Config c = hf::read_config((fs::path(a.model) / "config.json").string());
@@ -76,6 +81,8 @@ int generate(const GenerateArgs& a) {
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
   hf::TextStream text(*tok, std::vector<uint32_t>(prompt.begin(), prompt.end()));
+  blas_single_thread();  // the helpers are the parallelism, as in a training run
+  HostHelpers helpers(a.threads - 1);
   auto put = [](const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
@@ -85,9 +92,9 @@ int generate(const GenerateArgs& a) {
   const size_t n = r.tokens.size();
   std::fprintf(stderr,
                "generate: %zu prompt tokens, %zu new (stopped: %s); prefill %.3f s (%.1f tokens/s), decode %.3f s "
-               "(%.1f tokens/s); temperature %g, top-p %g, seed %llu\n",
+               "(%.1f tokens/s), %d threads; temperature %g, top-p %g, seed %llu\n",
                prompt.size(), n, hf::stop_name(r.stop), r.prefill_s, prompt.size() / std::max(r.prefill_s, 1e-9),
-               r.decode_s, n > 1 ? (n - 1) / std::max(r.decode_s, 1e-9) : 0.0, a.sampling.temperature,
+               r.decode_s, n > 1 ? (n - 1) / std::max(r.decode_s, 1e-9) : 0.0, a.threads, a.sampling.temperature,
                a.sampling.top_p, (unsigned long long)a.seed);
   return 0;
 }
@@ -122,6 +129,8 @@ int generate_main(int argc, char** argv) {
       ->check(kUnsigned);
   app.add_option("--init-seed", a.init_seed, "seed of Hugging Face's init for a directory without weights (default 0)")
       ->check(kUnsigned);
+  app.add_option("--threads", a.threads,
+                 "threads for the kernels' tiles, 1 to 1024 (default 1; the same bits for any number)");
   app.add_flag("--no-bos", a.no_bos, "no BOS token before the prompt");
   try {
     app.parse(argc, argv);

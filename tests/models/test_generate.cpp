@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@
 #include "models/hf/save.hpp"
 #include "models/hf_helpers.hpp"
 #include "models/tokenizer/tokenizer.hpp"
+#include "runtime/host_helpers.hpp"
+#include "runtime/parallel.hpp"
 #include "tests/reference/hf_ref.hpp"
 
 namespace {
@@ -224,6 +227,38 @@ TEST(Generate, SavedDirectoryGeneratesTheSame) {
   a.forward(prompt.data(), 5, true, la);
   b.forward(prompt.data(), 5, true, lb);
   EXPECT_EQ(la, lb);
+}
+
+// zenflow-run generate's --threads: helper threads take the kernels' tiles (runtime/host_helpers.hpp);
+// the logits are the bits of the caller alone. Shapes with several tiles: a prefill of 80 rows
+// (oneDNN's row tiles) and one-row calls whose head matmul (40000 x 64) is cut into column tiles.
+TEST(Generate, HelperThreadsGiveTheSameBits) {
+  zf::blas_single_thread();
+  json j = tiny_llama();
+  j["vocab_size"] = 40000;
+  j["hidden_size"] = 64;
+  j["intermediate_size"] = 96;
+  j["max_position_embeddings"] = 96;
+  TinyModel m(j, 3);
+  const std::vector<int32_t> tok = m.tokens(84, 4);
+  auto run = [&] {
+    CausalLM lm(m.c, m.w, 84);
+    std::vector<float> all, step;
+    lm.forward(tok.data(), 80, true, all);
+    for (int t = 80; t < 84; ++t) {
+      lm.forward(&tok[t], 1, false, step);
+      all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+  };
+  const std::vector<float> alone = run();
+  zf::HostHelpers helpers(2);
+  EXPECT_THROW(zf::HostHelpers(1), std::logic_error);
+  const unsigned long long helped0 = zf::parallel_stats().helped;
+  for (int i = 0; i < 20 && zf::parallel_stats().helped == helped0; ++i)
+    EXPECT_EQ(std::memcmp(run().data(), alone.data(), alone.size() * sizeof(float)), 0);
+  EXPECT_GT(zf::parallel_stats().helped, helped0) << "the helpers took no tile in 20 runs";
+  EXPECT_EQ(std::memcmp(run().data(), alone.data(), alone.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ int generate_main(int argc, char** argv) {
         if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) return "";
         return "'" + v + "' is not an unsigned integer";
       },
-      "UINT");
+      "");
   app.add_option("--model", a.model, "model directory (config.json, weights, tokenizer)")->required();
   app.add_option("--prompt", a.prompt, "the text to continue (UTF-8)")->required();
   app.add_option("--max-new-tokens", a.max_new_tokens, "most tokens to generate (default 64)");

@@ -16,6 +16,7 @@
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
+#include "tools/generate_command.hpp"
 #include "tools/tokenize_command.hpp"
 
 // Outputs that cannot be written are bad input: found before the run, not after it (an output
@@ -176,7 +177,9 @@ static int run(int argc, char** argv, zf::Comm& comm) {
       "are all-reduced, zenflow all-reduces its column importance; rank 0 prints and writes the\n"
       "files (docs/data-parallel.md).\n"
       "zenflow-run tokenize --model DIR --text FILE --out FILE.bin: token ids of a text file with a\n"
-      "Hugging Face model directory's tokenizer (zenflow-run tokenize --help; docs/tokenizers.md)."};
+      "Hugging Face model directory's tokenizer (zenflow-run tokenize --help; docs/tokenizers.md).\n"
+      "zenflow-run generate --model DIR --prompt TEXT: text sampled from a Hugging Face model directory\n"
+      "with a KV cache (zenflow-run generate --help; docs/hf.md)."};
   app.get_formatter()->column_width(34);
   CliArgs a;
   add_options(app, a);
@@ -202,6 +205,7 @@ static int run(int argc, char** argv, zf::Comm& comm) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "tokenize") == 0) return zf::tools::tokenize_main(argc - 1, argv + 1);
+  if (argc > 1 && std::strcmp(argv[1], "generate") == 0) return zf::tools::generate_main(argc - 1, argv + 1);
   std::unique_ptr<zf::Comm> comm;
   try {  // under mpirun: MPI, one process per rank (docs/data-parallel.md); else one rank, no MPI
     comm = std::make_unique<zf::Comm>(&argc, &argv);

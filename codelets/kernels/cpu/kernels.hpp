@@ -299,4 +299,12 @@ void gqa_attention_fwd(const float* q, const float* k, const float* v, float* ou
 void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
                        float* dq, float* dk, float* dv, float* scratch, int B, int T, int H, int Hkv, int hs);
 
+// Generation with a KV cache (decode_attention.cpp; docs/hf.md "Generation"): T new queries q
+// (T, H*hs) at positions pos0 .. pos0+T-1 over the cache kc, vc (>= pos0+T rows, Hkv*hs), whose
+// rows [pos0, pos0+T) already hold the new keys and values. out (T, H*hs): query t of head h,
+// softmax over j <= pos0+t of q . kc[j] / sqrt(hs) (KV head h / (H / Hkv)), times vc[j].
+// scratch holds pos0+T floats.
+void cached_attention(const float* q, const float* kc, const float* vc, float* out, float* scratch, int T, int pos0,
+                      int H, int Hkv, int hs);
+
 }  // namespace zf::kernels::cpu

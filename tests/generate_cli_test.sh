@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# zenflow-run generate (docs/hf.md, "Generation") on tiny model directories with the shipped KJV
+# tokenizer (graphs/tokenizers/kjv-bpe) and Hugging Face's init (no weight files): the prompt and
+# its continuation on stdout, the tokens/s line on stderr, the same text for the same seed and any
+# --threads, greedy the same whatever the seed, --max-new-tokens and the context's end obeyed, each
+# family; exit 2 naming the option or the file on bad input. Prints "FAIL: ..." and exits 1 on any failure.
+# Usage: generate_cli_test.sh ZENFLOW_RUN SOURCE_DIR
+set -u
+[ $# -eq 2 ] || { echo "usage: $0 ZENFLOW_RUN SOURCE_DIR" >&2; exit 1; }
+BIN=$1 SRC=$2
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_gen_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
+trap 'rm -rf "$TMP"' EXIT
+PASSED=0
+fail() { echo "FAIL: $*"; for f in "$TMP"/out "$TMP"/err; do echo "---- $f"; cat "$f" 2>/dev/null; done; exit 1; }
+gen() { timeout 300 "$BIN" generate "$@" >"$TMP/out" 2>"$TMP/err"; }
+
+# model DIR CONFIG_JSON: a directory with the KJV tokenizer and CONFIG_JSON, no weights
+model() {
+  mkdir -p "$1" && cp "$SRC/graphs/tokenizers/kjv-bpe/tokenizer.json" "$1/" && printf '%s\n' "$2" >"$1/config.json"
+}
+LLAMA='{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 4096, "hidden_size": 32,
+  "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "max_position_embeddings": 64, "rope_theta": 10000.0, "bos_token_id": 4094, "eos_token_id": 4095}'
+model "$TMP/llama" "$LLAMA"
+model "$TMP/gpt2" '{"model_type": "gpt2", "vocab_size": 4096, "n_embd": 16, "n_layer": 2, "n_head": 2, "n_positions": 24,
+  "bos_token_id": 4094, "eos_token_id": 4095}'
+model "$TMP/qwen2" '{"model_type": "qwen2", "vocab_size": 4096, "hidden_size": 16, "intermediate_size": 24,
+  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64,
+  "tie_word_embeddings": true, "bos_token_id": 4094, "eos_token_id": 4095}'
+PROMPT="In the beginning God created"
+
+"$BIN" generate --help >"$TMP/out" 2>&1 || fail "--help exit $?"
+for w in --model --prompt --max-new-tokens --temperature --top-p --seed "KV cache"; do
+  grep -qF -- "$w" "$TMP/out" || fail "--help does not mention $w"
+done
+PASSED=$((PASSED + 1))
+
+# sampled: the prompt first, then the continuation; the same seed the same text, another seed another
+gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 || fail "llama sampling: exit $?"
+head -c ${#PROMPT} "$TMP/out" | grep -qxF "$PROMPT" || fail "stdout does not start with the prompt"
+[ "$(wc -c <"$TMP/out")" -gt $((${#PROMPT} + 1)) ] || fail "no continuation"
+grep -qE '^generate: 7 prompt tokens, 12 new \(stopped: max-new-tokens\);.*tokens/s.*seed 3$' "$TMP/err" ||
+  fail "the stderr summary (7 prompt tokens: BOS and 6, 12 new, tokens/s, seed 3)"
+grep -q "has no weights: initialised" "$TMP/err" || fail "no note that the model was initialised"
+cp "$TMP/out" "$TMP/a"
+gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 || fail "second run: exit $?"
+cmp -s "$TMP/a" "$TMP/out" || fail "the same seed gave another text"
+gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 4 || fail "seed 4: exit $?"
+cmp -s "$TMP/a" "$TMP/out" && fail "seeds 3 and 4 gave the same text (4096 nearly uniform ids, 12 draws)"
+PASSED=$((PASSED + 1))
+
+# greedy: the seed does not matter; top-p keeps at least the most probable token
+gen --model "$TMP/llama" --prompt "$PROMPT" --temperature 0 --max-new-tokens 10 --seed 1 || fail "greedy: exit $?"
+cp "$TMP/out" "$TMP/g"
+gen --model "$TMP/llama" --prompt "$PROMPT" --temperature 0 --max-new-tokens 10 --seed 2 || fail "greedy 2: exit $?"
+cmp -s "$TMP/g" "$TMP/out" || fail "greedy text depends on the seed"
+gen --model "$TMP/llama" --prompt "$PROMPT" --temperature 1e-3 --top-p 1e-6 --max-new-tokens 10 --seed 9 ||
+  fail "top-p 1e-6: exit $?"
+cmp -s "$TMP/g" "$TMP/out" || fail "top-p 1e-6 (only the most probable token) is not the greedy text"
+gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 --threads 1 || fail "--threads 1: exit $?"
+cmp -s "$TMP/a" "$TMP/out" || fail "--threads 1 gave another text than the default"
+gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 --threads 3 || fail "--threads 3: exit $?"
+cmp -s "$TMP/a" "$TMP/out" || fail "--threads 3 gave another text than the default"
+PASSED=$((PASSED + 1))
+
+# the other families; GPT-2's 24 positions end the generation; an empty prompt starts from BOS
+gen --model "$TMP/qwen2" --prompt "$PROMPT" --max-new-tokens 5 --top-p 0.9 --temperature 0.8 || fail "qwen2: exit $?"
+grep -q "5 new (stopped: max-new-tokens)" "$TMP/err" || fail "qwen2: not 5 new tokens"
+gen --model "$TMP/gpt2" --prompt "$PROMPT" --max-new-tokens 100 || fail "gpt2: exit $?"
+grep -q "7 prompt tokens, 18 new (stopped: context full)" "$TMP/err" || fail "gpt2: 24 positions give 18 new tokens"
+gen --model "$TMP/gpt2" --prompt "" --max-new-tokens 3 || fail "empty prompt: exit $?"
+grep -q "1 prompt tokens, 3 new" "$TMP/err" || fail "empty prompt: BOS alone"
+PASSED=$((PASSED + 1))
+
+# bad input: exit 2 and the message names the option or the file
+bad() {  # bad NAME TEXT -- ARGS
+  local name=$1 text=$2 rc=0
+  shift 3
+  timeout 300 "$BIN" generate "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [ $rc -eq 2 ] || fail "$name: exit $rc, expected 2"
+  grep -qF -- "$text" "$TMP/err" || fail "$name: stderr does not say '$text'"
+  echo "generate_cli_test: $name: exit 2: $(head -n 1 "$TMP/err")"
+  PASSED=$((PASSED + 1))
+}
+model "$TMP/bad-config" '{"model_type": "bert", "vocab_size": 4096}'
+small=${LLAMA/\"vocab_size\": 4096/\"vocab_size\": 100}
+model "$TMP/small-vocab" "${small/\"bos_token_id\": 4094, \"eos_token_id\": 4095/\"bos_token_id\": 1, \"eos_token_id\": 2}"
+mkdir -p "$TMP/no-tok" && printf '%s\n' "$LLAMA" >"$TMP/no-tok/config.json"
+long=$(printf 'and %.0s' $(seq 80))
+bad "no directory" "--model $TMP/nowhere" -- --model "$TMP/nowhere" --prompt x
+mkdir -p "$TMP/empty"
+bad "no config.json" "$TMP/empty/config.json" -- --model "$TMP/empty" --prompt x
+bad "bad model_type" "model_type" -- --model "$TMP/bad-config" --prompt x
+bad "no tokenizer" "tokenizer" -- --model "$TMP/no-tok" --prompt x
+bad "ids beyond vocab_size" "vocab_size 100" -- --model "$TMP/small-vocab" --prompt "$PROMPT"
+bad "top-p 1.5" "--top-p" -- --model "$TMP/llama" --prompt x --top-p 1.5
+bad "top-p 0" "--top-p" -- --model "$TMP/llama" --prompt x --top-p 0
+bad "temperature -1" "--temperature" -- --model "$TMP/llama" --prompt x --temperature -1
+bad "temperature nan" "--temperature" -- --model "$TMP/llama" --prompt x --temperature nan
+bad "max-new-tokens 0" "--max-new-tokens" -- --model "$TMP/llama" --prompt x --max-new-tokens 0
+bad "max-new-tokens abc" "--max-new-tokens" -- --model "$TMP/llama" --prompt x --max-new-tokens abc
+bad "seed -1" "--seed" -- --model "$TMP/llama" --prompt x --seed -1
+bad "threads 0" "--threads" -- --model "$TMP/llama" --prompt x --threads 0
+bad "prompt too long" "max_position_embeddings" -- --model "$TMP/llama" --prompt "$long"
+bad "empty prompt, no BOS" "--prompt" -- --model "$TMP/llama" --prompt "" --no-bos
+bad "not UTF-8" "--prompt" -- --model "$TMP/llama" --prompt $'\xff\xfe'
+bad "no --model" "--model" -- --prompt x
+bad "unknown option" "--frobnicate" -- --model "$TMP/llama" --prompt x --frobnicate
+echo "generate_cli_test: all $PASSED checks passed"

@@ -1,0 +1,152 @@
+// zenflow-run generate: reads DIR's config.json, its weights (or Hugging Face's init from
+// --init-seed when it has none) and its tokenizer, encodes the prompt (config.json's BOS first,
+// as `zenflow-run tokenize` writes training data), and samples up to --max-new-tokens tokens with a
+// KV cache (models/hf/generate.hpp). stdout: the prompt and the continuation as it comes;
+// stderr: the tokens and the tokens/s of the prefill and of the decoding.
+#include "tools/generate_command.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "models/hf/generate.hpp"
+#include "models/tokenizer/tokenizer.hpp"
+#include "runtime/error.hpp"
+#include "runtime/host_helpers.hpp"
+#include "runtime/parallel.hpp"
+
+namespace zf::tools {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt;
+  int64_t max_new_tokens = 64;
+  hf::SamplingParams sampling;
+  uint64_t seed = 0, init_seed = 0;
+  int threads = 1;
+  bool no_bos = false;
+};
+
+// The prompt's ids: BOS (config.json's first bos_token_id) unless --no-bos, then the text's.
+std::vector<int32_t> prompt_ids(const GenerateArgs& a, const hf::Config& c, const tok::Tokenizer& t) {
+  tok::check_utf8(a.prompt, "--prompt");
+  std::vector<int32_t> ids;
+  if (!a.no_bos && !c.bos_token_ids.empty()) ids.push_back((int32_t)c.bos_token_ids.front());
+  for (uint32_t id : t.encode(a.prompt)) {
+    if (id >= (uint64_t)c.vocab_size)
+      throw InputError(a.model + ": " + t.describe(), "the prompt's token id " + std::to_string(id) +
+                                                          " is not below config.json's vocab_size " +
+                                                          std::to_string(c.vocab_size));
+    ids.push_back((int32_t)id);
+  }
+  if (ids.empty())
+    throw InputError("--prompt", "empty, and no BOS to start from (config.json has no bos_token_id, or --no-bos)");
+  if ((int64_t)ids.size() > c.max_positions)
+    throw InputError("--prompt", std::to_string(ids.size()) + " tokens, more than the model's " +
+                                     std::to_string(c.max_positions) + " positions (" + c.path +
+                                     ": max_position_embeddings)");
+  return ids;
+}
+
+int generate(const GenerateArgs& a) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(a.model, ec)) throw InputError("--model " + a.model, "expected a model directory");
+  if (a.max_new_tokens < 1 || a.max_new_tokens > (int64_t)1 << 30)
+    throw InputError("--max-new-tokens", std::to_string(a.max_new_tokens) + ", expected an integer in [1, 2^30]");
+  if (a.threads < 1 || a.threads > 1024)
+    throw InputError("--threads", std::to_string(a.threads) + ", expected an integer in [1, 1024]");
+  if (const std::string p = hf::sampling_problem(a.sampling); !p.empty())
+    throw InputError(p.substr(0, p.find(':')), p.substr(p.find(':') + 2));
+  const hf::Config c = hf::read_config((fs::path(a.model) / "config.json").string());
+  const auto tok = tok::load_tokenizer(a.model);
+  const std::vector<int32_t> prompt = prompt_ids(a, c, *tok);
+  hf::LoadResult loaded;
+  hf::HostTensors w = hf::load_host_tensors(a.model, c, a.init_seed, &loaded);
+  if (!loaded.from_files)
+    std::fprintf(stderr, "generate: %s has no weights: initialised as Hugging Face does from --init-seed %llu\n",
+                 a.model.c_str(), (unsigned long long)a.init_seed);
+  const int64_t context = std::min<int64_t>(c.max_positions, (int64_t)prompt.size() + a.max_new_tokens - 1);
+  hf::CausalLM m(c, std::move(w), (int)std::max<int64_t>(context, (int64_t)prompt.size()));
+  hf::GenerateOptions o;
+  o.max_new_tokens = (int)a.max_new_tokens;
+  o.sampling = a.sampling;
+  o.seed = a.seed;
+  o.eos = c.eos_token_ids;
+  o.candidates = (int)std::min<uint64_t>((uint64_t)c.vocab_size, tok->vocab_size());
+  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  std::fflush(stdout);
+  hf::TextStream text(*tok, std::vector<uint32_t>(prompt.begin(), prompt.end()));
+  blas_single_thread();  // the helpers are the parallelism, as in a training run
+  HostHelpers helpers(a.threads - 1);
+  auto put = [](const std::string& s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  const hf::GenerateResult r = hf::generate(m, prompt, o, [&](int32_t id) { put(text.push(id)); });
+  put(text.finish() + "\n");
+  const size_t n = r.tokens.size();
+  std::fprintf(stderr,
+               "generate: %zu prompt tokens, %zu new (stopped: %s); prefill %.3f s (%.1f tokens/s), decode %.3f s "
+               "(%.1f tokens/s), %d threads; temperature %g, top-p %g, seed %llu\n",
+               prompt.size(), n, hf::stop_name(r.stop), r.prefill_s, prompt.size() / std::max(r.prefill_s, 1e-9),
+               r.decode_s, n > 1 ? (n - 1) / std::max(r.decode_s, 1e-9) : 0.0, a.threads, a.sampling.temperature,
+               a.sampling.top_p, (unsigned long long)a.seed);
+  return 0;
+}
+
+}  // namespace
+
+int generate_main(int argc, char** argv) {
+  CLI::App app{"zenflow-run generate: text sampled from a Hugging Face model directory (LlamaForCausalLM,\n"
+               "Qwen2ForCausalLM, GPT2LMHeadModel; a --save-hf output too) on the host, with a KV cache.\n"
+               "DIR holds config.json, model.safetensors (or an index and shards; none: Hugging Face's init\n"
+               "from --init-seed) and tokenizer.json or tokenizer.model. The prompt gets config.json's BOS\n"
+               "first; generation stops at an eos_token_id, after --max-new-tokens, or at\n"
+               "max_position_embeddings. stdout: the prompt and its continuation; stderr: tokens/s\n"
+               "(docs/hf.md, \"Generation\").",
+               "zenflow-run generate"};
+  GenerateArgs a;
+  // CLI11 reads "-1" into a uint64_t as 2^64 - 1: refused before the conversion
+  const CLI::Validator kUnsigned(
+      [](std::string& v) -> std::string {
+        if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) return "";
+        return "'" + v + "' is not an unsigned integer";
+      },
+      "");
+  app.add_option("--model", a.model, "model directory (config.json, weights, tokenizer)")->required();
+  app.add_option("--prompt", a.prompt, "the text to continue (UTF-8)")->required();
+  app.add_option("--max-new-tokens", a.max_new_tokens, "most tokens to generate (default 64)");
+  app.add_option("--temperature", a.sampling.temperature,
+                 "softmax temperature; 0 = greedy: the most probable token, the lowest id on ties (default 1)");
+  app.add_option("--top-p", a.sampling.top_p,
+                 "nucleus: sample among the most probable tokens whose mass reaches P, in (0, 1] (default 1: all)");
+  app.add_option("--seed", a.seed, "the sampler's seed: the same seed gives the same text (default 0)")
+      ->check(kUnsigned);
+  app.add_option("--init-seed", a.init_seed, "seed of Hugging Face's init for a directory without weights (default 0)")
+      ->check(kUnsigned);
+  app.add_option("--threads", a.threads,
+                 "threads for the kernels' tiles, 1 to 1024 (default 1; the same bits for any number)");
+  app.add_flag("--no-bos", a.no_bos, "no BOS token before the prompt");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    return generate(a);
+  } catch (const InputError& e) {
+    std::cerr << "zenflow-run generate: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "zenflow-run generate: failed: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace zf::tools

@@ -174,6 +174,51 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"TiedSharded", tied, "BF16", 2000}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// Fixed rows (models/lm_rows.hpp, the instruction data's contract): targets -1 carry no loss; the
+// loss and gradients are the mean over the counted targets, as the reference's; evaluation counts
+// only them.
+TEST(LlamaRows, MaskedTargetsMatchDoubleReference) {
+  TempDir d("zf_llama");
+  const hf::Config c = write_config(d.path("m"), gqa_untied());
+  auto written = random_values(c, 8);
+  write_model(d.path("w"), gqa_untied(), written, "F32");
+  const hf::Config cw = hf::read_config(d.path("w/config.json"));
+  Rng r(3);
+  LmRowSplit rows;
+  for (LmRows* m : {&rows.train, &rows.eval}) {
+    m->T = 8, m->rows = 4, m->description = "test rows";
+    for (int i = 0; i < 32; ++i) {
+      m->tokens.push_back((int32_t)r.below(40));
+      m->targets.push_back(i % 8 < 3 || i % 8 == 7 ? -1 : (int32_t)r.below(40));  // a prompt, then a response
+    }
+  }
+  LlamaOptions o;
+  o.dir = d.path("w"), o.context = 8, o.batch_size = 2, o.eval_batch_size = 3;
+  Runtime rt(rt_config());
+  LlamaLanguageModel wl(cw, o, rows, &rt.tracker().status());
+  EXPECT_EQ(wl.epoch_size(), 4);
+  Tensor stats = Tensor::home({3}, "stats", sizeof(double));
+  wl.submit_step(rt, 0, {2, 0}, stats);
+  const auto grads = read_grads(rt, wl);
+  rt.tracker().status().rethrow_if_failed();
+  ref::LlamaModelRef::Params p;
+  for (auto& [n, v] : written) p[n] = to_d(v);
+  ref::LlamaModelRef model(cw, p);
+  auto pick = [](const std::vector<int32_t>& v, std::vector<int> rs) {
+    std::vector<int32_t> out;
+    for (int x : rs) out.insert(out.end(), v.begin() + x * 8, v.begin() + x * 8 + 8);
+    return out;
+  };
+  ref::LlamaModelRef::Params g;
+  const double loss = model.loss(pick(rows.train.tokens, {2, 0}), pick(rows.train.targets, {2, 0}), 2, 8, &g);
+  EXPECT_EQ(stats.as<double>()[2], 8.0) << "4 counted targets per row";
+  EXPECT_NEAR(stats.as<double>()[0] / 8.0, loss, 1e-5 * loss);
+  expect_close(grads, g, kGradTol);
+  const EvalResult e = wl.evaluate(rt);
+  EXPECT_EQ(e.count, 16);
+  EXPECT_NEAR(e.loss, model.loss(rows.eval.tokens, rows.eval.targets, 4, 8, nullptr), 1e-5 * e.loss);
+}
+
 // ------------------------------------------------------------------ the spec's bad inputs
 
 std::string input_error(const Spec& s) {

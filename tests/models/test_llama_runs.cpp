@@ -60,17 +60,17 @@ double eval_loss(const Spec& s, Weights* w = nullptr) {
   return m["final"]["eval_loss"].get<double>();
 }
 
-// Each strategy learns (eval loss well below the start's), the offloading ones equal to device-adam
-// within float rounding of the host/device split; bf16 leaves bf16 weights; accumulation over 2
-// micro-batches of 3 rows equals one batch of 6 within rounding; clipping clips.
+// Each strategy learns (eval loss well below the start's); zero-offload's eval loss equals
+// device-adam's within float rounding (1e-4 relative: the same AdamW on the host), and so does
+// accumulation over 2 micro-batches of 3 windows (one batch of 6); bf16 leaves bf16 weights;
+// clipping clips.
 TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
   Fixture f;
   Spec s0 = f.spec;
   s0.train.steps = 1;
   s0.optimizer.lr = 1e-9;  // about the start's weights
   const double start = eval_loss(s0);
-  Weights dev;
-  const double dev_loss = eval_loss(f.spec, &dev);
+  const double dev_loss = eval_loss(f.spec);
   RecordProperty("start", std::to_string(start));
   RecordProperty("device_adam", std::to_string(dev_loss));
   EXPECT_LT(dev_loss, 0.8 * start) << "12 steps on a repeating sequence learn";
@@ -78,11 +78,11 @@ TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
     SCOPED_TRACE(strategy);
     Spec s = f.spec;
     s.strategy = strategy;
-    Weights w;
-    const double loss = eval_loss(s, &w);
+    const double loss = eval_loss(s);
     RecordProperty(strategy, std::to_string(loss));
     EXPECT_LT(loss, 0.8 * start);
-    if (std::string(strategy) == "zero-offload") EXPECT_LT(max_rel_diff(w, dev), 1e-3);
+    if (std::string(strategy) == "zero-offload")  // the same AdamW, on the host: rounding apart
+      EXPECT_NEAR(loss, dev_loss, 1e-4 * dev_loss);
   }
   Spec b = f.spec;
   b.precision = "bf16";
@@ -92,9 +92,8 @@ TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
     for (float x : v) ASSERT_EQ(kernels::bf16::round(x), x) << n << " is not a bf16 value";
   Spec a = f.spec;
   a.train.gradient_accumulation_steps = 2;
-  Weights wa;
-  eval_loss(a, &wa);
-  EXPECT_LT(max_rel_diff(wa, dev), 1e-2) << "two micro-batches of 3 windows: the batch of 6";
+  // two micro-batches of 3 windows: the mean of their means is the batch of 6's (rounding apart)
+  EXPECT_NEAR(eval_loss(a), dev_loss, 1e-4 * dev_loss);
   Spec c = f.spec;
   c.gradient_clipping = 0.05;
   c.strategy = "zero-offload";

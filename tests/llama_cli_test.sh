@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # zenflow-run on a Hugging Face Llama directory (graphs/specs/llama-tiny-test.json: the config.json of
 # graphs/specs/llama-tiny, initialised from model.init_seed, on the KJV's bytes as token ids from
-# tools/kjv-tokens.pl): each strategy, bf16, clipping with accumulation, a bitwise resume
+# tools/kjv-tokens.pl): each strategy, bf16, clipping with accumulation, ZeRO stage 3 (the same eval
+# loss as stage 0), a bitwise resume
 # (--checkpoint-dir, --resume: the saved tensors equal), --save-hf (config.json byte for byte, and
 # saved again from a resumed 0-step run, the same tensors), and the bad inputs exiting 2 naming the
 # field (model.path, model.context, a gpt2 config, --save-hf on a GPT). Prints "FAIL: ..." and exits 1.
@@ -35,6 +36,11 @@ run_ok zero-offload --strategy zero-offload
 run_ok zenflow --strategy zenflow
 run_ok bf16 --set precision=\"bf16\"
 run_ok clip-accum --strategy zero-offload --set gradient_clipping=0.5 --set train.gradient_accumulation_steps=2
+# ZeRO stage 3 (the layer groups: embedding, blocks, norm and head) trains what stage 0 trains
+for st in zero-offload zenflow; do
+  run_ok "$st-stage3" --strategy $st --set zero_optimization.stage=3
+  [ "$(loss "$TMP/$st-stage3.json")" = "$(loss "$TMP/$st.json")" ] || fail "$st: stage 3's eval loss differs from stage 0's"
+done
 
 # resume: 40 steps straight vs 20 + resumed 20, --save-hf of each: the same bytes
 "$BIN" "$SPEC" "${COMMON[@]}" --strategy zenflow --save-hf "$TMP/full" >/dev/null 2>&1 || fail "full run"

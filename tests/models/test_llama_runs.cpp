@@ -103,6 +103,37 @@ TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
   EXPECT_GT(m["gradient_clipping"]["clipped_steps"].get<int64_t>(), 0) << m["gradient_clipping"].dump();
 }
 
+// A Llama whose matmuls and attention are cut into tiles (hidden 64, MLP 256, 256 positions a
+// batch) trains to bitwise the same weights on one device core, on two device workers, and on one
+// with the host worker lending its core (as GptEngine.WeightsBitwiseSameOnOneAndTwoDeviceCores);
+// initialised from model.init_seed (a directory with config.json alone).
+TEST(LlamaRuns, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
+  Fixture f;
+  json c = gqa_untied();
+  c["hidden_size"] = 64, c["intermediate_size"] = 256, c["max_position_embeddings"] = 64;
+  write_config(f.dir.path("big"), c);
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    Spec s = f.spec;
+    s.model.path = f.dir.path("big");
+    s.model.context = 32;
+    s.train.batch_size = 8;
+    s.train.steps = 4;
+    s.runtime.sched = "zf-deadline";
+    s.precision = precision;
+    auto with = [&](int dev, int host) {
+      Spec t = s;
+      t.runtime.device_workers = dev;
+      t.runtime.host_workers = host;
+      return train_and_capture(t);
+    };
+    const Weights one = with(1, 2);
+    ASSERT_FALSE(one.empty());
+    EXPECT_EQ(first_difference(with(2, 1), one), "") << "two device workers";
+    EXPECT_EQ(first_difference(with(1, 1), one), "") << "the host worker lending";
+  }
+}
+
 // Checkpoints after steps 3 and 7 (zenflow, sequential windows): the resumed run is bitwise the
 // uninterrupted one.
 TEST(LlamaRuns, ResumeIsBitwise) {

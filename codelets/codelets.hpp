@@ -229,6 +229,10 @@ void insert_embedding_fwd(const SubmitOptions& opt, const Tensor& tokens, const 
 // dwte, dwpe (overwritten) from dx (B*T, C); rows of dwpe beyond T are zero
 void insert_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& dx,
                           const Tensor& dwte, const Tensor& dwpe);
+// x (B*T, C) = wte[tokens]: the token embedding alone (Llama, Qwen2); dwte (V, C) overwritten with
+// the scatter-add of dx in position order (the same kernels as above, without wpe)
+void insert_token_embedding_fwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& wte, const Tensor& x);
+void insert_token_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& dx, const Tensor& dwte);
 // x (B*T, C) [b, t] += table (K, C) [ids[b]] (ids (B) int32 in [0, K)); the backward overwrites
 // dtable with the sums of dx over each class's sequences and positions
 void insert_class_embedding_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& table, const Tensor& ids);
@@ -293,6 +297,17 @@ struct TextSource {
 // tokens, targets (B, T) int32: windows text[s .. s+T] for each start s (s + T < size)
 void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const std::vector<int64_t>& starts,
                          const Tensor& tokens, const Tensor& targets, StepStatus* status);
+// Fixed language-model rows (models/lm_rows.hpp): tokens and targets (rows, T) int32, a target of
+// -1 carrying no loss.
+struct RowTable {
+  const int32_t* tokens;
+  const int32_t* targets;
+  int64_t rows;
+  int32_t T;
+};
+// tokens (B, T), targets (B*T) int32 of the table rows `rows` (each in [0, rows))
+void insert_load_rows(const SubmitOptions& opt, const RowTable* table, const std::vector<int32_t>& rows,
+                      const Tensor& tokens, const Tensor& targets, StepStatus* status);
 // A padded byte table of sequences: data (rows, T), lengths in [1, T], labels in [0, num_classes).
 struct SequenceTable {
   const uint8_t* data;

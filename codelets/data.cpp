@@ -113,6 +113,25 @@ void load_sequences_cpu(void* b[], void* a) noexcept {
                                  vec_as<int32_t>(b[1]), vec_as<int32_t>(b[2]));
 }
 
+struct RowsHeader {
+  const RowTable* table;
+  StepStatus* status;
+  int32_t B;
+  // followed by B int32 rows
+};
+
+void load_rows_cpu(void* b[], void* a) noexcept {
+  auto* h = static_cast<RowsHeader*>(a);
+  const int32_t* rows = reinterpret_cast<const int32_t*>(h + 1);
+  const RowTable& t = *h->table;
+  for (int32_t i = 0; i < h->B; ++i)
+    if (rows[i] < 0 || rows[i] >= t.rows) {
+      if (h->status) h->status->fail("load_rows: row " + std::to_string(rows[i]) + " out of range");
+      return;
+    }
+  kernels::cpu::gather_rows(t.tokens, t.targets, t.T, rows, h->B, vec_as<int32_t>(b[0]), vec_as<int32_t>(b[1]));
+}
+
 struct ChunksHeader {
   const TextSource* text;
   StepStatus* status;
@@ -139,6 +158,13 @@ starpu_codelet& load_chunks_cl() {
   static starpu_codelet c = make_codelet(
       {"zf_load_chunks", load_chunks_cpu, nullptr /* host-side gather */, 4, {STARPU_W, STARPU_W, STARPU_W, STARPU_W}},
       &m);
+  return c;
+}
+
+starpu_codelet& load_rows_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_load_rows", load_rows_cpu, nullptr /* host-side gather */, 2, {STARPU_W, STARPU_W}}, &m);
   return c;
 }
 
@@ -169,6 +195,19 @@ void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const
   std::memcpy(blob.data(), &h, sizeof h);
   std::memcpy(blob.data() + sizeof h, starts.data(), B * sizeof(int64_t));
   TaskBuilder(load_windows_cl(), opt).w(tokens).w(targets).args_bytes(blob.data(), blob.size()).submit();
+}
+
+void insert_load_rows(const SubmitOptions& opt, const RowTable* table, const std::vector<int32_t>& rows,
+                      const Tensor& tokens, const Tensor& targets, StepStatus* status) {
+  const int32_t B = (int32_t)rows.size();
+  expect(B > 0 && tokens.shape().size() == 2 && tokens.dim(0) == B && tokens.dim(1) == table->T, opt,
+         shape_str(tokens) + " must be (" + std::to_string(B) + ", " + std::to_string(table->T) + ")");
+  expect(targets.numel() == tokens.numel(), opt, shape_str(targets) + " vs " + shape_str(tokens));
+  std::vector<char> blob(sizeof(RowsHeader) + B * sizeof(int32_t));
+  RowsHeader h{table, status, B};
+  std::memcpy(blob.data(), &h, sizeof h);
+  std::memcpy(blob.data() + sizeof h, rows.data(), B * sizeof(int32_t));
+  TaskBuilder(load_rows_cl(), opt).w(tokens).w(targets).args_bytes(blob.data(), blob.size()).submit();
 }
 
 void insert_load_sequences(const SubmitOptions& opt, const SequenceTable* table, const std::vector<int32_t>& rows,

@@ -1,4 +1,5 @@
-// Token + position embedding forward and its scatter-add backward (kernels/cpu/embedding.cpp).
+// Token + position embedding forward and its scatter-add backward (kernels/cpu/embedding.cpp);
+// the token embedding alone (Llama, Qwen2: no learned positions), the same kernels without wpe.
 #include <starpu.h>
 
 #include "codelets/codelet_util.hpp"
@@ -37,6 +38,49 @@ void embedding_bwd_cuda(void* b[], void* a) noexcept {
   cuda_check(kernels::cuda::zero(dwpe + (size_t)p->T * p->C, (size_t)(p->T_ctx - p->T) * p->C, cuda_stream()));
 }
 #endif
+
+void token_embedding_fwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  kernels::cpu::embedding_fwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), nullptr, vec_ptr(b[2]), p->B, p->T, p->C);
+}
+void token_embedding_bwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  kernels::cpu::embedding_bwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), nullptr, p->B, p->T, p->C, p->V);
+}
+#ifdef ZF_USE_CUDA
+void token_embedding_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  cuda_check(kernels::cuda::embedding_fwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), nullptr, vec_ptr(b[2]), p->B, p->T,
+                                          p->C, cuda_stream()));
+}
+void token_embedding_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<EmbeddingArgs*>(a);
+  cuda_check(kernels::cuda::embedding_bwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), nullptr, p->B, p->T,
+                                          p->C, p->V, cuda_stream()));
+}
+#endif
+starpu_codelet& token_embedding_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_token_embedding_fwd", token_embedding_fwd_cpu,
+                                          ZF_CUDA_FUNC(token_embedding_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                         &m);
+  return c;
+}
+starpu_codelet& token_embedding_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_token_embedding_bwd", token_embedding_bwd_cpu,
+                                          ZF_CUDA_FUNC(token_embedding_bwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                         &m);
+  return c;
+}
+// tokens (B, T), wte (V, C), x (B*T, C)
+EmbeddingArgs token_dims(const SubmitOptions& opt, const Tensor& tokens, const Tensor& wte, const Tensor& x) {
+  expect(tokens.shape().size() == 2 && wte.shape().size() == 2, opt,
+         "tokens (B, T) and wte (V, C): " + shape_str(tokens) + " " + shape_str(wte));
+  EmbeddingArgs a{(int)tokens.dim(0), (int)tokens.dim(1), (int)wte.dim(1), (int)wte.dim(0), 0};
+  expect(x.numel() == (size_t)a.B * a.T * a.C, opt, shape_str(x) + " must hold B*T*C elements");
+  return a;
+}
 
 struct ClassEmbArgs {
   int B, T, C, K;
@@ -123,6 +167,14 @@ void insert_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const 
       .r(tokens).r(dx).w(dwte).w(dwpe)
       .args(dims(opt, tokens, dwte, dwpe, dx))
       .submit();
+}
+
+void insert_token_embedding_fwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& wte, const Tensor& x) {
+  TaskBuilder(token_embedding_fwd_cl(), opt).r(tokens).r(wte).w(x).args(token_dims(opt, tokens, wte, x)).submit();
+}
+
+void insert_token_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const Tensor& dx, const Tensor& dwte) {
+  TaskBuilder(token_embedding_bwd_cl(), opt).r(tokens).r(dx).w(dwte).args(token_dims(opt, tokens, dwte, dx)).submit();
 }
 
 void insert_class_embedding_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& table, const Tensor& ids) {

@@ -13,6 +13,7 @@
 #include "graphs/spec/machine_check.hpp"
 #include "graphs/spec/spec.hpp"
 #include "graphs/train/trainer.hpp"
+#include "models/hf/save.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
@@ -77,10 +78,27 @@ struct CliArgs {
   std::string spec_path;
   std::vector<std::string> sets;
   std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume, trace, trace_csv;
+  std::string save_hf, save_dtype;
   int64_t ckpt_every = 0, trace_from = -1;
   int64_t steps = -1;
   bool quiet = false, list_policies = false, print_spec = false, ckpt_overwrite = false;
 };
+
+// --save-hf DIR (and --save-dtype) before any training: a model.type hf run, a new or empty
+// directory, a known dtype (hf::save_dir checks the directory again when it writes).
+void check_save_hf(const CliArgs& a, const zf::Spec& spec) {
+  if (a.save_hf.empty()) {
+    if (!a.save_dtype.empty()) throw zf::InputError("--save-dtype", "needs --save-hf");
+    return;
+  }
+  if (spec.model.type != "hf")
+    throw zf::InputError("--save-hf", "writes a Hugging Face model: needs model.type hf (" + spec.source +
+                                          " has model.type " + spec.model.type + ")");
+  if (!a.save_dtype.empty()) zf::hf::save_dtype(a.save_dtype, "--save-dtype");
+  std::error_code ec;
+  if (fs::exists(a.save_hf, ec) && !(fs::is_directory(a.save_hf, ec) && fs::is_empty(a.save_hf, ec)))
+    throw zf::InputError("--save-hf " + a.save_hf, "exists and is not an empty directory (nothing is overwritten)");
+}
 
 void add_options(CLI::App& app, CliArgs& a) {
   app.add_option("spec", a.spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
@@ -96,6 +114,10 @@ void add_options(CLI::App& app, CliArgs& a) {
                                            "what cannot be honoured is an error");
   app.add_option("--metrics", a.metrics, "write the run's metrics as JSON to FILE (atomic)");
   app.add_option("--save", a.save, "save the final model weights to FILE (safetensors)");
+  app.add_option("--save-hf", a.save_hf, "model.type hf: write the final model as a Hugging Face directory DIR "
+                                       "(new or empty): config.json, model.safetensors, tokenizer files (docs/llama.md)");
+  app.add_option("--save-dtype", a.save_dtype, "--save-hf's tensors in f32, bf16 or f16 (default: each tensor's input "
+                                             "dtype, f32 for an initialised model)");
   app.add_option("--init", a.init, "initialise the model weights from FILE (safetensors)");
   app.add_option("--checkpoint-dir", a.ckpt_dir, "write full training-state checkpoints into DIR "
                                               "(after the last step, and every --checkpoint-every steps)");
@@ -130,6 +152,7 @@ int train(const CliArgs& a, zf::Comm& comm) {
     }
     check_output_file("--metrics", a.metrics);
     check_output_file("--save", a.save);
+    check_save_hf(a, spec);
     check_output_file("--trace", a.trace);
     check_output_file("--trace-csv", a.trace_csv);
     if (a.ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
@@ -139,6 +162,8 @@ int train(const CliArgs& a, zf::Comm& comm) {
                            .metrics_path = a.metrics,
                            .save_path = a.save,
                            .init_path = a.init,
+                           .save_hf_dir = a.save_hf,
+                           .save_dtype = a.save_dtype,
                            .checkpoint_dir = a.ckpt_dir,
                            .checkpoint_every = a.ckpt_every,
                            .checkpoint_overwrite = a.ckpt_overwrite,

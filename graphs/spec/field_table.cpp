@@ -150,7 +150,7 @@ std::vector<FieldDef> top_and_model_fields() {
           .only_if(uses_fp16).must_match(Match::block, 14, uses_fp16),
       integer("fp16.min_loss_scale", [](auto& s) -> auto& { return s.fp16.min_loss_scale; }, 1, int64_t(1) << 62)
           .only_if(uses_fp16).must_match(Match::block, 14, uses_fp16),
-      text("model.type", [](auto& s) -> auto& { return s.model.type; }, {"mlp", "gpt", "gpt-classifier"})
+      text("model.type", [](auto& s) -> auto& { return s.model.type; }, {"mlp", "gpt", "gpt-classifier", "hf"})
           .must_match(Match::block, 3),
       custom("model.hidden", [](auto& s) -> auto& { return s.model.hidden; }, read_hidden).must_match(Match::block, 3),
       text("model.activation", [](auto& s) -> auto& { return s.model.activation; }, {"relu", "gelu"})
@@ -172,6 +172,9 @@ std::vector<FieldDef> top_and_model_fields() {
       // storage only: a checkpoint resumes under any layout (saved state is in the logical layout)
       text("model.weight_layout", [](auto& s) -> auto& { return s.model.weight_layout; }, {"auto", "in_out", "out_in"})
           .only_if([](const Spec& s) { return s.model.weight_layout != "auto"; }),
+      // hf: the model directory (absent from to_json when empty: older checkpoints' specs compare equal)
+      text("model.path", [](auto& s) -> auto& { return s.model.path; })
+          .only_if([](const Spec& s) { return !s.model.path.empty(); }).must_match(Match::block, 3),
   };
 }
 

@@ -44,6 +44,12 @@ void check_model_data(const Fields& top, Spec& s) {
   const std::string& d = s.data.dataset;
   if (m == "mlp" && d != "fashion-mnist")
     top.fail("data.dataset", "'" + d + "' needs a text model (model.type gpt or gpt-classifier); mlp trains on fashion-mnist");
+  if (m == "hf" && s.model.path.empty())
+    top.fail("model.path", "required with model.type hf (a Hugging Face model directory, docs/llama.md)");
+  if (m != "hf" && !s.model.path.empty())
+    top.fail("model.path", "only with model.type hf (model.type is " + m + ")");
+  if (m == "hf" && d != "tokens")
+    top.fail("data.dataset", "model.type hf trains on token files: set data.dataset to tokens (got " + d + ")");
   if (m == "gpt" && d == "fashion-mnist")
     top.fail("data.dataset", "model.type gpt trains on text or tokens: set data.dataset to kjv, text or tokens");
   if (m == "gpt-classifier" && d != "kjv")

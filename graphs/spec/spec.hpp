@@ -73,7 +73,7 @@ struct Spec {
     std::vector<int> hidden{256, 128};
     std::string activation = "relu";  // relu | gelu
     uint64_t init_seed = 1;
-    // gpt | gpt-classifier (docs/gpt.md)
+    // mlp | gpt | gpt-classifier (docs/gpt.md) | hf (Llama, Mistral, Qwen2 directories: docs/llama.md)
     int n_layer = 4, n_head = 4, n_embd = 128, context = 128;
     // gpt: the vocabulary (wte and lm_head rows); text datasets need the 256 byte values, token
     // files ids below it (docs/gpt.md, "Token files")
@@ -87,6 +87,9 @@ struct Spec {
     // weights in_out under zenflow, out_in otherwise). Storage only: saved weights, checkpoints
     // and --init files keep the logical (out, in) layout, and a checkpoint resumes under any value.
     std::string weight_layout = "auto";
+    // hf: a Hugging Face model directory (config.json, and model.safetensors or an index with its
+    // shards; none: initialised from init_seed); context is the training window T (docs/llama.md)
+    std::string path;
   } model;
 
   struct Data {

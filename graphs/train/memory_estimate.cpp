@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "graphs/spec/spec.hpp"
+#include "models/hf/config.hpp"
+#include "models/hf/tensors.hpp"
 #include "runtime/error.hpp"
 
 namespace zf {
@@ -27,6 +29,25 @@ double file_size(const std::string& path) {
   std::error_code ec;
   const auto n = std::filesystem::file_size(path, ec);
   return ec ? 0.0 : (double)n;
+}
+
+// model.type hf (models/llama.cpp's buffers): parameters from config.json's tensor list; per
+// position and layer xn1, res1, xn2, res2 (C each), q and atty (H hs), k and v (Hkv hs), gate, up
+// and h (F), two rstd and the attention probabilities (H T); then the shared gradients and the
+// head. Nothing when the directory has no config.json (the workload reports it).
+void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row) {
+  const std::string path = (std::filesystem::path(s.model.path) / "config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;
+  const hf::Config c = hf::read_config(path);
+  for (const hf::TensorSpec& t : hf::expected_tensors(c)) {
+    P += (double)t.numel();
+    tensors += 1;
+  }
+  const double C = (double)c.hidden_size, F = (double)c.intermediate_size, T = s.model.context;
+  const double Q = (double)(c.num_heads * c.head_dim), KV = (double)(c.num_kv_heads * c.head_dim);
+  const double H = (double)c.num_heads, L = (double)c.num_layers, V = (double)c.vocab_size;
+  act_per_row = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H * T) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V);
 }
 
 }  // namespace
@@ -61,6 +82,9 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     act_per_row = in + 4 * widths + 3 * out;  // x; z, dz, a, da per layer; probs
     e.data = (double)(s.data.train_limit > 0 ? std::min<int64_t>(s.data.train_limit, 60000) : 60000) * in +
              10000.0 * in;
+  } else if (s.model.type == "hf") {
+    hf_estimate(s, P, tensors, act_per_row);
+    e.data = file_size(s.data.path) + file_size(s.data.eval_path);
   } else {
     const double C = s.model.n_embd, T = s.model.context, L = s.model.n_layer, H = s.model.n_head, V = s.model.vocab;
     P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head

@@ -14,6 +14,7 @@
 #include "graphs/train/precision.hpp"
 #include "graphs/train/report.hpp"
 #include "graphs/train/step_graph.hpp"
+#include "models/hf_model.hpp"
 #include "models/weights.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/comm.hpp"
@@ -34,6 +35,7 @@ RunOptions rank_options(const RunOptions& o) {
     r.evaluate = false;
     r.metrics_path.clear();
     r.save_path.clear();
+    r.save_hf_dir.clear();
     r.checkpoint_dir.clear();
     r.trace_path.clear();
     r.trace_csv_path.clear();
@@ -198,6 +200,7 @@ json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono:
   json m = metrics_json(rep);
   write_traces(rep);
   if (!opt.save_path.empty()) save_weights(*r.wl, opt.save_path, r.wl->describe());
+  if (!opt.save_hf_dir.empty()) save_hf(*r.wl, opt.save_hf_dir, opt.save_dtype);
   if (opt.inspect) opt.inspect(rt, *r.wl);
   m["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   m["spec"] = r.spec.to_json();

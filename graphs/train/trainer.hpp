@@ -24,6 +24,8 @@ struct RunOptions {
   std::string metrics_path;  // --metrics
   std::string save_path;     // --save (safetensors)
   std::string init_path;     // --init (safetensors)
+  std::string save_hf_dir;   // --save-hf: a Hugging Face model directory (model.type hf)
+  std::string save_dtype;    // --save-dtype f32 | bf16 | f16 ("": each tensor's input dtype)
   std::string checkpoint_dir;  // --checkpoint-dir: full training state
   int64_t checkpoint_every = 0; // --checkpoint-every N steps (and after the last step)
   bool checkpoint_overwrite = false;  // --checkpoint-overwrite: write into a directory holding another run's

@@ -1,12 +1,16 @@
-// The spec's workload (graphs/train/workload_factory.hpp): model.type -> MLP, GPT or GPT classifier.
+// The spec's workload (graphs/train/workload_factory.hpp): model.type -> MLP, GPT, GPT classifier
+// or a Hugging Face model directory (hf: Llama, Mistral, Qwen2).
 #include "graphs/train/workload_factory.hpp"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "models/gpt.hpp"
 #include "models/gpt_classifier.hpp"
+#include "models/hf/config.hpp"
 #include "models/idx.hpp"
+#include "models/llama.hpp"
 #include "models/mlp.hpp"
 #include "models/text.hpp"
 #include "models/tokens.hpp"
@@ -88,11 +92,69 @@ std::unique_ptr<Workload> make_gpt(const Spec& spec, StepStatus* status) {  // d
   return w;
 }
 
+LlamaOptions llama_options(const Spec& spec) {
+  LlamaOptions o;
+  o.dir = spec.model.path;
+  o.context = spec.model.context;
+  o.init_seed = spec.model.init_seed;
+  o.batch_size = spec.train.batch_size;
+  o.eval_batch_size = spec.train.eval_batch_size;
+  o.eval_limit = spec.data.eval_limit;
+  o.weights_in_out = spec.model.weight_layout == "in_out" ||  // as the GPT's (gpt_config)
+                     (spec.model.weight_layout == "auto" && spec.strategy == "zenflow");
+  return o;
+}
+
+std::unique_ptr<Workload> checked_units(const Spec& spec, std::unique_ptr<Workload> w, const char* units) {
+  if (spec.train.batch_size > w->epoch_size())
+    throw InputError(spec.where("train.batch_size"), std::to_string(spec.train.batch_size) + " exceeds the " +
+                                                         std::to_string(w->epoch_size()) + " training " + units);
+  return w;
+}
+
 }  // namespace
+
+hf::Config hf_model_config(const Spec& spec) {
+  namespace fs = std::filesystem;
+  const std::string where = spec.where("model.path"), dir = spec.model.path;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw InputError(where, "'" + dir + "' is not a directory (expected a Hugging Face model directory with config.json)");
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (!fs::is_regular_file(path, ec)) throw InputError(where, "'" + dir + "' has no config.json");
+  hf::Config c = hf::read_config(path);
+  if (c.family == hf::Family::Gpt2)
+    throw InputError(path + ": model_type", "\"gpt2\" (GPT2LMHeadModel) is not trained by model.type hf yet; "
+                                            "llama, mistral and qwen2 are");
+  if (spec.model.context > c.max_positions)
+    throw InputError(spec.where("model.context"), std::to_string(spec.model.context) + " exceeds " + path +
+                                                      "'s max_position_embeddings (" +
+                                                      std::to_string(c.max_positions) + ")");
+  return c;
+}
+
+std::unique_ptr<Workload> make_hf_workload(const Spec& spec, const hf::Config& c, TokenSplit data,
+                                           StepStatus* status) {
+  return checked_units(spec, std::make_unique<LlamaLanguageModel>(c, llama_options(spec), std::move(data), status),
+                       "windows");
+}
+
+std::unique_ptr<Workload> make_hf_workload(const Spec& spec, const hf::Config& c, LmRowSplit data,
+                                           StepStatus* status) {
+  return checked_units(spec, std::make_unique<LlamaLanguageModel>(c, llama_options(spec), std::move(data), status),
+                       "rows");
+}
 
 std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
   if (spec.model.type == "mlp") return make_mlp(spec, status);
   if (spec.model.type == "gpt" || spec.model.type == "gpt-classifier") return make_gpt(spec, status);
+  if (spec.model.type == "hf") {  // data.dataset "tokens" (the spec refuses the others for now)
+    const hf::Config c = hf_model_config(spec);
+    return make_hf_workload(spec, c,
+                            load_token_split(spec.data.path, spec.where("data.path"), spec.data.eval_path,
+                                             spec.where("data.eval_path"), c.vocab_size, spec.model.context),
+                            status);
+  }
   throw InputError(spec.source + ": model.type", "unknown model type '" + spec.model.type + "'");
 }
 

@@ -59,7 +59,7 @@ const json kRichA = json::parse(R"({
 })");
 const json kRichB = json::parse(R"({
   "strategy": "zenflow", "precision": "bf16", "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 5000},
-  "model": {"type": "gpt", "vocab": 50257},
+  "model": {"type": "hf", "vocab": 50257, "path": "/tmp/llama"},
   "data": {"dataset": "tokens", "path": "/tmp/train.bin", "eval_path": "/tmp/eval.bin", "order": "sequential"},
   "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.1, "cos_min_ratio": 0.01,
                 "warmup_num_steps": 5, "total_num_steps": 50}},

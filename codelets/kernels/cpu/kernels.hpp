@@ -181,10 +181,10 @@ void scale(float* x, size_t n, float s);
 
 // ---- GPT layers (embedding.cpp, layernorm.cpp, attention.cpp, pool.cpp, text.cpp). Activations
 // are (B, T, C) row-major = (B*T, C); every kernel overwrites its outputs (gradients included).
-// x (B, T, C) = wte (V, C)[tok (B, T)] + wpe (T, C)[t]
+// x (B, T, C) = wte (V, C)[tok (B, T)] + wpe (T, C)[t]; wpe null: wte[tok] alone (Llama)
 void embedding_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x, int B, int T, int C);
 // dwte (V, C) = sum of dx rows over the positions holding each token; dwpe (T, C) = sum over b
-// of dx[b, t]. Positions are visited in order b = 0.., t = 0.. (deterministic).
+// of dx[b, t] (dwpe null: none). Positions are visited in order b = 0.., t = 0.. (deterministic).
 void embedding_bwd(const int32_t* tok, const float* dx, float* dwte, float* dwpe, int B, int T, int C, int V);
 // LayerNorm over the rows of x (N, C): y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps)
 // (biased variance, as torch.nn.LayerNorm); mean (N) and rstd (N) are saved for the backward.
@@ -226,6 +226,10 @@ void gather_windows(const uint8_t* text, const int64_t* starts, int B, int T, in
 // The same on token ids of 2 or 4 bytes (token files; the ids are below the model's vocabulary).
 void gather_windows(const uint16_t* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets);
 void gather_windows(const uint32_t* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets);
+// Rows `rows` (B) of fixed language-model rows: tokens, targets (B, T) = src_tokens, src_targets
+// (R, T) [rows[b]]
+void gather_rows(const int32_t* src_tokens, const int32_t* src_targets, int T, const int32_t* rows, int B,
+                 int32_t* tokens, int32_t* targets);
 // Rows `rows` (B) of a padded byte table (R, T) with lengths (R) and labels (R): tokens (B, T),
 // len (B), labels (B).
 void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,

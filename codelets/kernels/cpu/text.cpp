@@ -1,6 +1,8 @@
 // Batches of bytes as tokens (byte-level vocabulary of 256): language-model windows of a text (or
 // of a token file's 2- or 4-byte ids) and rows of a padded sequence table (the classifier's
 // verses), class-conditioned chunks of verses (the generative classifier).
+#include <cstring>
+
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
@@ -29,6 +31,14 @@ void gather_windows(const uint16_t* ids, const int64_t* starts, int B, int T, in
 }
 void gather_windows(const uint32_t* ids, const int64_t* starts, int B, int T, int32_t* tokens, int32_t* targets) {
   gather(ids, starts, B, T, tokens, targets);
+}
+
+void gather_rows(const int32_t* src_tokens, const int32_t* src_targets, int T, const int32_t* rows, int B,
+                 int32_t* tokens, int32_t* targets) {
+  for (int b = 0; b < B; ++b) {
+    std::memcpy(tokens + (size_t)b * T, src_tokens + (size_t)rows[b] * T, (size_t)T * sizeof(int32_t));
+    std::memcpy(targets + (size_t)b * T, src_targets + (size_t)rows[b] * T, (size_t)T * sizeof(int32_t));
+  }
 }
 
 void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,

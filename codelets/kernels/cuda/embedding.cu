@@ -1,7 +1,8 @@
 // Token + position embedding on the GPU. The backward adds, for each output element, the
 // contributions in position order (b = 0.., t = 0..), as the CPU scatter-add does: dwte row v is
 // one block that scans the tokens for v; dwpe[t, c] is one thread summing over b. Bitwise equal
-// to the CPU kernel, with no atomics. The class embedding (the generative classifier's) likewise.
+// to the CPU kernel, with no atomics. wpe / dwpe null: the token embedding alone (Llama). The
+// class embedding (the generative classifier's) likewise.
 #include "codelets/kernels/cuda/common.cuh"
 
 namespace zf::kernels::cuda {
@@ -14,7 +15,7 @@ __global__ void embedding_fwd_k(const int32_t* tok, const float* wte, const floa
     const size_t pos = e / (size_t)C;
     const int c = (int)(e - pos * C);
     const int t = (int)(pos % (size_t)T);
-    x[e] = wte[(size_t)tok[pos] * C + c] + wpe[(size_t)t * C + c];
+    x[e] = wpe ? wte[(size_t)tok[pos] * C + c] + wpe[(size_t)t * C + c] : wte[(size_t)tok[pos] * C + c];
   }
 }
 
@@ -98,7 +99,7 @@ Status embedding_bwd(const int32_t* tok, const float* dx, float* dwte, float* dw
     const dim3 grid(V, (C + kThreads - 1) / kThreads);
     embedding_bwd_wte_k<<<grid, kThreads, 0, s>>>(tok, dx, dwte, B * T, C);
   }
-  if ((size_t)T * C > 0) embedding_bwd_wpe_k<<<blocks_for((size_t)T * C), kThreads, 0, s>>>(dx, dwpe, B, T, C);
+  if (dwpe && (size_t)T * C > 0) embedding_bwd_wpe_k<<<blocks_for((size_t)T * C), kThreads, 0, s>>>(dx, dwpe, B, T, C);
   return launched();
 }
 

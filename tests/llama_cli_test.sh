@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# zenflow-run on a Hugging Face Llama directory (graphs/specs/llama-tiny-test.json: the config.json of
+# graphs/specs/llama-tiny, initialised from model.init_seed, on the KJV's bytes as token ids from
+# tools/kjv-tokens.pl): each strategy, bf16, clipping with accumulation, ZeRO stage 3 (the same eval
+# loss as stage 0), a bitwise resume
+# (--checkpoint-dir, --resume: the saved tensors equal), --save-hf (config.json byte for byte, and
+# saved again from a resumed 0-step run, the same tensors), and the bad inputs exiting 2 naming the
+# field (model.path, model.context, a gpt2 config, --save-hf on a GPT). Prints "FAIL: ..." and exits 1.
+# Usage: llama_cli_test.sh ZENFLOW_RUN SOURCE_DIR KJV_TXT
+set -u
+[ $# -eq 3 ] || { echo "usage: $0 ZENFLOW_RUN SOURCE_DIR KJV_TXT" >&2; exit 1; }
+BIN=$1 SRC=$2 KJV=$3
+[ -f "$KJV" ] || { echo "SKIP: $KJV missing (bash tools/zf setup writes it)"; exit 77; }
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_llama_cli_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
+trap 'rm -rf "$TMP"' EXIT
+export STARPU_HOME=$TMP/starpu-home STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
+mkdir -p "$STARPU_HOME"
+perl "$SRC/tools/kjv-tokens.pl" "$KJV" "$TMP" >/dev/null || { echo "FAIL: kjv-tokens.pl"; exit 1; }
+SPEC=$SRC/graphs/specs/llama-tiny-test.json
+COMMON=(--set "model.path=\"$SRC/graphs/specs/llama-tiny\"" --set "data.path=\"$TMP/kjv-train.bin\""
+        --set "data.eval_path=\"$TMP/kjv-eval.bin\"" -q)
+fail() { echo "FAIL: $*"; exit 1; }
+
+# eval loss of a run's metrics
+loss() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["final"]["eval_loss"])' "$1"; }
+run_ok() {  # NAME ARGS...: exit 0 and an eval loss below ln 256 = 5.55 (the start's)
+  local name=$1; shift
+  "$BIN" "$SPEC" "${COMMON[@]}" --metrics "$TMP/$name.json" "$@" >"$TMP/$name.out" 2>&1 ||
+    { cat "$TMP/$name.out"; fail "$name exited $?"; }
+  local l; l=$(loss "$TMP/$name.json")
+  echo "$name: eval_loss $l"
+  python3 -c "import sys; sys.exit(0 if float('$l') < 5.0 else 1)" || fail "$name: eval loss $l not below 5.0"
+}
+run_ok device-adam
+run_ok zero-offload --strategy zero-offload
+run_ok zenflow --strategy zenflow
+run_ok bf16 --set precision=\"bf16\"
+run_ok clip-accum --strategy zero-offload --set gradient_clipping=0.5 --set train.gradient_accumulation_steps=2
+# ZeRO stage 3 (the layer groups: embedding, blocks, norm and head) trains what stage 0 trains
+for st in zero-offload zenflow; do
+  run_ok "$st-stage3" --strategy $st --set zero_optimization.stage=3
+  [ "$(loss "$TMP/$st-stage3.json")" = "$(loss "$TMP/$st.json")" ] || fail "$st: stage 3's eval loss differs from stage 0's"
+done
+
+# resume: 40 steps straight vs 20 + resumed 20, --save-hf of each: the same bytes
+"$BIN" "$SPEC" "${COMMON[@]}" --strategy zenflow --save-hf "$TMP/full" >/dev/null 2>&1 || fail "full run"
+"$BIN" "$SPEC" "${COMMON[@]}" --strategy zenflow --steps 20 --checkpoint-dir "$TMP/ck" >/dev/null 2>&1 ||
+  fail "first half"
+"$BIN" "$SPEC" "${COMMON[@]}" --strategy zenflow --resume "$TMP/ck" --save-hf "$TMP/resumed" >/dev/null 2>&1 ||
+  fail "resumed half"
+cmp "$TMP/full/model.safetensors" "$TMP/resumed/model.safetensors" || fail "resumed run's tensors differ"
+cmp "$TMP/full/config.json" "$SRC/graphs/specs/llama-tiny/config.json" || fail "--save-hf changed config.json"
+echo "resume: bitwise, --save-hf config.json unchanged"
+
+# bad inputs: exit 2 and the field named
+expect2() {  # WHAT PATTERN ARGS...
+  local what=$1 pat=$2; shift 2
+  "$BIN" "$@" >"$TMP/bad.out" 2>&1
+  local rc=$?
+  [ $rc -eq 2 ] || { cat "$TMP/bad.out"; fail "$what: exit $rc, expected 2"; }
+  grep -q -- "$pat" "$TMP/bad.out" || { cat "$TMP/bad.out"; fail "$what: no '$pat' in the message"; }
+  echo "$what: exit 2 ($pat)"
+}
+expect2 "missing model.path" "model.path" "$SPEC" "${COMMON[@]}" --set "model.path=\"$TMP/nowhere\""
+expect2 "context too long" "model.context" "$SPEC" "${COMMON[@]}" --set model.context=65
+mkdir -p "$TMP/g2" && printf '{"model_type": "gpt2", "vocab_size": 256, "n_embd": 16, "n_layer": 1, "n_head": 2}' \
+  >"$TMP/g2/config.json"
+expect2 "gpt2 refused for now" "model_type" "$SPEC" "${COMMON[@]}" --set "model.path=\"$TMP/g2\""
+expect2 "--save-hf on a GPT" "--save-hf" "$SRC/graphs/specs/gpt-kjv-tokens.json" --set "data.path=\"$TMP/kjv-train.bin\"" \
+  --set "data.eval_path=\"$TMP/kjv-eval.bin\"" --save-hf "$TMP/g"
+expect2 "--save-dtype" "--save-dtype" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/x" --save-dtype f64
+echo "PASS"

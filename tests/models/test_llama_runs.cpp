@@ -1,0 +1,194 @@
+// The Llama workload (models/llama.hpp) through the trainer (graphs/train/trainer.hpp): every
+// strategy, precision bf16, gradient clipping and accumulation on a tiny GQA model learning a
+// repeating token sequence; a checkpoint resume bitwise; --save-hf's directory (models/hf_model.hpp)
+// bitwise the input's tensors and config.json.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codelets/kernels/bf16.hpp"
+#include "graphs/spec/spec.hpp"
+#include "graphs/train/trainer.hpp"
+#include "graphs/train/workload_factory.hpp"
+#include "models/hf/load.hpp"
+#include "models/hf_model.hpp"
+#include "runtime/error.hpp"
+#include "tests/models/gpt_helpers.hpp"
+#include "tests/models/llama_helpers.hpp"
+
+namespace zf::test {
+namespace {
+
+using namespace llama;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A GQA Llama (F32 weights) on a repeating sequence of 23 ids (train 600 tokens, eval 120).
+struct Fixture {
+  TempDir dir{"zf_llama_runs"};
+  Spec spec;
+  Fixture() {
+    const json cfg = gqa_untied();
+    const hf::Config c = write_config(dir.path("cfg"), cfg);
+    write_model(dir.path("model"), cfg, random_values(c, 3), "F32");
+    std::vector<int32_t> cycle = write_tokens(dir.path("cycle.bin"), 23, 40, 9);
+    std::vector<uint16_t> train, eval;
+    for (int i = 0; i < 600; ++i) train.push_back((uint16_t)cycle[(size_t)i % 23]);
+    for (int i = 0; i < 120; ++i) eval.push_back((uint16_t)cycle[(size_t)(i + 4) % 23]);
+    std::ofstream(dir.path("train.bin"), std::ios::binary).write((const char*)train.data(), 1200);
+    std::ofstream(dir.path("eval.bin"), std::ios::binary).write((const char*)eval.data(), 240);
+    spec = hf_spec(dir.path("model"), dir.path("train.bin"), dir.path("eval.bin"));
+    spec.train.batch_size = 6;
+    spec.train.steps = 12;
+    spec.optimizer.lr = 3e-3;
+  }
+};
+
+double eval_loss(const Spec& s, Weights* w = nullptr) {
+  json m;
+  Weights got = train_and_capture(s, &m, true);
+  if (w) *w = got;
+  return m["final"]["eval_loss"].get<double>();
+}
+
+// Each strategy learns (eval loss well below the start's); zero-offload's eval loss equals
+// device-adam's within float rounding (1e-4 relative: the same AdamW on the host), and so does
+// accumulation over 2 micro-batches of 3 windows (one batch of 6); bf16 leaves bf16 weights;
+// clipping clips.
+TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
+  Fixture f;
+  Spec s0 = f.spec;
+  s0.train.steps = 1;
+  s0.optimizer.lr = 1e-9;  // about the start's weights
+  const double start = eval_loss(s0);
+  const double dev_loss = eval_loss(f.spec);
+  RecordProperty("start", std::to_string(start));
+  RecordProperty("device_adam", std::to_string(dev_loss));
+  EXPECT_LT(dev_loss, 0.8 * start) << "12 steps on a repeating sequence learn";
+  for (const char* strategy : {"zero-offload", "zero-offload-dpu", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    Spec s = f.spec;
+    s.strategy = strategy;
+    const double loss = eval_loss(s);
+    RecordProperty(strategy, std::to_string(loss));
+    EXPECT_LT(loss, 0.8 * start);
+    if (std::string(strategy) == "zero-offload")  // the same AdamW, on the host: rounding apart
+      EXPECT_NEAR(loss, dev_loss, 1e-4 * dev_loss);
+  }
+  Spec b = f.spec;
+  b.precision = "bf16";
+  Weights wb;
+  EXPECT_LT(eval_loss(b, &wb), 0.8 * start);
+  for (auto& [n, v] : wb)
+    for (float x : v) ASSERT_EQ(kernels::bf16::round(x), x) << n << " is not a bf16 value";
+  Spec a = f.spec;
+  a.train.gradient_accumulation_steps = 2;
+  // two micro-batches of 3 windows: the mean of their means is the batch of 6's (rounding apart)
+  EXPECT_NEAR(eval_loss(a), dev_loss, 1e-4 * dev_loss);
+  Spec c = f.spec;
+  c.gradient_clipping = 0.05;
+  c.strategy = "zero-offload";
+  json m;
+  train_and_capture(c, &m, false);
+  ASSERT_TRUE(m.contains("gradient_clipping")) << m.dump();
+  EXPECT_GT(m["gradient_clipping"]["clipped_steps"].get<int64_t>(), 0) << m["gradient_clipping"].dump();
+}
+
+// A Llama whose matmuls and attention are cut into tiles (hidden 64, MLP 256, 256 positions a
+// batch) trains to bitwise the same weights on one device core, on two device workers, and on one
+// with the host worker lending its core (as GptEngine.WeightsBitwiseSameOnOneAndTwoDeviceCores);
+// initialised from model.init_seed (a directory with config.json alone).
+TEST(LlamaRuns, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
+  Fixture f;
+  json c = gqa_untied();
+  c["hidden_size"] = 64, c["intermediate_size"] = 256, c["max_position_embeddings"] = 64;
+  write_config(f.dir.path("big"), c);
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    Spec s = f.spec;
+    s.model.path = f.dir.path("big");
+    s.model.context = 32;
+    s.train.batch_size = 8;
+    s.train.steps = 4;
+    s.runtime.sched = "zf-deadline";
+    s.precision = precision;
+    auto with = [&](int dev, int host) {
+      Spec t = s;
+      t.runtime.device_workers = dev;
+      t.runtime.host_workers = host;
+      return train_and_capture(t);
+    };
+    const Weights one = with(1, 2);
+    ASSERT_FALSE(one.empty());
+    EXPECT_EQ(first_difference(with(2, 1), one), "") << "two device workers";
+    EXPECT_EQ(first_difference(with(1, 1), one), "") << "the host worker lending";
+  }
+}
+
+// Checkpoints after steps 3 and 7 (zenflow, sequential windows): the resumed run is bitwise the
+// uninterrupted one.
+TEST(LlamaRuns, ResumeIsBitwise) {
+  Fixture f;
+  f.spec.strategy = "zenflow";
+  f.spec.train.steps = 10;
+  const Weights full = run_with(f.spec, "", 0, "");
+  const std::string ck = f.dir.path("ck");
+  f.spec.train.steps = 8;
+  run_with(f.spec, ck, 4, "");
+  f.spec.train.steps = 10;
+  EXPECT_EQ(first_difference(run_with(f.spec, "", 0, ck + "/step-00000003"), full), "") << "resumed from step 3";
+  EXPECT_EQ(first_difference(run_with(f.spec, "", 0, ck), full), "") << "resumed from step 7";
+}
+
+// --save-hf (save_hf, as the trainer calls it) before any step: the same config.json bytes and,
+// in each tensor's input dtype, the same tensors bitwise; --save-dtype f32 the same values.
+TEST(LlamaRuns, SaveHfRoundTripsBitwise) {
+  for (uint64_t shard : {uint64_t(0), uint64_t(2000)}) {
+    Fixture f;
+    const hf::Config qc = write_config(f.dir.path("q"), qwen2());
+    write_model(f.dir.path("bf"), qwen2(), random_values(qc, 4), "BF16", shard);
+    f.spec.model.path = f.dir.path("bf");
+    f.spec.data.path = f.dir.path("train.bin");
+    Runtime rt(rt_config());
+    Spec s = f.spec;
+    auto wl = make_workload(s, &rt.tracker().status());
+    save_hf(*wl, f.dir.path("out"), "");
+    save_hf(*wl, f.dir.path("out32"), "f32");
+    EXPECT_EQ(slurp(f.dir.path("out/config.json")), slurp(f.dir.path("bf/config.json")));
+    std::map<std::string, std::vector<float>> a, b, d;
+    auto into = [](std::map<std::string, std::vector<float>>& m) {
+      return [&m](const hf::TensorSpec& t) { return (m[t.name] = std::vector<float>(t.numel())).data(); };
+    };
+    const hf::Config q = hf::read_config(f.dir.path("bf/config.json"));
+    const hf::LoadResult ra = hf::load_weights(f.dir.path("bf"), q, 1, into(a));
+    const hf::LoadResult rb = hf::load_weights(f.dir.path("out"), q, 1, into(b));
+    hf::load_weights(f.dir.path("out32"), q, 1, into(d));
+    EXPECT_EQ(ra.dtypes, rb.dtypes);
+    EXPECT_EQ(first_difference(b, a), "");
+    EXPECT_EQ(first_difference(d, a), "");
+  }
+  Fixture f;  // not a Hugging Face model: refused naming --save-hf
+  Runtime rt(rt_config());
+  Spec g = tiny_gpt_spec("gpt", "tokens", f.dir.path("train.bin"));
+  g.data.eval_path = f.dir.path("eval.bin");
+  g.model.vocab = 40;
+  auto wl = make_workload(g, &rt.tracker().status());
+  try {
+    save_hf(*wl, f.dir.path("x"), "");
+    ADD_FAILURE() << "a GPT saved as a Hugging Face directory";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--save-hf"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zf::test

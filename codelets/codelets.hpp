@@ -233,9 +233,11 @@ void insert_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, const 
 // dtable with the sums of dx over each class's sequences and positions
 void insert_class_embedding_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& table, const Tensor& ids);
 void insert_class_embedding_bwd(const SubmitOptions& opt, const Tensor& dx, const Tensor& ids, const Tensor& dtable);
-// y (N, C) = LayerNorm(x) * w + b, eps 1e-5; mean, rstd (N) saved
+// y (N, C) = LayerNorm(x) * w + b, rstd = 1/sqrt(var + eps) (eps > 0: 1e-5 is GPT-2's and
+// torch.nn.LayerNorm's default; a Hugging Face GPT-2 takes config.json's layer_norm_epsilon);
+// mean, rstd (N) saved
 void insert_layernorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b,
-                          const Tensor& y, const Tensor& mean, const Tensor& rstd);
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps = 1e-5f);
 void insert_layernorm_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& x, const Tensor& mean,
                           const Tensor& rstd, const Tensor& w, const Tensor& dx, const Tensor& dw,
                           const Tensor& db);
@@ -293,6 +295,17 @@ struct TextSource {
 // tokens, targets (B, T) int32: windows text[s .. s+T] for each start s (s + T < size)
 void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const std::vector<int64_t>& starts,
                          const Tensor& tokens, const Tensor& targets, StepStatus* status);
+// Fixed language-model rows (models/lm_rows.hpp): tokens and targets (rows, T) int32, a target of
+// -1 carrying no loss.
+struct RowTable {
+  const int32_t* tokens;
+  const int32_t* targets;
+  int64_t rows;
+  int32_t T;
+};
+// tokens (B, T), targets (B*T) int32 of the table rows `rows` (each in [0, rows))
+void insert_load_rows(const SubmitOptions& opt, const RowTable* table, const std::vector<int32_t>& rows,
+                      const Tensor& tokens, const Tensor& targets, StepStatus* status);
 // A padded byte table of sequences: data (rows, T), lengths in [1, T], labels in [0, num_classes).
 struct SequenceTable {
   const uint8_t* data;

@@ -1,7 +1,8 @@
 // Batch loading: gathers rows of a uint8 image table into a float batch (pixel / 255) and their
 // labels. Runs in the device context: on a GPU it is the batch's host-to-device transfer.
 // Text batches (kernels/cpu/text.cpp): language-model windows of a byte text and rows of a padded
-// sequence table, both as int32 tokens; start offsets and rows are checked before the gather.
+// sequence table, both as int32 tokens, and fixed token rows with their targets (models/lm_rows.hpp);
+// start offsets and rows are checked before the gather.
 #include <starpu.h>
 
 #include <cstdlib>
@@ -134,6 +135,38 @@ void load_chunks_cpu(void* b[], void* a) noexcept {
                               vec_as<int32_t>(b[2]), vec_as<int32_t>(b[3]));
 }
 
+struct RowsHeader {
+  const RowTable* rows;
+  StepStatus* status;
+  int32_t B;
+  // followed by B int32 row indices
+};
+
+void load_rows_cpu(void* b[], void* a) noexcept {
+  auto* h = static_cast<RowsHeader*>(a);
+  const int32_t* idx = reinterpret_cast<const int32_t*>(h + 1);
+  const RowTable& r = *h->rows;
+  for (int32_t i = 0; i < h->B; ++i)
+    if (idx[i] < 0 || idx[i] >= r.rows) {
+      if (h->status) h->status->fail("load_rows: row " + std::to_string(idx[i]) + " out of range");
+      return;
+    }
+  int32_t* tokens = vec_as<int32_t>(b[0]);   // (B, T)
+  int32_t* targets = vec_as<int32_t>(b[1]);  // (B*T)
+  const size_t T = (size_t)r.T;
+  for (int32_t i = 0; i < h->B; ++i) {
+    std::memcpy(tokens + i * T, r.tokens + (size_t)idx[i] * T, T * sizeof(int32_t));
+    std::memcpy(targets + i * T, r.targets + (size_t)idx[i] * T, T * sizeof(int32_t));
+  }
+}
+
+starpu_codelet& load_rows_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_load_rows", load_rows_cpu, nullptr /* host-side gather */, 2, {STARPU_W, STARPU_W}}, &m);
+  return c;
+}
+
 starpu_codelet& load_chunks_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
@@ -169,6 +202,19 @@ void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const
   std::memcpy(blob.data(), &h, sizeof h);
   std::memcpy(blob.data() + sizeof h, starts.data(), B * sizeof(int64_t));
   TaskBuilder(load_windows_cl(), opt).w(tokens).w(targets).args_bytes(blob.data(), blob.size()).submit();
+}
+
+void insert_load_rows(const SubmitOptions& opt, const RowTable* rows, const std::vector<int32_t>& idx,
+                      const Tensor& tokens, const Tensor& targets, StepStatus* status) {
+  const int32_t B = (int32_t)idx.size();
+  expect(B > 0 && tokens.shape().size() == 2 && tokens.dim(0) == B && tokens.dim(1) == rows->T, opt,
+         shape_str(tokens) + " must be (" + std::to_string(B) + ", " + std::to_string(rows->T) + ")");
+  expect(targets.numel() == tokens.numel(), opt, shape_str(targets) + " vs " + shape_str(tokens));
+  std::vector<char> blob(sizeof(RowsHeader) + B * sizeof(int32_t));
+  RowsHeader h{rows, status, B};
+  std::memcpy(blob.data(), &h, sizeof h);
+  std::memcpy(blob.data() + sizeof h, idx.data(), B * sizeof(int32_t));
+  TaskBuilder(load_rows_cl(), opt).w(tokens).w(targets).args_bytes(blob.data(), blob.size()).submit();
 }
 
 void insert_load_sequences(const SubmitOptions& opt, const SequenceTable* table, const std::vector<int32_t>& rows,

@@ -1,6 +1,6 @@
 // Shared by the Hugging Face GPT-2 tests (test_gpt2_hf*.cpp): a tiny GPT-2 config.json (odd
-// vocabulary, n_inner not 4C, eps not 1e-5, n_positions above the context), a model directory
-// whose random weights are written by models/hf/save.hpp (F32 or BF16, one file or shards), token
+// vocabulary, n_inner not 4C, eps 0.05, n_positions above the context), a model directory
+// whose random weights are written by models/hf/save.hpp (F32, BF16 or F16, one file or shards), token
 // data, and the double reference's parameters derived from the checkpoint's tensors independently
 // of the workload (Conv1D (in, out) transposed here to the reference's (out, in)).
 #pragma once
@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codelets/kernels/bf16.hpp"
+#include "codelets/kernels/fp16.hpp"
 #include "models/gpt2_hf.hpp"
 #include "models/hf/config.hpp"
 #include "models/hf/save.hpp"
@@ -27,7 +28,9 @@ namespace zf::test::gpt2 {
 
 using json = nlohmann::json;
 inline constexpr int kContext = 8, kPositions = 12, kVocab = 37, kEmbd = 16, kInner = 24, kLayers = 2, kHeads = 2;
-inline constexpr double kEps = 1e-3;
+// eps large enough to matter: random O(0.4) activations have a variance near 0.3, and the
+// reference with GPT's 1e-5 instead is off beyond the loss and gradient tolerances
+inline constexpr double kEps = 0.05;
 
 inline json config(bool tied = true) {
   json c{{"architectures", {"GPT2LMHeadModel"}},
@@ -59,7 +62,7 @@ inline Tensors random_tensors(const hf::Config& c, const std::string& dtype, uin
     std::vector<float>& v = out[t.name];
     for (size_t i = 0; i < t.numel(); ++i) {
       const float x = (float)((gain ? 1.0 : 0.0) + 0.4 * r.normal());
-      v.push_back(dtype == "BF16" ? kernels::bf16::round(x) : x);
+      v.push_back(dtype == "BF16" ? kernels::bf16::round(x) : dtype == "F16" ? kernels::fp16::round(x) : x);
     }
   }
   return out;

@@ -1,6 +1,6 @@
 // A Hugging Face GPT-2 directory trained as the engine's GPT (models/gpt2_hf.hpp): the config's
 // sizes, the tied head, n_positions rows of wpe, n_inner, layer_norm_epsilon; weights written by
-// models/hf/save.hpp in F32 and BF16, one file and shards, read into both weight layouts: the
+// models/hf/save.hpp in F32, BF16 and F16, one file and shards, read into both weight layouts: the
 // parameters equal the checkpoint's tensors bitwise, one step's loss and every gradient and the
 // eval loss equal the double reference (tests/reference/gpt_ref.hpp); fixed rows with masked
 // targets; a directory without weights initialised as Hugging Face does. AdamW steps, ZenFlow and
@@ -55,7 +55,7 @@ struct Case {
   bool in_out, tied;
 };
 
-// The checks have teeth: GPT's default eps (1e-5 instead of the config's 1e-3) moves the loss
+// The checks have teeth: GPT's default eps (1e-5 instead of the config's 0.05) moves the loss
 // beyond the tolerance; the tied head's part of wte's gradient (the same model untied, lm_head
 // a copy of wte: its two gradients sum to the tied one) is far above the gradient tolerance.
 void expect_checks_have_teeth(const ref::GptRef::Params& want, bool tied, const std::vector<int32_t>& tok,
@@ -144,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
     Checkpoints, Gpt2HfStep,
     ::testing::Values(Case{"F32", 0, true, true}, Case{"F32", 0, false, true}, Case{"BF16", 0, true, true},
                       Case{"BF16", 0, false, true}, Case{"F32", 4096, true, true}, Case{"BF16", 2048, false, true},
-                      Case{"F32", 0, true, false}),
+                      Case{"F32", 0, true, false}, Case{"F16", 0, false, true}),
     [](const auto& i) {
       const Case& k = i.param;
       return k.dtype + (k.shard_bytes ? "Sharded" : "OneFile") + (k.in_out ? "InOut" : "OutIn") +

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,11 @@ TEST(Gpt2Hf, ConfigOntoGptConfig) {
   GptConfig run = run_config(false);
   run.context = kPositions + 1;
   expect_input_error([&] { gpt2_config(c, run); }, {"config.json", "n_positions", "model.context = 13", "12"});
+  d.write("config.json", json{{"model_type", "llama"}, {"vocab_size", 40}, {"hidden_size", 16},
+                               {"intermediate_size", 24}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}}
+                             .dump());  // another family: refused, naming the field
+  expect_input_error([&] { gpt2_config(hf::read_config(d.path("config.json")), run_config(true)); },
+                     {"config.json", "model_type", "llama"});
   EXPECT_EQ(gpt2_param_name("transformer.wte.weight"), "wte");
   EXPECT_EQ(gpt2_param_name("transformer.h.1.mlp.c_fc.weight"), "h.1.mlp.c_fc.weight");
   EXPECT_EQ(gpt2_param_name("lm_head.weight"), "lm_head.weight");
@@ -54,6 +60,11 @@ struct Case {
   uint64_t shard_bytes;  // 0: one file
   bool in_out, tied;
 };
+// (gtest would print the bytes of the struct, a pointer among them, into the ctest names)
+void PrintTo(const Case& k, std::ostream* os) {
+  *os << k.dtype << " shards of " << k.shard_bytes << (k.in_out ? " in_out" : " out_in")
+      << (k.tied ? " tied" : " untied");
+}
 
 // The checks have teeth: GPT's default eps (1e-5 instead of the config's 0.05) moves the loss
 // beyond the tolerance; the tied head's part of wte's gradient (the same model untied, lm_head

@@ -103,22 +103,22 @@ inline ref::GptRef::Params ref_params(const Tensors& t) {
   return p;
 }
 
-inline ref::GptRefConfig ref_config(bool tied = true) {
-  ref::GptRefConfig r{kLayers, kHeads, kEmbd, kVocab};
+inline ref::GptRefConfig ref_config(bool tied = true, int vocab = kVocab) {
+  ref::GptRefConfig r{kLayers, kHeads, kEmbd, vocab};
   r.n_inner = kInner;
   r.eps = kEps;
   r.tied = tied;
   return r;
 }
 
-// Token ids below kVocab: a training and an evaluation file of n and m ids.
-inline TokenSplit token_split(int64_t n = 400, int64_t m = 70, uint64_t seed = 3) {
+// Token ids below `vocab`: a training and an evaluation file of n and m ids.
+inline TokenSplit token_split(int64_t n = 400, int64_t m = 70, uint64_t seed = 3, int vocab = kVocab) {
   Rng r(seed);
   TokenSplit s;
   for (TokenFile* f : {&s.train, &s.val}) {
     f->width = 2;
     f->format = "raw uint16";
-    for (int64_t i = 0, k = f == &s.train ? n : m; i < k; ++i) f->u16.push_back((uint16_t)r.below(kVocab));
+    for (int64_t i = 0, k = f == &s.train ? n : m; i < k; ++i) f->u16.push_back((uint16_t)r.below((uint64_t)vocab));
   }
   s.description = "test tokens";
   return s;

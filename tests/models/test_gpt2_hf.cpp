@@ -7,6 +7,7 @@
 // --save-hf: test_gpt2_hf_train.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -161,6 +162,36 @@ INSTANTIATE_TEST_SUITE_P(
       return k.dtype + (k.shard_bytes ? "Sharded" : "OneFile") + (k.in_out ? "InOut" : "OutIn") +
              (k.tied ? "Tied" : "Untied");
     });
+
+// GPT-2's own vocabulary (50257 rows of wte, ids up to 50256) and n_positions (1024 rows of wpe):
+// one step's loss and every gradient equal the double reference.
+TEST(Gpt2HfStep, Gpt2VocabularyAndPositions) {
+  TempDir d;
+  json cfg = config();
+  cfg["vocab_size"] = 50257;
+  cfg["n_positions"] = 1024;
+  cfg["bos_token_id"] = cfg["eos_token_id"] = 50256;
+  const Tensors t = write_dir(d, "m", cfg, "BF16");
+  Runtime rt(rt_config());
+  const TokenSplit data = token_split(400, 70, 8, 50257);
+  Gpt2HfModel wl(hf::read_config(d.path("m/config.json")), d.path("m"), run_config(true), data,
+                 &rt.tracker().status());
+  EXPECT_EQ(wl.params()[0]->value.shape(), (std::vector<int64_t>{50257, kEmbd}));
+  EXPECT_EQ(wl.params()[1]->value.shape(), (std::vector<int64_t>{1024, kEmbd}));
+  ref::GptRef model(ref_config(true, 50257), ref_params(t));
+  Tensor stats = Tensor::home({3}, "stats", sizeof(double));
+  const std::vector<int32_t> idx = {3, 40};
+  wl.submit_step(rt, 0, idx, stats);
+  auto grads = read_grads(rt, wl);
+  rt.tracker().status().rethrow_if_failed();
+  std::vector<int32_t> tok, tgt;
+  windows(data.train, idx, tok, tgt);
+  ASSERT_GT(*std::max_element(tok.begin(), tok.end()), 40000) << "ids far into the vocabulary";
+  ref::GptRef::Params g;
+  const double loss = model.lm_loss(tok, tgt, 2, kContext, &g);
+  EXPECT_NEAR(stats.as<double>()[0] / stats.as<double>()[2], loss, 1e-5 * loss);
+  expect_grads_match(grads, g);
+}
 
 // Fixed rows (models/lm_rows.hpp): targets of -1 carry no loss; the loss is the mean over the
 // others, and so is the gradient; a unit is a row.

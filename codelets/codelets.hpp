@@ -237,9 +237,11 @@ void insert_token_embedding_bwd(const SubmitOptions& opt, const Tensor& tokens, 
 // dtable with the sums of dx over each class's sequences and positions
 void insert_class_embedding_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& table, const Tensor& ids);
 void insert_class_embedding_bwd(const SubmitOptions& opt, const Tensor& dx, const Tensor& ids, const Tensor& dtable);
-// y (N, C) = LayerNorm(x) * w + b, eps 1e-5; mean, rstd (N) saved
+// y (N, C) = LayerNorm(x) * w + b, rstd = 1/sqrt(var + eps) (eps > 0: 1e-5 is GPT-2's and
+// torch.nn.LayerNorm's default; a Hugging Face GPT-2 takes config.json's layer_norm_epsilon);
+// mean, rstd (N) saved
 void insert_layernorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b,
-                          const Tensor& y, const Tensor& mean, const Tensor& rstd);
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps = 1e-5f);
 void insert_layernorm_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& x, const Tensor& mean,
                           const Tensor& rstd, const Tensor& w, const Tensor& dx, const Tensor& dw,
                           const Tensor& db);

@@ -1,6 +1,9 @@
 // LayerNorm forward (saving mean and rstd) and backward (kernels/cpu/layernorm.cpp).
 #include <starpu.h>
 
+#include <cmath>
+#include <string>
+
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
 #include "runtime/task.hpp"
@@ -10,13 +13,13 @@ namespace {
 
 struct LayerNormArgs {
   int N, C;
+  float eps;  // the forward's (the backward reads rstd)
 };
-constexpr float kLayerNormEps = 1e-5f;  // GPT-2 / torch.nn.LayerNorm default
 
 void layernorm_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<LayerNormArgs*>(a);
   kernels::cpu::layernorm_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
-                              vec_ptr(b[5]), p->N, p->C, kLayerNormEps);
+                              vec_ptr(b[5]), p->N, p->C, p->eps);
 }
 void layernorm_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<LayerNormArgs*>(a);
@@ -27,7 +30,7 @@ void layernorm_bwd_cpu(void* b[], void* a) noexcept {
 void layernorm_fwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<LayerNormArgs*>(a);
   cuda_check(kernels::cuda::layernorm_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
-                                          vec_ptr(b[5]), p->N, p->C, kLayerNormEps, cuda_stream()));
+                                          vec_ptr(b[5]), p->N, p->C, p->eps, cuda_stream()));
 }
 void layernorm_bwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<LayerNormArgs*>(a);
@@ -54,7 +57,7 @@ starpu_codelet& layernorm_bwd_cl() {
 
 // x (N, C), w and b (C), mean and rstd (N)
 LayerNormArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
-                   const Tensor& mean, const Tensor& rstd) {
+                   const Tensor& mean, const Tensor& rstd, float eps = 0.0f) {
   const int C = (int)w.numel();
   expect(b.numel() == (size_t)C, opt, shape_str(b) + " vs " + shape_str(w));
   expect(x.numel() % C == 0 && y.numel() == x.numel(), opt,
@@ -62,16 +65,17 @@ LayerNormArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, c
   const int N = (int)(x.numel() / C);
   expect(mean.numel() == (size_t)N && rstd.numel() == (size_t)N, opt,
          shape_str(mean) + " and " + shape_str(rstd) + " must hold N = " + std::to_string(N));
-  return {N, C};
+  return {N, C, eps};
 }
 
 }  // namespace
 
 void insert_layernorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b,
-                          const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps) {
+  expect(std::isfinite(eps) && eps > 0.0f, opt, "LayerNorm eps must be finite and > 0: " + std::to_string(eps));
   TaskBuilder(layernorm_fwd_cl(), opt)
       .r(x).r(w).r(b).w(y).w(mean).w(rstd)
-      .args(dims(opt, x, w, b, y, mean, rstd))
+      .args(dims(opt, x, w, b, y, mean, rstd, eps))
       .submit();
 }
 

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "runtime/error.hpp"
+
 namespace zf {
 
 namespace {
@@ -27,7 +29,7 @@ struct GptBody::Acts {
     Tensor att;                      // (B, NH, T, T)
     Tensor res1;                     // (BT, C) residual after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (BT, C), (BT), (BT)
-    Tensor fch, fcg;                 // (BT, 4C) before / after GELU
+    Tensor fch, fcg;                 // (BT, I) before / after GELU (I = 4C unless n_inner)
     Tensor res2;                     // (BT, C) residual after the MLP
   };
   std::vector<Layer> layers;
@@ -35,7 +37,7 @@ struct GptBody::Acts {
   // gradients, reused by every layer
   Tensor dres_a, dres_b, dln, datty, dlnf;  // (BT, C)
   Tensor dqkv;                              // (BT, 3C)
-  Tensor dfch, dfcg;                        // (BT, 4C)
+  Tensor dfch, dfcg;                        // (BT, I)
 };
 
 Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float v, bool normal, bool in_out) {
@@ -50,12 +52,12 @@ Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, f
 }
 
 GptBody::GptBody(const GptConfig& c, Rng& rng) : cfg_(c) {
-  const int64_t C = c.n_embd;
+  const int64_t C = c.n_embd, I = c.inner();
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * (float)c.n_layer);
   const bool t = c.weights_in_out;
   params_.reserve(2 + 12 * (size_t)c.n_layer + 2);
   params_.push_back(gpt_param("wte", {c.vocab, C}, rng, std, true));
-  params_.push_back(gpt_param("wpe", {c.context, C}, rng, std, true));
+  params_.push_back(gpt_param("wpe", {c.positions(), C}, rng, std, true));
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     params_.push_back(gpt_param(h + "ln_1.weight", {C}, rng, 1.0f, false));
@@ -66,9 +68,9 @@ GptBody::GptBody(const GptConfig& c, Rng& rng) : cfg_(c) {
     params_.push_back(gpt_param(h + "attn.c_proj.bias", {C}, rng, 0.0f, false));
     params_.push_back(gpt_param(h + "ln_2.weight", {C}, rng, 1.0f, false));
     params_.push_back(gpt_param(h + "ln_2.bias", {C}, rng, 0.0f, false));
-    params_.push_back(gpt_param(h + "mlp.c_fc.weight", {4 * C, C}, rng, std, true, t));
-    params_.push_back(gpt_param(h + "mlp.c_fc.bias", {4 * C}, rng, 0.0f, false));
-    params_.push_back(gpt_param(h + "mlp.c_proj.weight", {C, 4 * C}, rng, proj_std, true, t));
+    params_.push_back(gpt_param(h + "mlp.c_fc.weight", {I, C}, rng, std, true, t));
+    params_.push_back(gpt_param(h + "mlp.c_fc.bias", {I}, rng, 0.0f, false));
+    params_.push_back(gpt_param(h + "mlp.c_proj.weight", {C, I}, rng, proj_std, true, t));
     params_.push_back(gpt_param(h + "mlp.c_proj.bias", {C}, rng, 0.0f, false));
   }
   params_.push_back(gpt_param("ln_f.weight", {C}, rng, 1.0f, false));
@@ -89,7 +91,7 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
   auto a = std::make_unique<Acts>();
   a->B = B;
   a->T = T;
-  const int64_t N = (int64_t)B * T, C = cfg_.n_embd;
+  const int64_t N = (int64_t)B * T, C = cfg_.n_embd, I = cfg_.inner();
   const std::string tag = ".b" + std::to_string(B) + "t" + std::to_string(T);
   auto t = [&](const std::string& name, std::vector<int64_t> shape) { return Tensor::lazy(shape, name + tag); };
   a->x0 = t("x0", {N, C});
@@ -106,8 +108,8 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
     L.ln2 = t(h + "ln2", {N, C});
     L.ln2_mean = t(h + "ln2.mean", {N});
     L.ln2_rstd = t(h + "ln2.rstd", {N});
-    L.fch = t(h + "fch", {N, 4 * C});
-    L.fcg = t(h + "fcg", {N, 4 * C});
+    L.fch = t(h + "fch", {N, I});
+    L.fcg = t(h + "fcg", {N, I});
     L.res2 = t(h + "res2", {N, C});
     a->layers.push_back(std::move(L));
   }
@@ -120,8 +122,8 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
   a->datty = t("datty", {N, C});
   a->dlnf = t("dlnf", {N, C});
   a->dqkv = t("dqkv", {N, 3 * C});
-  a->dfch = t("dfch", {N, 4 * C});
-  a->dfcg = t("dfcg", {N, 4 * C});
+  a->dfch = t("dfch", {N, I});
+  a->dfcg = t("dfcg", {N, I});
   acts_.push_back(std::move(a));
   return *acts_.back();
 }
@@ -152,14 +154,14 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
     const std::string n = "fwd.h" + std::to_string(l) + ".";
     auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
     auto io = [&](int k) { return blk(l, k).in_out; };
-    insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), L.ln1, L.ln1_mean, L.ln1_rstd);
+    insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), L.ln1, L.ln1_mean, L.ln1_rstd, cfg_.ln_eps);
     insert_matmul_fwd(o.named(n + "c_attn"), L.ln1, v(kAttnW), L.qkv, io(kAttnW));
     insert_bias_add(o.named(n + "c_attn.bias"), L.qkv, v(kAttnB));
     insert_attention_fwd(o.named(n + "attention"), L.qkv, L.atty, L.att, nullptr);
     insert_matmul_fwd(o.named(n + "attn.c_proj"), L.atty, v(kAttnProjW), L.res1, io(kAttnProjW));
     insert_bias_add(o.named(n + "attn.c_proj.bias"), L.res1, v(kAttnProjB));
     insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), *r, whole(*r), 1.0f);
-    insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), L.ln2, L.ln2_mean, L.ln2_rstd);
+    insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), L.ln2, L.ln2_mean, L.ln2_rstd, cfg_.ln_eps);
     insert_matmul_fwd(o.named(n + "c_fc"), L.ln2, v(kFcW), L.fch, io(kFcW));
     insert_bias_add(o.named(n + "c_fc.bias"), L.fch, v(kFcB));
     insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, L.fcg);
@@ -171,7 +173,7 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
   }
   const size_t F = params_.size() - 2;
   if (hook) hook->before_forward(o.step, cfg_.n_layer + 1);
-  insert_layernorm_fwd(o.named("fwd.ln_f"), *r, p(F).value, p(F + 1).value, a.lnf, a.lnf_mean, a.lnf_rstd);
+  insert_layernorm_fwd(o.named("fwd.ln_f"), *r, p(F).value, p(F + 1).value, a.lnf, a.lnf_mean, a.lnf_rstd, cfg_.ln_eps);
 }
 
 void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out,
@@ -262,31 +264,51 @@ GptLanguageModel::GptLanguageModel(const GptConfig& cfg, TokenSplit data, StepSt
   init();
 }
 
+GptLanguageModel::GptLanguageModel(const GptConfig& cfg, LmRowSplit rows, StepStatus* status)
+    : cfg_(cfg), rows_(std::move(rows)), row_data_(true), status_(status), rng_(cfg.init_seed) {
+  for (const LmRows* r : {&rows_.train, &rows_.eval})
+    if (r->T != cfg_.context || r->tokens.size() != (size_t)(r->rows * r->T) || r->targets.size() != r->tokens.size())
+      throw Error("GptLanguageModel: rows of T " + std::to_string(r->T) + " (" + std::to_string(r->rows) +
+                  " rows) do not match the context " + std::to_string(cfg_.context) + " or their own sizes");
+  train_rows_ = {rows_.train.tokens.data(), rows_.train.targets.data(), rows_.train.rows, (int32_t)rows_.train.T};
+  eval_rows_ = {rows_.eval.tokens.data(), rows_.eval.targets.data(), rows_.eval.rows, (int32_t)rows_.eval.T};
+  data_description_ = rows_.train.description;
+  init();
+}
+
 void GptLanguageModel::init() {
   body_ = std::make_unique<GptBody>(cfg_, rng_);
-  lm_head_ = gpt_param("lm_head.weight", {cfg_.vocab, cfg_.n_embd}, rng_, 0.02f, true);
+  if (cfg_.tied_head)
+    head_dw_ = Tensor::lazy({cfg_.vocab, cfg_.n_embd}, "lm_head.tied.grad");
+  else
+    lm_head_ = gpt_param("lm_head.weight", {cfg_.vocab, cfg_.n_embd}, rng_, 0.02f, true);
 }
 
 GptLanguageModel::~GptLanguageModel() = default;
 
 std::string GptLanguageModel::describe() const {
-  return describe_gpt(cfg_, body_->numel() + lm_head_.value.numel()) + " (LM head untied); " + data_description_;
+  const size_t n = body_->numel() + (cfg_.tied_head ? 0 : lm_head_.value.numel());
+  return describe_gpt(cfg_, n) + (cfg_.tied_head ? " (LM head tied to wte); " : " (LM head untied); ") +
+         data_description_;
 }
 
 std::vector<Param*> GptLanguageModel::params() {
   std::vector<Param*> out;
   for (auto& p : body_->params()) out.push_back(&p);
-  out.push_back(&lm_head_);
+  if (!cfg_.tied_head) out.push_back(&lm_head_);
   return out;
 }
 
 std::vector<std::vector<Param*>> GptLanguageModel::layer_groups() {
+  if (cfg_.tied_head) return {};
   std::vector<std::vector<Param*>> g = body_->groups();
   g.back().push_back(&lm_head_);
   return g;
 }
 
-int64_t GptLanguageModel::epoch_size() const { return (train_src_.size - 1) / cfg_.context; }
+int64_t GptLanguageModel::epoch_size() const {
+  return row_data_ ? rows_.train.rows : (train_src_.size - 1) / cfg_.context;
+}
 
 GptLanguageModel::Head& GptLanguageModel::head_for(int B) {
   for (auto& h : heads_)
@@ -295,40 +317,78 @@ GptLanguageModel::Head& GptLanguageModel::head_for(int B) {
   return *heads_.back();
 }
 
-void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, const std::vector<int64_t>& starts,
-                                 const TextSource* src, const Tensor& stats, bool accumulate, bool backward) {
-  const int B = (int)starts.size(), T = cfg_.context;
+const Tensor& GptLanguageModel::head_weight() {
+  return cfg_.tied_head ? body_->params()[0].value : lm_head_.value;
+}
+
+// One batch: forward, loss (stats), and with `backward` the gradients of every parameter. The
+// loss gradient is scaled by 1 / scored (the mean over the targets that carry a loss). A tied
+// head's weight gradient goes to head_dw_ and is added to wte's after the embedding's backward
+// (which overwrites it): wte.grad = embedding part + head part, in that order.
+void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, int B, const Loader& load, double scored,
+                                 const Tensor& stats, bool accumulate, bool backward) {
+  const int T = cfg_.context;
   Head& h = head_for(B);
   GptBody::Acts& a = body_->acts_for(B, T);
   const std::string pre = backward ? "" : "eval.";
-  insert_load_windows(o.named(pre + "load_windows"), src, starts, h.tokens[slot], h.targets[slot], status_);
+  load(o, pre, h, slot);
   LayerHook* hook = backward ? hook_ : nullptr;  // evaluation: the weights are whole
   const int last = cfg_.n_layer + 1;                // {ln_f, lm_head}
   body_->forward(o, a, h.tokens[slot], nullptr, hook);
   const Tensor& x = GptBody::out(a);
-  insert_matmul_fwd(o.named(pre + "fwd.lm_head"), x, lm_head_.value, h.logits);
+  insert_matmul_fwd(o.named(pre + "fwd.lm_head"), x, head_weight(), h.logits);
   if (hook) hook->after_forward(o.step, last);
   insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.targets[slot], h.probs, stats, accumulate,
-                          status_);
+                          status_, row_data_);
   if (!backward) return;
-  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.targets[slot], h.dlogits, loss_scale_ / (float)(B * T));
+  const float scale = scored > 0 ? loss_scale_ / (float)scored : 0.0f;  // a batch without targets: no gradient
+  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.targets[slot], h.dlogits, scale);
   if (hook) hook->before_backward(o.step, last);
-  insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, lm_head_.grad);
-  insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, lm_head_.value, GptBody::d_out(a));
+  insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, cfg_.tied_head ? head_dw_ : lm_head_.grad);
+  insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, head_weight(), GptBody::d_out(a));
   body_->backward(o, a, h.tokens[slot], GptBody::d_out(a), nullptr, hook);
+  if (cfg_.tied_head) {
+    const Tensor& dwte = body_->params()[0].grad;
+    insert_accumulate(o.named("bwd.lm_head.tied"), dwte, whole(dwte), head_dw_, whole(head_dw_), 1.0f);
+  }
+}
+
+int64_t GptLanguageModel::row_targets(const LmRows& r, const std::vector<int32_t>& rows) const {
+  int64_t n = 0;
+  for (int32_t i : rows)
+    if (i >= 0 && i < r.rows)
+      for (int64_t t = 0; t < r.T; ++t) n += r.targets[(size_t)(i * r.T + t)] >= 0;
+  return n;
 }
 
 void GptLanguageModel::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,
                                    const Tensor& stats) {
+  const int B = (int)indices.size();
+  const int slot = (int)(submitted_++ & 1);
+  if (row_data_) {
+    auto load = [&](const SubmitOptions& o, const std::string& pre, Head& h, int s) {
+      insert_load_rows(o.named(pre + "load_rows"), &train_rows_, indices, h.tokens[s], h.targets[s], status_);
+    };
+    run_batch(rt.device(step), slot, B, load, (double)row_targets(rows_.train, indices), stats, false, true);
+    return;
+  }
   std::vector<int64_t> starts(indices.size());
   for (size_t i = 0; i < indices.size(); ++i) starts[i] = (int64_t)indices[i] * cfg_.context;
-  run_batch(rt.device(step), (int)(submitted_++ & 1), starts, &train_src_, stats, false, true);
+  auto load = [&](const SubmitOptions& o, const std::string& pre, Head& h, int s) {
+    insert_load_windows(o.named(pre + "load_windows"), &train_src_, starts, h.tokens[s], h.targets[s], status_);
+  };
+  run_batch(rt.device(step), slot, B, load, (double)B * cfg_.context, stats, false, true);
 }
 
 std::vector<int64_t> GptLanguageModel::eval_starts() const {
   const int64_t T = cfg_.context;
-  const int64_t n = (val_src_.size - 1) / T;
   std::vector<int64_t> s;
+  if (row_data_) {  // row indices: the first eval_limit rows
+    const int64_t n = rows_.eval.rows, m = cfg_.eval_limit > 0 ? std::min(cfg_.eval_limit, n) : n;
+    for (int64_t i = 0; i < m; ++i) s.push_back(i);
+    return s;
+  }
+  const int64_t n = (val_src_.size - 1) / T;
   if (token_data_) {  // the first eval_limit windows (docs/gpt.md, "Token files")
     const int64_t m = cfg_.eval_limit > 0 ? std::min(cfg_.eval_limit, n) : n;
     for (int64_t i = 0; i < m; ++i) s.push_back(i * T);
@@ -348,7 +408,14 @@ EvalResult GptLanguageModel::evaluate(Runtime& rt) {
   for (size_t i = 0; i < all.size(); i += (size_t)cfg_.eval_batch_size) {
     const size_t e = std::min(all.size(), i + (size_t)cfg_.eval_batch_size);
     std::vector<int64_t> starts(all.begin() + (int64_t)i, all.begin() + (int64_t)e);
-    run_batch(o, 0, starts, &val_src_, stats, true, false);
+    std::vector<int32_t> rows(starts.begin(), starts.end());
+    auto load = [&](const SubmitOptions& so, const std::string& pre, Head& h, int s) {
+      if (row_data_)
+        insert_load_rows(so.named(pre + "load_rows"), &eval_rows_, rows, h.tokens[s], h.targets[s], status_);
+      else
+        insert_load_windows(so.named(pre + "load_windows"), &val_src_, starts, h.tokens[s], h.targets[s], status_);
+    };
+    run_batch(o, 0, (int)starts.size(), load, 0.0, stats, true, false);
   }
   rt.wait_all();
   stats.acquire_read();

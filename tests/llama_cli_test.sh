@@ -5,7 +5,8 @@
 # loss as stage 0), a bitwise resume
 # (--checkpoint-dir, --resume: the saved tensors equal), --save-hf (config.json byte for byte, and
 # saved again from a resumed 0-step run, the same tensors), and the bad inputs exiting 2 naming the
-# field (model.path, model.context, a gpt2 config, --save-hf on a GPT). Prints "FAIL: ..." and exits 1.
+# field (model.path, model.context, a bert config, --save-hf on a GPT); a GPT-2 directory trains with zenflow
+# and is saved back. Prints "FAIL: ..." and exits 1.
 # Usage: llama_cli_test.sh ZENFLOW_RUN SOURCE_DIR KJV_TXT
 set -u
 [ $# -eq 3 ] || { echo "usage: $0 ZENFLOW_RUN SOURCE_DIR KJV_TXT" >&2; exit 1; }
@@ -65,7 +66,12 @@ expect2 "missing model.path" "model.path" "$SPEC" "${COMMON[@]}" --set "model.pa
 expect2 "context too long" "model.context" "$SPEC" "${COMMON[@]}" --set model.context=65
 mkdir -p "$TMP/g2" && printf '{"model_type": "gpt2", "vocab_size": 256, "n_embd": 16, "n_layer": 1, "n_head": 2}' \
   >"$TMP/g2/config.json"
-expect2 "gpt2 refused for now" "model_type" "$SPEC" "${COMMON[@]}" --set "model.path=\"$TMP/g2\""
+# a GPT-2 directory trains through the same spec (models/gpt2_hf.hpp), and --save-hf writes it back
+run_ok gpt2-zenflow --strategy zenflow --set "model.path=\"$TMP/g2\"" --save-hf "$TMP/g2-out"
+cmp "$TMP/g2/config.json" "$TMP/g2-out/config.json" || fail "gpt2: --save-hf changed config.json"
+[ -s "$TMP/g2-out/model.safetensors" ] || fail "gpt2: --save-hf wrote no model.safetensors"
+mkdir -p "$TMP/bert" && printf '{"model_type": "bert", "vocab_size": 256}' >"$TMP/bert/config.json"
+expect2 "model_type bert" "model_type" "$SPEC" "${COMMON[@]}" --set "model.path=\"$TMP/bert\""
 expect2 "--save-hf on a GPT" "--save-hf" "$SRC/graphs/specs/gpt-kjv-tokens.json" --set "data.path=\"$TMP/kjv-train.bin\"" \
   --set "data.eval_path=\"$TMP/kjv-eval.bin\"" --save-hf "$TMP/g"
 expect2 "--save-dtype" "--save-dtype" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/x" --save-dtype f64

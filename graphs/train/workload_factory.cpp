@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/gpt.hpp"
+#include "models/gpt2_hf.hpp"
 #include "models/gpt_classifier.hpp"
 #include "models/hf/config.hpp"
 #include "models/idx.hpp"
@@ -123,9 +124,6 @@ hf::Config hf_model_config(const Spec& spec) {
   const std::string path = (fs::path(dir) / "config.json").string();
   if (!fs::is_regular_file(path, ec)) throw InputError(where, "'" + dir + "' has no config.json");
   hf::Config c = hf::read_config(path);
-  if (c.family == hf::Family::Gpt2)
-    throw InputError(path + ": model_type", "\"gpt2\" (GPT2LMHeadModel) is not trained by model.type hf yet; "
-                                            "llama, mistral and qwen2 are");
   if (spec.model.context > c.max_positions)
     throw InputError(spec.where("model.context"), std::to_string(spec.model.context) + " exceeds " + path +
                                                       "'s max_position_embeddings (" +
@@ -135,12 +133,16 @@ hf::Config hf_model_config(const Spec& spec) {
 
 std::unique_ptr<Workload> make_hf_workload(const Spec& spec, const hf::Config& c, TokenSplit data,
                                            StepStatus* status) {
+  if (c.family == hf::Family::Gpt2)
+    return checked_units(spec, make_hf_gpt2(c, spec.model.path, gpt_config(spec), std::move(data), status), "windows");
   return checked_units(spec, std::make_unique<LlamaLanguageModel>(c, llama_options(spec), std::move(data), status),
                        "windows");
 }
 
 std::unique_ptr<Workload> make_hf_workload(const Spec& spec, const hf::Config& c, LmRowSplit data,
                                            StepStatus* status) {
+  if (c.family == hf::Family::Gpt2)
+    return checked_units(spec, make_hf_gpt2(c, spec.model.path, gpt_config(spec), std::move(data), status), "rows");
   return checked_units(spec, std::make_unique<LlamaLanguageModel>(c, llama_options(spec), std::move(data), status),
                        "rows");
 }

@@ -226,8 +226,15 @@ inline double gen_class_loss(const double* logits, const int32_t* targets, const
 }
 
 // ---- the whole model, in double. Parameters by GPT-2 name; shapes as models/gpt.hpp.
+// A Hugging Face GPT-2 (models/gpt2_hf.hpp) adds: the MLP's width n_inner (0: 4 n_embd), the
+// LayerNorms' eps, and the head tied to wte (lm_loss reads wte and adds the head's weight gradient
+// to wte's). wpe may have more rows than T: positions 0 .. T-1 are used, the rest get zero gradient.
 struct GptRefConfig {
   int n_layer, n_head, n_embd, vocab = 256;
+  int n_inner = 0;
+  double eps = 1e-5;
+  bool tied = false;
+  int inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
 };
 
 class GptRef {
@@ -236,25 +243,36 @@ class GptRef {
   GptRef(const GptRefConfig& c, Params p) : c_(c), p_(std::move(p)) {}
   Params& params() { return p_; }
 
-  // Mean next-token cross-entropy over (B, T) tokens and targets; fills grads (same keys).
-  // head "lm": lm_head.weight; head "cls": mean-pooled classifier.{weight,bias} over len (B),
-  // labels (B), with targets ignored.
-  double lm_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& targets, int B, int T, Params* grads) {
+  // Mean next-token cross-entropy over (B, T) tokens and the targets >= 0 (on fixed rows,
+  // models/lm_rows.hpp, a target of -1 carries no loss); fills grads (same keys). The head is
+  // lm_head.weight, or wte when tied. (cls_loss: a mean-pooled classifier.{weight,bias}.)
+  double lm_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& targets, int B, int T,
+                        Params* grads) {
     return run(tok, B, T, grads, [&](const Vec& x, Vec& dx, Params* g) {
       const int V = c_.vocab, C = c_.n_embd, N = B * T;
-      const Vec& W = p_.at("lm_head.weight");
-      Vec logits((size_t)N * V), probs(logits.size());
+      const Vec& W = p_.at(c_.tied ? "wte" : "lm_head.weight");
+      Vec logits((size_t)N * V), dl(logits.size(), 0.0);
       matmul_fwd(x.data(), W.data(), logits.data(), N, C, V);
-      double loss = softmax_xent_fwd(logits.data(), targets.data(), probs.data(), N, V, nullptr) / N;
+      int n = 0;
+      for (int32_t y : targets) n += y >= 0;
+      double loss = 0.0;
+      for (int r = 0; r < N; ++r) {
+        const int y = targets[r];
+        if (y < 0) continue;
+        const double* z = logits.data() + (size_t)r * V;
+        double mx = z[0], sum = 0.0;
+        for (int j = 1; j < V; ++j) mx = std::max(mx, z[j]);
+        for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+        loss -= z[y] - mx - std::log(sum);
+        for (int j = 0; j < V; ++j) dl[(size_t)r * V + j] = (std::exp(z[j] - mx) / sum - (j == y)) / n;
+      }
       if (g) {
-        Vec dl(logits.size());
-        softmax_xent_bwd(probs.data(), targets.data(), dl.data(), N, V, 1.0 / N);
-        Vec& dW = (*g)["lm_head.weight"];
+        Vec& dW = (*g)[c_.tied ? kTiedHead : "lm_head.weight"];
         dW.assign(W.size(), 0.0);
         matmul_bwd_weight(dl.data(), x.data(), dW.data(), N, C, V, false);
         matmul_bwd_data(dl.data(), W.data(), dx.data(), N, C, V);
       }
-      return loss;
+      return loss / n;
     });
   }
 
@@ -356,14 +374,16 @@ class GptRef {
   }
 
  private:
+  static constexpr const char* kTiedHead = "lm_head.tied";  // the tied head's part of wte's gradient
   const Vec& P(const std::string& n) const { return p_.at(n); }
 
   // Forward of the body (to ln_f's output), the head's loss and d(ln_f output), then the body's
   // backward into grads.
   template <class HeadFn>
   double run(const std::vector<int32_t>& tok, int B, int T, Params* g, HeadFn head) {
-    const int C = c_.n_embd, N = B * T, NH = c_.n_head, L = c_.n_layer;
-    const size_t NC = (size_t)N * C;
+    const int C = c_.n_embd, N = B * T, NH = c_.n_head, L = c_.n_layer, I = c_.inner();
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I;
+    const double eps = c_.eps;
     struct Layer {
       Vec in, ln1, m1, r1, qkv, atty, att, res1, ln2, m2, r2, fch, fcg, res2;
     };
@@ -383,7 +403,7 @@ class GptRef {
       Y.in = r;
       Y.ln1.resize(NC), Y.m1.resize(N), Y.r1.resize(N);
       layernorm_fwd(r.data(), P(h + "ln_1.weight").data(), P(h + "ln_1.bias").data(), Y.ln1.data(), Y.m1.data(),
-                    Y.r1.data(), N, C, 1e-5);
+                    Y.r1.data(), N, C, eps);
       Y.qkv.resize(3 * NC);
       matmul_fwd(Y.ln1.data(), P(h + "attn.c_attn.weight").data(), Y.qkv.data(), N, C, 3 * C);
       bias_add(Y.qkv.data(), P(h + "attn.c_attn.bias").data(), N, 3 * C);
@@ -395,20 +415,20 @@ class GptRef {
       for (size_t i = 0; i < NC; ++i) Y.res1[i] += r[i];
       Y.ln2.resize(NC), Y.m2.resize(N), Y.r2.resize(N);
       layernorm_fwd(Y.res1.data(), P(h + "ln_2.weight").data(), P(h + "ln_2.bias").data(), Y.ln2.data(),
-                    Y.m2.data(), Y.r2.data(), N, C, 1e-5);
-      Y.fch.resize(4 * NC), Y.fcg.resize(4 * NC);
-      matmul_fwd(Y.ln2.data(), P(h + "mlp.c_fc.weight").data(), Y.fch.data(), N, C, 4 * C);
-      bias_add(Y.fch.data(), P(h + "mlp.c_fc.bias").data(), N, 4 * C);
-      gelu_fwd(Y.fch.data(), Y.fcg.data(), 4 * NC);
+                    Y.m2.data(), Y.r2.data(), N, C, eps);
+      Y.fch.resize(NI), Y.fcg.resize(NI);
+      matmul_fwd(Y.ln2.data(), P(h + "mlp.c_fc.weight").data(), Y.fch.data(), N, C, I);
+      bias_add(Y.fch.data(), P(h + "mlp.c_fc.bias").data(), N, I);
+      gelu_fwd(Y.fch.data(), Y.fcg.data(), NI);
       Y.res2.resize(NC);
-      matmul_fwd(Y.fcg.data(), P(h + "mlp.c_proj.weight").data(), Y.res2.data(), N, 4 * C, C);
+      matmul_fwd(Y.fcg.data(), P(h + "mlp.c_proj.weight").data(), Y.res2.data(), N, I, C);
       bias_add(Y.res2.data(), P(h + "mlp.c_proj.bias").data(), N, C);
       for (size_t i = 0; i < NC; ++i) Y.res2[i] += Y.res1[i];
       r = Y.res2;
     }
     Vec lnf(NC), mf(N), rf(N), dlnf(NC);
     layernorm_fwd(r.data(), P("ln_f.weight").data(), P("ln_f.bias").data(), lnf.data(), mf.data(), rf.data(), N, C,
-                  1e-5);
+                  eps);
     const double loss = head(lnf, dlnf, g);
     if (!g) return loss;
     auto G = [&](const std::string& n) -> Vec& {
@@ -422,14 +442,14 @@ class GptRef {
     for (int l = L - 1; l >= 0; --l) {
       const std::string h = "h." + std::to_string(l) + ".";
       Layer& Y = ls[l];
-      Vec dfcg(4 * NC), dfch(4 * NC), dln(NC), dres1(NC), datty(NC), dqkv(3 * NC), din(NC);
-      matmul_bwd_weight(dr.data(), Y.fcg.data(), G(h + "mlp.c_proj.weight").data(), N, 4 * C, C, false);
+      Vec dfcg(NI), dfch(NI), dln(NC), dres1(NC), datty(NC), dqkv(3 * NC), din(NC);
+      matmul_bwd_weight(dr.data(), Y.fcg.data(), G(h + "mlp.c_proj.weight").data(), N, I, C, false);
       bias_grad(dr.data(), G(h + "mlp.c_proj.bias").data(), N, C);
-      matmul_bwd_data(dr.data(), P(h + "mlp.c_proj.weight").data(), dfcg.data(), N, 4 * C, C);
-      gelu_bwd(Y.fch.data(), dfcg.data(), dfch.data(), 4 * NC);
-      matmul_bwd_weight(dfch.data(), Y.ln2.data(), G(h + "mlp.c_fc.weight").data(), N, C, 4 * C, false);
-      bias_grad(dfch.data(), G(h + "mlp.c_fc.bias").data(), N, 4 * C);
-      matmul_bwd_data(dfch.data(), P(h + "mlp.c_fc.weight").data(), dln.data(), N, C, 4 * C);
+      matmul_bwd_data(dr.data(), P(h + "mlp.c_proj.weight").data(), dfcg.data(), N, I, C);
+      gelu_bwd(Y.fch.data(), dfcg.data(), dfch.data(), NI);
+      matmul_bwd_weight(dfch.data(), Y.ln2.data(), G(h + "mlp.c_fc.weight").data(), N, C, I, false);
+      bias_grad(dfch.data(), G(h + "mlp.c_fc.bias").data(), N, I);
+      matmul_bwd_data(dfch.data(), P(h + "mlp.c_fc.weight").data(), dln.data(), N, C, I);
       layernorm_bwd(dln.data(), Y.res1.data(), Y.m2.data(), Y.r2.data(), P(h + "ln_2.weight").data(), dres1.data(),
                     G(h + "ln_2.weight").data(), G(h + "ln_2.bias").data(), N, C);
       for (size_t i = 0; i < NC; ++i) dres1[i] += dr[i];
@@ -449,6 +469,11 @@ class GptRef {
     embedding_bwd(tok.data(), dr.data(), G("wte").data(), dwpe_t.data(), B, T, C, c_.vocab);
     for (size_t i = 0; i < dwpe_t.size(); ++i) dwpe[i] = dwpe_t[i];
     (*g)["wpe"] = dwpe;
+    if (auto it = g->find(kTiedHead); it != g->end()) {  // the tied head: wte's gradient gains its part
+      Vec& dwte = (*g)["wte"];
+      for (size_t i = 0; i < dwte.size(); ++i) dwte[i] += it->second[i];
+      g->erase(it);
+    }
     if (cls) {
       Vec& de = G("class_embedding");
       for (int b = 0; b < B; ++b)

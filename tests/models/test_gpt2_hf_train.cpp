@@ -1,0 +1,165 @@
+// Training a Hugging Face GPT-2 directory (models/gpt2_hf.hpp) with the engine's strategies: three
+// AdamW steps (device-adam) equal the double reference's (tests/reference/gpt_ref.hpp and
+// reference.hpp's adam_step); ZenFlow with the tied wte as one 2-D parameter: at topk 1 and update
+// interval 1 bitwise device-adam, at topk 0.25 with a host interval and overlap bitwise the same
+// under two scheduling policies; --save-hf after 0 steps gives back the input's tensors bitwise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "graphs/strategies/strategy.hpp"
+#include "models/gpt2_hf.hpp"
+#include "models/hf/load.hpp"
+#include "tests/models/gpt2_hf_helpers.hpp"
+#include "tests/models/gpt_helpers.hpp"
+
+namespace zf::test {
+namespace {
+
+using namespace gpt2;
+
+Spec train_spec(const std::string& strategy) {
+  Spec s;
+  s.source = "gpt2-hf-test";
+  s.strategy = strategy;
+  s.optimizer.lr = 1e-2;
+  s.optimizer.eps = 1e-3;  // see AdamWStepsMatchDoubleReference
+  s.optimizer.weight_decay = 0.1;
+  s.train.batch_size = 3;
+  s.train.steps = 3;
+  return s;
+}
+
+// Step t's batch: windows 3t .. 3t + 2 (mod the epoch).
+std::vector<int32_t> batch(int64_t t, int64_t units) {
+  return {(int32_t)((3 * t) % units), (int32_t)((3 * t + 1) % units), (int32_t)((3 * t + 2) % units)};
+}
+
+// `steps` steps of the spec's strategy on the model in `dir`; the final weights (logical layout).
+Weights train(const Spec& s, const std::string& dir, bool in_out, int64_t steps) {
+  Runtime rt(rt_config(s.runtime.sched));
+  const hf::Config c = hf::read_config(dir + "/config.json");
+  Gpt2HfModel wl(c, dir, run_config(in_out), token_split(), &rt.tracker().status());
+  const int64_t units = wl.epoch_size();
+  auto strat = make_strategy(s, rt, wl.params(), units / s.train.batch_size);
+  Tensor stats = Tensor::home({3}, "stats", sizeof(double));
+  for (int64_t t = 0; t < steps; ++t) {
+    wl.submit_step(rt, t, batch(t, units), stats);
+    strat->submit_update(UpdateStep{t, t, 1.0f});
+  }
+  strat->flush(UpdateStep{steps - 1, steps - 1, 1.0f});
+  rt.wait_all();
+  Weights w;
+  for (Param* p : wl.params()) w[p->name] = logical_values(*p);
+  return w;
+}
+
+// AdamW's step is lr * m / (sqrt(v) + eps): at eps 1e-8 a gradient element near zero turns a float
+// rounding difference (~1e-6 of the tensor's largest gradient) into a step of either sign. With
+// eps 1e-3 the difference of a step is at most lr / eps = 10 times the gradient's, so after three
+// steps |w - ref| <= 1e-5 (about 30 x 1e-6 x max|g|, max|g| < 0.3 here) bounds a correct engine,
+// while a wrong gradient or update moves weights by ~lr = 1e-2.
+TEST(Gpt2HfTrain, AdamWStepsMatchDoubleReference) {
+  TempDir d;
+  const Tensors t = write_dir(d, "m", config(), "BF16");
+  const Spec s = train_spec("device-adam");
+  for (bool in_out : {true, false}) {
+    SCOPED_TRACE(in_out);
+    const Weights got = train(s, d.path("m"), in_out, 3);
+    ref::GptRef model(ref_config(), ref_params(t));
+    const TokenSplit data = token_split();
+    const int64_t units = (int64_t)(data.train.u16.size() - 1) / kContext;
+    ref::AdamParams hp;
+    hp.lr = (float)s.optimizer.lr;
+    hp.beta1 = (float)s.optimizer.beta1;
+    hp.beta2 = (float)s.optimizer.beta2;
+    hp.eps = (float)s.optimizer.eps;
+    hp.weight_decay = (float)s.optimizer.weight_decay;
+    ref::GptRef::Params m, v;
+    for (int64_t step = 0; step < 3; ++step) {
+      std::vector<int32_t> tok, tgt;
+      windows(data.train, batch(step, units), tok, tgt);
+      ref::GptRef::Params g;
+      model.lm_loss(tok, tgt, 3, kContext, &g);
+      for (auto& [name, p] : model.params()) {
+        m[name].resize(p.size(), 0.0);
+        v[name].resize(p.size(), 0.0);
+        ref::adam_step(p.data(), g.at(name).data(), m[name].data(), v[name].data(), p.size(), hp, step + 1, 1.0);
+      }
+    }
+    ASSERT_EQ(got.size(), model.params().size());
+    for (auto& [name, p] : model.params()) {
+      SCOPED_TRACE(name);
+      const std::vector<float>& w = got.at(name);
+      double diff = 0, moved = 0;
+      for (size_t i = 0; i < p.size(); ++i) {
+        diff = std::max(diff, std::fabs((double)w[i] - p[i]));
+        moved = std::max(moved, std::fabs(p[i] - ref_params(t).at(name)[i]));
+      }
+      EXPECT_LE(diff, 1e-5);
+      EXPECT_GT(moved, 1e-3) << "the steps moved the weights";
+    }
+  }
+}
+
+// ZenFlow on the tied model: wte (37, C) is one 2-D parameter whose columns are its C embedding
+// dimensions; c_attn's are its C inputs (3C outputs per column).
+TEST(Gpt2HfTrain, ZenFlowOnTheTiedModel) {
+  TempDir d;
+  const Tensors t = write_dir(d, "m", config(), "F32");
+  Spec z = train_spec("zenflow");
+  z.zenflow.given = true;
+  z.zenflow.topk_ratio = 1.0;
+  z.zenflow.update_interval = 1;
+  z.zenflow.overlap_step = false;
+  z.zenflow.select_strategy = "auto";  // no reselection within the run (it would reset the moments)
+  const Weights dev = train(train_spec("device-adam"), d.path("m"), true, 4);
+  EXPECT_EQ(first_difference(train(z, d.path("m"), true, 4), dev), "") << "topk 1, interval 1: device-adam";
+
+  z.zenflow.topk_ratio = 0.25;
+  z.zenflow.update_interval = 2;
+  z.zenflow.overlap_step = true;
+  z.runtime.sched = "eager";
+  const Weights a = train(z, d.path("m"), true, 6);
+  z.runtime.sched = "lws";
+  EXPECT_EQ(first_difference(train(z, d.path("m"), true, 6), a), "") << "eager vs lws";
+  double moved = 0;
+  const ref::GptRef::Params w0 = ref_params(t);
+  for (auto& [name, v] : a) {
+    for (float x : v) ASSERT_TRUE(std::isfinite(x)) << name;
+    for (size_t i = 0; i < v.size(); ++i) moved = std::max(moved, std::fabs(v[i] - w0.at(name)[i]));
+  }
+  EXPECT_GT(moved, 1e-3);
+  EXPECT_NE(first_difference(a, dev), "") << "topk 0.25 with a host interval is not device-adam";
+}
+
+// --save-hf after 0 steps: the input's tensors bitwise, in their input dtype (BF16 here, sharded
+// input), and config.json's bytes.
+TEST(Gpt2HfSave, ZeroStepsGiveBackTheInputBitwise) {
+  TempDir d;
+  const Tensors t = write_dir(d, "m", config(), "BF16", 4096);
+  const hf::Config c = hf::read_config(d.path("m/config.json"));
+  for (bool in_out : {true, false}) {
+    SCOPED_TRACE(in_out);
+    Runtime rt(rt_config());
+    Gpt2HfModel wl(c, d.path("m"), run_config(in_out), token_split(), &rt.tracker().status());
+    const std::string out = d.path(in_out ? "out-io" : "out-oi");
+    wl.save_hf(out, hf::SaveOptions{});
+    EXPECT_EQ(read_file(out + "/config.json"), read_file(d.path("m/config.json")));
+    std::map<std::string, std::vector<float>> back;
+    const hf::LoadResult r = hf::load_weights(out, hf::read_config(out + "/config.json"), 1, [&](const hf::TensorSpec& s) {
+      back[s.name].assign(s.numel(), -7.0f);
+      return back[s.name].data();
+    });
+    EXPECT_TRUE(r.from_files);
+    for (const auto& [name, dt] : r.dtypes) EXPECT_EQ(dt, "BF16") << name;
+    ASSERT_EQ(back.size(), t.size());
+    for (const auto& [name, v] : t) EXPECT_EQ(back.at(name), v) << name;
+    for (const hf::TensorSpec& s : hf::expected_tensors(c)) EXPECT_EQ(wl.hf_values(s), t.at(s.name)) << s.name;
+  }
+}
+
+}  // namespace
+}  // namespace zf::test

@@ -48,8 +48,12 @@ void check_model_data(const Fields& top, Spec& s) {
     top.fail("model.path", "required with model.type hf (a Hugging Face model directory, docs/llama.md)");
   if (m != "hf" && !s.model.path.empty())
     top.fail("model.path", "only with model.type hf (model.type is " + m + ")");
-  if (m == "hf" && d != "tokens")
-    top.fail("data.dataset", "model.type hf trains on token files: set data.dataset to tokens (got " + d + ")");
+  if (m == "hf" && d == "fashion-mnist")
+    top.fail("data.dataset", "model.type hf trains on language: set data.dataset to tokens, text, kjv or instructions");
+  if (m != "hf" && d == "instructions")
+    top.fail("data.dataset", "instructions are tokenized by a Hugging Face model's tokenizer: set model.type hf");
+  if (d == "instructions" && s.data.path.empty())
+    top.fail("data.path", "required with data.dataset instructions (Alpaca-style JSON or JSONL records, docs/hf.md)");
   if (m == "gpt" && d == "fashion-mnist")
     top.fail("data.dataset", "model.type gpt trains on text or tokens: set data.dataset to kjv, text or tokens");
   if (m == "gpt-classifier" && d != "kjv")
@@ -62,10 +66,12 @@ void check_model_data(const Fields& top, Spec& s) {
     top.fail("data.path", "required with data.dataset tokens (the training token file, docs/gpt.md)");
   if (d == "tokens" && s.data.eval_path.empty())
     top.fail("data.eval_path", "required with data.dataset tokens (the evaluation token file, docs/gpt.md)");
-  if (d != "tokens" && !s.data.eval_path.empty())
-    top.fail("data.eval_path", "only with data.dataset tokens (" + d + " has its own evaluation split)");
+  const bool own_eval = d == "tokens" || d == "instructions" || (m == "hf" && d == "text");
+  if (!own_eval && !s.data.eval_path.empty())
+    top.fail("data.eval_path", "only with data.dataset tokens, instructions, or text with model.type hf (" + d +
+                                   " has its own evaluation split)");
   // the byte datasets' ids are the 256 byte values; the classifier's heads are built on them
-  if ((m == "gpt-classifier" && s.model.vocab != 256) || ((d == "text" || d == "kjv") && s.model.vocab < 256))
+  if ((m == "gpt-classifier" && s.model.vocab != 256) || (m != "hf" && (d == "text" || d == "kjv") && s.model.vocab < 256))
     top.fail("model.vocab", std::to_string(s.model.vocab) + ": " +
                                 (m == "gpt-classifier" ? "gpt-classifier reads bytes, vocabulary 256"
                                                        : "data.dataset " + d + " reads bytes: at least 256") +

@@ -2,6 +2,7 @@
 // or a Hugging Face model directory (hf: Llama, Mistral, Qwen2).
 #include "graphs/train/workload_factory.hpp"
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,9 +12,12 @@
 #include "models/gpt_classifier.hpp"
 #include "models/hf/config.hpp"
 #include "models/idx.hpp"
+#include "models/instructions.hpp"
 #include "models/llama.hpp"
 #include "models/mlp.hpp"
 #include "models/text.hpp"
+#include "models/text_tokens.hpp"
+#include "models/tokenizer/tokenizer.hpp"
 #include "models/tokens.hpp"
 #include "runtime/error.hpp"
 
@@ -147,16 +151,48 @@ std::unique_ptr<Workload> make_hf_workload(const Spec& spec, const hf::Config& c
                        "rows");
 }
 
+// model.type "hf" (docs/hf.md "Data"): token files as they are; text, the KJV and instruction
+// records tokenized with the model directory's tokenizer and config.json's BOS / EOS.
+static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
+  const hf::Config c = hf_model_config(spec);
+  const std::string& d = spec.data.dataset;
+  const std::string where = spec.where("data.path"), eval_where = spec.where("data.eval_path");
+  if (d == "tokens")
+    return make_hf_workload(spec, c,
+                            load_token_split(spec.data.path, where, spec.data.eval_path, eval_where, c.vocab_size,
+                                             spec.model.context),
+                            status);
+  const std::unique_ptr<tok::Tokenizer> tok = tok::load_tokenizer(spec.model.path);
+  const tok::SpecialIds ids = tok::read_special_ids(spec.model.path);
+  auto progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (d == "instructions") {
+    InstructionOptions o;
+    o.T = spec.model.context;
+    o.bos = ids.bos;
+    o.eos = ids.eos;
+    o.specials_where = spec.model.path + "/config.json: eos_token_id";
+    o.vocab = c.vocab_size;
+    o.progress = progress;
+    return make_hf_workload(
+        spec, c, load_instruction_split(spec.data.path, where, spec.data.eval_path, eval_where, *tok, o), status);
+  }
+  TextTokenOptions o;
+  o.bos = ids.bos;
+  o.eos = ids.eos;
+  o.vocab = c.vocab_size;
+  o.context = spec.model.context;
+  o.progress = progress;
+  if (d == "kjv")
+    return make_hf_workload(spec, c, tokenize_text_split(kjv_lm_split(load_kjv(spec.data.path, where)), where, *tok, o),
+                            status);
+  return make_hf_workload(spec, c, load_text_token_split(spec.data.path, where, spec.data.eval_path, eval_where, *tok, o),
+                          status);
+}
+
 std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
   if (spec.model.type == "mlp") return make_mlp(spec, status);
   if (spec.model.type == "gpt" || spec.model.type == "gpt-classifier") return make_gpt(spec, status);
-  if (spec.model.type == "hf") {  // data.dataset "tokens" (the spec refuses the others for now)
-    const hf::Config c = hf_model_config(spec);
-    return make_hf_workload(spec, c,
-                            load_token_split(spec.data.path, spec.where("data.path"), spec.data.eval_path,
-                                             spec.where("data.eval_path"), c.vocab_size, spec.model.context),
-                            status);
-  }
+  if (spec.model.type == "hf") return make_hf(spec, status);
   throw InputError(spec.source + ": model.type", "unknown model type '" + spec.model.type + "'");
 }
 

@@ -68,9 +68,14 @@ void sim_cuda_placeholder(void*[], void*) noexcept {}
 
 double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned) {
   const Rates& r = arch->devices[0].type == STARPU_CUDA_WORKER ? cuda_rates : cpu_rates;
+  // memory traffic: a buffer read counts once, written once, read and written twice (AdamW's
+  // p, g, m, v: 28 bytes per parameter, as measured in performance-limits.md)
   double bytes = 0;
-  for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); ++i)
-    bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+  for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); ++i) {
+    const starpu_data_access_mode mode = STARPU_TASK_GET_MODE(task, i);
+    const double size = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+    bytes += size * (((mode & STARPU_R) ? 1 : 0) + ((mode & STARPU_W) ? 1 : 0));
+  }
   double flops = 0;
   {
     std::lock_guard<std::mutex> lk(mu);

@@ -23,13 +23,14 @@ done
 python3 - "$out" "${machines[@]}" <<'PY'
 import json, os, sys
 out, machines = sys.argv[1], sys.argv[2:]
-rows = ["| machine | strategy | step ms | stall | device busy ms | zenflow speed-up over zero-offload |",
-        "|---|---|---|---|---|---|"]
+rows = ["| machine | strategy | step ms median | step ms mean | stall | device busy ms | zenflow speed-up over zero-offload (means) |",
+        "|---|---|---|---|---|---|---|"]
 for m in machines:
     r = {s: json.load(open(os.path.join(out, f"pred-{m}-{s}.json"))) for s in ("device-adam", "zero-offload", "zenflow")}
-    up = r["zero-offload"]["step_time_s"]["median"] / r["zenflow"]["step_time_s"]["median"]
+    up = r["zero-offload"]["step_time_s"]["mean"] / r["zenflow"]["step_time_s"]["mean"]
     for s, x in r.items():
-        rows.append(f"| {m} | {s} | {x['step_time_s']['median'] * 1e3:.1f} | {x['stall_fraction']:.3f} | "
+        rows.append(f"| {m} | {s} | {x['step_time_s']['median'] * 1e3:.1f} | {x['step_time_s']['mean'] * 1e3:.1f} | "
+                    f"{x['stall_fraction']:.3f} | "
                     f"{x['device_busy_s_per_step'] * 1e3:.1f} | {f'{up:.2f}x' if s == 'zenflow' else ''} |")
 text = "\n".join(rows) + "\n"
 print(text, end="")

@@ -87,16 +87,29 @@ void gqa_attention_bwd_cuda(void* b[], void* a) noexcept {  // (B, T, T) scratch
 }
 #endif
 
+// The simulation's roofline (runtime/simulation.hpp): two products of 2 T T hs FLOPs per head and
+// sequence forward (S = q k^T, out = att v), four backward; the softmax is memory-bound.
+double attention_fwd_flops(const void* a) {
+  auto* p = static_cast<const AttentionArgs*>(a);
+  return 4.0 * p->B * p->T * p->T * p->C;
+}
+double attention_bwd_flops(const void* a) { return 2 * attention_fwd_flops(a); }
+double gqa_fwd_flops(const void* a) {
+  auto* p = static_cast<const GqaArgs*>(a);
+  return 4.0 * p->B * p->T * p->T * p->H * p->hs;
+}
+double gqa_bwd_flops(const void* a) { return 2 * gqa_fwd_flops(a); }
+
 starpu_codelet& attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3, {STARPU_R, STARPU_W, STARPU_W}}, &m);
+      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3, {STARPU_R, STARPU_W, STARPU_W}, attention_fwd_flops}, &m);
   return c;
 }
 starpu_codelet& attention_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(attention_bwd_cuda), 4,
-                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
+                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}, attention_bwd_flops},
                                          &m);
   return c;
 }
@@ -118,7 +131,7 @@ starpu_codelet& gqa_attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_gqa_attention_fwd", gqa_attention_fwd_cpu, ZF_CUDA_FUNC(gqa_attention_fwd_cuda), 5,
-                    {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+                    {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}, gqa_fwd_flops},
                    &m);
   return c;
 }
@@ -126,7 +139,7 @@ starpu_codelet& gqa_attention_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_gqa_attention_bwd", gqa_attention_bwd_cpu, ZF_CUDA_FUNC(gqa_attention_bwd_cuda), 8,
-                    {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
+                    {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}, gqa_bwd_flops},
                    &m);
   return c;
 }

@@ -4,11 +4,14 @@
 
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/simulation.hpp"
 
 // The CUDA implementation of an operation, or null when built without CUDA (then the codelet
 // has only its CPU implementation and StarPU never places it on a CUDA worker).
 #ifdef ZF_USE_CUDA
 #define ZF_CUDA_FUNC(f) f
+#elif defined(ZF_SIMGRID)  // simulated CUDA workers: a placeholder that never runs (docs/simulation.md)
+#define ZF_CUDA_FUNC(f) ::zf::sim_cuda_placeholder
 #else
 #define ZF_CUDA_FUNC(f) nullptr
 #endif

@@ -50,23 +50,29 @@ void matmul_bwd_data_cuda(void* b[], void* a) noexcept {
 }
 #endif
 
+// 2 B K N FLOPs, every product (the simulation's roofline, runtime/simulation.hpp)
+double matmul_flops(const void* a) {
+  auto* p = static_cast<const MatmulArgs*>(a);
+  return 2.0 * p->B * p->K * p->N;
+}
+
 starpu_codelet& matmul_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      {"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}, matmul_flops}, &m);
   return c;
 }
 starpu_codelet& matmul_bwd_weight_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight", matmul_bwd_weight_cpu,
-                                          ZF_CUDA_FUNC(matmul_bwd_weight_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                          ZF_CUDA_FUNC(matmul_bwd_weight_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}, matmul_flops},
                                          &m);
   return c;
 }
 starpu_codelet& matmul_bwd_data_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
-                                          ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                          ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}, matmul_flops},
                                          &m);
   return c;
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "runtime/error.hpp"
+#include "runtime/simulation.hpp"
 
 namespace zf {
 
@@ -44,6 +45,7 @@ Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, f
   in_out = in_out && shape.size() == 2;
   const std::vector<int64_t> stored = in_out ? std::vector<int64_t>{shape[1], shape[0]} : shape;
   Param p{name, Tensor::home(stored, name), Tensor::lazy(stored, name + ".grad"), in_out};
+  if (kSimulated) return p;  // no value is real in simulation (docs/simulation.md): no draws
   float* d = p.value.data();
   const size_t R = (size_t)shape[0], C = in_out ? (size_t)shape[1] : 1;
   for (size_t i = 0; i < p.value.numel(); ++i)  // logical element (r, c) = i in (out, in) order

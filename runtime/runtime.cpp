@@ -12,6 +12,7 @@
 
 #include "runtime/parallel.hpp"
 #include "runtime/sched_deadline.hpp"
+#include "runtime/simulation.hpp"
 #ifdef ZF_USE_CUDA
 #include "runtime/cuda_device.hpp"
 #endif
@@ -19,13 +20,25 @@
 namespace zf {
 
 // ---------------------------------------------------------------- Tensor
-static void* alloc_home(size_t bytes) {
+static size_t home_bytes(size_t bytes) {
   size_t n = (bytes + 63) / 64 * 64;
-  if (n == 0) n = 64;
+  return n == 0 ? 64 : n;
+}
+
+static void* alloc_home(size_t bytes) {
+  const size_t n = home_bytes(bytes);
+#ifdef ZF_SIMGRID
+  // Simulation: no data is real; StarPU's folded allocation maps every page of the buffer onto
+  // the same few physical pages (STARPU_MALLOC_SIMULATION_FOLD), so a 7B model takes no memory.
+  void* q = nullptr;
+  if (starpu_malloc_flags(&q, n, STARPU_MALLOC_SIMULATION_FOLDED) != 0 || !q) throw std::bad_alloc();
+  return q;
+#else
   void* p = std::aligned_alloc(64, n);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, n);  // pre-fault: no first-touch page faults inside the first step
   return p;
+#endif
 }
 
 static size_t numel_of(const std::vector<int64_t>& shape) {
@@ -47,7 +60,7 @@ Tensor Tensor::home(std::vector<int64_t> shape, const std::string& name, size_t 
   // Page-locked when CUDA workers run: transfers to and from the GPU are then asynchronous DMA
   // that overlaps compute (pageable memory is staged). Pinning is a hint: a failure is ignored.
   // STARPU_DISABLE_PINNING=1 turns it off.
-  if (starpu_cuda_worker_get_count() > 0)
+  if (!kSimulated && starpu_cuda_worker_get_count() > 0)
     t.pinned_ = starpu_memory_pin(t.ptr_, t.numel_ * elem_size) == 0;
   starpu_vector_data_register(&t.handle_, STARPU_MAIN_RAM, (uintptr_t)t.ptr_, t.numel_, elem_size);
   starpu_data_set_name(t.handle_, intern(name));
@@ -74,7 +87,11 @@ void Tensor::reset() {
   handle_ = nullptr;
   if (pinned_) starpu_memory_unpin(ptr_, numel_ * elem_size_);
   pinned_ = false;
+#ifdef ZF_SIMGRID
+  if (ptr_) starpu_free_flags(ptr_, home_bytes(numel_ * elem_size_), STARPU_MALLOC_SIMULATION_FOLDED);
+#else
   std::free(ptr_);
+#endif
   ptr_ = nullptr;
 }
 
@@ -153,12 +170,18 @@ Runtime::TileCounts Runtime::tile_counts() {
 int Runtime::cuda_devices() {
 #ifdef ZF_USE_CUDA
   return cuda_device_count();
+#elif defined(ZF_SIMGRID)
+  const char* n = std::getenv("ZF_SIM_GPUS");  // the simulated machine's (tools/zf simulate)
+  return n ? std::atoi(n) : 0;
 #else
   return 0;
 #endif
 }
 
 int Runtime::hwloc_cores() {
+#ifdef ZF_SIMGRID
+  if (const char* n = std::getenv("ZF_SIM_CORES")) return std::max(1, std::atoi(n));  // the simulated host's
+#endif
   hwloc_topology_t topo;
   hwloc_topology_init(&topo);
   hwloc_topology_load(topo);
@@ -169,6 +192,9 @@ int Runtime::hwloc_cores() {
 }
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
+#ifdef ZF_SIMGRID
+  sim_load_roofline();
+#endif
   const int ncuda = check_config();
   device_is_cuda_ = ncuda > 0;
   crossings_on_host_ = cfg.crossings_on_host;
@@ -191,7 +217,7 @@ int Runtime::check_config() const {
   // CUDA workers for the device context (docs/gpu.md); with them, CPU workers are the host's only.
   int ncuda = 0;
   if (cfg.cuda_workers < -1) throw Error("runtime.cuda_workers must be >= -1");
-#ifdef ZF_USE_CUDA
+#if defined(ZF_USE_CUDA) || defined(ZF_SIMGRID)
   const int gpus = cuda_devices();
   ncuda = cfg.cuda_workers < 0 ? 0 : cfg.cuda_workers == 0 ? gpus : cfg.cuda_workers;
   if (ncuda > gpus)
@@ -280,7 +306,9 @@ void Runtime::create_contexts() {
     // workers <= cores): a host worker's core then serves the device side while it has no host
     // task (docs/architecture.md, "Idle workers" and "Device cores"). Not with CUDA workers:
     // their drivers must keep polling their streams.
-    if (!device_is_cuda_) {
+    // Nor in simulation: workers are SimGrid actors, and a sleep on a condition variable would stop
+    // the whole simulation.
+    if (!device_is_cuda_ && !kSimulated) {
       std::vector<int> all = device_workers_, helpers = device_workers_;
       all.insert(all.end(), host_workers_.begin(), host_workers_.end());
       if ((int)all.size() <= hwloc_cores()) helpers = all;

@@ -72,7 +72,7 @@ struct Entry {
 
 // One per scheduling context (starpu_sched_ctx_set_policy_data).
 struct Queue {
-  std::mutex mu;
+  PolicyMutex mu;  // held across StarPU calls (runtime/simulation.hpp)
   std::multiset<Entry> tasks;  // equal keys keep push order
   std::atomic<int64_t> ntasks{0};  // read without the mutex by idle workers
   std::atomic<bool> by_deadline{false};
@@ -116,7 +116,7 @@ int push(starpu_task* task) {
   int wake = -1;
   starpu_worker_relax_on();
   {
-    std::lock_guard<std::mutex> lk(q.mu);
+    std::lock_guard<PolicyMutex> lk(q.mu);
     starpu_worker_relax_off();
     q.tasks.insert(Entry{key, seq, task});
     q.ntasks.fetch_add(1, std::memory_order_release);
@@ -145,14 +145,16 @@ int push(starpu_task* task) {
 }
 
 starpu_task* try_pop(Queue& q, unsigned ctx, int me) {
-  if (q.ntasks.load(std::memory_order_acquire) == 0) return nullptr;
 #ifdef STARPU_NON_BLOCKING_DRIVERS
+  if (q.ntasks.load(std::memory_order_acquire) == 0) return nullptr;
   if (q.waiting[me].load(std::memory_order_acquire)) return nullptr;  // nobody pushed since
 #endif
+  // Blocking drivers (StarPU with SimGrid, docs/simulation.md): a worker that finds nothing sleeps
+  // until a push wakes it, so it marks itself waiting under the mutex even when the queue is empty.
   starpu_task* chosen = nullptr;
   bool skipped = false;
   starpu_worker_relax_on();
-  std::lock_guard<std::mutex> lk(q.mu);
+  std::lock_guard<PolicyMutex> lk(q.mu);
   starpu_worker_relax_off();
   for (auto it = q.tasks.begin(); it != q.tasks.end(); ++it) {
     unsigned nimpl = 0;

@@ -165,6 +165,14 @@ starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
     for (int i = 0; i < def.nbuffers; ++i) c.modes[i] = def.modes[i];
   model->type = STARPU_HISTORY_BASED;
   model->symbol = def.symbol;
+#ifdef ZF_SIMGRID
+  // Simulation: every codelet gets a (simulated) CUDA implementation where it has a real one
+  // (ZF_CUDA_FUNC), and its duration from the roofline (runtime/simulation.hpp).
+  if (def.cuda) c.cuda_funcs[0] = def.cuda;
+  model->type = STARPU_PER_ARCH;
+  model->arch_cost_function = sim_task_cost_us;
+  sim_register(model, def.flops);
+#endif
   c.model = model;
   c.name = def.symbol;
   return c;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/runtime.hpp"
+#include "runtime/simulation.hpp"
 
 namespace zf {
 
@@ -52,6 +53,7 @@ struct CodeletDef {
   starpu_cuda_func_t cuda;  // may be null (CPU-only operation)
   int nbuffers;
   starpu_data_access_mode modes[STARPU_NMAXBUFS];
+  FlopsFn flops = nullptr;  // FLOPs of a task from its args, for the simulation's roofline (null: memory-bound)
 };
 starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
 

@@ -1,5 +1,7 @@
 #include "runtime/tracker.hpp"
 
+#include <starpu.h>
+
 #include <set>
 
 #include "runtime/error.hpp"
@@ -52,12 +54,23 @@ void Tracker::complete(int64_t step, Side side, const TaskRecord* rec) {
 
 void Tracker::wait_device_through(int64_t step) {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] {
+  auto done = [&] {
     if (status_.failed()) return true;
     for (auto& [s, n] : pending_device_)
       if (s <= step && n > 0) return false;
     return true;
-  });
+  };
+#ifdef ZF_SIMGRID
+  // Simulation: this thread is a SimGrid actor; a wait on a condition variable would stop the whole
+  // simulation. Poll every 10 us of simulated time instead (StarPU's sleep is SimGrid's).
+  while (!done()) {
+    lk.unlock();
+    starpu_usleep(10);
+    lk.lock();
+  }
+#else
+  cv_.wait(lk, done);
+#endif
 }
 
 std::vector<TaskRecord> Tracker::records() const {

@@ -4,6 +4,9 @@
 # (tools/patches/*.patch, docs/gpu.md). Idempotent: when the prefix holds an install whose stamp
 # matches this script's configuration and patches, nothing is done.
 #   bash tools/build-starpu.sh [PREFIX]      default PREFIX: build/starpu-cuda
+# With --simgrid: the same source built for simulation (SimGrid from Debian's libsimgrid-dev, CUDA
+# off, simulated CUDA workers up to 8, docs/simulation.md); no nvcc needed.
+#   bash tools/build-starpu.sh --simgrid [PREFIX]   default PREFIX: build/starpu-simgrid
 # Exit status: 0 installed (or up to date); 3 StarPU's own build could not run or failed on this
 # machine (disk too full, make failing twice: the reason is printed); 1 anything else (no nvcc, a
 # patch that does not apply, configure, install, the checks of the result).
@@ -15,10 +18,14 @@ set -Eeuo pipefail
 # never silently
 trap 'echo "build-starpu: error: line $LINENO: \`$BASH_COMMAND\` failed (exit $?)" >&2' ERR
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-prefix="${1:-$root/build/starpu-cuda}"
+variant=cuda
+if [ "${1:-}" = --simgrid ]; then variant=simgrid; shift; fi
+prefix="${1:-$root/build/starpu-$variant}"
 mkdir -p "$prefix"
 prefix="$(cd "$prefix" && pwd)"
-work="${ZF_STARPU_SRC:-$root/build/starpu-src}"
+src_default="$root/build/starpu-src"
+[ "$variant" = cuda ] || src_default="$root/build/starpu-src-$variant"
+work="${ZF_STARPU_SRC:-$src_default}"
 cuda="${CUDA_DIR:-/usr/local/cuda}"
 jobs="${ZF_STARPU_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 patches=("$root"/tools/patches/starpu-1.3-*.patch)
@@ -38,6 +45,19 @@ configure_flags=(
 cuda_libdir="$cuda/lib64"
 [ -d "$cuda_libdir" ] || cuda_libdir="$cuda/lib"
 ldflags="-Wl,-rpath,$cuda_libdir"
+# Simulation: SimGrid's simulated CUDA workers (code under STARPU_USE_CUDA || STARPU_SIMGRID) with the
+# real CUDA off (--disable-cuda is required where /usr/local/cuda exists: StarPU 1.3.10 fails
+# against CUDA 13 otherwise); up to 64 simulated cores and 8 simulated GPUs.
+if [ "$variant" = simgrid ]; then
+  configure_flags=(
+    --enable-simgrid --disable-cuda
+    --enable-maxcpus=64 --enable-maxcudadev=8 --enable-maxbuffers=16
+    --disable-opencl --disable-build-doc --disable-build-examples --disable-build-tests
+    --disable-socl --disable-starpufft --disable-mlr --disable-static
+    --disable-mpi --disable-fortran --disable-glpk
+  )
+  ldflags=""
+fi
 
 say() { echo "build-starpu: $*"; }
 die() { echo "build-starpu: error: $*" >&2; exit 1; }
@@ -48,8 +68,13 @@ report_machine() {
 }
 free_mb() { df -Pm "$1" 2>/dev/null | awk 'NR == 2 {print $4}'; }
 
-[ -x "$cuda/bin/nvcc" ] || die "no nvcc at $cuda/bin/nvcc (set CUDA_DIR)"
-stamp_want="$( { echo "flags: ${configure_flags[*]} LDFLAGS=$ldflags prefix=$prefix"; "$cuda/bin/nvcc" --version | tail -1;
+if [ "$variant" = cuda ]; then
+  [ -x "$cuda/bin/nvcc" ] || die "no nvcc at $cuda/bin/nvcc (set CUDA_DIR)"
+  compiler_id() { "$cuda/bin/nvcc" --version | tail -1; }
+else
+  compiler_id() { echo "simgrid"; }
+fi
+stamp_want="$( { echo "flags: ${configure_flags[*]} LDFLAGS=$ldflags prefix=$prefix"; compiler_id;
                  sha256sum "${patches[@]}" | awk '{print $1}'; } | sha256sum | awk '{print $1}')"
 stamp="$prefix/.zenflow-starpu-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ] && [ -f "$prefix/lib/pkgconfig/starpu-1.3.pc" ]; then
@@ -82,6 +107,7 @@ fi
 
 # 2. build tools and libraries (configure is shipped: no autotools needed)
 pkgs=(dpkg-dev patch make gcc g++ pkg-config libhwloc-dev libfxt-dev)
+[ "$variant" = cuda ] || pkgs+=(libsimgrid-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
@@ -152,20 +178,31 @@ cd "$work" && rm -rf src obj
 # FxT's shared library travels with the prefix (a GPU machine may not have libfxt2)
 # (awk reads to the end: an early exit would kill ldconfig with SIGPIPE, and pipefail + set -e
 # would then end this script silently, at random)
-fxt_lib="$(ldconfig -p | awk '/libfxt\.so\.[0-9]/ && !found {print $NF; found = 1}')"
-[ -n "$fxt_lib" ] && cp -L "$fxt_lib" "$prefix/lib/"
+if [ "$variant" = cuda ]; then
+  fxt_lib="$(ldconfig -p | awk '/libfxt\.so\.[0-9]/ && !found {print $NF; found = 1}')"
+  [ -n "$fxt_lib" ] && cp -L "$fxt_lib" "$prefix/lib/"
+fi
 
 # 5. what the engine relies on
 cfg="$prefix/include/starpu/1.3/starpu_config.h"
 check() { grep -qE "^#define $1 $2\b" "$cfg" || die "$cfg: expected '#define $1 $2'"; }
-check STARPU_USE_CUDA 1
-check STARPU_USE_FXT 1
 check STARPU_MAXCPUS 64
 check STARPU_NMAXBUFS 16
-[ -x "$prefix/bin/starpu_fxt_tool" ] || die "starpu_fxt_tool was not installed"
+if [ "$variant" = cuda ]; then
+  check STARPU_USE_CUDA 1
+  check STARPU_USE_FXT 1
+  [ -x "$prefix/bin/starpu_fxt_tool" ] || die "starpu_fxt_tool was not installed"
+  loaded=("$prefix/bin/starpu_fxt_tool" "$prefix"/lib/libstarpu-1.3.so)
+  what="CUDA, FxT"
+else
+  check STARPU_SIMGRID 1
+  check STARPU_MAXCUDADEVS 8
+  loaded=("$prefix"/lib/libstarpu-1.3.so)
+  what="SimGrid, 8 simulated GPUs"
+fi
 # every library the install loads is found without loader configuration (LD_LIBRARY_PATH unset)
-unresolved="$(env -u LD_LIBRARY_PATH ldd "$prefix/bin/starpu_fxt_tool" "$prefix"/lib/libstarpu-1.3.so 2>&1 | grep 'not found' | sort -u || true)"
+unresolved="$(env -u LD_LIBRARY_PATH ldd "${loaded[@]}" 2>&1 | grep 'not found' | sort -u || true)"
 [ -z "$unresolved" ] || die "the installed StarPU cannot load: $unresolved"
 echo "$stamp_want" >"$stamp"
-say "installed $prefix ($(du -sh "$prefix" | cut -f1)): CUDA, FxT, MAXCPUS 64, NMAXBUFS 16;" \
+say "installed $prefix ($(du -sh "$prefix" | cut -f1)): $what, MAXCPUS 64, NMAXBUFS 16;" \
   "configure $((t2 - t1)) s, make+install $((t3 - t2)) s, total $(($(date +%s) - t0)) s"

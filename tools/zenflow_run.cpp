@@ -19,6 +19,12 @@
 #include "runtime/runtime.hpp"
 #include "tools/generate_command.hpp"
 #include "tools/tokenize_command.hpp"
+#ifdef ZF_SIMGRID
+// Simulation (docs/simulation.md): starpu.h renames main to starpu_main; StarPU's own main starts
+// SimGrid and runs this program as one of its actors (without it, StarPU attaches this thread and
+// runs about 20x slower).
+#include <starpu.h>
+#endif
 
 // Outputs that cannot be written are bad input: found before the run, not after it (an output
 // written at the end would otherwise lose the whole run). Files (--metrics, --save, --trace,

@@ -286,7 +286,7 @@ std::vector<FieldDef> runtime_log_fields() {
       custom("runtime.cuda_workers", [](auto& s) -> auto& { return s.runtime.cuda_workers; },
              [](Fields& f, const std::string& k, Spec& s) {
                f.integer(k, s.runtime.cuda_workers, -1, 64);
-#ifndef ZF_USE_CUDA
+#if !defined(ZF_USE_CUDA) && !defined(ZF_SIMGRID)  // simulated CUDA workers count as CUDA
                if (s.runtime.cuda_workers > 0)
                  f.fail("runtime.cuda_workers", std::to_string(s.runtime.cuda_workers) +
                                                     ": this build has no CUDA (-1 or 0; configure with "

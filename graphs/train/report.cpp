@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <ostream>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "graphs/train/step_graph.hpp"
 #include "graphs/train/trainer.hpp"
 #include "runtime/comm.hpp"
+#include "runtime/simulation.hpp"
 #include "runtime/trace.hpp"
 
 namespace zf {
@@ -92,7 +94,7 @@ void Progress::operator()(int64_t done) {
     double eta = elapsed / (double)(b - t0_) * (double)(T_ - b);
     const bool fp16 = prec_.fp16();
     if (!quiet_)
-      out_ << "step " << b << "/" << T_ << " | loss " << fmt("%.4f", loss / every) << " | "
+      out_ << "step " << b << "/" << T_ << " | " << (kSimulated ? "" : "loss " + fmt("%.4f", loss / every) + " | ")
            << fmt("%.2f", wall / every * 1e-3) << " ms/step | stall " << fmt("%.1f", 100 * std::max(0.0, stall))
            << "% | " << (spec_.scheduler.type.empty() ? "" : "lr " + fmt("%.3g", spec_.lr_at(prec_.lr_index(b - 1))) + " | ")
            << (strat_.grad_clip() ? "gnorm " + fmt("%.4g", strat_.grad_clip()->norm_through(b - 1)) + " | " : "")
@@ -242,6 +244,19 @@ void data_parallel_rows(const RunReport& r, const json& m, const Row& row) {
 
 }  // namespace
 
+// Each worker's busy time per measured step (seconds), by its name ("device CUDA 0", "host CPU 1").
+static json worker_busy(const RunReport& r) {
+  const int64_t from = r.t0 + r.times.W;
+  std::map<int, double> busy;
+  for (const TaskRecord& x : r.rt.tracker().records())
+    if (x.step >= from && x.step < r.T) busy[x.worker] += (x.end_us - x.start_us) * 1e-6;
+  json out = json::object();
+  const double M = (double)std::max<int64_t>(1, r.times.M);
+  for (int w : r.rt.device_workers()) out["device " + r.rt.worker_name(w)] = busy[w] / M;
+  for (int w : r.rt.host_workers()) out["host " + r.rt.worker_name(w)] = busy[w] / M;
+  return out;
+}
+
 // ---------------------------------------------------------------- after the run
 json metrics_json(const RunReport& r) {
   const StepTimes& st = r.times;
@@ -269,7 +284,12 @@ json metrics_json(const RunReport& r) {
                 {"host_to_device", (double)strat.bytes_h2d() / (double)(T - t0)}};
   // host-to-device prefetches started the moment a host result was written (CUDA workers only)
   m["prefetches"] = r.rt.prefetches();
-  m["final"] = {{"train_loss", r.train_loss}};
+  if (kSimulated) {  // no loss is computed; the workers' busy time is the prediction's detail
+    m["simulated"] = true;
+    m["worker_busy_s_per_step"] = worker_busy(r);
+  } else {
+    m["final"] = {{"train_loss", r.train_loss}};
+  }
   if (r.opt.evaluate) {
     m["final"]["eval_loss"] = r.ev.loss;
     m["final"]["eval_accuracy"] = r.ev.accuracy;
@@ -349,7 +369,12 @@ void print_summary(const RunReport& r, const json& m, std::ostream& out) {
   }
   if (r.prec.fp16())
     row("fp16 loss scale / skipped", fmt("%.0f", r.prec.scale()) + " / " + std::to_string(r.prec.skipped_steps()) + " steps");
-  row("train loss (last steps)", fmt("%.4f", r.train_loss));
+  if (kSimulated) {
+    for (const auto& w : m["worker_busy_s_per_step"].items())
+      row("busy per step: " + w.key(), fmt("%.3f", w.value().get<double>() * 1e3) + " ms");
+  } else {
+    row("train loss (last steps)", fmt("%.4f", r.train_loss));
+  }
   if (opt.evaluate) {
     row("eval loss", fmt("%.4f", r.ev.loss));
     if (r.ev.count > 0)
@@ -357,8 +382,9 @@ void print_summary(const RunReport& r, const json& m, std::ostream& out) {
     else
       row("eval accuracy", "no evaluation rows");
   }
-  row("wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
-  row("CPU time / wall (training)", fmt("%.2f", r.clock.train_cpu_s) + " s / " +
+  row(kSimulated ? "wall time (of the simulation)" : "wall time", fmt("%.1f", m["wall_s"].get<double>()) + " s");
+  if (!kSimulated)  // the simulation's CPU time says nothing of the simulated machine
+    row("CPU time / wall (training)", fmt("%.2f", r.clock.train_cpu_s) + " s / " +
                                         fmt("%.2f", m["cpu_over_wall"].get<double>()) + " cores");
   const Runtime::TileCounts& t0 = r.clock.tiles_start, &t1 = r.clock.tiles_end;
   if (t1.tiles > t0.tiles)

@@ -19,6 +19,7 @@
 #include "runtime/atomic_file.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/simulation.hpp"
 
 namespace zf {
 
@@ -40,6 +41,29 @@ RunOptions rank_options(const RunOptions& o) {
     r.trace_path.clear();
     r.trace_csv_path.clear();
   }
+  return r;
+}
+
+// ---- simulation (ZF_SIMGRID, docs/simulation.md): no kernel runs and no value is real. What reads
+// values is refused (exit 2, naming the option) where the user asked for it, skipped otherwise
+// (evaluation, losses).
+RunOptions simulation_options(const Spec& spec, const RunOptions& o) {
+  if (!kSimulated) return o;
+  const char* why = "a simulated run computes no values (docs/simulation.md)";
+  for (auto [opt, set] : {std::pair{"--save", !o.save_path.empty()}, {"--init", !o.init_path.empty()},
+                          {"--checkpoint-dir", !o.checkpoint_dir.empty()}, {"--resume", !o.resume_path.empty()}})
+    if (set) throw InputError(opt, std::string("not available in simulation: ") + why);
+  if (o.comm && o.comm->size() > 1)
+    throw InputError("mpirun", "one simulated process only: data parallelism is not simulated yet");
+  if (spec.strategy == "zenflow" && spec.zenflow.update_interval.is_auto)
+    throw InputError(spec.where("zenflow.update_interval"),
+                     "\"auto\" reads the gradient mass each step; give a number of steps in simulation (" +
+                         std::string(why) + ")");
+  if (spec.precision == "fp16")
+    throw InputError(spec.where("precision"), "\"fp16\" reads each step's overflow flag; use \"bf16\" or \"fp32\" "
+                                              "in simulation (" + std::string(why) + ")");
+  RunOptions r = o;
+  r.evaluate = false;
   return r;
 }
 
@@ -215,7 +239,7 @@ json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono:
 }  // namespace
 
 json run_training(const Spec& spec, const RunOptions& opt_in) {
-  const RunOptions opt = rank_options(opt_in);
+  const RunOptions opt = rank_options(simulation_options(spec, opt_in));
   Run r(spec, opt);
   const auto wall0 = std::chrono::steady_clock::now();
   setup(r);

@@ -1,0 +1,63 @@
+// The simulation build (ZF_SIMGRID: StarPU built with SimGrid, docs/simulation.md): no codelet
+// runs, StarPU takes each task's duration from its perfmodel. Here that model is a roofline:
+// max(FLOPs / rate, bytes / bandwidth) + a per-task overhead, per device type, with the rates of the
+// simulated machine read from the file tools/sim_machine.py writes ($ZF_SIM_ROOFLINE). A codelet
+// reports its FLOPs from its argument block (CodeletDef::flops); its bytes are its buffers' sizes.
+#pragma once
+#include <mutex>
+#include <string>
+#ifdef ZF_SIMGRID
+#include <starpu_thread.h>
+#endif
+
+struct starpu_task;
+struct starpu_perfmodel;
+struct starpu_perfmodel_arch;
+
+namespace zf {
+
+// FLOPs of one task from its codelet argument block (StarPU's cl_arg).
+using FlopsFn = double (*)(const void* cl_arg);
+
+// Whether this binary simulates (built against a SimGrid StarPU).
+constexpr bool kSimulated =
+#ifdef ZF_SIMGRID
+    true;
+#else
+    false;
+#endif
+
+// A mutex that StarPU's scheduler hooks hold across StarPU calls. In simulation every worker is a
+// SimGrid actor on one OS thread, and a StarPU call may switch actors: a std::mutex held across it
+// would block the thread (and the simulation) when the next actor takes it; StarPU's own mutex is
+// SimGrid's there.
+#ifdef ZF_SIMGRID
+class PolicyMutex {
+ public:
+  PolicyMutex() { starpu_pthread_mutex_init(&m_, nullptr); }
+  ~PolicyMutex() { starpu_pthread_mutex_destroy(&m_); }
+  PolicyMutex(const PolicyMutex&) = delete;
+  PolicyMutex& operator=(const PolicyMutex&) = delete;
+  void lock() { starpu_pthread_mutex_lock(&m_); }
+  void unlock() { starpu_pthread_mutex_unlock(&m_); }
+
+ private:
+  starpu_pthread_mutex_t m_;
+};
+#else
+using PolicyMutex = std::mutex;
+#endif
+
+#ifdef ZF_SIMGRID
+// Reads $ZF_SIM_ROOFLINE (InputError naming the file and key when missing or bad). Once, before
+// the first task.
+void sim_load_roofline();
+// The codelet whose perfmodel is `model` reports its FLOPs with `flops` (null: memory-bound only).
+void sim_register(const starpu_perfmodel* model, FlopsFn flops);
+// StarPU's per-arch cost function (microseconds) for every codelet in simulation.
+double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned nimpl);
+// The placeholder CUDA implementation: never called (simulated workers run no code).
+void sim_cuda_placeholder(void* buffers[], void* cl_arg) noexcept;
+#endif
+
+}  // namespace zf

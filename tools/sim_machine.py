@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""A simulated machine for zenflow-run-sim (docs/simulation.md): reads graphs/machines/NAME.json and
+writes, under OUT (StarPU's STARPU_PERF_MODEL_DIR for the run, with STARPU_HOSTNAME=NAME):
+  bus/NAME.platform.v4.xml   SimGrid platform: MAIN, CPU0..n-1, CUDA0..g-1 (memsize), RAM, and one
+                             link per direction between RAM and each GPU and between GPUs
+  bus/NAME.bandwidth, .latency   the same links as StarPU's schedulers read them (MB/s, us)
+  NAME.roofline              the codelets' roofline (runtime/simulation.cpp): effective FLOP/s,
+                             B/s and per-task overhead of a CPU worker and of a CUDA worker
+  NAME.env                   the run's environment (worker counts)
+Every rate is peak x the efficiency stated in the machine file; nothing is fitted here.
+Usage: python3 tools/sim_machine.py graphs/machines/NAME.json OUT
+Exit status 2 with the file and field named on a bad machine file."""
+import json
+import os
+import sys
+
+MAX_NODES = 32  # columns of StarPU's bus matrices (STARPU_MAXNODES of the simulation build)
+MAX_CPUS = 64   # STARPU_MAXCPUS of the simulation build (tools/build-starpu.sh --simgrid)
+MAX_GPUS = 8    # STARPU_MAXCUDADEVS
+
+
+class BadMachine(Exception):
+    pass
+
+
+def num(obj, path, key, lo=0.0):
+    where = f"{path}.{key}" if path else key
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= lo:
+        raise BadMachine(f"{where}: expected a number >= {lo:g}, got {json.dumps(v)}")
+    return float(v)
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadMachine(f"cannot read: {e}")
+    if not isinstance(m, dict) or not isinstance(m.get("name"), str):
+        raise BadMachine("name: expected a string")
+    for k in ("gpus", "host", "efficiency"):
+        if not isinstance(m.get(k), dict):
+            raise BadMachine(f"{k}: expected an object")
+    return m
+
+
+def rates(m):
+    """The roofline of a CPU worker and a CUDA worker: effective FLOP/s, B/s, overhead (us)."""
+    h, e, g = m["host"], m["efficiency"], m["gpus"]
+    cores = int(num(h, "host", "cores", 1))
+    # a core streams at its own rate unless the cores together exceed the host's bandwidth
+    core_bytes = min(num(h, "host", "core_bandwidth"), num(h, "host", "memory_bandwidth") / cores)
+    r = {
+        "cpu.flops": num(h, "host", "core_flops") * num(e, "efficiency", "host_flops"),
+        "cpu.bytes": core_bytes * num(e, "efficiency", "host_bytes"),
+        "cpu.overhead_us": num(e, "efficiency", "cpu_task_overhead_us"),
+        "cuda.flops": 0.0, "cuda.bytes": 0.0, "cuda.overhead_us": 0.0,
+    }
+    if int(num(g, "gpus", "count")) > 0:
+        r["cuda.flops"] = num(g, "gpus", "fp32_flops") * num(e, "efficiency", "gpu_flops")
+        r["cuda.bytes"] = num(g, "gpus", "memory_bandwidth") * num(e, "efficiency", "gpu_bytes")
+        r["cuda.overhead_us"] = num(e, "efficiency", "gpu_task_overhead_us")
+    return cores, r
+
+
+def links(m):
+    """(src, dst) -> (bytes/s, latency s) over nodes 0 = RAM, 1..g = the GPUs."""
+    g = int(num(m["gpus"], "gpus", "count"))
+    out = {}
+    if g == 0:
+        return g, out
+    p, gl, e = m.get("pcie"), m.get("gpu_links"), m["efficiency"]
+    if not isinstance(p, dict) or not isinstance(gl, dict):
+        raise BadMachine("pcie, gpu_links: expected objects (a machine with GPUs)")
+    eff = num(e, "efficiency", "pcie")
+    for i in range(1, g + 1):
+        out[(0, i)] = (num(p, "pcie", "h2d_bandwidth") * eff, num(p, "pcie", "h2d_latency_s"))
+        out[(i, 0)] = (num(p, "pcie", "d2h_bandwidth") * eff, num(p, "pcie", "d2h_latency_s"))
+        for j in range(1, g + 1):
+            if i != j:
+                out[(i, j)] = (num(gl, "gpu_links", "bandwidth") * eff, num(gl, "gpu_links", "latency_s"))
+    return g, out
+
+
+def platform_xml(cores, g, mem, lk):
+    x = ["<?xml version='1.0'?>",
+         '<!DOCTYPE platform SYSTEM "http://simgrid.gforge.inria.fr/simgrid/simgrid.dtd">',
+         '<platform version="4.1">',
+         ' <config id="General">',
+         '   <prop id="network/TCP-gamma" value="-1"></prop>',
+         '   <prop id="network/latency-factor" value="1"></prop>',
+         '   <prop id="network/bandwidth-factor" value="1"></prop>',
+         '   <prop id="network/weight-S" value="0.0"></prop>',
+         '   <prop id="network/crosstraffic" value="0"></prop>',
+         ' </config>',
+         ' <AS id="AS0" routing="Full">',
+         '   <host id="MAIN" speed="1f"/>']
+    x += [f'   <host id="CPU{c}" speed="2000000000f"/>' for c in range(cores)]
+    for i in range(g):
+        x += [f'   <host id="CUDA{i}" speed="2000000000f">', f'     <prop id="memsize" value="{int(mem)}"/>',
+              '     <prop id="memcpy_peer" value="1"/>', '   </host>']
+    x.append('   <host id="RAM" speed="1f"/>')
+    name = lambda n: "RAM" if n == 0 else f"CUDA{n - 1}"
+    for (s, d), (bw, lat) in sorted(lk.items()):
+        x.append(f'   <link id="{name(s)}-{name(d)}" bandwidth="{bw:f}Bps" latency="{lat:f}s"/>')
+    for (s, d) in sorted(lk):
+        x += [f'   <route src="{name(s)}" dst="{name(d)}" symmetrical="NO">',
+              f'    <link_ctn id="{name(s)}-{name(d)}"/>', '   </route>']
+    x += [' </AS>', '</platform>', '']
+    return "\n".join(x)
+
+
+def matrix(g, lk, pick):
+    head = "# " + "\t\t".join(f"to {j}" for j in range(MAX_NODES))
+    rows = [head]
+    for i in range(MAX_NODES):
+        row = []
+        for j in range(MAX_NODES):
+            if i > g or j > g:
+                row.append("nan")
+            elif i == j:
+                row.append("0.000000")
+            else:
+                row.append(f"{pick(lk[(i, j)]):f}")
+        rows.append("\t".join(row))
+    return "\n".join(rows) + "\n"
+
+
+def write(path, text):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def generate(machine_path, out):
+    m = load(machine_path)
+    cores, r = rates(m)
+    g, lk = links(m)
+    if cores > MAX_CPUS or g > MAX_GPUS:
+        raise BadMachine(f"host.cores {cores} / gpus.count {g}: the simulation build simulates at most "
+                         f"{MAX_CPUS} cores and {MAX_GPUS} GPUs")
+    mem = num(m["gpus"], "gpus", "memory_bytes") if g else 0
+    name = m["name"]
+    os.makedirs(os.path.join(out, "bus"), exist_ok=True)
+    write(os.path.join(out, "bus", f"{name}.platform.v4.xml"), platform_xml(cores, g, mem, lk))
+    write(os.path.join(out, "bus", f"{name}.bandwidth"), matrix(g, lk, lambda l: l[0] / 1e6))
+    write(os.path.join(out, "bus", f"{name}.latency"), matrix(g, lk, lambda l: l[1] * 1e6))
+    roof = [f"# {name}: effective rates of one worker (peak x efficiency, {machine_path})"]
+    roof += [f"{k} {v:.6g}" for k, v in r.items()]
+    write(os.path.join(out, f"{name}.roofline"), "\n".join(roof) + "\n")
+    write(os.path.join(out, f"{name}.env"), f"ZF_SIM_GPUS={g}\nZF_SIM_CORES={cores}\n")
+    return name
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        generate(argv[1], argv[2])
+    except BadMachine as e:
+        print(f"sim_machine: error: {argv[1]}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -139,6 +139,14 @@ TEST(TokenData, SpecFields) {
   expect_input_error(parse({{"dataset", "tokens"}, {"eval_path", "a.bin"}}), {"s.json: data.path", "required"});
   expect_input_error(parse({{"dataset", "text"}, {"path", "a.txt"}, {"eval_path", "b"}}),
                      {"s.json: data.eval_path", "only with data.dataset tokens"});
+  // model.type hf (docs/hf.md "Data"): instructions only there, with a path; no images
+  expect_input_error(parse({{"dataset", "instructions"}, {"path", "a.jsonl"}}),
+                     {"s.json: data.dataset", "set model.type hf"});
+  const json hf{{"type", "hf"}, {"path", "dir"}};
+  expect_input_error(parse({{"dataset", "instructions"}}, hf), {"s.json: data.path", "required with data.dataset instructions"});
+  expect_input_error(parse({{"dataset", "fashion-mnist"}}, hf), {"s.json: data.dataset", "tokens, text, kjv or instructions"});
+  EXPECT_NO_THROW(parse({{"dataset", "instructions"}, {"path", "a.jsonl"}, {"eval_path", "b.jsonl"}}, hf)());
+  EXPECT_NO_THROW(parse({{"dataset", "text"}, {"path", "a.txt"}, {"eval_path", "b.txt"}}, hf)());
   expect_input_error(parse({{"dataset", "text"}, {"path", "a.txt"}}, {{"type", "gpt"}, {"vocab", 100}}),
                      {"s.json: model.vocab", "100", "at least 256"});
   expect_input_error(parse({{"dataset", "kjv"}}, {{"type", "gpt-classifier"}, {"vocab", 300}}),

@@ -2,9 +2,11 @@
 # A small instruction data set made from the KJV (docs/hf.md, "Data"): Alpaca-style records for
 # data.dataset "instructions", deterministic (no randomness: the same bible(1) output gives the same
 # bytes). Every 100th verse (0-based index % 100 == 0, canonical order: 312 verses of 31102) gives
-# two records, in this order:
+# two records:
 #   {"instruction": "Quote Genesis 1:1.", "input": "", "output": "<the verse>"}
 #   {"instruction": "Which book and chapter is this verse from?", "input": "<the verse>", "output": "Genesis 1"}
+# in that order for the 1st, 3rd, ... verse chosen and the other way round for the 2nd, 4th, ...: the
+# held-out records (every 10th, index % 10 == 9, docs/hf.md) are then of both kinds, not all of the second.
 # Usage: python3 tools/kjv-instructions.py [--json] [--every N] [KJV_TXT [OUT]]
 #   KJV_TXT: bible(1)'s output (bash tools/zf setup writes /var/tmp/zenflow/kjv.txt, the default)
 #   OUT: default KJV_TXT's directory / kjv-instructions.jsonl (JSONL, one record a line), or
@@ -57,9 +59,10 @@ def records(path, every):
     for i, (book, chapter, verse, text) in enumerate(verses(path)):
         if i % every:
             continue
-        out.append({"instruction": f"Quote {book} {chapter}:{verse}.", "input": "", "output": text})
-        out.append({"instruction": "Which book and chapter is this verse from?", "input": text,
-                    "output": f"{book} {chapter}"})
+        pair = [{"instruction": f"Quote {book} {chapter}:{verse}.", "input": "", "output": text},
+                {"instruction": "Which book and chapter is this verse from?", "input": text,
+                 "output": f"{book} {chapter}"}]
+        out.extend(pair if (i // every) % 2 == 0 else pair[::-1])
     return out
 
 

@@ -13,7 +13,9 @@
 // - GELU (tanh) forward and backward (1024 x 512): ours, oneDNN's eltwise_gelu_tanh.
 // Prints one line per case: microseconds (of the thread's CPU time) per call of each variant, and
 // the ratio first / last.
-//   bench_kernels [--calls N (30)] [--only attention|layernorm|softmax|gelu]
+// - the linear layers' matmul kernels (forward, dx, dw; both weight layouts) of the five layers at
+//   1024 rows, fp32 and bf16, as the engine calls them (tiles, conversions);
+//   bench_kernels [--calls N (30)] [--only attention|linear|layernorm|softmax|gelu]
 #include <cblas.h>
 #include <omp.h>
 
@@ -169,6 +171,35 @@ void bench_attention_whole(int calls) {
   compare("attention bwd (kernel)", calls, {{"fp32", [&] { bwd(false); }}, {"bf16", [&] { bwd(true); }}});
 }
 
+// ---- the linear layers' matmul kernels as the engine calls them (kernels/cpu/matmul.cpp: tiles,
+// and under bf16 the operands' conversion), fp32 against bf16, both weight layouts: what a step's
+// matmul tasks cost on one thread
+void bench_linear(int calls) {
+  struct Layer {
+    const char* name;
+    int K, N;
+  };
+  const int rows = B * T;
+  for (const Layer& l : {Layer{"c_attn", C, C3}, Layer{"attn.c_proj", C, C}, Layer{"c_fc", C, MLP},
+                         Layer{"mlp.c_proj", MLP, C}, Layer{"lm_head", C, V}}) {
+    const auto x = random_vec((size_t)rows * l.K, 11), w = random_vec((size_t)l.N * l.K, 12),
+               dy = random_vec((size_t)rows * l.N, 13);
+    std::vector<float> y((size_t)rows * l.N), dx((size_t)rows * l.K), dw((size_t)l.N * l.K);
+    for (bool io : {false, true}) {
+      const std::string at = std::string(l.name) + (io ? " (in,out) " : " (out,in) ");
+      compare(at + "fwd", calls,
+              {{"fp32", [&] { cpu::matmul_fwd(x.data(), w.data(), y.data(), rows, l.K, l.N, io, false); }},
+               {"bf16", [&] { cpu::matmul_fwd(x.data(), w.data(), y.data(), rows, l.K, l.N, io, true); }}});
+      compare(at + "dx", calls,
+              {{"fp32", [&] { cpu::matmul_bwd_data(dy.data(), w.data(), dx.data(), rows, l.K, l.N, io, false); }},
+               {"bf16", [&] { cpu::matmul_bwd_data(dy.data(), w.data(), dx.data(), rows, l.K, l.N, io, true); }}});
+      compare(at + "dw", calls,
+              {{"fp32", [&] { cpu::matmul_bwd_weight(dy.data(), x.data(), dw.data(), rows, l.K, l.N, false, io, false); }},
+               {"bf16", [&] { cpu::matmul_bwd_weight(dy.data(), x.data(), dw.data(), rows, l.K, l.N, false, io, true); }}});
+    }
+  }
+}
+
 // ---- oneDNN's other primitives
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
@@ -301,10 +332,10 @@ int main(int argc, char** argv) {
     if (a == "--calls" && i + 1 < argc) {
       calls = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--only" && i + 1 < argc &&
-               std::set<std::string>{"attention", "layernorm", "softmax", "gelu"}.count(argv[i + 1])) {
+               std::set<std::string>{"attention", "linear", "layernorm", "softmax", "gelu"}.count(argv[i + 1])) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_kernels [--calls N] [--only attention|layernorm|softmax|gelu]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--calls N] [--only attention|linear|layernorm|softmax|gelu]\n");
       return 2;
     }
   }
@@ -316,6 +347,7 @@ int main(int argc, char** argv) {
   auto run = [&](const char* what) { return only.empty() || only == what; };
   if (run("attention")) bench_attention_products(calls);
   if (run("attention")) bench_attention_whole(calls);
+  if (run("linear")) bench_linear(calls);
   if (run("layernorm")) bench_layernorm(calls);
   if (run("softmax")) bench_softmax(calls);
   if (run("gelu")) bench_gelu(calls);

@@ -13,8 +13,11 @@
 #     (bench_matmul --threads 2: one primitive per shape, no tiles of ours), and against twice its
 #     1-thread rate (--threads 1), the most 2 threads can do, which a loaded machine's 2-thread
 #     measurement (both threads must run at once) can fall far below.
+#  4. the step's task time per kernel, fp32 against bf16, before and after (kernels.py, from the
+#     --trace-csv of every step run, steps 5 on).
 # Writes out/matmul.jsonl (oneDNN's implementation of each call too), out/sgemm.jsonl,
-# out/dnnl1.jsonl, out/dnnl2.jsonl, out/steps.jsonl, out/traces/fp32.rN.csv and out/summary.md.
+# out/dnnl1.jsonl, out/dnnl2.jsonl, out/steps.jsonl, out/traces/{before-fp32,fp32,before-bf16,bf16}.rN.csv
+# and out/summary.md.
 #   BEFORE=/path/to/main/build/zenflow-run bash experiments/onednn/run.sh
 #   env: ROUNDS (3), GPT_STEPS (30), CALLS (20), OUT (./out), ZF_BUILD_DIR (./build); without
 #   BEFORE the before rows are left out (the rest runs as above)
@@ -50,10 +53,12 @@ m = json.load(open(sys.argv[1]))
 print(json.dumps({"round": int(sys.argv[2]), "what": sys.argv[3], "median_s": m["step_time_s"]["median"],
                   "load": float(open("/proc/loadavg").read().split()[0])}))' "$m" "$1" "$2" | tee -a "$out/steps.jsonl"
 }
+tr() { echo --trace-csv "$out/traces/$1.r$2.csv" --trace-from 5; }
 for r in $(seq 1 "$rounds"); do
-  [ -z "$before" ] || step "$r" before-fp32 "$before" fp32
-  step "$r" after-fp32 "$build/zenflow-run" fp32 --trace-csv "$out/traces/fp32.r$r.csv" --trace-from 5
-  [ -z "$before" ] || step "$r" before-bf16 "$before" bf16
-  step "$r" after-bf16 "$build/zenflow-run" bf16
+  [ -z "$before" ] || step "$r" before-fp32 "$before" fp32 $(tr before-fp32 "$r")
+  step "$r" after-fp32 "$build/zenflow-run" fp32 $(tr fp32 "$r")
+  [ -z "$before" ] || step "$r" before-bf16 "$before" bf16 $(tr before-bf16 "$r")
+  step "$r" after-bf16 "$build/zenflow-run" bf16 $(tr bf16 "$r")
 done
 $py "$here/report.py" "$out" | tee "$out/summary.md"
+$py "$here/kernels.py" "$out" | tee -a "$out/summary.md"

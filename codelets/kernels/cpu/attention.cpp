@@ -8,10 +8,15 @@
 // exp_poly, row sums in lanes.hpp's fixed order). Forward: S = q k^T / sqrt(hs), att = softmax
 // over j <= i, out = att v. Backward: datt = dout v^T, dv = att^T dout,
 // dS = att * (datt - rowsum(att datt)), dq = dS k / sqrt(hs), dk = dS^T q / sqrt(hs).
-// bf16 (precision "bf16", where the CPU has native bf16): the products' operands are rounded to
-// bf16 (q, k, v and dout per sequence, att and dS after the softmax and its backward), products
-// summed in fp32 into fp32 outputs, as the linear layers' (kernels/cpu/matmul.cpp); the softmax and
-// its backward stay fp32, and att is saved in fp32.
+// bf16 (precision "bf16", where the CPU has native bf16; the GPT's attention, one KV head per
+// query head): the products' operands are rounded to bf16 (q, k, v and dout per sequence, att and
+// dS after the softmax and its backward), products summed in fp32 into fp32 outputs, as the linear
+// layers' (kernels/cpu/matmul.cpp); the softmax and its backward stay fp32, and att is saved in
+// fp32. The bf16 operands are packed head by head, (H, T, hs), and the products run over whole
+// (T, T) blocks into dense (H, T, hs) outputs that are then copied into place: oneDNN 2.6 runs a
+// batched bf16 matmul on AMX (brg:avx512_core_amx_bf16) only when every operand is dense, and
+// falls back to gemm:jit otherwise (3.5-10x slower at the GPT's shapes, most with a scale:
+// experiments/onednn, "bf16 step"), so the bf16 path has no causal blocking (below).
 // dk and dv sum over the G query heads sharing a KV head in group order: group 0's product writes
 // them, the next groups' accumulate (a fixed order).
 // Each sequence is a tile of kernels::cpu::parallel_for: the device side's idle cores help, and
@@ -19,11 +24,13 @@
 // independent of the thread count). The backward's (NH, T, T) scratch: the caller's for tiles it
 // runs, a per-thread buffer for the tiles a helper runs (fully written before it is read, so its
 // contents never matter); the bf16 operands likewise in per-thread buffers.
-// Causal blocking: rows are taken kBlock at a time and a block of rows [r0, r1) only reads
+// Causal blocking (fp32): rows are taken kBlock at a time and a block of rows [r0, r1) only reads
 // columns [0, r1), the columns a causal row can see; likewise a block of columns [c0, c1) of the
 // transposed products only reads rows [c0, T). What is skipped lies above the diagonal, where
 // att and dS are exact zeros (stored as such), so it adds nothing: at T = 256 this does 5/8 of
-// the full T x T work, and for T <= kBlock it is the full product as before.
+// the full T x T work, and for T <= kBlock it is the full product as before. The bf16 path
+// computes the full (T, T) products (the softmax and its backward zero what lies above the
+// diagonal): the same work for T <= kBlock, 8/5 of the blocked work at T = 256.
 // oneDNN against OpenBLAS at the GPT's shapes: docs/architecture.md, "Attention".
 #include <algorithm>
 #include <cmath>
@@ -31,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "codelets/kernels/cpu/bf16_pack.hpp"
 #include "codelets/kernels/cpu/gemm.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "codelets/kernels/cpu/lanes.hpp"
@@ -42,29 +50,10 @@ namespace zf::kernels::cpu {
 namespace {
 constexpr int kBlock = 64;
 
-// An operand as the products read it: fp32 in place, or a bf16 copy in the running thread's
-// buffer (the same layout, so the same offsets)
-struct View {
-  const void* p;
-  bool h;  // bf16
-  const void* at(size_t off) const { return (const char*)p + off * (h ? 2 : 4); }
-};
-// T rows of `width` columns, row stride ld, from x: x itself, or (bf16) their bf16 copy in buf
-View as_operand(const float* x, int T, int ld, int width, bool h, std::vector<uint16_t>& buf) {
-  if (!h) return {x, false};
-  if (buf.size() < (size_t)T * ld) buf.resize((size_t)T * ld);
-  for (int t = 0; t < T; ++t) pack_bf16(x + (size_t)t * ld, buf.data() + (size_t)t * ld, width);
-  return {buf.data(), true};
-}
-// rows [r0, r1), columns [0, r1) of each head's (T, T) block of x into buf (bf16, same layout)
-void pack_rows(const float* x, uint16_t* buf, int NH, int T, int r0, int r1) {
-  for (int h = 0; h < NH; ++h)
-    for (int i = r0; i < r1; ++i) pack_bf16(x + ((size_t)h * T + i) * T, buf + ((size_t)h * T + i) * T, r1);
-}
 // The batched product over n heads: C_i (M, N) (+)= alpha op(A_i) op(B_i), head strides sa, sb, sc
 void heads(int M, int N, int K, bool ta, bool tb, int lda, int ldb, int ldc, float alpha, int n, int64_t sa,
-           int64_t sb, int64_t sc, const void* A, const void* B, float* Cm, bool h, bool acc = false) {
-  dnnl_gemm({M, N, K, ta, tb, lda, ldb, ldc, acc, h, alpha, n, sa, sb, sc}, A, B, Cm);
+           int64_t sb, int64_t sc, const float* A, const float* B, float* Cm, bool acc = false) {
+  dnnl_gemm({M, N, K, ta, tb, lda, ldb, ldc, acc, false, alpha, n, sa, sb, sc}, A, B, Cm);
 }
 
 // Row-major views: q (B, T, ldq) with head h at column h hs, k and v (B, T, ldkv) with KV head g at
@@ -78,87 +67,162 @@ struct Grads {
   float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv as the views
 };
 
-void fwd(const Views& w, float* out, float* att, bool bf16) {
+void fwd_fp32(const Views& w, float* out, float* att) {
   const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
-  const bool h = bf16 && native_bf16();
   const int64_t TT = (int64_t)T * T, gq = (int64_t)G * hs, gt = (int64_t)G * TT;
   parallel_tiles(w.B, [&](int b) {
-    thread_local std::vector<uint16_t> hq, hk, hv, hp;
-    const View q = as_operand(w.q + (size_t)b * T * w.ldq, T, w.ldq, H * hs, h, hq);
-    const View k = as_operand(w.k + (size_t)b * T * w.ldkv, T, w.ldkv, Hkv * hs, h, hk);
-    const View v = as_operand(w.v + (size_t)b * T * w.ldkv, T, w.ldkv, Hkv * hs, h, hv);
+    const float* q = w.q + (size_t)b * T * w.ldq;
+    const float* k = w.k + (size_t)b * T * w.ldkv;
+    const float* v = w.v + (size_t)b * T * w.ldkv;
     float* a = att + (size_t)b * H * TT;      // (H, T, T)
     float* o = out + (size_t)b * T * w.ldo;  // (T, ldo), head h at column h hs
-    if (h && hp.size() < (size_t)H * TT) hp.resize((size_t)H * TT);
-    const View p = h ? View{hp.data(), true} : View{a, false};  // att as the second product reads it
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
       for (int j = 0; j < G; ++j)
-        heads(m, r1, hs, false, true, w.ldq, w.ldkv, T, scale, Hkv, gq, hs, gt, q.at((size_t)r0 * w.ldq + j * hs),
-              k.at(0), a + j * TT + (size_t)r0 * T, h);
+        heads(m, r1, hs, false, true, w.ldq, w.ldkv, T, scale, Hkv, gq, hs, gt, q + (size_t)r0 * w.ldq + j * hs, k,
+              a + j * TT + (size_t)r0 * T);
       for (int hd = 0; hd < H; ++hd) causal_softmax(a + hd * TT, T, r0, r1);
-      if (h) pack_rows(a, hp.data(), H, T, r0, r1);
       for (int j = 0; j < G; ++j)
-        heads(m, hs, r1, false, false, T, w.ldkv, w.ldo, 1.0f, Hkv, gt, hs, gq, p.at(j * TT + (size_t)r0 * T),
-              v.at(0), o + j * hs + (size_t)r0 * w.ldo, h);
+        heads(m, hs, r1, false, false, T, w.ldkv, w.ldo, 1.0f, Hkv, gt, hs, gq, a + j * TT + (size_t)r0 * T, v,
+              o + j * hs + (size_t)r0 * w.ldo);
     }
   });
 }
 
 // One sequence's backward; ds: its (H, T, T) scratch
-void bwd_sequence(const Views& w, const float* dout, const float* att, const Grads& g, float* ds, int b, bool h) {
-  thread_local std::vector<uint16_t> hq, hk, hv, hd, hp, hs16;
+void bwd_sequence(const Views& w, const float* dout, const float* att, const Grads& g, float* ds, int b) {
   const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
   const int64_t TT = (int64_t)T * T, gq = (int64_t)G * hs, gt = (int64_t)G * TT;
-  const View q = as_operand(w.q + (size_t)b * T * w.ldq, T, w.ldq, H * hs, h, hq);
-  const View k = as_operand(w.k + (size_t)b * T * w.ldkv, T, w.ldkv, Hkv * hs, h, hk);
-  const View v = as_operand(w.v + (size_t)b * T * w.ldkv, T, w.ldkv, Hkv * hs, h, hv);
-  const View dO = as_operand(dout + (size_t)b * T * w.ldo, T, w.ldo, H * hs, h, hd);
+  const float* q = w.q + (size_t)b * T * w.ldq;
+  const float* k = w.k + (size_t)b * T * w.ldkv;
+  const float* v = w.v + (size_t)b * T * w.ldkv;
+  const float* dO = dout + (size_t)b * T * w.ldo;
   const float* a = att + (size_t)b * H * TT;  // (H, T, T)
   float* dq = g.dq + (size_t)b * T * w.ldq;
   float* dk = g.dk + (size_t)b * T * w.ldkv;
   float* dv = g.dv + (size_t)b * T * w.ldkv;
-  if (h && hp.size() < (size_t)H * TT) hp.resize((size_t)H * TT), hs16.resize((size_t)H * TT);
-  const View p = h ? View{hp.data(), true} : View{a, false}, s = h ? View{hs16.data(), true} : View{ds, false};
   for (int r0 = 0; r0 < T; r0 += kBlock) {  // datt and dS by rows (in ds), then dq = dS k
     const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
     for (int j = 0; j < G; ++j)
-      heads(m, r1, hs, false, true, w.ldo, w.ldkv, T, 1.0f, Hkv, gq, hs, gt, dO.at((size_t)r0 * w.ldo + j * hs),
-            v.at(0), ds + j * TT + (size_t)r0 * T, h);
+      heads(m, r1, hs, false, true, w.ldo, w.ldkv, T, 1.0f, Hkv, gq, hs, gt, dO + (size_t)r0 * w.ldo + j * hs, v,
+            ds + j * TT + (size_t)r0 * T);
     for (int hd = 0; hd < H; ++hd) causal_softmax_bwd(a + hd * TT, ds + hd * TT, T, r0, r1);
-    if (h) pack_rows(a, hp.data(), H, T, r0, r1), pack_rows(ds, hs16.data(), H, T, r0, r1);
     for (int j = 0; j < G; ++j)
-      heads(m, hs, r1, false, false, T, w.ldkv, w.ldq, scale, Hkv, gt, hs, gq, s.at(j * TT + (size_t)r0 * T),
-            k.at(0), dq + j * hs + (size_t)r0 * w.ldq, h);
+      heads(m, hs, r1, false, false, T, w.ldkv, w.ldq, scale, Hkv, gt, hs, gq, ds + j * TT + (size_t)r0 * T, k,
+            dq + j * hs + (size_t)r0 * w.ldq);
   }
   // by columns: rows i >= c0 of column block [c0, c1) lie in row blocks that computed them; the G
   // groups sharing a KV head add into its dk and dv in group order
   for (int c0 = 0; c0 < T; c0 += kBlock) {
     const int c1 = std::min(T, c0 + kBlock), n = c1 - c0, rows = T - c0;
     for (int j = 0; j < G; ++j) {
-      heads(n, hs, rows, true, false, T, w.ldo, w.ldkv, 1.0f, Hkv, gt, gq, hs, p.at(j * TT + (size_t)c0 * T + c0),
-            dO.at((size_t)c0 * w.ldo + j * hs), dv + (size_t)c0 * w.ldkv, h, j > 0);
-      heads(n, hs, rows, true, false, T, w.ldq, w.ldkv, scale, Hkv, gt, gq, hs, s.at(j * TT + (size_t)c0 * T + c0),
-            q.at((size_t)c0 * w.ldq + j * hs), dk + (size_t)c0 * w.ldkv, h, j > 0);
+      heads(n, hs, rows, true, false, T, w.ldo, w.ldkv, 1.0f, Hkv, gt, gq, hs, a + j * TT + (size_t)c0 * T + c0,
+            dO + (size_t)c0 * w.ldo + j * hs, dv + (size_t)c0 * w.ldkv, j > 0);
+      heads(n, hs, rows, true, false, T, w.ldq, w.ldkv, scale, Hkv, gt, gq, hs, ds + j * TT + (size_t)c0 * T + c0,
+            q + (size_t)c0 * w.ldq + j * hs, dk + (size_t)c0 * w.ldkv, j > 0);
     }
   }
 }
 
+// bf16 (H == Hkv). T rows of n heads of hs columns (head h at column h hs, row stride ld) of x,
+// rounded to bf16 into buf as (n, T, hs)
+void pack_heads(const float* x, int T, int ld, int n, int hs, std::vector<uint16_t>& buf) {
+  if (buf.size() < (size_t)n * T * hs) buf.resize((size_t)n * T * hs);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < n; ++h) {
+      const float* src = x + (size_t)t * ld + (size_t)h * hs;
+      uint16_t* dst = buf.data() + ((size_t)h * T + t) * hs;
+      to_bf16(src, dst, hs);
+    }
+}
+// g (n, T, hs) into y (T rows, row stride ld, head h at column h hs)
+void unpack_heads(const float* g, int T, int ld, int n, int hs, float* y) {
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < n; ++h)
+    {
+      const float* src = g + ((size_t)h * T + t) * hs;
+      float* dst = y + (size_t)t * ld + (size_t)h * hs;
+      for (int c = 0; c < hs; ++c) dst[c] = src[c];  // inline: hs is short, a memmove call costs more
+    }
+}
+void pack_all(const float* x, size_t n, std::vector<uint16_t>& buf) {
+  if (buf.size() < n) buf.resize(n);
+  to_bf16(x, buf.data(), n);
+}
+// The batched bf16 product over H heads on dense operands: C_i (M, N) = alpha op(A_i) op(B_i),
+// A_i (M, K) (or (K, M) with ta), B_i (K, N) (or (N, K) with tb), C_i (M, N), all row-major with
+// no gaps between heads
+void dense_heads(int M, int N, int K, bool ta, bool tb, float alpha, int H, const uint16_t* A, const uint16_t* B,
+                 float* Cm) {
+  dnnl_gemm({M, N, K, ta, tb, ta ? M : K, tb ? K : N, N, false, true, alpha, H, (int64_t)M * K, (int64_t)K * N,
+             (int64_t)M * N},
+            A, B, Cm);
+}
+
+// bf16 over the GPT's fused qkv (B, T, 3C): q, k and v of a sequence packed in one pass as 3H
+// heads, (3H, T, hs): q's heads, then k's, then v's
+void fwd_bf16(const Views& w, float* out, float* att) {
+  const int T = w.T, H = w.H, hs = w.hs;
+  const float scale = 1.0f / std::sqrt((float)hs);
+  const size_t TT = (size_t)T * T, Th = (size_t)T * hs;
+  parallel_tiles(w.B, [&](int b) {
+    thread_local std::vector<uint16_t> hqkv, hp;
+    thread_local std::vector<float> o;
+    pack_heads(w.q + (size_t)b * T * w.ldq, T, w.ldq, 3 * H, hs, hqkv);
+    const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
+    float* a = att + (size_t)b * H * TT;  // (H, T, T)
+    dense_heads(T, T, hs, false, true, scale, H, q, k, a);
+    for (int hd = 0; hd < H; ++hd) causal_softmax(a + hd * TT, T, 0, T);
+    pack_all(a, H * TT, hp);
+    if (o.size() < (size_t)H * Th) o.resize((size_t)H * Th);
+    dense_heads(T, hs, T, false, false, 1.0f, H, hp.data(), v, o.data());
+    unpack_heads(o.data(), T, w.ldo, H, hs, out + (size_t)b * T * w.ldo);
+  });
+}
+
+// One sequence's bf16 backward; ds: its (H, T, T) scratch
+void bwd_sequence_bf16(const Views& w, const float* dout, const float* att, const Grads& g, float* ds, int b) {
+  thread_local std::vector<uint16_t> hqkv, hd, hp, hs16;
+  thread_local std::vector<float> o;
+  const int T = w.T, H = w.H, hs = w.hs;
+  const float scale = 1.0f / std::sqrt((float)hs);
+  const size_t TT = (size_t)T * T, Th = (size_t)T * hs;
+  pack_heads(w.q + (size_t)b * T * w.ldq, T, w.ldq, 3 * H, hs, hqkv);
+  const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
+  pack_heads(dout + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
+  const float* a = att + (size_t)b * H * TT;  // (H, T, T)
+  dense_heads(T, T, hs, false, true, 1.0f, H, hd.data(), v, ds);  // datt = dout v^T
+  for (int h = 0; h < H; ++h) causal_softmax_bwd(a + h * TT, ds + h * TT, T, 0, T);  // dS, in place
+  pack_all(a, H * TT, hp);
+  pack_all(ds, H * TT, hs16);
+  if (o.size() < (size_t)H * Th) o.resize((size_t)H * Th);
+  dense_heads(T, hs, T, false, false, scale, H, hs16.data(), k, o.data());  // dq = dS k / sqrt(hs)
+  unpack_heads(o.data(), T, w.ldq, H, hs, g.dq + (size_t)b * T * w.ldq);
+  dense_heads(T, hs, T, true, false, 1.0f, H, hp.data(), hd.data(), o.data());  // dv = att^T dout
+  unpack_heads(o.data(), T, w.ldkv, H, hs, g.dv + (size_t)b * T * w.ldkv);
+  dense_heads(T, hs, T, true, false, scale, H, hs16.data(), q, o.data());  // dk = dS^T q / sqrt(hs)
+  unpack_heads(o.data(), T, w.ldkv, H, hs, g.dk + (size_t)b * T * w.ldkv);
+}
+
+// The backward over the sequences; scratch: the caller's (H, T, T) for the tiles it runs, a
+// per-thread buffer for a helper's
 void bwd(const Views& w, const float* dout, const float* att, const Grads& g, float* scratch, bool bf16) {
-  const bool h = bf16 && native_bf16();
   const size_t n = (size_t)w.H * w.T * w.T;
   float* const caller_scratch = scratch;
   const std::thread::id caller = std::this_thread::get_id();
   parallel_tiles(w.B, [&](int b) {
     thread_local std::vector<float> own;  // a helper's scratch
-    float* ds = caller_scratch;  // (H, T, T): datt, then dS in place; row block [r0, r1) holds columns [0, r1)
+    float* ds = caller_scratch;  // (H, T, T): datt, then dS in place
     if (std::this_thread::get_id() != caller) {
       if (own.size() < n) own.resize(n);
       ds = own.data();
     }
-    bwd_sequence(w, dout, att, g, ds, b, h);
+    if (bf16)
+      bwd_sequence_bf16(w, dout, att, g, ds, b);
+    else
+      bwd_sequence(w, dout, att, g, ds, b);
   });
 }
 }  // namespace
@@ -185,18 +249,22 @@ void causal_softmax_bwd(const float* att, float* ds, int T, int r0, int r1) {
 }
 
 void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, bool bf16) {
-  fwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH}, out, att, bf16);
+  const Views w{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
+  if (bf16 && native_bf16())
+    fwd_bf16(w, out, att);
+  else
+    fwd_fp32(w, out, att);
 }
 
 void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch, int B,
                    int T, int C, int NH, bool bf16) {
   bwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH}, dout, att,
-      Grads{dqkv, dqkv + C, dqkv + 2 * C}, scratch, bf16);
+      Grads{dqkv, dqkv + C, dqkv + 2 * C}, scratch, bf16 && native_bf16());
 }
 
 void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
                        int Hkv, int hs) {
-  fwd(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, out, att, false);
+  fwd_fp32(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, out, att);
 }
 
 void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,

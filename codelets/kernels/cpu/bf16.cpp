@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <vector>
 
+#include "codelets/kernels/cpu/bf16_pack.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 
 namespace zf::kernels::cpu {
 
-void pack_bf16(const float* x, uint16_t* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = bf16::from_float(x[i]);
-}
+void pack_bf16(const float* x, uint16_t* y, size_t n) { to_bf16(x, y, n); }
 
 void unpack_bf16(const uint16_t* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = bf16::to_float(x[i]);

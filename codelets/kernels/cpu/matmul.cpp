@@ -106,6 +106,17 @@ Operands operands(const float* a, size_t na, const float* b, size_t nb, bool bf1
 constexpr int kStreamMinN = 256;  // below, a row of w is too short for the streaming loop to pay
 void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out, bool bf16) {
   const double flops = 2.0 * B * K * N;
+  if (B >= kCoarseRows && N > B) {
+    // w larger than x (a language model's head: N the vocabulary): tiles of output features,
+    // y[:, n0:n1] = x w[n0:n1]^T (or x w[:, n0:n1]), each tile packing x and its slice of w, where
+    // tiles of rows would each pack the whole of w (2 MB for a 4096 x 128 head, 16 times a call)
+    const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      op.gemm(0, w_in_out ? (size_t)n0 : (size_t)n0 * K, y + n0,
+              {B, nn, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
+    });
+    return;
+  }
   if (B >= kCoarseRows) {  // tiles of rows: y[b0:b1] = x[b0:b1] w^T (w (N, K)) or x[b0:b1] w (w (K, N))
     const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
     over(cut(B, flops, 16, B), B, [&](int b0, int bb) {

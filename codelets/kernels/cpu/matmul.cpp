@@ -186,6 +186,26 @@ static void small_batch_weight(const float* dy, const float* x, float* dw, int B
 void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate, bool dw_in_out,
                        bool bf16) {
   const double flops = 2.0 * B * K * N;
+  if (B >= kCoarseRows && !dw_in_out && N > B) {
+    // a language model's head (N the vocabulary): tiles of dw's rows as below, each computed as
+    // x^T dy[:, n0:n1] (K, nn) into the thread's scratch and transposed into dw[n0:n1] (+=): oneDNN
+    // with the transposed dy slice as A ran the head's weight gradient (1024 x 128 x 4096) 1.3x
+    // slower (docs/architecture.md, "Matmul tiles and code paths")
+    const Operands op = operands(x, (size_t)B * K, dy, (size_t)B * N, bf16);
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      thread_local std::vector<float> t;
+      t.resize((size_t)K * nn);
+      op.gemm(0, n0, t.data(), {K, nn, B, true, false, K, N, nn, false, false});
+      for (int j = 0; j < nn; ++j) {
+        float* d = dw + (size_t)(n0 + j) * K;
+        if (accumulate)
+          for (int k = 0; k < K; ++k) d[k] += t[(size_t)k * nn + j];
+        else
+          for (int k = 0; k < K; ++k) d[k] = t[(size_t)k * nn + j];
+      }
+    });
+    return;
+  }
   if (B >= kCoarseRows && !dw_in_out) {  // tiles of dw's rows: dw[n0:n1] (+)= dy[:, n0:n1]^T x
     const Operands op = operands(dy, (size_t)B * N, x, (size_t)B * K, bf16);
     over(cut(N, flops, 16, B), N, [&](int n0, int nn) {

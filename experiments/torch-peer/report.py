@@ -3,12 +3,18 @@
 Every figure is the median over the rounds of each measurement's own median step (or SGEMM rate);
 PyTorch's best, for each model and precision, is the set-up (threads, OpenBLAS kernels) with the
 lowest of those medians. Runs written before the bf16 rows (names without a precision) count as fp32. FLOP rates use the count of
-docs/ and issue 20: GPT 6 x params x tokens + 12 x layers x B x T^2 x C; MLP 6 x params x B."""
+docs/ and issue 20: GPT 6 x params x tokens + 12 x layers x B x T^2 x C; MLP 6 x params x B; the Llama
+flop_rate.py's (6 x linear weights x tokens + 12 x layers x B x T^2 x H hs). The Llama/GPT FLOP rate
+check (issue 27) counts both with flop_rate.py's count."""
 import collections
 import csv
 import json
 import statistics
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flop_rate import root, step_flops  # noqa: E402
 
 out = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{out}/raw.jsonl") if l.strip()]
@@ -33,7 +39,7 @@ dnnl = {t: med(f"sgemm:onednn{t}", "gflops_median") for t in (1, 2) if f"sgemm:o
 
 table, csvrows, checks, plot = [], [], [], {}
 label_of = lambda w: "PyTorch " + ", ".join(w.split(":")[3:]).replace("machine", "OpenBLAS as set")
-for model in ("gpt-kjv", "mlp-fashion"):
+for model in ("gpt-kjv", "llama-kjv", "mlp-fashion"):
     for prec in ("fp32", "bf16"):
         eng = f"zenflow:{model}:{prec}"
         peers = sorted((w for w in by if w.startswith(f"torch:{model}:{prec}:")), key=lambda w: med(w, "median_s"))
@@ -73,6 +79,17 @@ for model in ("gpt-kjv", "mlp-fashion"):
                 cores = by[eng][0].get("device_cores")
                 checks.append(f"- zenflow-run GPT CPU time / wall time: {cw:.2f}" +
                               (f" with {cores} cores doing device work." if cores else "."))
+
+# issue 27: the Llama step's FLOP rate against the GPT step's, zenflow-run device-adam fp32, both
+# counted by flop_rate.py
+if "zenflow:gpt-kjv:fp32" in by and "zenflow:llama-kjv:fp32" in by:
+    fl = {k: step_flops(json.load(open(f"{root}/graphs/specs/{k}.json")))[0] for k in ("gpt-kjv", "llama-kjv")}
+    rate = {k: fl[k] / med(f"zenflow:{k}:fp32", "median_s") / 1e9 for k in fl}
+    ratio = rate["llama-kjv"] / rate["gpt-kjv"]
+    checks.append(f"- Llama / GPT FLOP rate (zenflow-run device-adam fp32, flop_rate.py's count: "
+                  f"{fl['llama-kjv'] / 1e9:.2f} and {fl['gpt-kjv'] / 1e9:.2f} GFLOP a step): {rate['llama-kjv']:.0f} / "
+                  f"{rate['gpt-kjv']:.0f} GFLOP/s = **{ratio:.2f}** (issue 27's target >= 0.9: "
+                  f"{'met' if ratio >= 0.9 else 'NOT met'}).")
 
 hdr = ["| model | precision | runner | median step (ms) | range over rounds (ms) | GFLOP/s | of 2-thread SGEMM | "
        "speed vs PyTorch's best | CPU/wall |", "|---|---|---|---|---|---|---|---|---|"]

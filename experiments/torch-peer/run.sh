@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # zenflow-run's device-adam step against PyTorch's on the same models, interleaved in one run:
-# the GPT of graphs/specs/gpt-kjv.json and the MLP of graphs/specs/mlp-fashion.json, in fp32 and
+# the GPT of graphs/specs/gpt-kjv.json, the Llama of graphs/specs/llama-kjv.json (peer.py's Llama
+# is plain PyTorch) and the MLP of graphs/specs/mlp-fashion.json, in fp32 and
 # in bf16 (zenflow-run `precision: "bf16"`; PyTorch's CPU autocast to bf16, peer.py --precision).
 # Each round runs, in turn: numpy SGEMM (2048^3) with 1 and 2 OpenBLAS threads, oneDNN's fp32
 # matmul at the same size with 1 and 2 threads (build/bench_matmul --sgemm), then for each spec
@@ -12,7 +13,8 @@
 # PyTorch user would override). The OpenBLAS environment of the zenflow-run runs is the machine's.
 # Writes out/raw.jsonl (every measurement), out/results.csv, out/table.md, out/torch-peer.png and
 # out/summary.md (the issue's checks, computed from the medians over the rounds).
-#   bash experiments/torch-peer/run.sh    env: ROUNDS (3), GPT_STEPS (60), MLP_STEPS (300),
+#   bash experiments/torch-peer/run.sh    env: ROUNDS (3), GPT_STEPS (60), LLAMA_STEPS (GPT_STEPS),
+#                                         MLP_STEPS (300), MODELS ("gpt-kjv llama-kjv mlp-fashion"),
 #                                         PRECISIONS ("fp32 bf16"), the set-ups tried:
 #                                         OMP_TRIED ("1 2"), BLAS_TRIED ("1 2"), CORETYPES
 #                                         ("machine", plus SkylakeX as above; a name is an
@@ -29,6 +31,7 @@ zf_targets=(zenflow-run bench_matmul)  # what common.sh builds
 source "$here/../common.sh"
 build="${ZF_BUILD_DIR:-$root/build}"
 rounds="${ROUNDS:-3}" gpt_steps="${GPT_STEPS:-60}" mlp_steps="${MLP_STEPS:-300}"
+llama_steps="${LLAMA_STEPS:-$gpt_steps}" models="${MODELS:-gpt-kjv llama-kjv mlp-fashion}"
 precisions="${PRECISIONS:-fp32 bf16}"
 # OpenBLAS kernel choices for PyTorch: the machine's, and SkylakeX where the machine sets none
 coretypes=(machine)
@@ -94,8 +97,8 @@ import json, sys
 d = json.load(sys.stdin)
 print(json.dumps({"gflops_median": d["onednn_f32"], "impl": d["impl"]}))')"
   done
-  for spec in gpt-kjv:"$gpt_steps" mlp-fashion:"$mlp_steps"; do
-    name="${spec%%:*}" steps="${spec##*:}"
+  for name in $models; do
+    case "$name" in gpt-kjv) steps=$gpt_steps ;; llama-kjv) steps=$llama_steps ;; *) steps=$mlp_steps ;; esac
     for prec in $precisions; do
       engine "$r" "$root/graphs/specs/$name.json" "$steps" "$prec"
       for ct in "${coretypes[@]}"; do

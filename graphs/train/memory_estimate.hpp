@@ -2,8 +2,10 @@
 // checked against the memory the machine has available: a spec whose every field is in range but
 // whose size cannot fit (a 64 x 8192 GPT with context 8192, a 65536-wide MLP, 2^31 steps of
 // per-step records) is refused with an InputError naming the fields that make it large, instead
-// of growing for minutes or dying in std::bad_alloc. The estimate is rough (within about 2x; the
-// components are listed in docs/spec.md) and printed in the run header.
+// of growing for minutes or dying in std::bad_alloc. The parameters' and optimizer state's part
+// counts the buffers the strategies allocate (per precision); the activations count the
+// workload's buffers, not the libraries' scratch (docs/spec.md lists the components and what is
+// left out). Printed in the run header.
 #pragma once
 #include <cstdint>
 #include <string>

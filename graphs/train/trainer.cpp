@@ -102,6 +102,7 @@ struct Run {
   const Spec local;  // the micro-batch of one rank
   std::ostream& out;
   MemoryEstimate mem;
+  int64_t available_at_start = -1;  // MemAvailable before the run allocated anything (the header's)
   std::unique_ptr<CheckpointDir> ckdir;
   std::unique_ptr<Runtime> rt;
   std::unique_ptr<Workload> wl;
@@ -138,6 +139,7 @@ void setup(Run& r) {
   // the memory the run will need, checked before anything is allocated (memory_estimate.hpp); the
   // per-step records once the step count is known (train.epochs needs the data's size)
   r.mem = estimate_memory(spec, spec.train.steps > 0 ? spec.train.steps : -1, r.ranks);
+  r.available_at_start = available_memory();
   check_memory(spec, r.mem);
   // the checkpoint directory, locked for the whole run before anything is loaded
   // (graphs/train/checkpoint.hpp: one writer, stale temporaries, another run's checkpoints)
@@ -188,7 +190,7 @@ void plan(Run& r) {
         << " (" << r.per_epoch << " per epoch)\n";
   if (!spec.scheduler.type.empty()) r.out << "zenflow-run: " << spec.describe_lr() << "\n";
   r.out << "zenflow-run: memory estimate " << r.mem.describe() << " of "
-        << fmt("%.1f", (double)available_memory() / (1 << 30)) << " GiB available\n";
+        << fmt("%.1f", (double)r.available_at_start / (1 << 30)) << " GiB available at the start\n";
 }
 
 // After step t: the checkpoint, every checkpoint_every steps and after the last one. Rank 0

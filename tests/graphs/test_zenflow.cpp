@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "graphs/train/memory_estimate.hpp"
 #include "models/safetensors.hpp"
 #include "test_helpers.hpp"
 #include "tests/graphs/zenflow_helpers.hpp"
@@ -358,6 +359,13 @@ TEST(ZenFlowHostMemory, AtMostOneAndAHalfZeroOffloadPerParameterAtStalenessOne) 
     EXPECT_EQ(zen, matrix * (b ? 12 + 2 + 8 + 4 : 24));  // master, m, v; resync; acc0, acc1; bf16: res0, res1
     EXPECT_EQ(zo, all * (b ? 20 : 16));
     EXPECT_LE((double)zen / (double)all, 1.5 * (double)zo / (double)all);
+    // the memory estimate counts the same buffers (graphs/train/memory_estimate.cpp): zero-offload's
+    // exactly; zenflow's host part as if every parameter were a matrix (the 1-D parameters' state
+    // is on the device), beside the selected columns' moments on the device (2 topk_ratio floats)
+    EXPECT_DOUBLE_EQ(estimate_memory(off, -1).optimizer, (double)zo);
+    const double zen_host = estimate_memory(z, -1).optimizer - 4.0 * (double)all * 2 * z.zenflow.topk_ratio;
+    EXPECT_DOUBLE_EQ(zen_host, (double)all * (b ? 26 : 24));
+    EXPECT_EQ((double)zen, zen_host - (double)(all - matrix) * (b ? 26 : 24));
     EXPECT_EQ(first_difference(w, ref::run_reference(z).weights), "");
   }
 }

@@ -106,6 +106,17 @@ Operands operands(const float* a, size_t na, const float* b, size_t nb, bool bf1
 constexpr int kStreamMinN = 256;  // below, a row of w is too short for the streaming loop to pay
 void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out, bool bf16) {
   const double flops = 2.0 * B * K * N;
+  if (B >= kCoarseRows && N > B) {
+    // w larger than x (a language model's head: N the vocabulary): tiles of output features,
+    // y[:, n0:n1] = x w[n0:n1]^T (or x w[:, n0:n1]), each tile packing x and its slice of w, where
+    // tiles of rows would each pack the whole of w (2 MB for a 4096 x 128 head, 16 times a call)
+    const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      op.gemm(0, w_in_out ? (size_t)n0 : (size_t)n0 * K, y + n0,
+              {B, nn, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
+    });
+    return;
+  }
   if (B >= kCoarseRows) {  // tiles of rows: y[b0:b1] = x[b0:b1] w^T (w (N, K)) or x[b0:b1] w (w (K, N))
     const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
     over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
@@ -175,6 +186,26 @@ static void small_batch_weight(const float* dy, const float* x, float* dw, int B
 void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate, bool dw_in_out,
                        bool bf16) {
   const double flops = 2.0 * B * K * N;
+  if (B >= kCoarseRows && !dw_in_out && N > B) {
+    // a language model's head (N the vocabulary): tiles of dw's rows as below, each computed as
+    // x^T dy[:, n0:n1] (K, nn) into the thread's scratch and transposed into dw[n0:n1] (+=): oneDNN
+    // with the transposed dy slice as A ran the head's weight gradient (1024 x 128 x 4096) 1.3x
+    // slower (docs/architecture.md, "Matmul tiles and code paths")
+    const Operands op = operands(x, (size_t)B * K, dy, (size_t)B * N, bf16);
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      thread_local std::vector<float> t;
+      t.resize((size_t)K * nn);
+      op.gemm(0, n0, t.data(), {K, nn, B, true, false, K, N, nn, false, false});
+      for (int j = 0; j < nn; ++j) {
+        float* d = dw + (size_t)(n0 + j) * K;
+        if (accumulate)
+          for (int k = 0; k < K; ++k) d[k] += t[(size_t)k * nn + j];
+        else
+          for (int k = 0; k < K; ++k) d[k] = t[(size_t)k * nn + j];
+      }
+    });
+    return;
+  }
   if (B >= kCoarseRows && !dw_in_out) {  // tiles of dw's rows: dw[n0:n1] (+)= dy[:, n0:n1]^T x
     const Operands op = operands(dy, (size_t)B * N, x, (size_t)B * K, bf16);
     over(cut(N, flops, 16, B), N, [&](int n0, int nn) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <gtest/gtest.h>
 
+#include "runtime/collective_cost.hpp"
 #include "test_helpers.hpp"
 
 namespace zf::test {
@@ -59,3 +60,21 @@ TEST(Runtime, TooManyWorkersIsRefused) {
 
 }  // namespace
 }  // namespace zf::test
+
+// The ring formula the simulation gives every collective (runtime/collective_cost.hpp,
+// docs/simulation.md): 1 GB over 4 ranks on 25.2 GB/s links with 24 us of latency.
+TEST(CollectiveCost, RingFormula) {
+  const double n = 1e9, B = 25.2e9, a = 24e-6;
+  // all-reduce: 2 steps of n/R bytes each
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 4, B, a), 6 * (0.25e9 / 25.2e9 + 24e-6));
+  // reduce-scatter and all-gather: R-1 steps, half the all-reduce
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::ReduceScatter, n, 4, B, a), 3 * (0.25e9 / 25.2e9 + 24e-6));
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllGather, n, 4, B, a), 3 * (0.25e9 / 25.2e9 + 24e-6));
+  // two ranks: one step each way, n/2 bytes per step
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 2, B, a), 2 * (0.5e9 / 25.2e9 + 24e-6));
+  // the bandwidth term tends to 2 n / B as R grows (the ring's optimality)
+  EXPECT_NEAR(zf::ring_collective_s(zf::Collective::AllReduce, n, 1000, B, 0), 2 * n / B, 2 * n / B * 1e-3);
+  // one rank: nothing to exchange
+  EXPECT_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 1, B, a), 0.0);
+  EXPECT_EQ(zf::ring_collective_s(zf::Collective::None, n, 4, B, a), 0.0);
+}

@@ -72,8 +72,10 @@ TEST(CollectiveCost, RingFormula) {
   EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllGather, n, 4, B, a), 3 * (0.25e9 / 25.2e9 + 24e-6));
   // two ranks: one step each way, n/2 bytes per step
   EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 2, B, a), 2 * (0.5e9 / 25.2e9 + 24e-6));
-  // the bandwidth term tends to 2 n / B as R grows (the ring's optimality)
-  EXPECT_NEAR(zf::ring_collective_s(zf::Collective::AllReduce, n, 1000, B, 0), 2 * n / B, 2 * n / B * 1e-3);
+  // the bandwidth term is 2 n / B x (R-1)/R: below 2 n / B, tending to it as R grows (the ring's optimality)
+  const double big = zf::ring_collective_s(zf::Collective::AllReduce, n, 1000, B, 0);
+  EXPECT_LT(big, 2 * n / B);
+  EXPECT_NEAR(big, 2 * n / B * 999 / 1000, 1e-15);
   // one rank: nothing to exchange
   EXPECT_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 1, B, a), 0.0);
   EXPECT_EQ(zf::ring_collective_s(zf::Collective::None, n, 4, B, a), 0.0);

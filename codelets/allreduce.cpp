@@ -56,7 +56,7 @@ void allreduce_cuda(void* b[], void* a) noexcept {
 starpu_codelet& allreduce_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_allreduce", allreduce_cpu, ZF_CUDA_FUNC(allreduce_cuda), 2,
-                                          {STARPU_RW, STARPU_RW}}, &m);
+                                          {STARPU_RW, STARPU_RW}, nullptr, Collective::AllReduce}, &m);
   return c;
 }
 
@@ -164,33 +164,45 @@ void allgather_cuda(void* b[], void* a) noexcept {
 }
 #endif
 
+// the bytes the simulation's ring formula counts (CodeletDef::coll_bytes): the selected columns'
+// rows x k floats; the clip's one double
+double columns_bytes(const void* a) {
+  const auto* p = static_cast<const SegmentArgs*>(a);
+  return (double)(p->rows * p->k) * sizeof(float);
+}
+double partials_bytes(const void*) { return sizeof(double); }
+
 starpu_codelet& reduce_scatter_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_reduce_scatter", reduce_scatter_cpu, ZF_CUDA_FUNC(reduce_scatter_cuda), 2,
-                                          {STARPU_RW, STARPU_RW}}, &m);
+                                          {STARPU_RW, STARPU_RW}, nullptr, Collective::ReduceScatter}, &m);
   return c;
 }
 starpu_codelet& allreduce_columns_cl() {  // CPU workers: MPI; CUDA workers: NCCL
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_allreduce_columns", allreduce_columns_cpu,
-                                          ZF_CUDA_FUNC(allreduce_columns_cuda), 3, {STARPU_RW, STARPU_R, STARPU_RW}},
+                                          ZF_CUDA_FUNC(allreduce_columns_cuda), 3, {STARPU_RW, STARPU_R, STARPU_RW},
+                                          nullptr, Collective::AllReduce, 0, columns_bytes},
                                          &m);
   return c;
 }
 starpu_codelet& allgather_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_allgather", allgather_cpu, ZF_CUDA_FUNC(allgather_cuda), 2, {STARPU_RW, STARPU_RW}}, &m);
+      make_codelet({"zf_allgather", allgather_cpu, ZF_CUDA_FUNC(allgather_cuda), 2, {STARPU_RW, STARPU_RW}, nullptr,
+                    Collective::AllGather}, &m);
   return c;
 }
 starpu_codelet& allreduce_flag_cl() {  // CPU workers (a 4-byte word: StarPU moves it)
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_allreduce_flag", allreduce_flag_cpu, nullptr, 2, {STARPU_RW, STARPU_RW}}, &m);
+  static starpu_codelet c = make_codelet({"zf_allreduce_flag", allreduce_flag_cpu, nullptr, 2, {STARPU_RW, STARPU_RW},
+                                          nullptr, Collective::AllReduce}, &m);
   return c;
 }
 starpu_codelet& allreduce_partials_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_allreduce_partials", allreduce_partials_cpu, nullptr, -1, {}}, &m);
+  static starpu_codelet c = make_codelet({"zf_allreduce_partials", allreduce_partials_cpu, nullptr, -1, {}, nullptr,
+                                          Collective::AllReduce, 0, partials_bytes}, &m);
   return c;
 }
 

@@ -81,13 +81,15 @@ void reduce_scatter_shard_cuda(void* b[], void* a) noexcept {
 starpu_codelet& gather_shards_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_gather_shards", gather_shards_cpu, ZF_CUDA_FUNC(gather_shards_cuda), 3, {STARPU_R, STARPU_W, STARPU_RW}}, &m);
+      {"zf_gather_shards", gather_shards_cpu, ZF_CUDA_FUNC(gather_shards_cuda), 3, {STARPU_R, STARPU_W, STARPU_RW},
+       nullptr, Collective::AllGather, 1 /* x, the whole parameter */}, &m);
   return c;
 }
 starpu_codelet& reduce_scatter_shard_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_reduce_scatter_shard", reduce_scatter_shard_cpu, ZF_CUDA_FUNC(reduce_scatter_shard_cuda), 3, {STARPU_RW, STARPU_W, STARPU_RW}}, &m);
+      {"zf_reduce_scatter_shard", reduce_scatter_shard_cpu, ZF_CUDA_FUNC(reduce_scatter_shard_cuda), 3, {STARPU_RW, STARPU_W, STARPU_RW},
+       nullptr, Collective::ReduceScatter}, &m);
   return c;
 }
 

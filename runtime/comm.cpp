@@ -76,6 +76,7 @@ int allreduce_in_place(T* x, size_t n, MPI_Datatype type) {
 #endif
 
 int Comm::allreduce_sum(float* x, size_t n) const {
+  if (simulated_) return 0;
 #ifdef ZF_USE_MPI
   if (size_ > 1) return allreduce_in_place(x, n, MPI_FLOAT);
 #endif
@@ -83,6 +84,7 @@ int Comm::allreduce_sum(float* x, size_t n) const {
 }
 
 int Comm::allreduce_sum(double* x, size_t n) const {
+  if (simulated_) return 0;
 #ifdef ZF_USE_MPI
   if (size_ > 1) return allreduce_in_place(x, n, MPI_DOUBLE);
 #endif
@@ -107,6 +109,7 @@ bool int_counts(const std::vector<size_t>& bounds, std::vector<int>& counts, std
 #endif
 
 int Comm::reduce_scatter_sum(float* x, const std::vector<size_t>& bounds) const {
+  if (simulated_) return 0;
 #ifdef ZF_USE_MPI
   if (size_ == 1) return 0;
   std::vector<int> counts, displs;
@@ -123,6 +126,7 @@ int Comm::reduce_scatter_sum(float* x, const std::vector<size_t>& bounds) const 
 }
 
 int Comm::allgather(float* x, const std::vector<size_t>& bounds) const {
+  if (simulated_) return 0;
 #ifdef ZF_USE_MPI
   if (size_ == 1) return 0;
   std::vector<int> counts, displs;
@@ -135,8 +139,9 @@ int Comm::allgather(float* x, const std::vector<size_t>& bounds) const {
 }
 
 int Comm::gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const {
+  if (simulated_) return 0;  // nothing is gathered in simulation (--save and checkpoints are refused there)
 #ifdef ZF_USE_MPI
-  if (size_ > 1) {
+  if (size_ > 1 && !simulated_) {
     std::vector<int> counts, displs;
     if (bounds.size() != (size_t)size_ + 1 || !int_counts(bounds, counts, displs)) return MPI_ERR_COUNT;
     return MPI_Gatherv(mine, counts[rank_], MPI_FLOAT, full, counts.data(), displs.data(), MPI_FLOAT, 0,
@@ -148,6 +153,7 @@ int Comm::gather_to_root(const float* mine, float* full, const std::vector<size_
 }
 
 int Comm::allreduce_or(uint32_t* x, size_t n) const {
+  if (simulated_) return 0;
 #ifdef ZF_USE_MPI
   if (size_ > 1) return MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD);
 #else
@@ -157,6 +163,7 @@ int Comm::allreduce_or(uint32_t* x, size_t n) const {
 }
 
 void Comm::barrier() const {
+  if (simulated_) return;
 #ifdef ZF_USE_MPI
   if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);
 #endif
@@ -164,6 +171,7 @@ void Comm::barrier() const {
 
 std::vector<uint64_t> Comm::gather(uint64_t v) const {
   if (size_ == 1) return {v};
+  if (simulated_) return std::vector<uint64_t>((size_t)size_, v);
   std::vector<uint64_t> all(rank_ == 0 ? (size_t)size_ : 0);
 #ifdef ZF_USE_MPI
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
@@ -182,6 +190,7 @@ void Comm::abort(int code) const {
 }
 
 void Comm::init_nccl(int device) {
+  if (simulated_) return;  // the simulated collectives run no NCCL
 #ifdef ZF_USE_NCCL
   if (size_ == 1 || nccl_) return;
   const char* err = nullptr;

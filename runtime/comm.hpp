@@ -18,9 +18,25 @@ class Comm {
   Comm(int* argc, char*** argv);
   // A world of one rank, no MPI (tests, library use).
   Comm() = default;
+  // The simulation build (docs/simulation.md, "Data parallelism"): this process is rank 0 of
+  // `ranks` simulated ones, no MPI. Its collectives are tasks the simulation times with the ring
+  // formula and never runs; called outside a task (the report's gathers, the losses' all-reduce)
+  // they do nothing, and gather() returns rank 0's value for every rank (the simulated ranks are
+  // replicas of rank 0 by construction).
+  static Comm simulated_world(int ranks) {
+    Comm c;
+    c.size_ = ranks < 1 ? 1 : ranks;
+    c.simulated_ = true;
+    return c;
+  }
+  bool simulated() const { return simulated_; }
   ~Comm();  // NCCL communicator, then MPI_Finalize (when this object initialised MPI)
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
+  Comm(Comm&& o) noexcept : rank_(o.rank_), size_(o.size_), mpi_(o.mpi_), simulated_(o.simulated_), nccl_(o.nccl_) {
+    o.mpi_ = false;
+    o.nccl_ = nullptr;
+  }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -54,6 +70,7 @@ class Comm {
  private:
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;      // this object called MPI_Init_thread
+  bool simulated_ = false;  // simulated_world: no MPI, collectives are no-ops
   void* nccl_ = nullptr;  // ncclComm_t
 };
 

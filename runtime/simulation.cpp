@@ -23,8 +23,22 @@ struct Rates {
   double overhead_us = 0;            // per task
 };
 Rates cpu_rates, cuda_rates;
+// the links a collective's ring runs over (tools/sim_machine.py): between the GPUs (NVLink or
+// through the host's PCIe), and between host processes (MPI over shared memory)
+struct Link {
+  double bytes = 0;  // B/s per direction
+  double latency_s = 0;
+};
+Link gpu_link, host_link;
+int ranks = 1;
+struct Model {
+  FlopsFn flops = nullptr;
+  Collective collective = Collective::None;
+  int coll_buffer = 0;
+  FlopsFn coll_bytes = nullptr;
+};
 std::mutex mu;
-std::unordered_map<const starpu_perfmodel*, FlopsFn> flops_of;
+std::unordered_map<const starpu_perfmodel*, Model> models;
 
 double positive(const std::map<std::string, double>& kv, const std::string& file, const std::string& key) {
   auto it = kv.find(key);
@@ -57,17 +71,48 @@ void sim_load_roofline() {
     rates->bytes = positive(kv, path, d + ".bytes");
     rates->overhead_us = positive(kv, path, d + ".overhead_us");
   }
+  for (auto [link, name] : {std::pair{&gpu_link, "gpu"}, {&host_link, "host"}}) {
+    const std::string l = std::string("link.") + name;
+    link->bytes = positive(kv, path, l + ".bytes");
+    link->latency_s = positive(kv, path, l + ".latency_us") * 1e-6;
+  }
 }
 
-void sim_register(const starpu_perfmodel* model, FlopsFn flops) {
+void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective collective, int coll_buffer,
+                  FlopsFn coll_bytes) {
   std::lock_guard<std::mutex> lk(mu);
-  flops_of[model] = flops;
+  models[model] = Model{flops, collective, coll_buffer, coll_bytes};
+}
+
+void sim_set_ranks(int r) { ranks = r < 1 ? 1 : r; }
+int sim_ranks() { return ranks; }
+
+double sim_collective_us(Collective k, double bytes, bool cuda) {
+  const Link& l = cuda ? gpu_link : host_link;
+  const Rates& r = cuda ? cuda_rates : cpu_rates;
+  if (l.bytes <= 0) return r.overhead_us;  // a machine without that link: no rank to exchange with
+  return ring_collective_s(k, bytes, ranks, l.bytes, l.latency_s) * 1e6 + r.overhead_us;
 }
 
 void sim_cuda_placeholder(void*[], void*) noexcept {}
 
 double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned) {
-  const Rates& r = arch->devices[0].type == STARPU_CUDA_WORKER ? cuda_rates : cpu_rates;
+  const bool cuda = arch->devices[0].type == STARPU_CUDA_WORKER;
+  const Rates& r = cuda ? cuda_rates : cpu_rates;
+  Model md;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = models.find(task->cl->model);
+    if (it != models.end()) md = it->second;
+  }
+  if (md.collective != Collective::None) {  // the ring formula over the links, not the roofline
+    double bytes = 0;
+    if (md.coll_bytes && task->cl_arg)
+      bytes = md.coll_bytes(task->cl_arg);
+    else if (md.coll_buffer < (int)STARPU_TASK_GET_NBUFFERS(task))
+      bytes = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, md.coll_buffer));
+    return sim_collective_us(md.collective, bytes, cuda);
+  }
   // memory traffic: a buffer read counts once, written once, read and written twice (AdamW's
   // p, g, m, v: 28 bytes per parameter, as measured in performance-limits.md)
   double bytes = 0;
@@ -76,12 +121,7 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
     const double size = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
     bytes += size * (((mode & STARPU_R) ? 1 : 0) + ((mode & STARPU_W) ? 1 : 0));
   }
-  double flops = 0;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    auto it = flops_of.find(task->cl->model);
-    if (it != flops_of.end() && it->second && task->cl_arg) flops = it->second(task->cl_arg);
-  }
+  const double flops = md.flops && task->cl_arg ? md.flops(task->cl_arg) : 0.0;
   const double t_flops = r.flops > 0 ? flops / r.flops : 0, t_bytes = r.bytes > 0 ? bytes / r.bytes : 0;
   return std::max(t_flops, t_bytes) * 1e6 + r.overhead_us;
 }

@@ -6,6 +6,8 @@
 #pragma once
 #include <mutex>
 #include <string>
+
+#include "runtime/collective_cost.hpp"
 #ifdef ZF_SIMGRID
 #include <starpu_thread.h>
 #endif
@@ -52,8 +54,17 @@ using PolicyMutex = std::mutex;
 // Reads $ZF_SIM_ROOFLINE (InputError naming the file and key when missing or bad). Once, before
 // the first task.
 void sim_load_roofline();
-// The codelet whose perfmodel is `model` reports its FLOPs with `flops` (null: memory-bound only).
-void sim_register(const starpu_perfmodel* model, FlopsFn flops);
+// The codelet whose perfmodel is `model` reports its FLOPs with `flops` (null: memory-bound only);
+// a collective (CodeletDef::collective) its bytes with coll_bytes (null: buffer coll_buffer's size).
+void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective collective = Collective::None,
+                  int coll_buffer = 0, FlopsFn coll_bytes = nullptr);
+// The simulated data-parallel world: this process is one rank of `ranks` (ZF_SIM_RANKS, set by
+// tools/zf simulate --ranks); its collectives take the ring formula's time over the machine's links.
+void sim_set_ranks(int ranks);
+int sim_ranks();
+// Microseconds of a collective of `bytes` on a worker of the given kind (CUDA: the GPU-GPU link,
+// else the host's), the ring formula plus the worker's per-task overhead.
+double sim_collective_us(Collective k, double bytes, bool cuda);
 // StarPU's per-arch cost function (microseconds) for every codelet in simulation.
 double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned nimpl);
 // The placeholder CUDA implementation: never called (simulated workers run no code).

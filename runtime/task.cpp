@@ -2,7 +2,11 @@
 
 #include <atomic>
 #include <cassert>
+#include <cstring>
+#include <mutex>
 #include <new>
+#include <set>
+#include <string>
 
 namespace zf {
 namespace {
@@ -18,6 +22,13 @@ struct CallbackArg {
 };
 
 std::atomic<uint64_t> submitted{0};
+
+// the symbols of the collective codelets (make_codelet), for codelet_is_collective
+std::mutex collective_mu;
+std::set<std::string>& collective_symbols() {
+  static std::set<std::string> s;
+  return s;
+}
 
 // An explicit host-to-device prefetch of a buffer the task wrote, started the moment it is
 // written (asynchronous, so allowed in a callback): the transfer overlaps device work instead of
@@ -37,6 +48,7 @@ void on_task_end(void* p) noexcept {
   if (t && t->profiling_info) {
     starpu_profiling_task_info* info = t->profiling_info;
     rec.name = t->name ? t->name : "task";
+    rec.codelet = t->cl ? t->cl->name : nullptr;
     rec.step = a->step;
     rec.side = a->side;
     rec.worker = info->workerid;
@@ -171,11 +183,25 @@ starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
   if (def.cuda) c.cuda_funcs[0] = def.cuda;
   model->type = STARPU_PER_ARCH;
   model->arch_cost_function = sim_task_cost_us;
-  sim_register(model, def.flops);
+  sim_register(model, def.flops, def.collective, def.coll_buffer, def.coll_bytes);
 #endif
+  if (def.collective != Collective::None) {
+    std::lock_guard<std::mutex> lk(collective_mu);
+    collective_symbols().insert(def.symbol);
+  }
   c.model = model;
   c.name = def.symbol;
   return c;
+}
+
+bool codelet_is_collective(const char* symbol) noexcept {
+  if (!symbol) return false;
+  try {
+    std::lock_guard<std::mutex> lk(collective_mu);
+    return collective_symbols().count(symbol) > 0;
+  } catch (...) {
+    return false;
+  }
 }
 
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/collective_cost.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/simulation.hpp"
 
@@ -54,6 +55,12 @@ struct CodeletDef {
   int nbuffers;
   starpu_data_access_mode modes[STARPU_NMAXBUFS];
   FlopsFn flops = nullptr;  // FLOPs of a task from its args, for the simulation's roofline (null: memory-bound)
+  // A data-parallel collective (docs/simulation.md, "Data parallelism"): the simulation gives it the
+  // ring formula's time (runtime/collective_cost.hpp) for n bytes: coll_bytes(cl_arg) where given,
+  // else the size of buffer coll_buffer (the whole tensor every rank holds).
+  Collective collective = Collective::None;
+  int coll_buffer = 0;
+  FlopsFn coll_bytes = nullptr;
 };
 starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
 

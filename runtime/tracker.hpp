@@ -24,6 +24,7 @@ struct TaskRecord {
   int worker;          // StarPU worker id
   double start_us;     // starpu_timing_now() clock
   double end_us;
+  const char* codelet = nullptr;  // the codelet's symbol ("zf_<op>", static; null: unknown)
 };
 
 // First failure wins; cheap to poll. Safe to call from worker threads.
@@ -65,6 +66,11 @@ class Tracker {
   std::unordered_map<int64_t, StepAgg> agg_;
   StepStatus status_;
 };
+
+// Whether the codelet of this symbol (TaskRecord::codelet, "zf_<op>") is a collective
+// (CodeletDef::collective, runtime/task.cpp): the report sums their tasks' time per step
+// (data_parallel.collective_s_per_step).
+bool codelet_is_collective(const char* symbol) noexcept;
 
 // Interned C strings for task names: StarPU keeps the pointer, not a copy.
 const char* intern(const std::string& s);

@@ -3,7 +3,8 @@
 # (StarPU with SimGrid, build-sim/zenflow-run-sim), then short simulated runs: gpt-kjv under
 # zenflow on h200-pcie5-x1 (a simulated CUDA worker and 8 host workers) twice, which must agree
 # to the microsecond (SimGrid is deterministic), device-adam on this-machine (CPU workers only),
-# and the refusals (exit 2) of what needs real values. Prints "FAIL: ..." and exits 1 on a
+# rank 0 of 2 simulated data-parallel ranks (the collectives' ring formula), and the refusals
+# (exit 2) of what needs real values. Prints "FAIL: ..." and exits 1 on a
 # failure; exits 77 (ctest: skipped) with the reason where StarPU's own build cannot run here.
 # Usage: sim_test.sh SOURCE_DIR
 set -u
@@ -51,6 +52,43 @@ sim this-machine "$TMP/c.json" --strategy device-adam || { tail -30 "$TMP/log"; 
 [ "$(json "$TMP/c.json" 'all(k.split()[1] == "CPU" for k in m["worker_busy_s_per_step"])')" = True ] ||
   fail "this-machine has no GPU, but a CUDA worker ran"
 echo "ok: device-adam on this-machine: median step $(json "$TMP/c.json" 'm["step_time_s"]["median"]') s"
+
+# Data parallelism (docs/simulation.md, "Data parallelism"): rank 0 of 2 on the 2-GPU A100 machine.
+# Each gradient all-reduce takes the ring formula's time, 2 (R-1) (n / (R B) + a) plus the CUDA
+# worker's overhead, with B and a the machine file's GPU-GPU link: checked on one task of known
+# size, gpt-kjv's first MLP weight (n_embd x 4 n_embd floats), in every step of the trace.
+M2=$SRC/graphs/machines/a100-40g-pcie4-x2.json
+sim a100-40g-pcie4-x2 "$TMP/dp.json" --strategy device-adam --ranks 2 --trace-csv "$TMP/dp.csv" ||
+  { tail -30 "$TMP/log"; fail "device-adam on 2 simulated ranks exited $?"; }
+[ "$(json "$TMP/dp.json" 'm["data_parallel"]["ranks"]')" = 2 ] || fail "metrics do not say 2 ranks"
+[ "$(json "$TMP/dp.json" 'm["data_parallel"]["simulated_ranks"]')" = True ] || fail "metrics do not say simulated ranks"
+coll=$(json "$TMP/dp.json" 'm["data_parallel"]["collective_s_per_step"]')
+python3 -c "import sys; sys.exit(0 if $coll > 0 else 1)" || fail "collective time per step $coll s with 2 ranks"
+python3 - "$M2" "$SPEC" "$TMP/dp.csv" <<'PY' || fail "a gradient all-reduce's simulated time is not the ring formula's"
+import csv, json, sys
+m, spec = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+R, C = 2, spec["model"]["n_embd"]
+n = 4 * C * 4 * C  # bytes of h.0.mlp.c_fc.weight's gradient
+B = m["gpu_links"]["bandwidth"] * m["efficiency"]["pcie"]
+a = m["gpu_links"]["latency_s"]
+want_us = (2 * (R - 1) * (n / (R * B) + a)) * 1e6 + m["efficiency"]["gpu_task_overhead_us"]
+got = [float(r["end_us"]) - float(r["start_us"]) for r in csv.DictReader(open(sys.argv[3]))
+       if r["name"] == "allreduce.grad.h.0.mlp.c_fc.weight"]
+# 2e-3 us: the trace prints start and end with 3 decimals (each rounded by up to 5e-4 us)
+bad = [g for g in got if abs(g - want_us) > 2e-3]
+print(f"all-reduce of {n} bytes on {R} ranks: formula {want_us:.4f} us, simulated {min(got):.4f}-{max(got):.4f} us "
+      f"in {len(got)} steps")
+sys.exit(0 if len(got) == 12 and not bad else 1)
+PY
+echo "ok: 2 simulated ranks: collectives $coll s per step"
+# one rank: no collective, no data_parallel section
+[ "$(json "$TMP/c.json" '"data_parallel" in m')" = False ] || fail "one rank reports data parallelism"
+# more ranks than the machine has GPUs: exit 2 naming --ranks
+sim a100-40g-pcie4-x2 "$TMP/d.json" --strategy device-adam --ranks 3
+rc=$?
+[ $rc -eq 2 ] || fail "--ranks 3 on 2 GPUs: exit $rc, expected 2"
+grep -q -- "--ranks" "$TMP/log" || fail "--ranks 3 on 2 GPUs: the message does not name --ranks"
+echo "ok: --ranks beyond the GPUs exits 2"
 
 for bad in "--set zenflow.update_interval=\"auto\"|zenflow.update_interval" "--save $TMP/w.safetensors|--save" \
            "--set precision=\"fp16\"|precision"; do

@@ -5,10 +5,13 @@ writes, under OUT (StarPU's STARPU_PERF_MODEL_DIR for the run, with STARPU_HOSTN
                              link per direction between RAM and each GPU and between GPUs
   bus/NAME.bandwidth, .latency   the same links as StarPU's schedulers read them (MB/s, us)
   NAME.roofline              the codelets' roofline (runtime/simulation.cpp): effective FLOP/s,
-                             B/s and per-task overhead of a CPU worker and of a CUDA worker
-  NAME.env                   the run's environment (worker counts)
+                             B/s and per-task overhead of a CPU worker and of a CUDA worker, and
+                             the links the collectives' ring formula uses (GPU-GPU, host MPI)
+  NAME.env                   the run's environment (worker counts, ranks)
 Every rate is peak x the efficiency stated in the machine file; nothing is fitted here.
-Usage: python3 tools/sim_machine.py graphs/machines/NAME.json OUT
+With --ranks R (data parallelism, docs/simulation.md): the run is one rank of R, one GPU each
+(R <= gpus.count), and the host's cores are shared: the rank gets cores // R of them.
+Usage: python3 tools/sim_machine.py graphs/machines/NAME.json OUT [--ranks R]
 Exit status 2 with the file and field named on a bad machine file."""
 import json
 import os
@@ -17,6 +20,11 @@ import sys
 MAX_NODES = 32  # columns of StarPU's bus matrices (STARPU_MAXNODES of the simulation build)
 MAX_CPUS = 64   # STARPU_MAXCPUS of the simulation build (tools/build-starpu.sh --simgrid)
 MAX_GPUS = 8    # STARPU_MAXCUDADEVS
+# Collectives between host processes (the CPU-only all-reduces: the clip's sums, fp16's flag; every
+# collective on a machine without GPUs) are MPI over shared memory: one core copies at its
+# effective stream rate; the latency is an ASSUMED round number (Open MPI's shared-memory latency is
+# of the order of a microsecond), not measured here.
+HOST_MPI_LATENCY_S = 1e-6
 
 
 class BadMachine(Exception):
@@ -134,13 +142,21 @@ def write(path, text):
     os.replace(tmp, path)
 
 
-def generate(machine_path, out):
+def generate(machine_path, out, ranks=1):
     m = load(machine_path)
     cores, r = rates(m)
     g, lk = links(m)
+    if ranks < 1 or (g and ranks > g) or cores // ranks < 1:
+        raise BadMachine(f"--ranks {ranks}: expected 1 to gpus.count ({g}) ranks, one GPU each, "
+                         f"and at least one of the host's {cores} cores per rank")
+    cores //= ranks  # the ranks share the host: this one gets its share of the cores
     if cores > MAX_CPUS or g > MAX_GPUS:
         raise BadMachine(f"host.cores {cores} / gpus.count {g}: the simulation build simulates at most "
                          f"{MAX_CPUS} cores and {MAX_GPUS} GPUs")
+    # the links of the collectives' ring (runtime/collective_cost.hpp): GPU i -> GPU i+1
+    gpu_link = lk[(1, 2)] if g >= 2 else (0.0, 0.0)
+    r["link.gpu.bytes"], r["link.gpu.latency_us"] = gpu_link[0], gpu_link[1] * 1e6
+    r["link.host.bytes"], r["link.host.latency_us"] = r["cpu.bytes"], HOST_MPI_LATENCY_S * 1e6
     mem = num(m["gpus"], "gpus", "memory_bytes") if g else 0
     name = m["name"]
     os.makedirs(os.path.join(out, "bus"), exist_ok=True)
@@ -150,16 +166,24 @@ def generate(machine_path, out):
     roof = [f"# {name}: effective rates of one worker (peak x efficiency, {machine_path})"]
     roof += [f"{k} {v:.6g}" for k, v in r.items()]
     write(os.path.join(out, f"{name}.roofline"), "\n".join(roof) + "\n")
-    write(os.path.join(out, f"{name}.env"), f"ZF_SIM_GPUS={g}\nZF_SIM_CORES={cores}\n")
+    write(os.path.join(out, f"{name}.env"), f"ZF_SIM_GPUS={g}\nZF_SIM_CORES={cores}\nZF_SIM_RANKS={ranks}\n")
     return name
 
 
 def main(argv):
+    ranks = 1
+    if len(argv) == 5 and argv[3] == "--ranks":
+        try:
+            ranks = int(argv[4])
+        except ValueError:
+            print(f"sim_machine: error: --ranks: expected a number, got {argv[4]!r}", file=sys.stderr)
+            return 2
+        argv = argv[:3]
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
     try:
-        generate(argv[1], argv[2])
+        generate(argv[1], argv[2], ranks)
     except BadMachine as e:
         print(f"sim_machine: error: {argv[1]}: {e}", file=sys.stderr)
         return 2

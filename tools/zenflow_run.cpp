@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/simulation.hpp"
 #include "tools/generate_command.hpp"
 #include "tools/tokenize_command.hpp"
 #ifdef ZF_SIMGRID
@@ -239,6 +241,20 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "generate") == 0) return zf::tools::generate_main(argc - 1, argv + 1);
   std::unique_ptr<zf::Comm> comm;
   try {  // under mpirun: MPI, one process per rank (docs/data-parallel.md); else one rank, no MPI
+#ifdef ZF_SIMGRID
+    // simulation: rank 0 of ZF_SIM_RANKS simulated ranks (tools/zf simulate --ranks, docs/simulation.md)
+    if (const char* s = std::getenv("ZF_SIM_RANKS"); s && *s) {
+      char* end = nullptr;
+      const long r = std::strtol(s, &end, 10);
+      if (*end != '\0' || r < 1 || r > 1024) {
+        std::cerr << "zenflow-run: error: ZF_SIM_RANKS: expected a number of ranks in [1, 1024], got '" << s << "'\n";
+        return 2;
+      }
+      zf::sim_set_ranks((int)r);
+      if (r > 1) comm = std::make_unique<zf::Comm>(zf::Comm::simulated_world((int)r));
+    }
+    if (!comm)
+#endif
     comm = std::make_unique<zf::Comm>(&argc, &argv);
   } catch (const std::exception& e) {
     std::cerr << "zenflow-run: failed: " << e.what() << "\n";

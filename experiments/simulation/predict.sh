@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Predictions (docs/simulation.md): a 1.2B-parameter GPT (gpt-kjv.json's model at 24 x 2048, 16
-# heads, batch 16 x 64 tokens) on the simulated GPU machines, one GPU driven by one process, under
-# device-adam, zero-offload and zenflow (DeepSpeed's knobs of gpt-kjv.json: topk 0.1, interval 4,
-# past the warm-up rounds). Writes pred-MACHINE-STRATEGY.json and predictions.md into $OUT.
-#   bash experiments/simulation/predict.sh [machines...]   default: h200-pcie5-x1 a100-40g-pcie4-x4
+# Predictions (docs/simulation.md, experiments/simulation/README.md), on the simulated GPU machines,
+# under device-adam, zero-offload and zenflow (DeepSpeed's knobs: topk 0.1, interval 4, past the
+# warm-up rounds). Parts (default: all of them):
+#   gpt    a 1.2B-parameter GPT (gpt-kjv.json's model at 24 x 2048, 16 heads, batch 16 x 64 tokens), one
+#          GPU driven by one process: pred-MACHINE-STRATEGY.json, predictions.md
+#   llama  Llama-2-7B's shapes: graphs/specs/llama2-7b-block.json (2 blocks) and the whole 32-layer
+#          model (llama2-7b/config.json), on a100-40g-pcie4-x4 and h200-pcie5-x1: llama-*.json,
+#          llama.md
+#   sweep  llama2-7b-block.json (2 blocks), zero-offload and zenflow on h200-pcie5-x1 with its PCIe bandwidth
+#          (8/16/32/64 GB/s per direction) and host memory bandwidth (50/100/200 GB/s) varied:
+#          machine files machines/*.json, sweep-*.json, sweep.md
+#   bash experiments/simulation/predict.sh [gpt] [llama] [sweep]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${OUT:-$here/out}"
 mkdir -p "$out"
-machines=("$@")
-((${#machines[@]})) || machines=(h200-pcie5-x1 a100-40g-pcie4-x4)
+parts=("$@")
+((${#parts[@]})) || parts=(gpt llama sweep)
+want() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
+
+if want gpt; then
+machines=(h200-pcie5-x1 a100-40g-pcie4-x4)
 model=(--set model.n_layer=24 --set model.n_embd=2048 --set model.n_head=16)
 for m in "${machines[@]}"; do
   for s in device-adam zero-offload zenflow; do
@@ -36,3 +47,112 @@ text = "\n".join(rows) + "\n"
 print(text, end="")
 open(os.path.join(out, "predictions.md"), "w").write(text)
 PY
+fi
+
+# ---- Llama-2-7B's shapes. Every run: 10 steps, 2 left out (8 measured: two of zenflow's update
+# intervals), host tiles of 16M elements (runtime.tile_elems: StarPU's allocator scans its chunk
+# lists linearly on every GPU allocation, and 1M-element tiles made the whole model's simulation
+# take many minutes of wall time per step; docs/simulation.md), the spec's per-GPU batch (2 x 128
+# tokens). On the 4-A100 machine the whole model runs as rank 0 of 4 at ZeRO stage 3 (a global
+# batch of 8): its 8 bytes per parameter of weights and gradients (54 GB) do not fit one 40 GB GPU.
+spec="$root/graphs/specs/llama2-7b-block.json"
+whole=(--set model.path="$root/experiments/simulation/llama2-7b")
+common=(--steps 10 --set log.warmup_steps=2 --set runtime.tile_elems=16777216 -q)
+run() {  # OUT.json [simulate arguments]
+  local o=$1
+  shift
+  [ -s "$out/$o" ] && return 0  # done already (delete it to rerun)
+  echo "== $o"
+  nice -n 19 bash "$root/tools/zf" simulate "$spec" "${common[@]}" "$@" --metrics "$out/$o" >"$out/${o%.json}.log" 2>&1 ||
+    { tail -20 "$out/${o%.json}.log"; exit 1; }
+}
+if want llama; then
+for s in device-adam zero-offload zenflow; do
+  run "llama-block-h200-pcie5-x1-$s.json" --machine h200-pcie5-x1 --strategy "$s"
+  run "llama-block-a100-40g-pcie4-x4-$s.json" --machine a100-40g-pcie4-x4 --strategy "$s"
+done
+for s in zero-offload zenflow; do
+  run "llama-whole-h200-pcie5-x1-$s.json" --machine h200-pcie5-x1 --strategy "$s" "${whole[@]}"
+  run "llama-whole-a100-40g-pcie4-x4-$s.json" --machine a100-40g-pcie4-x4 --strategy "$s" "${whole[@]}" \
+    --ranks 4 --set zero_optimization.stage=3 --set train.batch_size=8
+done
+python3 - "$out" "$root" <<'PY'
+import json, os, sys
+out, root = sys.argv[1], sys.argv[2]
+mach = {m: json.load(open(os.path.join(root, "graphs/machines", m + ".json"))) for m in ("h200-pcie5-x1", "a100-40g-pcie4-x4")}
+def load(k):
+    p = os.path.join(out, k + ".json")
+    return json.load(open(p)) if os.path.exists(p) else None
+rows = ["| model | machine | strategy | step ms mean | step ms median | stall | device busy ms | device state GiB (rank 0) | zenflow / zero-offload (means) |",
+        "|---|---|---|---|---|---|---|---|---|"]
+for model in ("block", "whole"):
+    for m in mach:
+        r = {s: load(f"llama-{model}-{m}-{s}") for s in ("device-adam", "zero-offload", "zenflow")}
+        up = (r["zero-offload"]["step_time_s"]["mean"] / r["zenflow"]["step_time_s"]["mean"]
+              if r["zero-offload"] and r["zenflow"] else None)
+        name = "2 blocks (0.67B)" if model == "block" else "32 layers (6.74B)"
+        for s, x in r.items():
+            where = m + (" (rank 0 of 4, ZeRO 3)" if model == "whole" and m.startswith("a100") and s != "device-adam" else "")
+            if x is None:
+                # device-adam keeps weights, gradients and AdamW's moments on the GPU: the 2-block run's
+                # device_state_bytes per parameter (measured) times the whole model's parameters
+                b = load(f"llama-block-{m}-device-adam")
+                per = b["device_state_bytes"]["total"] / 666914816
+                need = per * 6738415616 / 2**30
+                cap = 0.9 * mach[m]["gpus"]["memory_bytes"] / 2**30
+                rows.append(f"| {name} | {where} | {s} | does not fit: {per:.0f} B/parameter = {need:.0f} GiB > "
+                            f"{cap:.1f} GiB (StarPU's 90 % of {mach[m]['gpus']['memory_bytes'] / 1e9:.0f} GB) | | | | | |")
+                continue
+            st = x["step_time_s"]
+            rows.append(f"| {name} | {where} | {s} | {st['mean'] * 1e3:.0f} | {st['median'] * 1e3:.0f} | {x['stall_fraction']:.3f} | "
+                        f"{x['device_busy_s_per_step'] * 1e3:.0f} | {x['device_state_bytes']['total'] / 2**30:.1f} | "
+                        f"{f'{up:.2f}x' if s == 'zenflow' and up else ''} |")
+text = "\n".join(rows) + "\n"
+print(text, end="")
+open(os.path.join(out, "llama.md"), "w").write(text)
+PY
+fi
+
+# ---- The sweep: h200-pcie5-x1 with PCIe (per direction, also the GPU-GPU link through the host) and
+# host memory bandwidth replaced; everything else, efficiencies included, as in its machine file.
+if want sweep; then
+mkdir -p "$out/machines"
+pcie=(8 16 32 64)
+host=(50 100 200)
+for p in "${pcie[@]}"; do
+  for h in "${host[@]}"; do
+    python3 - "$root/graphs/machines/h200-pcie5-x1.json" "$out/machines/h200-p$p-h$h.json" "$p" "$h" <<'PY'
+import json, os, sys
+m = json.load(open(sys.argv[1]))
+p, h = float(sys.argv[3]) * 1e9, float(sys.argv[4]) * 1e9
+m["name"] = f"h200-p{sys.argv[3]}-h{sys.argv[4]}"
+m["description"] = f"h200-pcie5-x1 with PCIe {sys.argv[3]} GB/s per direction and host memory {sys.argv[4]} GB/s (predict.sh sweep)"
+m["pcie"]["h2d_bandwidth"] = m["pcie"]["d2h_bandwidth"] = m["gpu_links"]["bandwidth"] = p
+m["host"]["memory_bandwidth"] = h
+tmp = sys.argv[2] + ".tmp"
+json.dump(m, open(tmp, "w"), indent=1)
+os.replace(tmp, sys.argv[2])
+PY
+    for s in zero-offload zenflow; do  # the 2-block spec: the whole model's zero-offload took 3 min of wall time per run
+      run "sweep-p$p-h$h-$s.json" --machine "$out/machines/h200-p$p-h$h.json" --strategy "$s"
+    done
+  done
+done
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+pcie, host = (8, 16, 32, 64), (50, 100, 200)
+def mean(p, h, s):
+    return json.load(open(os.path.join(out, f"sweep-p{p}-h{h}-{s}.json")))["step_time_s"]["mean"]
+rows = ["| PCIe GB/s (rows), host memory GB/s (columns) | " + " | ".join(f"{h}" for h in host) + " |", "|---|" + "---|" * len(host)]
+for p in pcie:
+    cells = []
+    for h in host:
+        z, o = mean(p, h, "zenflow"), mean(p, h, "zero-offload")
+        cells.append(f"{o / z:.2f}x ({o * 1e3:.0f} / {z * 1e3:.0f} ms)")
+    rows.append(f"| {p} | " + " | ".join(cells) + " |")
+text = "\n".join(rows) + "\n"
+print(text, end="")
+open(os.path.join(out, "sweep.md"), "w").write(text)
+PY
+fi

@@ -161,8 +161,10 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
   uint64_t h = kFnvOffset;
   int64_t grad_bytes = 0, imp_per_selection = 0, matrix_bytes = 0;
   for (Param* p : wl.params()) {
-    const std::vector<float> v = logical_values(*p);  // the same hash whatever the storage layout
-    h = fnv1a64(v.data(), v.size() * sizeof(float), h);
+    if (!comm.simulated()) {  // a simulated run has no values (and no other rank) to compare
+      const std::vector<float> v = logical_values(*p);  // the same hash whatever the storage layout
+      h = fnv1a64(v.data(), v.size() * sizeof(float), h);
+    }
     grad_bytes += (int64_t)p->grad.bytes();
     if (p->is_matrix()) {
       imp_per_selection += p->cols() * (int64_t)sizeof(float);  // C floats per 2-D weight
@@ -211,6 +213,11 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
             {"ratio", imp_per_selection ? (double)gather / (double)imp_per_selection : 0.0}}},
           {"replicas_identical", same},
           {"weight_hashes", hashes}};
+  if (comm.simulated()) {  // rank 0 of R simulated ranks: the per-rank figures are rank 0's
+    dp["simulated_ranks"] = true;
+    dp.erase("replicas_identical");
+    dp.erase("weight_hashes");
+  }
   if (z) dp["dp_selection"] = z->dp_selection;
   // stage 3: the bound in effect on the elements of gathered parameters (docs/data-parallel.md)
   if (strat.zero_stage() == 3) dp["stage3_max_live_parameters"] = strat.stage3_max_live_elems();
@@ -220,8 +227,13 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
 // The data-parallel rows of the summary table.
 void data_parallel_rows(const RunReport& r, const json& m, const Row& row) {
   const json& dp = m["data_parallel"];
-  row("data parallel", std::to_string(r.ranks) + " ranks, replicas " +
-                           (dp["replicas_identical"].get<bool>() ? "identical" : "DIFFER"));
+  if (dp.contains("simulated_ranks"))
+    row("data parallel", "rank 0 of " + std::to_string(r.ranks) + " simulated ranks");
+  else
+    row("data parallel", std::to_string(r.ranks) + " ranks, replicas " +
+                             (dp["replicas_identical"].get<bool>() ? "identical" : "DIFFER"));
+  row("collectives per step", fmt("%.3f", dp["collective_s_per_step"].get<double>() * 1e3) +
+                                  " ms (their tasks' time on rank 0)");
   row("all-reduce bytes per step", fmt("%.0f", dp["allreduce_bytes_per_step"]["gradients"].get<double>()) +
                                        " gradients / " +
                                        fmt("%.0f", dp["allreduce_bytes_per_step"]["importance"].get<double>()) +
@@ -255,6 +267,17 @@ static json worker_busy(const RunReport& r) {
   for (int w : r.rt.device_workers()) out["device " + r.rt.worker_name(w)] = busy[w] / M;
   for (int w : r.rt.host_workers()) out["host " + r.rt.worker_name(w)] = busy[w] / M;
   return out;
+}
+
+// The collective tasks' time (all-reduce, reduce-scatter, all-gather: codelet_is_collective) per
+// measured step on this rank, summed over its workers; in simulation the ring formula's
+// (docs/simulation.md), in a real run including the wait for the other ranks.
+static double collective_s_per_step(const RunReport& r) {
+  const int64_t from = r.t0 + r.times.W;
+  double s = 0;
+  for (const TaskRecord& x : r.rt.tracker().records())
+    if (x.step >= from && x.step < r.T && codelet_is_collective(x.codelet)) s += (x.end_us - x.start_us) * 1e-6;
+  return s / (double)std::max<int64_t>(1, r.times.M);
 }
 
 // ---------------------------------------------------------------- after the run
@@ -311,7 +334,10 @@ json metrics_json(const RunReport& r) {
                              {"params_transient", ds.params_transient}, {"grads", ds.grads},
                              {"optimizer", ds.optimizer}, {"total", ds.total()}};
   m["host_adam_s_per_step"] = r.host_adam_us * 1e-6;
-  if (r.comm) m["data_parallel"] = data_parallel_metrics(*r.comm, r.wl, strat, T - t0, r.host_adam_us);
+  if (r.comm) {
+    m["data_parallel"] = data_parallel_metrics(*r.comm, r.wl, strat, T - t0, r.host_adam_us);
+    m["data_parallel"]["collective_s_per_step"] = collective_s_per_step(r);
+  }
   return m;
 }
 

@@ -53,8 +53,9 @@ RunOptions simulation_options(const Spec& spec, const RunOptions& o) {
   for (auto [opt, set] : {std::pair{"--save", !o.save_path.empty()}, {"--init", !o.init_path.empty()},
                           {"--checkpoint-dir", !o.checkpoint_dir.empty()}, {"--resume", !o.resume_path.empty()}})
     if (set) throw InputError(opt, std::string("not available in simulation: ") + why);
-  if (o.comm && o.comm->size() > 1)
-    throw InputError("mpirun", "one simulated process only: data parallelism is not simulated yet");
+  if (o.comm && o.comm->size() > 1 && !o.comm->simulated())
+    throw InputError("mpirun", "one simulated process only: a simulated run is one rank of R, with R given by "
+                               "tools/zf simulate --ranks R (docs/simulation.md)");
   if (spec.strategy == "zenflow" && spec.zenflow.update_interval.is_auto)
     throw InputError(spec.where("zenflow.update_interval"),
                      "\"auto\" reads the gradient mass each step; give a number of steps in simulation (" +

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <gtest/gtest.h>
 
+#include "runtime/collective_cost.hpp"
 #include "test_helpers.hpp"
 
 namespace zf::test {
@@ -59,3 +60,23 @@ TEST(Runtime, TooManyWorkersIsRefused) {
 
 }  // namespace
 }  // namespace zf::test
+
+// The ring formula the simulation gives every collective (runtime/collective_cost.hpp,
+// docs/simulation.md): 1 GB over 4 ranks on 25.2 GB/s links with 24 us of latency.
+TEST(CollectiveCost, RingFormula) {
+  const double n = 1e9, B = 25.2e9, a = 24e-6;
+  // all-reduce: 2 steps of n/R bytes each
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 4, B, a), 6 * (0.25e9 / 25.2e9 + 24e-6));
+  // reduce-scatter and all-gather: R-1 steps, half the all-reduce
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::ReduceScatter, n, 4, B, a), 3 * (0.25e9 / 25.2e9 + 24e-6));
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllGather, n, 4, B, a), 3 * (0.25e9 / 25.2e9 + 24e-6));
+  // two ranks: one step each way, n/2 bytes per step
+  EXPECT_DOUBLE_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 2, B, a), 2 * (0.5e9 / 25.2e9 + 24e-6));
+  // the bandwidth term is 2 n / B x (R-1)/R: below 2 n / B, tending to it as R grows (the ring's optimality)
+  const double big = zf::ring_collective_s(zf::Collective::AllReduce, n, 1000, B, 0);
+  EXPECT_LT(big, 2 * n / B);
+  EXPECT_NEAR(big, 2 * n / B * 999 / 1000, 1e-15);
+  // one rank: nothing to exchange
+  EXPECT_EQ(zf::ring_collective_s(zf::Collective::AllReduce, n, 1, B, a), 0.0);
+  EXPECT_EQ(zf::ring_collective_s(zf::Collective::None, n, 4, B, a), 0.0);
+}

@@ -81,8 +81,9 @@ TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
     const double loss = eval_loss(s);
     RecordProperty(strategy, std::to_string(loss));
     EXPECT_LT(loss, 0.8 * start);
-    if (std::string(strategy) == "zero-offload")  // the same AdamW, on the host: rounding apart
+    if (std::string(strategy) == "zero-offload") {  // the same AdamW, on the host: rounding apart
       EXPECT_NEAR(loss, dev_loss, 1e-4 * dev_loss);
+    }
   }
   Spec b = f.spec;
   b.precision = "bf16";

@@ -141,7 +141,7 @@ int Comm::allgather(float* x, const std::vector<size_t>& bounds) const {
 int Comm::gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const {
   if (simulated_) return 0;  // nothing is gathered in simulation (--save and checkpoints are refused there)
 #ifdef ZF_USE_MPI
-  if (size_ > 1 && !simulated_) {
+  if (size_ > 1) {
     std::vector<int> counts, displs;
     if (bounds.size() != (size_t)size_ + 1 || !int_counts(bounds, counts, displs)) return MPI_ERR_COUNT;
     return MPI_Gatherv(mine, counts[rank_], MPI_FLOAT, full, counts.data(), displs.data(), MPI_FLOAT, 0,

@@ -8,10 +8,8 @@
 # then sim_report.py's $OUT/table.md, $OUT/summary.md and $OUT/results.csv (beside run.sh's
 # measured out/results.csv).
 #   bash experiments/scheduling-policies/sim.sh     (env: STEPS (50), TIMEOUT (120 s per run),
-#                                                   POLICIES, MACHINE (h200-pcie5-x1), OUT (./out-sim),
-#                                                   SIM_BIN: a built zenflow-run-sim; default: build it)
-# Each run is what `bash tools/zf simulate SPEC --machine MACHINE ...` runs (the same machine files
-# and environment), without rebuilding per run. Two settings differ from the measured study and
+#                                                   POLICIES, MACHINE (h200-pcie5-x1), OUT (./out-sim))
+# Each run is `bash tools/zf simulate SPEC --machine MACHINE ...` (ZF_SIM_BUILT=1: built once). Two settings differ from the measured study and
 # are forced by the machine: runtime.crossings "device" (the spec's "host" emulates a copy engine
 # for CPU device workers; with a CUDA worker the crossings are StarPU's transfers), and the
 # automatic worker split of the simulated host (1 CUDA worker + 8 host workers of 16 cores,
@@ -24,25 +22,17 @@ out="${OUT:-$here/out-sim}"
 steps="${STEPS:-50}"
 limit="${TIMEOUT:-120}"
 machine="${MACHINE:-h200-pcie5-x1}"
-bin="${SIM_BIN:-}"
-if [ -z "$bin" ]; then
-  bash "$root/tools/zf" build-sim
-  bin="$root/build-sim/zenflow-run-sim"
-fi
-[ -x "$bin" ] || { echo "sim.sh: error: SIM_BIN $bin: not an executable zenflow-run-sim" >&2; exit 2; }
-mkdir -p "$out/runs" "$out/machine" "$out/logs"
-python3 "$root/tools/sim_machine.py" "$root/graphs/machines/$machine.json" "$out/machine" --ranks 1
-set -a; . "$out/machine/$machine.env"; set +a
-# the environment tools/zf simulate gives zenflow-run-sim
-export STARPU_MALLOC_SIMULATION_FOLD="${STARPU_MALLOC_SIMULATION_FOLD:-16}" STARPU_HOME="$out/starpu-home" \
-  STARPU_PERF_MODEL_DIR="$out/machine" STARPU_HOSTNAME="$machine" ZF_SIM_ROOFLINE="$out/machine/$machine.roofline" \
-  STARPU_SILENT=1
+bash "$root/tools/zf" build-sim
+mkdir -p "$out/runs" "$out/logs"
+# every run through `tools/zf simulate` (its machine files and environment), built once above
+sim() { ZF_SIM_BUILT=1 bash "$root/tools/zf" simulate "$root/experiments/headline/spec.json" --machine "$machine" "$@"; }
 gpu_set=()
-((ZF_SIM_GPUS > 0)) && gpu_set=(--set runtime.cuda_workers=1 --set runtime.crossings=device)
-policies="${POLICIES:-$("$bin" --list-policies 2>/dev/null | grep -v '\[' | tr '\n' ' ')}"
+[ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpus"]["count"])' \
+  "$root/graphs/machines/$machine.json")" -gt 0 ] && gpu_set=(--set runtime.crossings=device)
+policies="${POLICIES:-$(sim --list-policies 2>/dev/null | grep -v -e '\[' -e '^zf \[' | tr '\n' ' ')}"
 : >"$out/failures.txt"
 # the policies zenflow-run refuses, with its reason (docs/architecture.md)
-"$bin" --list-policies 2>&1 >/dev/null | grep '^not usable' >"$out/not-usable.txt" || true
+sim --list-policies 2>&1 >/dev/null | grep '^not usable' >"$out/not-usable.txt" || true
 start=$(date +%s)
 n=0
 for p in $policies; do
@@ -54,7 +44,9 @@ for p in $policies; do
       tag="$1.$p.prio-$pr.stale-$2.sim"
       rm -f "$out/runs/$tag.json"
       rc=0
-      timeout "$limit" "$bin" "$root/experiments/headline/spec.json" "${gpu_set[@]}" --strategy "$1" --sched "$p" \
+      # simulate exec's zenflow-run-sim: timeout's signal reaches the run itself
+      ZF_SIM_BUILT=1 timeout "$limit" bash "$root/tools/zf" simulate "$root/experiments/headline/spec.json" \
+        --machine "$machine" "${gpu_set[@]}" --strategy "$1" --sched "$p" \
         --steps "$steps" --set log.every=0 --set data.eval_limit=100 --set "runtime.priorities=$pr" "${st[@]}" \
         -q --metrics "$out/runs/$tag.json" >"$out/logs/$tag.log" 2>&1 || rc=$?
       n=$((n + 1))

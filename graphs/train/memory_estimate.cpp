@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -115,7 +116,11 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   //   of moments, 2), the resync buffer (1; bf16 0.5), its D+1 fp32 accumulators (bf16: and D+1
   //   2-byte results), and on the device the selected columns' moments (2 x topk_ratio, twice
   //   with zenflow.offload: the host copy and the device's);
-  // a Twin-Flow split (zero_optimization.offload_optimizer.ratio) is counted as zero-offload.
+  // - zero-offload with a Twin-Flow split (zero_optimization.offload_optimizer.ratio,
+  //   graphs/strategies/twin_flow.hpp): the first floor((1 - ratio) x N) of its N sub-groups keep
+  //   device-adam's state on the device, the rest zero-offload's on the host; the sub-groups taken
+  //   as equal in size (N: 1 when sub_group_size >= the parameters, the parameter tensors when it
+  //   is 0, else parameters / sub_group_size rounded up).
   // The 1-D parameters' few extra buffers are not counted (they are a small share of any model
   // large enough for this to matter).
   const bool half = s.precision == "bf16" || s.precision == "fp16";
@@ -126,7 +131,12 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   if (s.strategy == "device-adam") {
     device = 2 + (half ? 1 : 0);
   } else if (s.strategy == "zero-offload") {
-    host = 4 + (half ? 2 * wire : 0);
+    const double groups = s.sub_group_size >= P  ? 1.0
+                          : s.sub_group_size <= 0 ? std::max(1.0, tensors)
+                                                  : std::ceil(P / (double)s.sub_group_size);
+    const double on_device = std::floor(std::max(0.0, 1.0 - s.offload_ratio) * groups) / groups;
+    host = (1 - on_device) * (4 + (half ? 2 * wire : 0));
+    device = on_device * (2 + (half ? 1 : 0));
   } else if (s.strategy == "zero-offload-dpu") {
     host = 3 + 4 * wire + (half ? 1 : 0);
   } else {  // zenflow

@@ -261,6 +261,25 @@ TEST(MemoryEstimate, ZeroStagePartitionsTheHostState) {
   }
 }
 
+// Twin-Flow (offload_optimizer.ratio): the device's sub-groups count device-adam's state, the
+// host's zero-offload's; ratio 1 is zero-offload, ratio 0 device-adam
+TEST(MemoryEstimate, TwinFlowSplitsTheOptimizerState) {
+  const json model = {{"hidden", {64}}};  // 4 parameter tensors
+  auto optimizer = [&](const char* strategy, double ratio, int64_t sub_group_size) {
+    json j = {{"model", model}, {"strategy", strategy}, {"train", {{"batch_size", 16}}}};
+    if (ratio >= 0) j["zero_optimization"] = {{"sub_group_size", sub_group_size}, {"offload_optimizer", {{"ratio", ratio}}}};
+    return zf::estimate_memory(zf::parse_spec(j, "s.json"), -1).optimizer;
+  };
+  const double P = (double)zf::estimate_memory(zf::parse_spec(json{{"model", model}}, "s.json"), -1).param_count;
+  EXPECT_DOUBLE_EQ(optimizer("zero-offload", 1.0, 0), optimizer("zero-offload", -1, 0));
+  EXPECT_DOUBLE_EQ(optimizer("zero-offload", 1.0, 0), 4 * P * 4);  // master, gradient, moments
+  EXPECT_DOUBLE_EQ(optimizer("zero-offload", 0.0, 0), optimizer("device-adam", -1, 0));
+  // 4 sub-groups (sub_group_size 0: one per tensor), ratio 0.5: 2 on the device
+  EXPECT_DOUBLE_EQ(optimizer("zero-offload", 0.5, 0), 4 * P * (0.5 * 4 + 0.5 * 2));
+  // DeepSpeed's default sub_group_size (1e9) makes this model one sub-group: int(0.5 x 1) = 0 on the device
+  EXPECT_DOUBLE_EQ(optimizer("zero-offload", 0.5, 1000000000), optimizer("zero-offload", 1.0, 0));
+}
+
 // the estimate exceeds what any machine here has; the check names the fields behind it
 void expect_refused(const zf::Spec& s, int64_t steps, std::initializer_list<std::string> parts) {
   zf::MemoryEstimate e = zf::estimate_memory(s, steps);

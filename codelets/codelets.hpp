@@ -23,6 +23,21 @@ void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const 
                               const Tensor& dw, bool in_out = false);
 void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
                             const Tensor& dx, bool in_out = false);
+// Precision bf16 with each activation and output gradient converted to bf16 once a step instead of
+// in each task that multiplies it (models/gpt.cpp): the forward writes x's bf16 copy xh (a tensor
+// of x.numel() values of 2 bytes), the data gradient dy's copy dyh, and the weight gradient reads
+// the two copies (dy and x name what they were made from, for the shape checks); the same bits as
+// the three calls above. Only where matmul_keeps_bf16_operands(opt, rows of x): Runtime::matmul_bf16
+// (the CPU device, native bf16), at least kernels::cpu::kMatmulBf16Rows rows, and not turned off
+// by set_matmul_keep_bf16_operands(false) (the tests compare both paths).
+bool matmul_keeps_bf16_operands(const SubmitOptions& opt, int64_t rows);
+void set_matmul_keep_bf16_operands(bool on);
+void insert_matmul_fwd_kept(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,
+                            const Tensor& xh, bool in_out = false);
+void insert_matmul_bwd_data_kept(const SubmitOptions& opt, const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                 const Tensor& dyh, bool in_out = false);
+void insert_matmul_bwd_weight_kept(const SubmitOptions& opt, const Tensor& dyh, const Tensor& xh, const Tensor& dy,
+                                   const Tensor& x, const Tensor& dw, bool in_out = false);
 // The CPU multiplies bf16 natively (AVX512_BF16 or AMX, as oneDNN sees it): where not, precision
 // bf16's matmuls run in fp32 (Runtime::matmul_bf16, kernels/cpu/kernels.hpp).
 bool cpu_native_bf16();

@@ -1,8 +1,13 @@
 // Matmul codelets: forward y = x w^T, backward dw = dy^T x and dx = dy w (kernels/cpu/matmul.cpp);
 // a weight stored (in, out) (in_out) is passed through to the kernels' transpose flags. Under
 // precision bf16 (Runtime::matmul_bf16) the CPU kernels multiply bf16 operands where the CPU has
-// native bf16 (kernels/cpu/kernels.hpp); the CUDA ones stay fp32 (cuBLAS SGEMM).
+// native bf16 (kernels/cpu/kernels.hpp); the CUDA ones stay fp32 (cuBLAS SGEMM). There, from
+// kMatmulBf16Rows rows, a model can have each activation and output gradient converted once instead
+// of in each of the two tasks that multiply it (insert_matmul_*_kept, CPU-only codelets): the
+// forward keeps x's bf16 copy and the data gradient dy's, which the weight gradient multiplies.
 #include <starpu.h>
+
+#include <atomic>
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
@@ -31,6 +36,23 @@ void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out,
                                 p->bf16);
+}
+// the kept-operand variants (bf16 copies in buffers of uint16_t bf16 bits)
+uint16_t* bf16_ptr(void* buf) { return reinterpret_cast<uint16_t*>(STARPU_VECTOR_GET_PTR(buf)); }
+void matmul_fwd_keep_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  kernels::cpu::matmul_fwd_keep_x(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B, p->K, p->N,
+                                  p->in_out);
+}
+void matmul_bwd_data_keep_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  kernels::cpu::matmul_bwd_data_keep_dy(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B, p->K,
+                                        p->N, p->in_out);
+}
+void matmul_bwd_weight_kept_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  kernels::cpu::matmul_bwd_weight_bf16(bf16_ptr(b[0]), bf16_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, false,
+                                       p->in_out);
 }
 #ifdef ZF_USE_CUDA
 void matmul_fwd_cuda(void* b[], void* a) noexcept {
@@ -77,6 +99,28 @@ starpu_codelet& matmul_bwd_data_cl() {
   return c;
 }
 
+starpu_codelet& matmul_fwd_keep_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_matmul_fwd_keep", matmul_fwd_keep_cpu, nullptr, 4, {STARPU_R, STARPU_R, STARPU_W, STARPU_W}, matmul_flops},
+      &m);
+  return c;
+}
+starpu_codelet& matmul_bwd_data_keep_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_matmul_bwd_data_keep", matmul_bwd_data_keep_cpu, nullptr, 4,
+                                          {STARPU_R, STARPU_R, STARPU_W, STARPU_W}, matmul_flops},
+                                         &m);
+  return c;
+}
+starpu_codelet& matmul_bwd_weight_kept_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight_kept", matmul_bwd_weight_kept_cpu, nullptr, 3,
+                                          {STARPU_R, STARPU_R, STARPU_W}, matmul_flops},
+                                         &m);
+  return c;
+}
+
 // x (B, K), w (N, K) (in_out: (K, N)) -> args; checks y/dy (B, N)
 MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y, bool in_out) {
   expect(w.shape().size() == 2, opt, "weight must be 2-D: " + shape_str(w));
@@ -91,6 +135,42 @@ MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, cons
 }  // namespace
 
 bool cpu_native_bf16() { return kernels::cpu::native_bf16(); }
+
+namespace {
+std::atomic<bool> keep_bf16_operands{true};
+void expect_bf16_copy(const SubmitOptions& opt, const Tensor& copy, const Tensor& of) {
+  expect(copy.bytes() == of.numel() * 2, opt, "bf16 copy " + shape_str(copy) + " must hold " + shape_str(of));
+}
+}  // namespace
+void set_matmul_keep_bf16_operands(bool on) { keep_bf16_operands = on; }
+bool matmul_keeps_bf16_operands(const SubmitOptions& opt, int64_t rows) {
+  return keep_bf16_operands && opt.rt && opt.rt->matmul_bf16() && rows >= kernels::cpu::kMatmulBf16Rows;
+}
+
+void insert_matmul_fwd_kept(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,
+                            const Tensor& xh, bool in_out) {
+  const MatmulArgs a = dims(opt, x, w, y, in_out);
+  expect(a.bf16 && a.B >= kernels::cpu::kMatmulBf16Rows, opt, "kept bf16 operands need bf16 matmuls of 64+ rows");
+  expect_bf16_copy(opt, xh, x);
+  TaskBuilder(matmul_fwd_keep_cl(), opt).r(x).r(w).w(y).w(xh).args(a).submit();
+}
+
+void insert_matmul_bwd_data_kept(const SubmitOptions& opt, const Tensor& dy, const Tensor& w, const Tensor& dx,
+                                 const Tensor& dyh, bool in_out) {
+  const MatmulArgs a = dims(opt, dx, w, dy, in_out);
+  expect(a.bf16 && a.B >= kernels::cpu::kMatmulBf16Rows, opt, "kept bf16 operands need bf16 matmuls of 64+ rows");
+  expect_bf16_copy(opt, dyh, dy);
+  TaskBuilder(matmul_bwd_data_keep_cl(), opt).r(dy).r(w).w(dx).w(dyh).args(a).submit();
+}
+
+void insert_matmul_bwd_weight_kept(const SubmitOptions& opt, const Tensor& dyh, const Tensor& xh, const Tensor& dy,
+                                   const Tensor& x, const Tensor& dw, bool in_out) {
+  const MatmulArgs a = dims(opt, x, dw, dy, in_out);
+  expect(a.bf16 && a.B >= kernels::cpu::kMatmulBf16Rows, opt, "kept bf16 operands need bf16 matmuls of 64+ rows");
+  expect_bf16_copy(opt, xh, x);
+  expect_bf16_copy(opt, dyh, dy);
+  TaskBuilder(matmul_bwd_weight_kept_cl(), opt).r(dyh).r(xh).w(dw).args(a).submit();
+}
 
 void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y, bool in_out) {
   TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(dims(opt, x, w, y, in_out)).submit();

@@ -32,6 +32,12 @@ struct GptBody::Acts {
     Tensor ln2, ln2_mean, ln2_rstd;  // (BT, C), (BT), (BT)
     Tensor fch, fcg;                 // (BT, I) before / after GELU (I = 4C unless n_inner)
     Tensor res2;                     // (BT, C) residual after the MLP
+    // Precision bf16 where the matmuls keep their operands (matmul_keeps_bf16_operands): the bf16
+    // copies (2-byte elements) of each linear layer's input, written by its forward, and of its
+    // output gradient, written by its data gradient, both read by its weight gradient. Scratch:
+    // lazy, never allocated in fp32, not state.
+    Tensor ln1_h, atty_h, ln2_h, fcg_h;     // (BT, C), (BT, C), (BT, C), (BT, I)
+    Tensor dqkv_h, dres1_h, dfch_h, dres2_h;  // (BT, 3C), (BT, C), (BT, I), (BT, C)
   };
   std::vector<Layer> layers;
   Tensor lnf, lnf_mean, lnf_rstd;  // (BT, C), (BT), (BT)
@@ -113,6 +119,17 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
     L.fch = t(h + "fch", {N, I});
     L.fcg = t(h + "fcg", {N, I});
     L.res2 = t(h + "res2", {N, C});
+    auto half = [&](const std::string& name, std::vector<int64_t> shape) {
+      return Tensor::lazy(shape, name + tag + ".bf16", 2);
+    };
+    L.ln1_h = half(h + "ln1", {N, C});
+    L.atty_h = half(h + "atty", {N, C});
+    L.ln2_h = half(h + "ln2", {N, C});
+    L.fcg_h = half(h + "fcg", {N, I});
+    L.dqkv_h = half(h + "dqkv", {N, 3 * C});
+    L.dres1_h = half(h + "dres1", {N, C});
+    L.dfch_h = half(h + "dfch", {N, I});
+    L.dres2_h = half(h + "dres2", {N, C});
     a->layers.push_back(std::move(L));
   }
   a->lnf = t("lnf", {N, C});
@@ -150,24 +167,31 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
   if (cond) insert_class_embedding_fwd(o.named("fwd.class_embedding"), a.x0, *cond->table, *cond->ids);
   if (hook) hook->after_forward(o.step, 0);
   const Tensor* r = &a.x0;
+  const bool keep = matmul_keeps_bf16_operands(o, (int64_t)a.B * a.T);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     if (hook) hook->before_forward(o.step, l + 1);
     Acts::Layer& L = a.layers[l];
     const std::string n = "fwd.h" + std::to_string(l) + ".";
     auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
     auto io = [&](int k) { return blk(l, k).in_out; };
+    auto matmul = [&](const std::string& name, const Tensor& x, int k, const Tensor& y, const Tensor& xh) {
+      if (keep)
+        insert_matmul_fwd_kept(o.named(n + name), x, v(k), y, xh, io(k));
+      else
+        insert_matmul_fwd(o.named(n + name), x, v(k), y, io(k));
+    };
     insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), L.ln1, L.ln1_mean, L.ln1_rstd, cfg_.ln_eps);
-    insert_matmul_fwd(o.named(n + "c_attn"), L.ln1, v(kAttnW), L.qkv, io(kAttnW));
+    matmul("c_attn", L.ln1, kAttnW, L.qkv, L.ln1_h);
     insert_bias_add(o.named(n + "c_attn.bias"), L.qkv, v(kAttnB));
     insert_attention_fwd(o.named(n + "attention"), L.qkv, L.atty, L.att, nullptr);
-    insert_matmul_fwd(o.named(n + "attn.c_proj"), L.atty, v(kAttnProjW), L.res1, io(kAttnProjW));
+    matmul("attn.c_proj", L.atty, kAttnProjW, L.res1, L.atty_h);
     insert_bias_add(o.named(n + "attn.c_proj.bias"), L.res1, v(kAttnProjB));
     insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), *r, whole(*r), 1.0f);
     insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), L.ln2, L.ln2_mean, L.ln2_rstd, cfg_.ln_eps);
-    insert_matmul_fwd(o.named(n + "c_fc"), L.ln2, v(kFcW), L.fch, io(kFcW));
+    matmul("c_fc", L.ln2, kFcW, L.fch, L.ln2_h);
     insert_bias_add(o.named(n + "c_fc.bias"), L.fch, v(kFcB));
     insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, L.fcg);
-    insert_matmul_fwd(o.named(n + "mlp.c_proj"), L.fcg, v(kMlpProjW), L.res2, io(kMlpProjW));
+    matmul("mlp.c_proj", L.fcg, kMlpProjW, L.res2, L.fcg_h);
     insert_bias_add(o.named(n + "mlp.c_proj.bias"), L.res2, v(kMlpProjB));
     insert_accumulate(o.named(n + "residual_2"), L.res2, whole(L.res2), L.res1, whole(L.res1), 1.0f);
     r = &L.res2;
@@ -186,6 +210,7 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
   // dA: gradient of the residual stream at the current layer's output
   Tensor* dA = &a.dres_a;
   Tensor* dB = &a.dres_b;
+  const bool keep = matmul_keeps_bf16_operands(o, (int64_t)a.B * a.T);
   insert_layernorm_bwd(o.named("bwd.ln_f"), d_out, last, a.lnf_mean, a.lnf_rstd, p(F).value, *dA, p(F).grad,
                        p(F + 1).grad);
   if (hook) hook->after_backward(o.step, Lc + 1);
@@ -195,25 +220,32 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     const Tensor& in = l ? a.layers[l - 1].res2 : a.x0;
     const std::string n = "bwd.h" + std::to_string(l) + ".";
     auto P = [&](int k) -> Param& { return blk(l, k); };
+    // a linear layer's weight, bias and data gradients; with kept bf16 operands the data gradient
+    // first (it writes dy's bf16 copy dyh), then the weight gradient on the copies
+    auto linear = [&](const std::string& name, int kw, const Tensor& dy, const Tensor& x, const Tensor& dx,
+                      const Tensor& xh, const Tensor& dyh) {
+      Param& W = P(kw);
+      if (keep) {
+        insert_matmul_bwd_data_kept(o.named(n + name + ".dx"), dy, W.value, dx, dyh, W.in_out);
+        insert_matmul_bwd_weight_kept(o.named(n + name + ".dw"), dyh, xh, dy, x, W.grad, W.in_out);
+        insert_bias_grad(o.named(n + name + ".db"), dy, P(kw + 1).grad);
+        return;
+      }
+      insert_matmul_bwd_weight(o.named(n + name + ".dw"), dy, x, W.grad, W.in_out);
+      insert_bias_grad(o.named(n + name + ".db"), dy, P(kw + 1).grad);
+      insert_matmul_bwd_data(o.named(n + name + ".dx"), dy, W.value, dx, W.in_out);
+    };
     // MLP: r2 = r1 + gelu(LN(r1) Wfc^T + bfc) Wp^T + bp
-    insert_matmul_bwd_weight(o.named(n + "mlp.c_proj.dw"), *dA, L.fcg, P(kMlpProjW).grad, P(kMlpProjW).in_out);
-    insert_bias_grad(o.named(n + "mlp.c_proj.db"), *dA, P(kMlpProjB).grad);
-    insert_matmul_bwd_data(o.named(n + "mlp.c_proj.dx"), *dA, P(kMlpProjW).value, a.dfcg, P(kMlpProjW).in_out);
+    linear("mlp.c_proj", kMlpProjW, *dA, L.fcg, a.dfcg, L.fcg_h, L.dres2_h);
     insert_act_bwd(o.named(n + "gelu"), Activation::Gelu, L.fch, a.dfcg, a.dfch);
-    insert_matmul_bwd_weight(o.named(n + "c_fc.dw"), a.dfch, L.ln2, P(kFcW).grad, P(kFcW).in_out);
-    insert_bias_grad(o.named(n + "c_fc.db"), a.dfch, P(kFcB).grad);
-    insert_matmul_bwd_data(o.named(n + "c_fc.dx"), a.dfch, P(kFcW).value, a.dln, P(kFcW).in_out);
+    linear("c_fc", kFcW, a.dfch, L.ln2, a.dln, L.ln2_h, L.dfch_h);
     insert_layernorm_bwd(o.named(n + "ln_2"), a.dln, L.res1, L.ln2_mean, L.ln2_rstd, P(kLn2W).value, *dB,
                          P(kLn2W).grad, P(kLn2B).grad);
     insert_accumulate(o.named(n + "residual_2"), *dB, whole(*dB), *dA, whole(*dA), 1.0f);
     // attention: r1 = r + attn(LN(r) Wqkv^T + bqkv) Wo^T + bo
-    insert_matmul_bwd_weight(o.named(n + "attn.c_proj.dw"), *dB, L.atty, P(kAttnProjW).grad, P(kAttnProjW).in_out);
-    insert_bias_grad(o.named(n + "attn.c_proj.db"), *dB, P(kAttnProjB).grad);
-    insert_matmul_bwd_data(o.named(n + "attn.c_proj.dx"), *dB, P(kAttnProjW).value, a.datty, P(kAttnProjW).in_out);
+    linear("attn.c_proj", kAttnProjW, *dB, L.atty, a.datty, L.atty_h, L.dres1_h);
     insert_attention_bwd(o.named(n + "attention"), a.datty, L.qkv, L.att, a.dqkv, nullptr);
-    insert_matmul_bwd_weight(o.named(n + "c_attn.dw"), a.dqkv, L.ln1, P(kAttnW).grad, P(kAttnW).in_out);
-    insert_bias_grad(o.named(n + "c_attn.db"), a.dqkv, P(kAttnB).grad);
-    insert_matmul_bwd_data(o.named(n + "c_attn.dx"), a.dqkv, P(kAttnW).value, a.dln, P(kAttnW).in_out);
+    linear("c_attn", kAttnW, a.dqkv, L.ln1, a.dln, L.ln1_h, L.dqkv_h);
     insert_layernorm_bwd(o.named(n + "ln_1"), a.dln, in, L.ln1_mean, L.ln1_rstd, P(kLn1W).value, *dA,
                          P(kLn1W).grad, P(kLn1B).grad);
     insert_accumulate(o.named(n + "residual_1"), *dA, whole(*dA), *dB, whole(*dB), 1.0f);

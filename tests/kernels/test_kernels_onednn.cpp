@@ -92,6 +92,47 @@ TEST(OneDnnGemm, ConcurrentCallsGiveTheSerialBits) {
 }
 
 // The three products of x (B, K) -> y (B, N) in both weight layouts with bf16 = true.
+// The kept-operand kernels (precision bf16 with each activation and output gradient converted
+// once, codelets/matmul.cpp): the forward and the data gradient leave their input's bf16 copy
+// (pack_bf16's bits), and all three give the bits of the per-call bf16 kernels, on every oneDNN
+// path: tiles of rows, a head wider than the batch (N > B), both weight layouts, dw (K, N) cut
+// by columns (N > K) and by rows.
+TEST(MatmulBf16, KeptOperandsBitwiseSameAsPerCall) {
+  if (!cpu::native_bf16()) GTEST_SKIP() << "no native bf16 on this CPU: the kept path is not used";
+  for (auto [B, K, N] : std::vector<std::tuple<int, int, int>>{
+           {64, 55, 22}, {1024, 128, 384}, {1024, 512, 128}, {256, 64, 512}, {96, 40, 200}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+    const std::vector<float> x = normal((size_t)B * K, 4), w = normal((size_t)N * K, 5), dy = normal((size_t)B * N, 6);
+    std::vector<uint16_t> xh_ref((size_t)B * K), dyh_ref((size_t)B * N);
+    cpu::pack_bf16(x.data(), xh_ref.data(), xh_ref.size());
+    cpu::pack_bf16(dy.data(), dyh_ref.data(), dyh_ref.size());
+    for (bool io : {false, true}) {
+      SCOPED_TRACE(io ? "(in, out)" : "(out, in)");
+      const std::vector<float> wl = io ? transposed(w, N, K) : w;
+      std::vector<float> y((size_t)B * N), dx((size_t)B * K), dw((size_t)N * K, 0.5f);
+      std::vector<float> y2 = y, dx2 = dx, dw2 = dw;
+      std::vector<uint16_t> xh((size_t)B * K, 0xffff), dyh((size_t)B * N, 0xffff);
+      cpu::matmul_fwd(x.data(), wl.data(), y.data(), B, K, N, io, true);
+      cpu::matmul_bwd_data(dy.data(), wl.data(), dx.data(), B, K, N, io, true);
+      cpu::matmul_bwd_weight(dy.data(), x.data(), dw.data(), B, K, N, false, io, true);
+      const uint64_t calls = cpu::matmul_kept_bf16_calls();
+      cpu::matmul_fwd_keep_x(x.data(), wl.data(), y2.data(), xh.data(), B, K, N, io);
+      cpu::matmul_bwd_data_keep_dy(dy.data(), wl.data(), dx2.data(), dyh.data(), B, K, N, io);
+      cpu::matmul_bwd_weight_bf16(dyh.data(), xh.data(), dw2.data(), B, K, N, false, io);
+      EXPECT_EQ(cpu::matmul_kept_bf16_calls() - calls, 3u);
+      EXPECT_EQ(xh, xh_ref);
+      EXPECT_EQ(dyh, dyh_ref);
+      EXPECT_TRUE(bits_equal(y, y2)) << "forward";
+      EXPECT_TRUE(bits_equal(dx, dx2)) << "data gradient";
+      EXPECT_TRUE(bits_equal(dw, dw2)) << "weight gradient";
+      // accumulate (dw += ...) as the per-call kernel does
+      cpu::matmul_bwd_weight(dy.data(), x.data(), dw.data(), B, K, N, true, io, true);
+      cpu::matmul_bwd_weight_bf16(dyh.data(), xh.data(), dw2.data(), B, K, N, true, io);
+      EXPECT_TRUE(bits_equal(dw, dw2)) << "weight gradient, accumulated";
+    }
+  }
+}
+
 TEST(MatmulBf16, WithinBf16RoundingOfTheExactProduct) {
   // bf16 keeps 8 significant bits: each input is within u = 2^-8 of itself relative, a product of
   // two within 2u + u^2; products of two bf16 values are exact in fp32 and summed in fp32

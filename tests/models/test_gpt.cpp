@@ -270,6 +270,36 @@ TEST(GptEngine, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
   }
 }
 
+// Precision bf16 with each linear layer's input and output gradient converted to bf16 once
+// (the forward keeps x's copy, the data gradient dy's, the weight gradient multiplies the copies;
+// models/gpt.cpp) trains to bitwise the same weights as the matmuls converting both operands in
+// every call, in both weight layouts (out_in under device-adam, in_out under zenflow), and the
+// kept path did run.
+TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
+  if (!cpu_native_bf16()) GTEST_SKIP() << "no native bf16 on this CPU: bf16's matmuls run in fp32";
+  for (const char* strategy : {"device-adam", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    TempDir dir;
+    Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));
+    s.model.n_embd = 64;
+    s.model.context = 32;
+    s.train.batch_size = 8;  // 256 rows: the oneDNN tiles, where operands are kept
+    s.train.steps = 4;
+    s.strategy = strategy;
+    s.precision = "bf16";
+    set_matmul_keep_bf16_operands(false);
+    const uint64_t calls0 = kernels::cpu::matmul_kept_bf16_calls();
+    const Weights per_call = train_and_capture(s);
+    set_matmul_keep_bf16_operands(true);
+    ASSERT_EQ(kernels::cpu::matmul_kept_bf16_calls(), calls0) << "turned off, the kept path ran";
+    const Weights kept = train_and_capture(s);
+    // 2 layers x 4 linear layers x 3 products x 4 steps (and the evaluation's forwards)
+    EXPECT_GE(kernels::cpu::matmul_kept_bf16_calls() - calls0, 2u * 4u * 3u * 4u) << "the kept path did not run";
+    ASSERT_FALSE(per_call.empty());
+    EXPECT_EQ(first_difference(kept, per_call), "");
+  }
+}
+
 TEST(GptEngine, TinyModelLearnsText) {
   TempDir dir;
   Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));

@@ -26,6 +26,21 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
 void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out = false,
                      bool bf16 = false);
 
+// Precision bf16 with each activation and output gradient converted once (codelets/matmul.cpp's
+// kept-operand codelets, models/gpt.cpp): from kMatmulBf16Rows rows and where native_bf16() only.
+// The forward and the data gradient compute what matmul_fwd / matmul_bwd_data with bf16 do and
+// also leave their fp32 input's bf16 copy (kernels/bf16.hpp's rounding, B*K values of x into xh,
+// B*N of dy into dyh); the weight gradient multiplies those copies, as matmul_bwd_weight with
+// bf16 would convert them again: the same bf16 values in the same tiles, so the same bits.
+constexpr int kMatmulBf16Rows = 64;
+void matmul_fwd_keep_x(const float* x, const float* w, float* y, uint16_t* xh, int B, int K, int N, bool w_in_out);
+void matmul_bwd_data_keep_dy(const float* dy, const float* w, float* dx, uint16_t* dyh, int B, int K, int N,
+                             bool w_in_out);
+void matmul_bwd_weight_bf16(const uint16_t* dyh, const uint16_t* xh, float* dw, int B, int K, int N, bool accumulate,
+                            bool dw_in_out);
+// Calls of the three above since the process started (the tests check that the kept path ran).
+uint64_t matmul_kept_bf16_calls();
+
 // y (B, N) += b (N)
 void bias_add(float* y, const float* b, int B, int N);
 // db (N) = sum_i dy (B, N)[i, :]

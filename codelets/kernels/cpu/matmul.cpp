@@ -12,6 +12,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -37,7 +38,7 @@ namespace {
 // leaves little to wait for. At most kMaxTiles; each a multiple of
 // `align` long (the SGEMM kernel's register block) along the dimension cut.
 constexpr double kTileFlops = 32e6, kSplitFlops = 8e6, kFineFlops = 4e6;
-constexpr int kCoarseRows = 64, kMaxTiles = 16;
+constexpr int kCoarseRows = kMatmulBf16Rows, kMaxTiles = 16;
 struct Cut {
   int n, len;  // tiles, elements per tile (the last may be shorter)
 };
@@ -101,27 +102,95 @@ Operands operands(const float* a, size_t na, const float* b, size_t nb, bool bf1
   pack_bf16(b, hb.data(), nb);
   return {ha.data(), hb.data(), true};
 }
-}  // namespace
+// One operand converted into the calling thread's buffer (the other one kept, or given, in bf16).
+const uint16_t* packed(const float* a, size_t n) {
+  thread_local std::vector<uint16_t> h;
+  h.resize(n);
+  pack_bf16(a, h.data(), n);
+  return h.data();
+}
 
-constexpr int kStreamMinN = 256;  // below, a row of w is too short for the streaming loop to pay
-void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out, bool bf16) {
+// The oneDNN paths (B >= kCoarseRows) on operands as given: fp32, or bf16 (op.bf16).
+void fwd_coarse(const void* x, const void* w, bool bf16, float* y, int B, int K, int N, bool w_in_out) {
   const double flops = 2.0 * B * K * N;
-  if (B >= kCoarseRows && N > B) {
+  const Operands op{x, w, bf16};
+  if (N > B) {
     // w larger than x (a language model's head: N the vocabulary): tiles of output features,
     // y[:, n0:n1] = x w[n0:n1]^T (or x w[:, n0:n1]), each tile packing x and its slice of w, where
     // tiles of rows would each pack the whole of w (2 MB for a 4096 x 128 head, 16 times a call)
-    const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
     over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
       op.gemm(0, w_in_out ? (size_t)n0 : (size_t)n0 * K, y + n0,
               {B, nn, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
     });
     return;
   }
-  if (B >= kCoarseRows) {  // tiles of rows: y[b0:b1] = x[b0:b1] w^T (w (N, K)) or x[b0:b1] w (w (K, N))
-    const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
-    over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
-      op.gemm((size_t)b0 * K, 0, y + (size_t)b0 * N, {bb, N, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
+  // tiles of rows: y[b0:b1] = x[b0:b1] w^T (w (N, K)) or x[b0:b1] w (w (K, N))
+  over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+    op.gemm((size_t)b0 * K, 0, y + (size_t)b0 * N, {bb, N, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
+  });
+}
+
+void bwd_weight_coarse(const void* dy, const void* x, bool bf16, float* dw, int B, int K, int N, bool accumulate,
+                       bool dw_in_out) {
+  const double flops = 2.0 * B * K * N;
+  if (!dw_in_out && N > B) {
+    // a language model's head (N the vocabulary): tiles of dw's rows as below, each computed as
+    // x^T dy[:, n0:n1] (K, nn) into the thread's scratch and transposed into dw[n0:n1] (+=): oneDNN
+    // with the transposed dy slice as A ran the head's weight gradient (1024 x 128 x 4096) 1.3x
+    // slower (docs/architecture.md, "Matmul tiles and code paths")
+    const Operands op{x, dy, bf16};
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      thread_local std::vector<float> t;
+      t.resize((size_t)K * nn);
+      op.gemm(0, n0, t.data(), {K, nn, B, true, false, K, N, nn, false, false});
+      for (int j = 0; j < nn; ++j) {
+        float* d = dw + (size_t)(n0 + j) * K;
+        if (accumulate)
+          for (int k = 0; k < K; ++k) d[k] += t[(size_t)k * nn + j];
+        else
+          for (int k = 0; k < K; ++k) d[k] = t[(size_t)k * nn + j];
+      }
     });
+    return;
+  }
+  if (!dw_in_out) {  // tiles of dw's rows: dw[n0:n1] (+)= dy[:, n0:n1]^T x
+    const Operands op{dy, x, bf16};
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      op.gemm(n0, 0, dw + (size_t)n0 * K, {nn, K, B, true, false, N, K, K, accumulate, false});
+    });
+    return;
+  }
+  // dw (K, N) = x^T dy
+  const Operands op{x, dy, bf16};
+  if (N > K)
+    // in tiles of its columns (output features), as the (N, K) call's tiles of rows: each tile
+    // copies x and a slice of dy, where tiles of rows would each copy the whole of dy; the rows
+    // stay better where N <= K
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      op.gemm(0, n0, dw + n0, {K, nn, B, true, false, K, N, N, accumulate, false});
+    });
+  else
+    over(cut(K, flops, 16, B), K, [&](int k0, int kk) {
+      op.gemm(k0, 0, dw + (size_t)k0 * N, {kk, N, B, true, false, K, N, N, accumulate, false});
+    });
+}
+
+void bwd_data_coarse(const void* dy, const void* w, bool bf16, float* dx, int B, int K, int N, bool w_in_out) {
+  const double flops = 2.0 * B * K * N;
+  const Operands op{dy, w, bf16};
+  // tiles of rows: dx[b0:b1] = dy[b0:b1] w (w (N, K)) or dy[b0:b1] w^T (w (K, N))
+  over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+    op.gemm((size_t)b0 * N, 0, dx + (size_t)b0 * K, {bb, K, N, false, w_in_out, N, w_in_out ? N : K, K, false, false});
+  });
+}
+}  // namespace
+
+constexpr int kStreamMinN = 256;  // below, a row of w is too short for the streaming loop to pay
+void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out, bool bf16) {
+  const double flops = 2.0 * B * K * N;
+  if (B >= kCoarseRows) {
+    const Operands op = operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
+    fwd_coarse(op.a, op.b, op.bf16, y, B, K, N, w_in_out);
     return;
   }
   round_operands(x, (size_t)B * K, w, (size_t)N * K, bf16);
@@ -186,46 +255,9 @@ static void small_batch_weight(const float* dy, const float* x, float* dw, int B
 void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate, bool dw_in_out,
                        bool bf16) {
   const double flops = 2.0 * B * K * N;
-  if (B >= kCoarseRows && !dw_in_out && N > B) {
-    // a language model's head (N the vocabulary): tiles of dw's rows as below, each computed as
-    // x^T dy[:, n0:n1] (K, nn) into the thread's scratch and transposed into dw[n0:n1] (+=): oneDNN
-    // with the transposed dy slice as A ran the head's weight gradient (1024 x 128 x 4096) 1.3x
-    // slower (docs/architecture.md, "Matmul tiles and code paths")
-    const Operands op = operands(x, (size_t)B * K, dy, (size_t)B * N, bf16);
-    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
-      thread_local std::vector<float> t;
-      t.resize((size_t)K * nn);
-      op.gemm(0, n0, t.data(), {K, nn, B, true, false, K, N, nn, false, false});
-      for (int j = 0; j < nn; ++j) {
-        float* d = dw + (size_t)(n0 + j) * K;
-        if (accumulate)
-          for (int k = 0; k < K; ++k) d[k] += t[(size_t)k * nn + j];
-        else
-          for (int k = 0; k < K; ++k) d[k] = t[(size_t)k * nn + j];
-      }
-    });
-    return;
-  }
-  if (B >= kCoarseRows && !dw_in_out) {  // tiles of dw's rows: dw[n0:n1] (+)= dy[:, n0:n1]^T x
+  if (B >= kCoarseRows) {
     const Operands op = operands(dy, (size_t)B * N, x, (size_t)B * K, bf16);
-    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
-      op.gemm(n0, 0, dw + (size_t)n0 * K, {nn, K, B, true, false, N, K, K, accumulate, false});
-    });
-    return;
-  }
-  if (B >= kCoarseRows) {  // dw (K, N) = x^T dy
-    const Operands op = operands(x, (size_t)B * K, dy, (size_t)B * N, bf16);
-    if (N > K)
-      // in tiles of its columns (output features), as the (N, K) call's tiles of rows: each tile
-      // copies x and a slice of dy, where tiles of rows would each copy the whole of dy; the rows
-      // stay better where N <= K
-      over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
-        op.gemm(0, n0, dw + n0, {K, nn, B, true, false, K, N, N, accumulate, false});
-      });
-    else
-      over(cut(K, flops, 16, B), K, [&](int k0, int kk) {
-        op.gemm(k0, 0, dw + (size_t)k0 * N, {kk, N, B, true, false, K, N, N, accumulate, false});
-      });
+    bwd_weight_coarse(op.a, op.b, op.bf16, dw, B, K, N, accumulate, dw_in_out);
     return;
   }
   round_operands(dy, (size_t)B * N, x, (size_t)B * K, bf16);
@@ -266,11 +298,9 @@ void matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K,
 
 void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, bool w_in_out, bool bf16) {
   const double flops = 2.0 * B * K * N;
-  if (B >= kCoarseRows) {  // tiles of rows: dx[b0:b1] = dy[b0:b1] w (w (N, K)) or dy[b0:b1] w^T (w (K, N))
+  if (B >= kCoarseRows) {
     const Operands op = operands(dy, (size_t)B * N, w, (size_t)N * K, bf16);
-    over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
-      op.gemm((size_t)b0 * N, 0, dx + (size_t)b0 * K, {bb, K, N, false, w_in_out, N, w_in_out ? N : K, K, false, false});
-    });
+    bwd_data_coarse(op.a, op.b, op.bf16, dx, B, K, N, w_in_out);
     return;
   }
   round_operands(dy, (size_t)B * N, w, (size_t)N * K, bf16);
@@ -303,6 +333,27 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
     else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, kk, N, 1.0f, dy, N, w + k0, K, 0.0f, dx + k0, K);
   });
+}
+
+// Precision bf16 with the activations and output gradients converted once (kernels.hpp)
+std::atomic<uint64_t> kept_bf16_calls{0};
+uint64_t matmul_kept_bf16_calls() { return kept_bf16_calls.load(std::memory_order_relaxed); }
+
+void matmul_fwd_keep_x(const float* x, const float* w, float* y, uint16_t* xh, int B, int K, int N, bool w_in_out) {
+  pack_bf16(x, xh, (size_t)B * K);
+  fwd_coarse(xh, packed(w, (size_t)N * K), true, y, B, K, N, w_in_out);
+  kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
+}
+void matmul_bwd_data_keep_dy(const float* dy, const float* w, float* dx, uint16_t* dyh, int B, int K, int N,
+                             bool w_in_out) {
+  pack_bf16(dy, dyh, (size_t)B * N);
+  bwd_data_coarse(dyh, packed(w, (size_t)N * K), true, dx, B, K, N, w_in_out);
+  kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
+}
+void matmul_bwd_weight_bf16(const uint16_t* dyh, const uint16_t* xh, float* dw, int B, int K, int N, bool accumulate,
+                            bool dw_in_out) {
+  bwd_weight_coarse(dyh, xh, true, dw, B, K, N, accumulate, dw_in_out);
+  kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace zf::kernels::cpu

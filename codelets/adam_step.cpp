@@ -30,6 +30,18 @@ struct MoveArgs {
   size_t dst_off, src_off, n;
   float scale;
 };
+// Memory traffic of the range codelets for the simulation's roofline (CodeletDef::bytes): the n
+// elements they touch, not their buffers' whole sizes. AdamW: p read and written, g read, m and v
+// read and written (28 bytes per fp32 parameter); with the accumulator also read and written.
+double adam_bytes(const void* a) { return 28.0 * (double)static_cast<const AdamArgs*>(a)->n; }
+double adam_acc_bytes(const void* a) { return 36.0 * (double)static_cast<const AdamAccArgs*>(a)->n; }
+// acc read and written, g read
+double accumulate_bytes(const void* a) { return 12.0 * (double)static_cast<const MoveArgs*>(a)->n; }
+// src read, dst written, of the given element sizes
+template <int SRC, int DST>
+double move_bytes(const void* a) {
+  return (double)(SRC + DST) * (double)static_cast<const MoveArgs*>(a)->n;
+}
 // the least elements a helper takes of a crossing (accumulation, merge): 256 KiB of fp32
 constexpr size_t kCrossingRange = 65536;
 
@@ -148,7 +160,7 @@ starpu_codelet& adam_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_adam_step", adam_step_cpu, ZF_CUDA_FUNC(adam_step_cuda), 4,
-                    {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
+                    {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0, nullptr, adam_bytes},
                    &m);
   return c;
 }
@@ -156,32 +168,34 @@ starpu_codelet& adam_accumulate_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_adam_step_accumulate", adam_step_accumulate_cpu, ZF_CUDA_FUNC(adam_step_accumulate_cuda), 5,
-                    {STARPU_RW, STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}},
+                    {STARPU_RW, STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0, nullptr, adam_acc_bytes},
                    &m);
   return c;
 }
 starpu_codelet& adam_result_cl() {  // host side only (a host context has no CUDA workers)
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_adam_step_result", adam_step_result_cpu, nullptr, 4, {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_RW}}, &m);
+      {"zf_adam_step_result", adam_step_result_cpu, nullptr, 4, {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_RW},
+       nullptr, Collective::None, 0, nullptr, adam_bytes}, &m);
   return c;
 }
 starpu_codelet& accumulate_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(accumulate_cuda), 2, {STARPU_RW, STARPU_R}}, &m);
+      {"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(accumulate_cuda), 2, {STARPU_RW, STARPU_R},
+       nullptr, Collective::None, 0, nullptr, accumulate_bytes}, &m);
   return c;
 }
 starpu_codelet& copy_cl() {  // whole destination
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_copy", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_W}}, &m);
+      make_codelet({"zf_copy", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_W}, nullptr, Collective::None, 0, nullptr, move_bytes<4, 4>}, &m);
   return c;
 }
 starpu_codelet& copy_into_cl() {  // a slice of the destination
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_copy_into", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_RW}}, &m);
+      make_codelet({"zf_copy_into", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_RW}, nullptr, Collective::None, 0, nullptr, move_bytes<4, 4>}, &m);
   return c;
 }
 // Conversions between fp32 and bf16 buffers (insert_copy picks them by element size); as the
@@ -189,7 +203,10 @@ starpu_codelet& copy_into_cl() {  // a slice of the destination
 starpu_codelet& convert_bf16_cl(bool pack, bool whole_dst) {
   static starpu_perfmodel m[4]{};
   auto make = [&](int i, const char* name, starpu_cpu_func_t cpu, starpu_cuda_func_t cuda) {
-    return make_codelet({name, cpu, cuda, 2, {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}}, &m[i]);
+    // unpack: 2-byte source, fp32 destination; pack: the reverse
+    return make_codelet({name, cpu, cuda, 2, {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}, nullptr, Collective::None, 0,
+                         nullptr, i < 2 ? move_bytes<2, 4> : move_bytes<4, 2>},
+                        &m[i]);
   };
   static starpu_codelet c[4] = {
       make(0, "zf_unpack_bf16_into", unpack_bf16_cpu, ZF_CUDA_FUNC(unpack_bf16_cuda)),
@@ -203,7 +220,10 @@ starpu_codelet& convert_bf16_cl(bool pack, bool whole_dst) {
 starpu_codelet& convert_fp16_cl(bool pack, bool whole_dst) {
   static starpu_perfmodel m[4]{};
   auto make = [&](int i, const char* name, starpu_cpu_func_t cpu, starpu_cuda_func_t cuda) {
-    return make_codelet({name, cpu, cuda, 2, {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}}, &m[i]);
+    // unpack: 2-byte source, fp32 destination; pack: the reverse
+    return make_codelet({name, cpu, cuda, 2, {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}, nullptr, Collective::None, 0,
+                         nullptr, i < 2 ? move_bytes<2, 4> : move_bytes<4, 2>},
+                        &m[i]);
   };
   static starpu_codelet c[4] = {
       make(0, "zf_unpack_fp16_into", unpack_fp16_cpu, ZF_CUDA_FUNC(unpack_fp16_cuda)),

@@ -314,6 +314,14 @@ void Runtime::create_contexts() {
       if ((int)all.size() <= hwloc_cores()) helpers = all;
       deadline_policy_set_idle(all, helpers);
     }
+    // In simulation the same workers are the helpers of the roofline's tile split (docs/simulation.md,
+    // "Helpers"): a tiled kernel's time is shared with the helpers idle when it starts.
+    if (!device_is_cuda_ && kSimulated) {
+      std::vector<int> all = device_workers_, helpers = device_workers_;
+      all.insert(all.end(), host_workers_.begin(), host_workers_.end());
+      if ((int)all.size() <= hwloc_cores()) helpers = all;
+      deadline_policy_set_sim_helpers(helpers);
+    }
   } else {
     device_ctx_ = starpu_sched_ctx_create(device_workers_.data(), (int)device_workers_.size(), "device",
                                           STARPU_SCHED_CTX_POLICY_NAME, cfg.sched.c_str(), 0);
@@ -337,6 +345,7 @@ void Runtime::create_contexts() {
 Runtime::~Runtime() {
   starpu_task_wait_for_all();
   deadline_policy_set_idle({}, {});
+  deadline_policy_set_sim_helpers({});
   if (comm_token_) starpu_data_unregister(comm_token_);
   starpu_sched_ctx_delete(host_ctx_);
   starpu_sched_ctx_delete(device_ctx_);

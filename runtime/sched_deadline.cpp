@@ -35,6 +35,8 @@ inline void cpu_relax() {
 struct WorkerState {
   std::atomic<bool> may_sleep{false};  // CPU worker of a run without CUDA workers
   std::atomic<bool> helps{false};      // takes tiles of parallel_for while idle
+  std::atomic<bool> sim_helps{false};  // simulation: would help (deadline_policy_set_sim_helpers)
+  std::atomic<bool> idle{false};       // its last look found no task
 };
 WorkerState wstate[STARPU_NMAXWORKERS];
 
@@ -179,6 +181,7 @@ starpu_task* try_pop(Queue& q, unsigned ctx, int me) {
     }
     q.waiting[me].store(true, std::memory_order_release);
   }
+  wstate[me].idle.store(chosen == nullptr, std::memory_order_relaxed);
   return chosen;
 }
 
@@ -276,6 +279,19 @@ void deadline_policy_set_idle(const std::vector<int>& sleepers, const std::vecto
 void deadline_policy_set_max_sleep(int64_t us) {
   max_sleep_us.store(us);
   wake_all();
+}
+
+void deadline_policy_set_sim_helpers(const std::vector<int>& helpers) {
+  for (auto& w : wstate) w.sim_helps.store(false);
+  for (int w : helpers) wstate[w].sim_helps.store(true);
+}
+
+int deadline_policy_idle_helpers(int me) {
+  int n = 0;
+  for (int w = 0; w < (int)starpu_worker_get_count() && w < STARPU_NMAXWORKERS; ++w)
+    if (w != me && wstate[w].sim_helps.load(std::memory_order_relaxed) && wstate[w].idle.load(std::memory_order_relaxed))
+      ++n;
+  return n;
 }
 
 DeadlineSleepStats deadline_policy_sleep_stats() {

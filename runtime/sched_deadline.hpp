@@ -27,6 +27,14 @@ void deadline_policy_order_by_deadline(unsigned sched_ctx);
 // contexts are created, before submitting; a new call replaces the previous sets.
 void deadline_policy_set_idle(const std::vector<int>& sleepers, const std::vector<int>& helpers);
 
+// Simulation (ZF_SIMGRID, docs/simulation.md "Helpers"): no kernel runs, so nothing takes tiles;
+// the roofline (runtime/simulation.cpp) splits a tiled kernel's time between its worker and the
+// helpers idle when it starts. These are the workers that would help (the same rule as
+// deadline_policy_set_idle's helpers; none sleeps), and how many of them, other than `me`, found
+// no task at their last look (idle now).
+void deadline_policy_set_sim_helpers(const std::vector<int>& helpers);
+int deadline_policy_idle_helpers(int me);
+
 // Counts since the process started: sleeps entered, sleeps ended by a push or a published job
 // (not by the time bound), workers asleep now.
 struct DeadlineSleepStats {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "runtime/error.hpp"
+#include "runtime/sched_deadline.hpp"
 
 namespace zf {
 namespace {
@@ -21,6 +22,10 @@ struct Rates {
   double flops = 0;                  // FLOP/s (fp32: the CUDA matmuls are cuBLAS SGEMM at any precision)
   double bytes = 0;                  // B/s
   double overhead_us = 0;            // per task
+  double peak_flops = 0, peak_bytes = 0;  // the peaks the rates above are a fraction of
+  // per codelet (its symbol "zf_<op>"): the efficiency that replaces the generic ones for both of
+  // its rates (peak x efficiency), from the machine file's calibrated map (tools/sim_machine.py)
+  std::map<std::string, double> efficiency;
 };
 Rates cpu_rates, cuda_rates;
 // the links a collective's ring runs over (tools/sim_machine.py): between the GPUs (NVLink or
@@ -32,13 +37,33 @@ struct Link {
 Link gpu_link, host_link;
 int ranks = 1;
 struct Model {
+  const char* symbol = nullptr;
+  bool tiled = false;                // its kernel's tiles are shared with idle helpers (tiled())
+  bool resolved = false;             // cpu_eff / cuda_eff looked up in the rates' maps
+  double cpu_eff = -1, cuda_eff = -1;  // < 0: the generic rates
   FlopsFn flops = nullptr;
   Collective collective = Collective::None;
   int coll_buffer = 0;
   FlopsFn coll_bytes = nullptr;
+  FlopsFn bytes = nullptr;           // traffic from the args (a range of its buffers); null: sizes
 };
 std::mutex mu;
 std::unordered_map<const starpu_perfmodel*, Model> models;
+
+// The codelets whose CPU kernels cut their work into tiles that zf-deadline's idle workers take
+// (runtime/parallel.hpp; the list of docs/architecture.md, "Device cores"): in simulation their
+// roofline time is split between the worker and the helpers idle when the task starts.
+bool tiled(const std::string& sym) {
+  static const char* const kTiled[] = {
+      "zf_matmul_fwd", "zf_matmul_bwd_weight", "zf_matmul_bwd_data", "zf_attention_fwd", "zf_attention_bwd",
+      "zf_gqa_attention_fwd", "zf_gqa_attention_bwd", "zf_bias_add", "zf_act_fwd", "zf_act_bwd",
+      "zf_swiglu_fwd", "zf_swiglu_bwd", "zf_layernorm_fwd", "zf_layernorm_bwd", "zf_rmsnorm_fwd",
+      "zf_rmsnorm_bwd", "zf_rope_fwd", "zf_rope_bwd", "zf_softmax_xent_fwd", "zf_softmax_xent_bwd",
+      "zf_accumulate", "zf_merge", "zf_merge_selected", "zf_selective_adam"};
+  for (const char* t : kTiled)
+    if (sym == t) return true;
+  return false;
+}
 
 double positive(const std::map<std::string, double>& kv, const std::string& file, const std::string& key) {
   auto it = kv.find(key);
@@ -70,6 +95,14 @@ void sim_load_roofline() {
     rates->flops = positive(kv, path, d + ".flops");
     rates->bytes = positive(kv, path, d + ".bytes");
     rates->overhead_us = positive(kv, path, d + ".overhead_us");
+    rates->peak_flops = positive(kv, path, d + ".peak.flops");
+    rates->peak_bytes = positive(kv, path, d + ".peak.bytes");
+    const std::string pre = d + ".efficiency.";
+    for (const auto& [k, v] : kv)
+      if (k.rfind(pre, 0) == 0) {
+        if (!(v > 0)) throw InputError(std::string(path) + ": " + k, "expected an efficiency > 0");
+        rates->efficiency[k.substr(pre.size())] = v;
+      }
   }
   for (auto [link, name] : {std::pair{&gpu_link, "gpu"}, {&host_link, "host"}}) {
     const std::string l = std::string("link.") + name;
@@ -79,9 +112,17 @@ void sim_load_roofline() {
 }
 
 void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective collective, int coll_buffer,
-                  FlopsFn coll_bytes) {
+                  FlopsFn coll_bytes, FlopsFn bytes) {
   std::lock_guard<std::mutex> lk(mu);
-  models[model] = Model{flops, collective, coll_buffer, coll_bytes};
+  Model m;
+  m.symbol = model->symbol;
+  m.tiled = model->symbol && tiled(model->symbol);
+  m.flops = flops;
+  m.collective = collective;
+  m.coll_buffer = coll_buffer;
+  m.coll_bytes = coll_bytes;
+  m.bytes = bytes;
+  models[model] = m;
 }
 
 void sim_set_ranks(int r) { ranks = r < 1 ? 1 : r; }
@@ -103,7 +144,16 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
   {
     std::lock_guard<std::mutex> lk(mu);
     auto it = models.find(task->cl->model);
-    if (it != models.end()) md = it->second;
+    if (it != models.end()) {
+      Model& m = it->second;
+      if (!m.resolved && m.symbol) {  // the codelet's calibrated efficiencies, once
+        auto c = cpu_rates.efficiency.find(m.symbol), g = cuda_rates.efficiency.find(m.symbol);
+        if (c != cpu_rates.efficiency.end()) m.cpu_eff = c->second;
+        if (g != cuda_rates.efficiency.end()) m.cuda_eff = g->second;
+      }
+      m.resolved = true;
+      md = m;
+    }
   }
   if (md.collective != Collective::None) {  // the ring formula over the links, not the roofline
     double bytes = 0;
@@ -116,14 +166,27 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
   // memory traffic: a buffer read counts once, written once, read and written twice (AdamW's
   // p, g, m, v: 28 bytes per parameter, as measured in performance-limits.md)
   double bytes = 0;
-  for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); ++i) {
-    const starpu_data_access_mode mode = STARPU_TASK_GET_MODE(task, i);
-    const double size = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
-    bytes += size * (((mode & STARPU_R) ? 1 : 0) + ((mode & STARPU_W) ? 1 : 0));
-  }
+  if (md.bytes && task->cl_arg)
+    bytes = md.bytes(task->cl_arg);
+  else
+    for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); ++i) {
+      const starpu_data_access_mode mode = STARPU_TASK_GET_MODE(task, i);
+      const double size = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+      bytes += size * (((mode & STARPU_R) ? 1 : 0) + ((mode & STARPU_W) ? 1 : 0));
+    }
   const double flops = md.flops && task->cl_arg ? md.flops(task->cl_arg) : 0.0;
-  const double t_flops = r.flops > 0 ? flops / r.flops : 0, t_bytes = r.bytes > 0 ? bytes / r.bytes : 0;
-  return std::max(t_flops, t_bytes) * 1e6 + r.overhead_us;
+  // a calibrated codelet: both rates are the peaks x its efficiency
+  const double eff = cuda ? md.cuda_eff : md.cpu_eff;
+  const double f_rate = eff > 0 ? r.peak_flops * eff : r.flops, b_rate = eff > 0 ? r.peak_bytes * eff : r.bytes;
+  const double t_flops = f_rate > 0 ? flops / f_rate : 0, t_bytes = b_rate > 0 ? bytes / b_rate : 0;
+  double t = std::max(t_flops, t_bytes);
+  // zf-deadline's helpers (CPU device only): a tiled kernel's tiles are shared evenly by its worker
+  // and the helpers idle when it starts (docs/simulation.md, "Helpers")
+  if (!cuda && md.tiled) {
+    const int me = starpu_worker_get_id();
+    if (me >= 0) t /= 1 + deadline_policy_idle_helpers(me);
+  }
+  return t * 1e6 + r.overhead_us;
 }
 
 }  // namespace zf

@@ -56,8 +56,9 @@ using PolicyMutex = std::mutex;
 void sim_load_roofline();
 // The codelet whose perfmodel is `model` reports its FLOPs with `flops` (null: memory-bound only);
 // a collective (CodeletDef::collective) its bytes with coll_bytes (null: buffer coll_buffer's size).
+// `bytes` (null: the buffers' sizes) its memory traffic where it works on a range of its buffers.
 void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective collective = Collective::None,
-                  int coll_buffer = 0, FlopsFn coll_bytes = nullptr);
+                  int coll_buffer = 0, FlopsFn coll_bytes = nullptr, FlopsFn bytes = nullptr);
 // The simulated data-parallel world: this process is one rank of `ranks` (ZF_SIM_RANKS, set by
 // tools/zf simulate --ranks); its collectives take the ring formula's time over the machine's links.
 void sim_set_ranks(int ranks);

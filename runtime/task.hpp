@@ -61,6 +61,10 @@ struct CodeletDef {
   Collective collective = Collective::None;
   int coll_buffer = 0;
   FlopsFn coll_bytes = nullptr;
+  // The task's memory traffic in bytes for the simulation's roofline where it is not its buffers'
+  // sizes (a codelet that works on a range of its buffers: the copies, accumulations, AdamW on a
+  // slice); null: each buffer's size, once per read and once per write.
+  FlopsFn bytes = nullptr;
 };
 starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
 

@@ -30,7 +30,8 @@ std::string task_category(const std::string& task_name);
 
 void write_paje(const std::string& path, const std::vector<TaskRecord>& records,
                 const std::vector<TraceWorker>& workers, std::vector<TraceEvent> events);
-// The same records as CSV: name,category,step,side,worker,start_us,end_us
+// The same records as CSV: name,category,step,side,worker,start_us,end_us,codelet (the codelet's
+// symbol "zf_<op>": the calibration's key, experiments/simulation/calibrate.py)
 void write_task_csv(const std::string& path, const std::vector<TaskRecord>& records);
 
 }  // namespace zf

@@ -53,6 +53,44 @@ sim this-machine "$TMP/c.json" --strategy device-adam || { tail -30 "$TMP/log"; 
   fail "this-machine has no GPU, but a CUDA worker ran"
 echo "ok: device-adam on this-machine: median step $(json "$TMP/c.json" 'm["step_time_s"]["median"]') s"
 
+# Calibrated per-codelet efficiencies (docs/simulation.md, "Calibration"): the machine file's
+# efficiency.host_codelets replaces the generic efficiencies for that codelet. this-machine with
+# zf_matmul_fwd at 0.4 and at 0.2: each forward matmul task's roofline time (its duration less the per-task
+# overhead) doubles, every other task's stays; the trace's codelet column names the codelet.
+for e in 0.4 0.2; do
+  python3 - "$SRC/graphs/machines/this-machine.json" "$TMP/m$e.json" "$e" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "this-machine-e" + sys.argv[3].replace(".", "")
+m["efficiency"].setdefault("host_codelets", {})["zf_matmul_fwd"] = float(sys.argv[3])
+json.dump(m, open(sys.argv[2], "w"))
+PY
+  sim "$TMP/m$e.json" "$TMP/e$e.json" --strategy device-adam --trace-csv "$TMP/e$e.csv" ||
+    { tail -30 "$TMP/log"; fail "device-adam on this-machine with zf_matmul_fwd at $e exited $?"; }
+done
+python3 - "$TMP/e0.4.csv" "$TMP/e0.2.csv" "$SRC/graphs/machines/this-machine.json" <<'PY' ||
+import csv, json, sys
+ov = json.load(open(sys.argv[3]))["efficiency"]["cpu_task_overhead_us"]
+def tasks(p):  # (name, step, k-th of that name in the step) -> (codelet, roofline time us)
+    out, seen = {}, {}
+    for r in csv.DictReader(open(p)):
+        k = (r["name"], r["step"])
+        seen[k] = seen.get(k, 0) + 1
+        out[k + (seen[k],)] = (r["codelet"], float(r["end_us"]) - float(r["start_us"]) - ov)
+    return out
+a, b = tasks(sys.argv[1]), tasks(sys.argv[2])
+if set(a) != set(b):
+    sys.exit("the two runs' tasks differ")
+mm = [(a[k][1], b[k][1]) for k in a if a[k][0] == "zf_matmul_fwd"]
+other = [(a[k][1], b[k][1]) for k in a if a[k][0] != "zf_matmul_fwd"]
+# 2e-3 us: start and end are printed with 3 decimals
+bad = [p for p in mm if abs(p[1] - 2 * p[0]) > 2e-3 * 3] + [p for p in other if abs(p[1] - p[0]) > 2e-3]
+print(f"zf_matmul_fwd at 0.4 and 0.2: {len(mm)} matmul tasks doubled, {len(other)} others unchanged, {len(bad)} not")
+sys.exit(0 if mm and other and not bad else 1)
+PY
+  fail "a codelet's calibrated efficiency does not set its tasks' time"
+echo "ok: per-codelet efficiency"
+
 # Data parallelism (docs/simulation.md, "Data parallelism"): rank 0 of 2 on the 2-GPU A100 machine.
 # Each gradient all-reduce takes the ring formula's time, 2 (R-1) (n / (R B) + a) plus the CUDA
 # worker's overhead, with B and a the machine file's GPU-GPU link: checked on one task of known

@@ -5,16 +5,21 @@ writes, under OUT (StarPU's STARPU_PERF_MODEL_DIR for the run, with STARPU_HOSTN
                              link per direction between RAM and each GPU and between GPUs
   bus/NAME.bandwidth, .latency   the same links as StarPU's schedulers read them (MB/s, us)
   NAME.roofline              the codelets' roofline (runtime/simulation.cpp): effective FLOP/s,
-                             B/s and per-task overhead of a CPU worker and of a CUDA worker, and
-                             the links the collectives' ring formula uses (GPU-GPU, host MPI)
+                             B/s and per-task overhead of a CPU worker and of a CUDA worker, their
+                             peaks, the calibrated per-codelet efficiencies (efficiency.host_codelets,
+                             efficiency.gpu_codelets: codelet symbol -> efficiency, replacing the
+                             generic ones for that codelet), and the links the collectives' ring
+                             formula uses (GPU-GPU, host MPI)
   NAME.env                   the run's environment (worker counts, ranks)
-Every rate is peak x the efficiency stated in the machine file; nothing is fitted here.
+Every rate is peak x the efficiency stated in the machine file; nothing is fitted here (the
+per-codelet efficiencies are measured by experiments/simulation/calibrate.py).
 With --ranks R (data parallelism, docs/simulation.md): the run is one rank of R, one GPU each
 (R <= gpus.count), and the host's cores are shared: the rank gets cores // R of them.
 Usage: python3 tools/sim_machine.py graphs/machines/NAME.json OUT [--ranks R]
 Exit status 2 with the file and field named on a bad machine file."""
 import json
 import os
+import re
 import sys
 
 MAX_NODES = 32  # columns of StarPU's bus matrices (STARPU_MAXNODES of the simulation build)
@@ -65,10 +70,26 @@ def rates(m):
         "cpu.overhead_us": num(e, "efficiency", "cpu_task_overhead_us"),
         "cuda.flops": 0.0, "cuda.bytes": 0.0, "cuda.overhead_us": 0.0,
     }
+    r["cpu.peak.flops"], r["cpu.peak.bytes"] = num(h, "host", "core_flops"), core_bytes
+    r["cuda.peak.flops"], r["cuda.peak.bytes"] = 0.0, 0.0
     if int(num(g, "gpus", "count")) > 0:
         r["cuda.flops"] = num(g, "gpus", "fp32_flops") * num(e, "efficiency", "gpu_flops")
         r["cuda.bytes"] = num(g, "gpus", "memory_bandwidth") * num(e, "efficiency", "gpu_bytes")
         r["cuda.overhead_us"] = num(e, "efficiency", "gpu_task_overhead_us")
+        r["cuda.peak.flops"] = num(g, "gpus", "fp32_flops")
+        r["cuda.peak.bytes"] = num(g, "gpus", "memory_bandwidth")
+    # calibrated per-codelet efficiencies (experiments/simulation/calibrate.py): both of a codelet's
+    # rates are the peaks x its efficiency
+    for key, dev in (("host_codelets", "cpu"), ("gpu_codelets", "cuda")):
+        if key not in e:
+            continue
+        cm = e[key]
+        if not isinstance(cm, dict):
+            raise BadMachine(f"efficiency.{key}: expected an object (codelet symbol -> efficiency)")
+        for sym in sorted(cm):
+            if not re.fullmatch(r"zf_[A-Za-z0-9_]+", sym):
+                raise BadMachine(f"efficiency.{key}: {json.dumps(sym)}: expected a codelet symbol zf_<op>")
+            r[f"{dev}.efficiency.{sym}"] = num(cm, f"efficiency.{key}", sym, 1e-9)
     return cores, r
 
 

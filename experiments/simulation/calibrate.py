@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Calibrates the host codelets' efficiencies of a machine file on this machine (issue 28 item 2,
+docs/simulation.md "Calibration"): per codelet, the measured task time of real runs
+(`zenflow-run --trace-csv`, measure.sh's traced runs) against the roofline's prediction at
+efficiency 1 (the same task simulated under eager on the machine with every host efficiency 1 and
+no per-task overhead), and writes the machine file with `efficiency.host_codelets` (codelet symbol ->
+efficiency) and `efficiency.calibration` (where the numbers come from).
+
+  python3 experiments/simulation/calibrate.py --real-dir DIR --traces gpt-kjv.device-adam ... \
+      [--machine graphs/machines/this-machine.json] [--out FILE] [--work DIR]
+
+Each trace NAME is DIR/NAME.zf-deadline.tasks.csv (spec.strategy: the spec gpt-kjv or headline,
+measure.sh's) with its run's metrics DIR/NAME.zf-deadline.rtrace.json. Needs the simulation build
+(bash tools/zf build-sim). Per task name (a layer's op: the same shapes every step) the median of
+its measured durations over the measured steps (a median: the machine is shared, a preempted task
+is an outlier) and its roofline time; per codelet
+
+    efficiency = sum over its tasks of roofline time at efficiency 1 / sum of measured time,
+
+both sums over every measured task (so the codelet's total time per step is what is matched). A
+task's measured time is StarPU's profiling start..end (the codelet's execution); the simulation's
+per-task overhead (efficiency.cpu_task_overhead_us, StarPU's per-task floor measured apart) stands
+for the time between tasks, so it is not subtracted.
+
+**Helpers.** Under zf-deadline an idle worker takes tiles of the tiled kernels (docs/architecture.md,
+"Device cores"); the simulation models it by dividing a tiled codelet's roofline time by 1 + the
+helpers idle when the task starts (docs/simulation.md, "Helpers"; the tiled codelets:
+runtime/simulation.cpp's kTiled, read from there). The calibration inverts the same model: a
+tiled task's measured time is multiplied by 1 + the number of the run's other workers that ran no
+task at its start (from the trace; every worker helps on this machine, where the workers fit the
+cores), giving one unhelped core's time. --keep-help leaves the times as measured (a comparison).
+Exit 2 naming the file on bad input."""
+import argparse
+import csv
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(os.path.dirname(here))
+SPECS = {"gpt-kjv": os.path.join(root, "graphs/specs/gpt-kjv.json"),
+         "headline": os.path.join(root, "experiments/headline/spec.json")}
+# measure.sh's per-spec options (steps, warm-up steps left out)
+SPEC_ARGS = {"gpt-kjv": ["--steps", "60", "--set", "log.warmup_steps=10"],
+             "headline": ["--steps", "200", "--set", "log.warmup_steps=20"]}
+WARMUP = {"gpt-kjv": 10, "headline": 20}
+TILED = set()
+
+
+def die(msg):
+    print(f"calibrate: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def tiled_codelets():
+    """runtime/simulation.cpp's kTiled: the codelets whose tiles idle workers share."""
+    import re
+    src = open(os.path.join(root, "runtime/simulation.cpp")).read()
+    m = re.search(r"kTiled\[\] = \{(.*?)\};", src, re.S)
+    if not m:
+        die("runtime/simulation.cpp: no kTiled list")
+    return set(re.findall(r'"(zf_[a-z0-9_]+)"', m.group(1)))
+
+
+def idle_others(rows):
+    """Per row: how many other workers of the trace ran no task at its start."""
+    import bisect
+    by_worker = defaultdict(list)
+    for r in rows:
+        by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"])))
+    starts = {}
+    for w, iv in by_worker.items():
+        iv.sort()
+        starts[w] = [a for a, _ in iv]
+    out = []
+    for r in rows:
+        t, n = float(r["start_us"]), 0
+        for w, iv in by_worker.items():
+            if w == r["worker"]:
+                continue
+            i = bisect.bisect_right(starts[w], t) - 1
+            if i < 0 or iv[i][1] <= t:
+                n += 1
+        out.append(n)
+    return out
+
+
+def read_tasks(path, warmup, tiled=None):
+    """name -> (side, codelet or '', [durations us]) of the tasks of steps >= warmup; with `tiled`
+    (name -> whether its codelet is tiled) a tiled task's duration times 1 + the idle others."""
+    try:
+        rows = list(csv.DictReader(open(path)))
+    except OSError as e:
+        die(f"{path}: {e}")
+    if not rows or not {"name", "step", "side", "start_us", "end_us"} <= set(rows[0]):
+        die(f"{path}: expected a --trace-csv file (name,category,step,side,worker,start_us,end_us[,codelet])")
+    out = {}
+    idle = idle_others(rows) if tiled is not None else [0] * len(rows)
+    for r, h in zip(rows, idle):
+        try:
+            step = int(r["step"])
+            d = float(r["end_us"]) - float(r["start_us"])
+        except ValueError:
+            die(f"{path}: step / start_us / end_us: expected numbers in {r}")
+        if step < warmup:
+            continue
+        e = out.setdefault(r["name"], [r["side"], r.get("codelet") or "", []])
+        e[2].append(d * (1 + h) if tiled is not None and tiled.get(r["name"]) else d)
+    return out
+
+
+def peak_machine(machine, path):
+    """The machine with every host efficiency 1, no per-task overhead and no codelet map: the
+    simulated task time is the roofline's at efficiency 1."""
+    m = json.loads(json.dumps(machine))
+    m["name"] = machine["name"] + "-peak"
+    e = m["efficiency"]
+    e.update({"host_flops": 1.0, "host_bytes": 1.0, "cpu_task_overhead_us": 0})
+    e.pop("host_codelets", None)
+    e.pop("calibration", None)
+    with open(path, "w") as f:
+        json.dump(m, f, indent=1)
+
+
+def simulate(spec, strategy, machine_file, csv_path, log_path):
+    """The run's tasks at efficiency 1; under eager, where no helper shares a tile (the same tasks
+    and shapes as zf-deadline's)."""
+    cmd = ["bash", os.path.join(root, "tools/zf"), "simulate", SPECS[spec], "--machine", machine_file,
+           "--strategy", strategy, "--sched", "eager", *SPEC_ARGS[spec],
+           "--set", "zenflow.full_warm_up_rounds=0", "--set", "log.every=0", "-q", "--trace-csv", csv_path]
+    with open(log_path, "w") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if rc != 0:
+        die(f"simulating {spec} {strategy} failed (exit {rc}, log {log_path})")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--real-dir", required=True)
+    ap.add_argument("--traces", nargs="+", required=True, help="spec.strategy names (gpt-kjv.zenflow ...)")
+    ap.add_argument("--machine", default=os.path.join(root, "graphs/machines/this-machine.json"))
+    ap.add_argument("--out", help="the calibrated machine file (default: --machine, rewritten)")
+    ap.add_argument("--work", default=os.path.join(here, "out", "calibrate"))
+    ap.add_argument("--cpu", help="the CPU the calibration ran on (default: lscpu's model name)")
+    ap.add_argument("--keep-help", action="store_true",
+                    help="leave tiled tasks' times as measured (the efficiencies then include zf-deadline's "
+                         "helpers: a comparison, not the committed calibration)")
+    a = ap.parse_args()
+    try:
+        machine = json.load(open(a.machine))
+    except (OSError, ValueError) as e:
+        die(f"{a.machine}: {e}")
+    if int(machine.get("gpus", {}).get("count", 0)) != 0:
+        die(f"{a.machine}: gpus.count: expected 0 (the calibration's machine is this host, the CPU device)")
+    global TILED
+    TILED = tiled_codelets()
+    os.makedirs(a.work, exist_ok=True)
+    peak_file = os.path.join(a.work, machine["name"] + "-peak.json")
+    peak_machine(machine, peak_file)
+
+    # per codelet: sum of roofline time at efficiency 1, sum of measured (unhelped) time, tasks
+    roof_sum, meas_sum, ntasks = defaultdict(float), defaultdict(float), defaultdict(int)
+    per_trace = []
+    for t in a.traces:
+        spec, _, strategy = t.partition(".")
+        if spec not in SPECS or not strategy:
+            die(f"--traces {t}: expected SPEC.STRATEGY with SPEC one of {sorted(SPECS)}")
+        real_csv = os.path.join(a.real_dir, f"{t}.zf-deadline.tasks.csv")
+        metrics = os.path.join(a.real_dir, f"{t}.zf-deadline.rtrace.json")
+        try:
+            tiles = json.load(open(metrics))["device_tiles"]
+            f_help = tiles["by_helpers"] / tiles["tiles"] if tiles["tiles"] else 0.0
+        except (OSError, ValueError, KeyError) as e:
+            die(f"{metrics}: device_tiles: {e}")
+        sim_csv = os.path.join(a.work, f"{t}.peak.tasks.csv")
+        print(f"calibrate: {t}: simulating at efficiency 1", file=sys.stderr)
+        simulate(spec, strategy, peak_file, sim_csv, os.path.join(a.work, f"{t}.peak.log"))
+        sim = read_tasks(sim_csv, WARMUP[spec])
+        real = read_tasks(real_csv, WARMUP[spec],
+                          None if a.keep_help else {n: v[1] in TILED for n, v in sim.items()})
+        missing = sorted(set(real) - set(sim))
+        if missing:
+            die(f"{real_csv}: tasks the simulation does not submit: {missing[:5]}")
+        used = 0
+        for name, (side, _, ds) in real.items():
+            s_side, codelet, sds = sim[name]
+            if not codelet:
+                die(f"{sim_csv}: {name}: no codelet column (a simulation build older than the calibration)")
+            med = statistics.median(ds)
+            roof_sum[codelet] += statistics.median(sds) * len(ds)
+            meas_sum[codelet] += med * len(ds)
+            ntasks[codelet] += len(ds)
+            used += len(ds)
+        per_trace.append({"trace": t, "tasks": used, "helper_tile_fraction": round(f_help, 4)})
+
+    eff = {c: roof_sum[c] / meas_sum[c] for c in sorted(roof_sum) if meas_sum[c] > 0 and roof_sum[c] > 0}
+    cpu = a.cpu
+    if not cpu:
+        try:
+            cpu = next(l.split(":", 1)[1].strip() for l in subprocess.check_output(["lscpu"], text=True).splitlines()
+                       if l.startswith("Model name"))
+        except (OSError, StopIteration, subprocess.CalledProcessError):
+            cpu = "unknown"
+    out = json.loads(json.dumps(machine))
+    out["efficiency"]["host_codelets"] = {c: round(v, 4) for c, v in eff.items()}
+    out["efficiency"]["calibration"] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "cpu": cpu,
+        "by": "experiments/simulation/calibrate.py",
+        "from": [os.path.join(os.path.relpath(a.real_dir, root), f"{t}.zf-deadline.tasks.csv") for t in a.traces],
+        "traces": per_trace,
+        "method": "per codelet: sum of roofline time at efficiency 1 / sum of measured task time (per task name the "
+                  "median over the measured steps" + ("" if a.keep_help else
+                  "; a tiled codelet's task times 1 + the workers idle at its start") + ")",
+    }
+    dest = a.out or a.machine
+    tmp = f"{dest}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, dest)
+    print("| codelet | tasks | roofline at 1, ms | measured, ms | efficiency |")
+    print("|---|---|---|---|---|")
+    for c, v in eff.items():
+        print(f"| {c} | {ntasks[c]} | {roof_sum[c] / 1e3:.2f} | {meas_sum[c] / 1e3:.2f} | {v:.3f} |")
+    print(f"calibrate: wrote {dest}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The measured half of the validation (issue 28 item 5): real runs of the specs x strategies x
+# StarPU policies on this machine, ROUNDS interleaved rounds (the order shuffled per round, seeded
+# by the round number), each run's metrics, and one extra traced run per spec and strategy (--trace-csv: the
+# calibration's input). Run it on a quiet machine; the simulated half (sim runs, calibration,
+# report) does not need one. Writes $OUT/real/<spec>.<strategy>.<sched>.r<k>.json and <spec>.<strategy>.zf-deadline.tasks.csv.
+#   bash experiments/simulation/measure.sh
+#   ROUNDS=3 POLICIES="zf-deadline eager lws dmda dmdas" bash experiments/simulation/measure.sh
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${OUT:-$here/out}"
+zf_targets=(zenflow-run)
+source "$here/../common.sh"
+rounds="${ROUNDS:-3}"
+policies="${POLICIES:-zf-deadline eager lws dmda dmdas}"
+strategies="${STRATEGIES:-device-adam zero-offload zenflow}"
+mkdir -p "$out/real"
+spec_file() { case "$1" in gpt-kjv) echo "$root/graphs/specs/gpt-kjv.json" ;; headline) echo "$root/experiments/headline/spec.json" ;; esac; }
+# per spec: steps, warm-up steps left out, evaluation kept short (not measured)
+spec_args() {
+  case "$1" in
+    gpt-kjv) echo "--steps 60 --set log.warmup_steps=10 --set data.eval_limit=64" ;;
+    headline) echo "--steps 200 --set log.warmup_steps=20 --set data.eval_limit=100" ;;
+  esac
+}
+run() {  # spec strategy sched round [extra]
+  local spec=$1 s=$2 p=$3 r=$4; shift 4
+  # shellcheck disable=SC2046
+  "$root/build/zenflow-run" "$(spec_file "$spec")" --strategy "$s" --sched "$p" $(spec_args "$spec") \
+    --set zenflow.full_warm_up_rounds=0 --set log.every=0 -q --metrics "$out/real/$spec.$s.$p.r$r.json" "$@"
+}
+# model-based policies (dm*) need calibrated history models: two calibrating runs per spec and strategy
+for spec in gpt-kjv headline; do for s in $strategies; do for i in 1 2; do
+  STARPU_CALIBRATE=1 run "$spec" "$s" dmda "calibrate$i" >/dev/null
+done; done; done
+rm -f "$out"/real/*calibrate*.json
+export STARPU_CALIBRATE=0
+# the calibration's input: one extra run per spec and strategy under zf-deadline with the per-task
+# CSV (not among the measured rounds: tracing costs a little time per task)
+for spec in gpt-kjv headline; do for s in $strategies; do
+  run "$spec" "$s" zf-deadline trace --trace-csv "$out/real/$spec.$s.zf-deadline.tasks.csv"
+done; done
+configs=()
+for spec in gpt-kjv headline; do for s in $strategies; do for p in $policies; do configs+=("$spec $s $p"); done; done; done
+start=$(date +%s)
+for r in $(seq 1 "$rounds"); do
+  mapfile -t order < <(printf '%s\n' "${configs[@]}" | $py -c "import random,sys; l=sys.stdin.read().splitlines(); random.Random($r).shuffle(l); print('\n'.join(l))")
+  echo "== round $r of $rounds: ${#order[@]} runs (load $(cut -d' ' -f1-3 /proc/loadavg), $(( $(date +%s) - start )) s)"
+  for c in "${order[@]}"; do
+    read -r spec s p <<<"$c"
+    run "$spec" "$s" "$p" "$r"
+    echo "$r $spec $s $p $(cut -d' ' -f1 /proc/loadavg)" >>"$out/real/load.txt"
+  done
+done
+echo "== done in $(( $(date +%s) - start )) s (load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -60,6 +60,11 @@ void insert_softmax_xent_fwd(const SubmitOptions& opt, const Tensor& logits, con
 // dlogits = (probs - onehot) * scale
 void insert_softmax_xent_bwd(const SubmitOptions& opt, const Tensor& probs, const Tensor& labels,
                              const Tensor& dlogits, float scale);
+// Both in one task (a training step): stats as the forward's, dlogits = (softmax - onehot) * scale,
+// bitwise what the two tasks give; no probabilities written.
+void insert_softmax_xent_fwd_bwd(const SubmitOptions& opt, const Tensor& logits, const Tensor& labels,
+                                 const Tensor& dlogits, const Tensor& stats, float scale, bool accumulate,
+                                 StepStatus* status, bool ignore_negative = false);
 // out[offset + b] = log-likelihood of sequence b of B: the sum over its T rows of logits (B*T, V)
 // with targets >= 0 of log softmax(row)[target] (out: a tensor of doubles, updated in place).
 void insert_sequence_logprob(const SubmitOptions& opt, const Tensor& logits, const Tensor& targets, const Tensor& out,

@@ -1,4 +1,5 @@
-// Softmax cross-entropy forward (loss sum and correct count into a stats tensor) and backward;
+// Softmax cross-entropy forward (loss sum and correct count into a stats tensor) and backward, and
+// both in one task (a training step's loss: kernels::cpu::softmax_xent_fwd_bwd);
 // with ignore_negative, rows with a negative label (padded targets) are skipped. The sequence
 // log-likelihoods of the generative classifier's evaluation (per-row sums of log-probabilities).
 #include <starpu.h>
@@ -20,24 +21,44 @@ struct XentArgs {
   int ignore_negative;
 };
 
-void xent_fwd_cpu(void* b[], void* a) noexcept {
-  auto* p = static_cast<XentArgs*>(a);
-  const int32_t* labels = vec_as<int32_t>(b[1]);
+bool labels_ok(const XentArgs* p, const int32_t* labels) {
   for (int i = 0; i < p->B; ++i)
     if ((labels[i] < 0 && !p->ignore_negative) || labels[i] >= p->C) {
       if (p->status) p->status->fail("softmax_xent: label " + std::to_string(labels[i]) +
                                      " out of range [0, " + std::to_string(p->C) + ")");
-      return;
+      return false;
     }
-  int64_t correct = 0, counted = 0;
-  double loss = kernels::cpu::softmax_xent_fwd(vec_ptr(b[0]), labels, vec_ptr(b[2]), p->B, p->C,
-                                               &correct, &counted);
+  return true;
+}
+
+void add_stats(const XentArgs* p, void* stats_buf, double loss, int64_t correct, int64_t counted) {
   if (!std::isfinite(loss) && p->status) p->status->fail("softmax_xent: the loss is not finite");
-  double* stats = vec_as<double>(b[3]);
+  double* stats = vec_as<double>(stats_buf);
   if (!p->accumulate) stats[0] = stats[1] = stats[2] = 0.0;
   stats[0] += loss;
   stats[1] += (double)correct;
   stats[2] += (double)counted;
+}
+
+void xent_fwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<XentArgs*>(a);
+  const int32_t* labels = vec_as<int32_t>(b[1]);
+  if (!labels_ok(p, labels)) return;
+  int64_t correct = 0, counted = 0;
+  double loss = kernels::cpu::softmax_xent_fwd(vec_ptr(b[0]), labels, vec_ptr(b[2]), p->B, p->C,
+                                               &correct, &counted);
+  add_stats(p, b[3], loss, correct, counted);
+}
+
+// the forward and the backward in one pass: buffers logits, labels, dlogits (W), stats (RW)
+void xent_fwd_bwd_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<XentArgs*>(a);
+  const int32_t* labels = vec_as<int32_t>(b[1]);
+  if (!labels_ok(p, labels)) return;
+  int64_t correct = 0, counted = 0;
+  double loss = kernels::cpu::softmax_xent_fwd_bwd(vec_ptr(b[0]), labels, vec_ptr(b[2]), p->B, p->C, p->scale,
+                                                   &correct, &counted);
+  add_stats(p, b[3], loss, correct, counted);
 }
 
 void xent_bwd_cpu(void* b[], void* a) noexcept {
@@ -56,6 +77,16 @@ void xent_fwd_cuda(void* b[], void* a) noexcept {
 void xent_bwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<XentArgs*>(a);
   cuda_check(kernels::cuda::softmax_xent_bwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->C,
+                                             p->scale, cuda_stream()));
+}
+// the two kernels above, the probabilities written into dlogits and turned into the gradient in
+// place (xent_bwd_k reads each element before it writes it)
+void xent_fwd_bwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<XentArgs*>(a);
+  cuda_check(kernels::cuda::softmax_xent_fwd(vec_ptr(b[0]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->C,
+                                             vec_as<double>(b[3]), p->accumulate != 0, cuda_stream(),
+                                             p->ignore_negative != 0));
+  cuda_check(kernels::cuda::softmax_xent_bwd(vec_ptr(b[2]), vec_as<int32_t>(b[1]), vec_ptr(b[2]), p->B, p->C,
                                              p->scale, cuda_stream()));
 }
 #endif
@@ -130,6 +161,13 @@ starpu_codelet& xent_fwd_cl() {
                                          &m);
   return c;
 }
+starpu_codelet& xent_fwd_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_softmax_xent_fwd_bwd", xent_fwd_bwd_cpu, ZF_CUDA_FUNC(xent_fwd_bwd_cuda),
+                                          4, {STARPU_R, STARPU_R, STARPU_W, STARPU_RW}},
+                                         &m);
+  return c;
+}
 starpu_codelet& xent_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_softmax_xent_bwd", xent_bwd_cpu, ZF_CUDA_FUNC(xent_bwd_cuda),
@@ -151,6 +189,20 @@ void insert_softmax_xent_fwd(const SubmitOptions& opt, const Tensor& logits, con
   TaskBuilder(xent_fwd_cl(), opt)
       .r(logits).r(labels).w(probs).rw(stats)
       .args(XentArgs{B, C, accumulate ? 1 : 0, 0.0f, status, ignore_negative ? 1 : 0})
+      .submit();
+}
+
+void insert_softmax_xent_fwd_bwd(const SubmitOptions& opt, const Tensor& logits, const Tensor& labels,
+                                 const Tensor& dlogits, const Tensor& stats, float scale, bool accumulate,
+                                 StepStatus* status, bool ignore_negative) {
+  expect(logits.shape().size() == 2, opt, "logits must be (B, C): " + shape_str(logits));
+  int B = (int)logits.dim(0), C = (int)logits.dim(1);
+  expect(labels.numel() == (size_t)B, opt, shape_str(labels) + " must hold B labels");
+  expect(dlogits.numel() == logits.numel(), opt, shape_str(dlogits) + " vs " + shape_str(logits));
+  expect(stats.bytes() >= 3 * sizeof(double), opt, "stats must hold 3 doubles");
+  TaskBuilder(xent_fwd_bwd_cl(), opt)
+      .r(logits).r(labels).w(dlogits).rw(stats)
+      .args(XentArgs{B, C, accumulate ? 1 : 0, scale, status, ignore_negative ? 1 : 0})
       .submit();
 }
 

@@ -372,11 +372,15 @@ void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, int B, const 
   const Tensor& x = GptBody::out(a);
   insert_matmul_fwd(o.named(pre + "fwd.lm_head"), x, head_weight(), h.logits);
   if (hook) hook->after_forward(o.step, last);
-  insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.targets[slot], h.probs, stats, accumulate,
-                          status_, row_data_);
-  if (!backward) return;
+  if (!backward) {
+    insert_softmax_xent_fwd(o.named(pre + "fwd.loss"), h.logits, h.targets[slot], h.probs, stats, accumulate,
+                            status_, row_data_);
+    return;
+  }
+  // the loss and its gradient in one pass over the logits
   const float scale = scored > 0 ? loss_scale_ / (float)scored : 0.0f;  // a batch without targets: no gradient
-  insert_softmax_xent_bwd(o.named("bwd.loss"), h.probs, h.targets[slot], h.dlogits, scale);
+  insert_softmax_xent_fwd_bwd(o.named("fwd_bwd.loss"), h.logits, h.targets[slot], h.dlogits, stats, scale,
+                              accumulate, status_, row_data_);
   if (hook) hook->before_backward(o.step, last);
   insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), h.dlogits, x, cfg_.tied_head ? head_dw_ : lm_head_.grad);
   insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), h.dlogits, head_weight(), GptBody::d_out(a));

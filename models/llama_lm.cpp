@@ -97,12 +97,15 @@ void LlamaLanguageModel::run_batch(const SubmitOptions& o, int slot, const std::
   const int64_t count = load_batch(o, a, slot, units, eval);
   LayerHook* hook = eval ? nullptr : hook_;  // evaluation: the weights are whole
   forward(o, a, a.tokens[slot], hook);
-  insert_softmax_xent_fwd(o.named(eval ? "eval.fwd.loss" : "fwd.loss"), a.logits, a.targets[slot], a.probs, stats,
-                          eval, status_, row_data_);
-  if (eval) return;
-  // the mean over the batch's counted targets (a batch of rows without any: a zero gradient)
-  insert_softmax_xent_bwd(o.named("bwd.loss"), a.probs, a.targets[slot], a.dlogits,
-                          loss_scale_ / (float)std::max<int64_t>(count, 1));
+  if (eval) {
+    insert_softmax_xent_fwd(o.named("eval.fwd.loss"), a.logits, a.targets[slot], a.probs, stats, true, status_,
+                            row_data_);
+    return;
+  }
+  // the loss and its gradient in one pass over the logits; the gradient of the mean over the
+  // batch's counted targets (a batch of rows without any: a zero gradient)
+  insert_softmax_xent_fwd_bwd(o.named("fwd_bwd.loss"), a.logits, a.targets[slot], a.dlogits, stats,
+                              loss_scale_ / (float)std::max<int64_t>(count, 1), false, status_, row_data_);
   backward(o, a, a.tokens[slot], hook);
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/gelu_math.hpp"
 #include "runtime/parallel.hpp"
 #include "tests/kernels/kernel_helpers.hpp"
 #include "tests/reference/reference.hpp"
@@ -310,6 +311,85 @@ TEST(SoftmaxXent, BwdMatchesReference) {
       ref::softmax_xent_bwd(pd.data(), labels.data(), dr.data(), (int)B, (int)C, (double)scale);
       EXPECT_TRUE(elementwise_close(d.data(), dr.data(), d.size()));
     }
+}
+
+// The fused forward + backward of a training step: bitwise the two kernels' loss, counts and
+// gradient (rows of negative labels ignored: no loss, a zero gradient), on shapes with SIMD tails
+// and more than one tile of rows (16384 logits a tile).
+TEST(SoftmaxXent, FwdBwdFusedIsBitwiseFwdThenBwd) {
+  uint32_t seed = 950;
+  for (auto [B, C] : std::vector<std::pair<int, int>>{{1, 1}, {3, 22}, {55, 64}, {64, 1000}, {40, 4096}, {300, 257}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " C=" + std::to_string(C));
+    auto z = uniform((size_t)B * C, -12.f, 12.f, seed++);
+    std::mt19937 rng(seed++);
+    std::vector<int32_t> labels((size_t)B);
+    for (int i = 0; i < B; ++i) {
+      labels[(size_t)i] = i % 5 == 4 ? -1 : (int32_t)(rng() % (unsigned)C);
+      if (i % 3 == 0 && labels[(size_t)i] >= 0)  // some correct rows: the count is exercised
+        labels[(size_t)i] = (int32_t)(std::max_element(z.begin() + (size_t)i * C, z.begin() + (size_t)(i + 1) * C) -
+                                      (z.begin() + (size_t)i * C));
+    }
+    const float scale = 0.37f / (float)B;
+    std::vector<float> p((size_t)B * C), d((size_t)B * C, NAN), f((size_t)B * C, NAN);
+    int64_t ok = -1, n = -1, okf = -2, nf = -2;
+    const double loss = cpu::softmax_xent_fwd(z.data(), labels.data(), p.data(), B, C, &ok, &n);
+    cpu::softmax_xent_bwd(p.data(), labels.data(), d.data(), B, C, scale);
+    const double lossf = cpu::softmax_xent_fwd_bwd(z.data(), labels.data(), f.data(), B, C, scale, &okf, &nf);
+    EXPECT_EQ(std::memcmp(&loss, &lossf, sizeof loss), 0) << loss << " vs " << lossf;
+    EXPECT_EQ(ok, okf);
+    EXPECT_EQ(n, nf);
+    EXPECT_EQ(n, (int64_t)std::count_if(labels.begin(), labels.end(), [](int32_t y) { return y >= 0; }));
+    if (B >= 3) {
+      EXPECT_GT(okf, 0);
+    }
+    EXPECT_EQ(std::memcmp(d.data(), f.data(), d.size() * sizeof(float)), 0);
+    // and the gradient is the reference's (softmax - onehot) * scale
+    auto zd = ref::to_double(z);
+    std::vector<double> pr(zd.size()), dr(zd.size());
+    std::vector<int32_t> kept(labels);
+    for (auto& y : kept) y = std::max(y, 0);  // the reference has no ignored rows: compared row by row below
+    ref::softmax_xent_fwd(zd.data(), kept.data(), pr.data(), B, C, nullptr);
+    ref::softmax_xent_bwd(pr.data(), kept.data(), dr.data(), B, C, (double)scale);
+    for (int i = 0; i < B; ++i) {
+      const size_t o = (size_t)i * C;
+      if (labels[(size_t)i] < 0) {
+        EXPECT_TRUE(std::all_of(f.begin() + o, f.begin() + o + C, [](float v) { return v == 0.0f; })) << "row " << i;
+        continue;
+      }
+      EXPECT_TRUE(elementwise_close(f.data() + o, dr.data() + o, (size_t)C)) << "row " << i;
+    }
+  }
+}
+
+// gelu_math's exp_poly, the softmax's and the GELU's exponential, against exp in double rounded to
+// float: within 1 ulp (measured: at most 1) over [-80, 80], the range it is exact in (below -80 it
+// returns exp(-80), which the softmax's max subtraction makes a weight of at most 1.8e-35).
+TEST(ExpPoly, WithinOneUlpOfExp) {
+  auto ord = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i;
+  };
+  int worst = 0;
+  float at = 0.0f;
+  size_t n = 0;
+  // every 1021st float of [-80, 80] (both signs, every binade) and the grid of 1/1024 steps
+  auto check = [&](float x) {
+    const float got = zf::kernels::gelu_math::exp_poly(x), want = (float)std::exp((double)x);
+    const int ulps = std::abs(ord(got) - ord(want));
+    if (ulps > worst) worst = ulps, at = x;
+    ++n;
+  };
+  for (int32_t i = ord(0.0f); i <= ord(80.0f); i += 1021) {
+    float x;
+    std::memcpy(&x, &i, sizeof x);
+    check(x);
+    check(-x);
+  }
+  for (int k = -80 * 1024; k <= 80 * 1024; ++k) check((float)k / 1024.0f);
+  EXPECT_LE(worst, 1) << "at x = " << at << " (" << n << " points)";
+  EXPECT_GT(n, 2000000u);
+  EXPECT_EQ(zf::kernels::gelu_math::exp_poly(0.0f), 1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -64,6 +64,10 @@ double softmax_xent_fwd(const float* logits, const int32_t* labels, float* probs
 // rows with a negative label
 void softmax_xent_bwd(const float* probs, const int32_t* labels, float* dlogits, int B, int C,
                       float scale);
+// Both in one pass over the rows (a training step's loss): the forward's loss and counts, and
+// dlogits = (softmax - onehot) * scale, bitwise what softmax_xent_fwd then softmax_xent_bwd give.
+double softmax_xent_fwd_bwd(const float* logits, const int32_t* labels, float* dlogits, int B, int C, float scale,
+                            int64_t* correct, int64_t* counted = nullptr);
 // Log-likelihood of each of B sequences: out[b] = sum over t with targets[b*T + t] >= 0 of
 // log softmax(logits[b*T + t])[target] (logits (B*T, V); the same log-sum-exp as the loss above).
 void sequence_logprob(const float* logits, const int32_t* targets, int B, int T, int V, double* out);

@@ -17,7 +17,7 @@ class StepStatus;
 std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status);
 
 // model.type "hf" (docs/llama.md): model.path's config.json, checked against the spec (a directory
-// with a config.json; model.context <= max_position_embeddings; model_type gpt2 refused for now).
+// with a config.json; model.context <= max_position_embeddings; llama, mistral, qwen2 and gpt2).
 hf::Config hf_model_config(const Spec& spec);
 // The Hugging Face model of config c on token windows (data.dataset "tokens", or a text tokenized
 // by the model's tokenizer) or on fixed rows (instruction data), checked against the batch size.

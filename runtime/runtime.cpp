@@ -193,7 +193,7 @@ int Runtime::hwloc_cores() {
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
 #ifdef ZF_SIMGRID
-  sim_load_roofline();
+  sim_load_roofline(cfg.sched);
 #endif
   const int ncuda = check_config();
   device_is_cuda_ = ncuda > 0;

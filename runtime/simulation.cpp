@@ -23,6 +23,8 @@ struct Rates {
   double bytes = 0;                  // B/s
   double overhead_us = 0;            // per task
   double peak_flops = 0, peak_bytes = 0;  // the peaks the rates above are a fraction of
+  // the share of a tiled kernel's tiles one idle helper runs (cpu only; 0.5: an even split)
+  double helper_share = 0.5;
   // per codelet (its symbol "zf_<op>"): the efficiency that replaces the generic ones for both of
   // its rates (peak x efficiency), from the machine file's calibrated map (tools/sim_machine.py)
   std::map<std::string, double> efficiency;
@@ -59,7 +61,7 @@ bool tiled(const std::string& sym) {
       "zf_gqa_attention_fwd", "zf_gqa_attention_bwd", "zf_bias_add", "zf_act_fwd", "zf_act_bwd",
       "zf_swiglu_fwd", "zf_swiglu_bwd", "zf_layernorm_fwd", "zf_layernorm_bwd", "zf_rmsnorm_fwd",
       "zf_rmsnorm_bwd", "zf_rope_fwd", "zf_rope_bwd", "zf_softmax_xent_fwd", "zf_softmax_xent_bwd",
-      "zf_accumulate", "zf_merge", "zf_merge_selected", "zf_selective_adam"};
+      "zf_softmax_xent_fwd_bwd", "zf_accumulate", "zf_merge", "zf_merge_selected", "zf_selective_adam"};
   for (const char* t : kTiled)
     if (sym == t) return true;
   return false;
@@ -74,7 +76,7 @@ double positive(const std::map<std::string, double>& kv, const std::string& file
 
 }  // namespace
 
-void sim_load_roofline() {
+void sim_load_roofline(const std::string& sched) {
   const char* path = std::getenv("ZF_SIM_ROOFLINE");
   if (!path || !*path)
     throw InputError("ZF_SIM_ROOFLINE", "not set: the simulated machine's roofline file (bash tools/zf simulate sets it)");
@@ -95,8 +97,14 @@ void sim_load_roofline() {
     rates->flops = positive(kv, path, d + ".flops");
     rates->bytes = positive(kv, path, d + ".bytes");
     rates->overhead_us = positive(kv, path, d + ".overhead_us");
+    if (kv.count(d + ".overhead_us." + sched)) rates->overhead_us = positive(kv, path, d + ".overhead_us." + sched);
     rates->peak_flops = positive(kv, path, d + ".peak.flops");
     rates->peak_bytes = positive(kv, path, d + ".peak.bytes");
+    if (auto it = kv.find(d + ".helper_share"); it != kv.end()) {
+      if (!(it->second > 0 && it->second < 1))
+        throw InputError(std::string(path) + ": " + d + ".helper_share", "expected a share in (0, 1)");
+      rates->helper_share = it->second;
+    }
     const std::string pre = d + ".efficiency.";
     for (const auto& [k, v] : kv)
       if (k.rfind(pre, 0) == 0) {
@@ -131,8 +139,16 @@ int sim_ranks() { return ranks; }
 double sim_collective_us(Collective k, double bytes, bool cuda) {
   const Link& l = cuda ? gpu_link : host_link;
   const Rates& r = cuda ? cuda_rates : cpu_rates;
-  if (l.bytes <= 0) return r.overhead_us;  // a machine without that link: no rank to exchange with
-  return ring_collective_s(k, bytes, ranks, l.bytes, l.latency_s) * 1e6 + r.overhead_us;
+  // a CPU worker's overhead is the gap before the task (sim_dispatch_gap), a CUDA worker's its launch
+  const double over = cuda ? r.overhead_us : 0.0;
+  if (l.bytes <= 0) return over;  // a machine without that link: no rank to exchange with
+  return ring_collective_s(k, bytes, ranks, l.bytes, l.latency_s) * 1e6 + over;
+}
+
+void sim_dispatch_gap(void*) {
+  const int me = starpu_worker_get_id();
+  if (me < 0 || starpu_worker_get_type(me) != STARPU_CPU_WORKER || !(cpu_rates.overhead_us > 0)) return;
+  starpu_sleep((float)(cpu_rates.overhead_us * 1e-6));
 }
 
 void sim_cuda_placeholder(void*[], void*) noexcept {}
@@ -180,13 +196,15 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
   const double f_rate = eff > 0 ? r.peak_flops * eff : r.flops, b_rate = eff > 0 ? r.peak_bytes * eff : r.bytes;
   const double t_flops = f_rate > 0 ? flops / f_rate : 0, t_bytes = b_rate > 0 ? bytes / b_rate : 0;
   double t = std::max(t_flops, t_bytes);
-  // zf-deadline's helpers (CPU device only): a tiled kernel's tiles are shared evenly by its worker
-  // and the helpers idle when it starts (docs/simulation.md, "Helpers")
+  // zf-deadline's helpers (CPU device only): each helper idle when a tiled kernel starts runs the
+  // measured share s of its tiles (one helper: the kernel takes 1 - s of its time), so h helpers
+  // speed it up 1 + h s / (1 - s) (docs/simulation.md, "Helpers")
   if (!cuda && md.tiled) {
     const int me = starpu_worker_get_id();
-    if (me >= 0) t /= 1 + deadline_policy_idle_helpers(me);
+    const double s = r.helper_share;
+    if (me >= 0) t /= 1 + deadline_policy_idle_helpers(me) * s / (1 - s);
   }
-  return t * 1e6 + r.overhead_us;
+  return t * 1e6 + (cuda ? r.overhead_us : 0.0);
 }
 
 }  // namespace zf

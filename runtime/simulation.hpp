@@ -1,6 +1,7 @@
 // The simulation build (ZF_SIMGRID: StarPU built with SimGrid, docs/simulation.md): no codelet
 // runs, StarPU takes each task's duration from its perfmodel. Here that model is a roofline:
-// max(FLOPs / rate, bytes / bandwidth) + a per-task overhead, per device type, with the rates of the
+// max(FLOPs / rate, bytes / bandwidth) per device type (plus a CUDA worker's launch overhead; a CPU
+// worker's per-task overhead is idle time between tasks: sim_dispatch_gap), with the rates of the
 // simulated machine read from the file tools/sim_machine.py writes ($ZF_SIM_ROOFLINE). A codelet
 // reports its FLOPs from its argument block (CodeletDef::flops); its bytes are its buffers' sizes.
 #pragma once
@@ -52,8 +53,9 @@ using PolicyMutex = std::mutex;
 
 #ifdef ZF_SIMGRID
 // Reads $ZF_SIM_ROOFLINE (InputError naming the file and key when missing or bad). Once, before
-// the first task.
-void sim_load_roofline();
+// the first task. `sched`: the run's policy, whose CPU per-task overhead (cpu.overhead_us.SCHED,
+// measured per policy) replaces the generic cpu.overhead_us where the file has one.
+void sim_load_roofline(const std::string& sched);
 // The codelet whose perfmodel is `model` reports its FLOPs with `flops` (null: memory-bound only);
 // a collective (CodeletDef::collective) its bytes with coll_bytes (null: buffer coll_buffer's size).
 // `bytes` (null: the buffers' sizes) its memory traffic where it works on a range of its buffers.
@@ -64,8 +66,14 @@ void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective colle
 void sim_set_ranks(int ranks);
 int sim_ranks();
 // Microseconds of a collective of `bytes` on a worker of the given kind (CUDA: the GPU-GPU link,
-// else the host's), the ring formula plus the worker's per-task overhead.
+// else the host's), the ring formula (plus the launch overhead on a CUDA worker).
 double sim_collective_us(Collective k, double bytes, bool cuda);
+// The CPU worker's per-task overhead (the roofline file's cpu.overhead_us: the runtime's time between
+// two tasks, measured on this machine as the median gap between a worker's consecutive tasks) as
+// idle simulated time: the pop prologue of every task (runtime/task.cpp) sleeps it on a CPU
+// worker before the task starts, so it counts as stall, not as busy time, as in a real run. A CUDA
+// worker's overhead (the launch) stays in the task's cost.
+void sim_dispatch_gap(void* unused);
 // StarPU's per-arch cost function (microseconds) for every codelet in simulation.
 double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned nimpl);
 // The placeholder CUDA implementation: never called (simulated workers run no code).

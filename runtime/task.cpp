@@ -147,6 +147,11 @@ void TaskBuilder::submit() {
   task->name = opt_.name;
   Tracker& tr = opt_.rt->tracker();
   task->callback_func = on_task_end;
+#ifdef ZF_SIMGRID
+  // the runtime's time between two tasks of a CPU worker: idle simulated time before the task
+  // starts (runtime/simulation.hpp), as the real worker is idle while StarPU dispatches
+  task->prologue_callback_pop_func = sim_dispatch_gap;
+#endif
   const bool prefetch = opt_.prefetch_buffer >= 0 && opt_.rt->prefetch_node() >= 0;
   task->callback_arg =
       new CallbackArg{&tr, opt_.step, opt_.side, prefetch ? opt_.rt : nullptr, opt_.prefetch_buffer, opt_.deadline(),

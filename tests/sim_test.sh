@@ -55,8 +55,9 @@ echo "ok: device-adam on this-machine: median step $(json "$TMP/c.json" 'm["step
 
 # Calibrated per-codelet efficiencies (docs/simulation.md, "Calibration"): the machine file's
 # efficiency.host_codelets replaces the generic efficiencies for that codelet. this-machine with
-# zf_matmul_fwd at 0.4 and at 0.2: each forward matmul task's roofline time (its duration less the per-task
-# overhead) doubles, every other task's stays; the trace's codelet column names the codelet.
+# zf_matmul_fwd at 0.4 and at 0.2: each forward matmul task's roofline time (its duration: a CPU
+# worker's per-task overhead is idle time before it, not in it) doubles, every other task's stays;
+# the trace's codelet column names the codelet.
 for e in 0.4 0.2; do
   python3 - "$SRC/graphs/machines/this-machine.json" "$TMP/m$e.json" "$e" <<'PY'
 import json, sys
@@ -68,15 +69,14 @@ PY
   sim "$TMP/m$e.json" "$TMP/e$e.json" --strategy device-adam --trace-csv "$TMP/e$e.csv" ||
     { tail -30 "$TMP/log"; fail "device-adam on this-machine with zf_matmul_fwd at $e exited $?"; }
 done
-python3 - "$TMP/e0.4.csv" "$TMP/e0.2.csv" "$SRC/graphs/machines/this-machine.json" <<'PY' ||
-import csv, json, sys
-ov = json.load(open(sys.argv[3]))["efficiency"]["cpu_task_overhead_us"]
+python3 - "$TMP/e0.4.csv" "$TMP/e0.2.csv" <<'PY' ||
+import csv, sys
 def tasks(p):  # (name, step, k-th of that name in the step) -> (codelet, roofline time us)
     out, seen = {}, {}
     for r in csv.DictReader(open(p)):
         k = (r["name"], r["step"])
         seen[k] = seen.get(k, 0) + 1
-        out[k + (seen[k],)] = (r["codelet"], float(r["end_us"]) - float(r["start_us"]) - ov)
+        out[k + (seen[k],)] = (r["codelet"], float(r["end_us"]) - float(r["start_us"]))
     return out
 a, b = tasks(sys.argv[1]), tasks(sys.argv[2])
 if set(a) != set(b):
@@ -90,6 +90,40 @@ sys.exit(0 if mm and other and not bad else 1)
 PY
   fail "a codelet's calibrated efficiency does not set its tasks' time"
 echo "ok: per-codelet efficiency"
+
+# The CPU worker's per-task overhead is idle time before each task (docs/simulation.md, "The
+# runtime's time between tasks"): this-machine with it at 0 and at 100 us. The device's busy time
+# per step stays; its idle time per step grows by 100 us per device task; the stall fraction grows.
+for ov in 0 100; do
+  python3 - "$SRC/graphs/machines/this-machine.json" "$TMP/o$ov.json" "$ov" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "this-machine-o" + sys.argv[3]
+m["efficiency"]["cpu_task_overhead_us"] = float(sys.argv[3])
+m["efficiency"].pop("cpu_task_overhead_us_by_sched", None)
+json.dump(m, open(sys.argv[2], "w"))
+PY
+  sim "$TMP/o$ov.json" "$TMP/o$ov.m.json" --strategy device-adam --trace-csv "$TMP/o$ov.csv" ||
+    { tail -30 "$TMP/log"; fail "device-adam on this-machine with a per-task overhead of $ov us exited $?"; }
+done
+python3 - "$TMP/o0.m.json" "$TMP/o100.m.json" "$TMP/o100.csv" <<'PY' ||
+import csv, json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+w = a["warmup_steps_excluded"]
+n = sum(1 for r in csv.DictReader(open(sys.argv[3])) if r["side"] == "device" and int(r["step"]) >= w)
+per_step = n / a["measured_steps"]
+def idle(m):  # seconds per step the device sat idle
+    return m["step_time_s"]["mean"] - m["device_busy_s_per_step"]
+grow, want = idle(b) - idle(a), per_step * 100e-6
+print(f"overhead 0 -> 100 us: busy {a['device_busy_s_per_step']:.6f} -> {b['device_busy_s_per_step']:.6f} s, idle "
+      f"+{grow * 1e3:.3f} ms a step (device tasks {per_step:.0f} x 100 us = {want * 1e3:.3f}), stall "
+      f"{a['stall_fraction']:.3f} -> {b['stall_fraction']:.3f}")
+ok = (abs(b["device_busy_s_per_step"] - a["device_busy_s_per_step"]) < 1e-6 * a["device_busy_s_per_step"] + 1e-9
+      and abs(grow - want) < 0.05 * want and b["stall_fraction"] > a["stall_fraction"])
+sys.exit(0 if ok else 1)
+PY
+  fail "the per-task overhead is not idle time before each task"
+echo "ok: per-task overhead as idle time"
 
 # Data parallelism (docs/simulation.md, "Data parallelism"): rank 0 of 2 on the 2-GPU A100 machine.
 # Each gradient all-reduce takes the ring formula's time, 2 (R-1) (n / (R B) + a) plus the CUDA

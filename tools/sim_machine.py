@@ -68,9 +68,23 @@ def rates(m):
         "cpu.flops": num(h, "host", "core_flops") * num(e, "efficiency", "host_flops"),
         "cpu.bytes": core_bytes * num(e, "efficiency", "host_bytes"),
         "cpu.overhead_us": num(e, "efficiency", "cpu_task_overhead_us"),
+        # per StarPU policy where measured (calibrate.py): its runtime's time between two tasks
         "cuda.flops": 0.0, "cuda.bytes": 0.0, "cuda.overhead_us": 0.0,
     }
+    by_sched = e.get("cpu_task_overhead_us_by_sched", {})
+    if not isinstance(by_sched, dict):
+        raise BadMachine("efficiency.cpu_task_overhead_us_by_sched: expected an object (policy -> us)")
+    for pol in sorted(by_sched):
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", pol):
+            raise BadMachine(f"efficiency.cpu_task_overhead_us_by_sched: {json.dumps(pol)}: expected a policy name")
+        r[f"cpu.overhead_us.{pol}"] = num(by_sched, "efficiency.cpu_task_overhead_us_by_sched", pol)
     r["cpu.peak.flops"], r["cpu.peak.bytes"] = num(h, "host", "core_flops"), core_bytes
+    # the share of a tiled kernel's tiles one idle helper runs (calibrate.py measures it; absent:
+    # an even split)
+    if "helper_share" in e:
+        r["cpu.helper_share"] = num(e, "efficiency", "helper_share", 1e-9)
+        if not r["cpu.helper_share"] < 1:
+            raise BadMachine(f"efficiency.helper_share: expected a share in (0, 1), got {r['cpu.helper_share']}")
     r["cuda.peak.flops"], r["cuda.peak.bytes"] = 0.0, 0.0
     if int(num(g, "gpus", "count")) > 0:
         r["cuda.flops"] = num(g, "gpus", "fp32_flops") * num(e, "efficiency", "gpu_flops")

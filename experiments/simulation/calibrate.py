@@ -4,13 +4,16 @@ docs/simulation.md "Calibration"): per codelet, the measured task time of real r
 (`zenflow-run --trace-csv`, measure.sh's traced runs) against the roofline's prediction at
 efficiency 1 (the same task simulated under eager on the machine with every host efficiency 1 and
 no per-task overhead), and writes the machine file with `efficiency.host_codelets` (codelet symbol ->
-efficiency) and `efficiency.calibration` (where the numbers come from).
+efficiency), `efficiency.cpu_task_overhead_us` and `_by_sched` (the mean gap between consecutive device tasks)
+and `efficiency.calibration` (where the numbers come from).
 
   python3 experiments/simulation/calibrate.py --real-dir DIR --traces gpt-kjv.device-adam ... \
       [--machine graphs/machines/this-machine.json] [--out FILE] [--work DIR]
 
 Each trace NAME is DIR/NAME.zf-deadline.tasks.csv (spec.strategy: the spec gpt-kjv or headline,
-measure.sh's) with its run's metrics DIR/NAME.zf-deadline.rtrace.json. Needs the simulation build
+measure.sh's) with its run's metrics DIR/NAME.zf-deadline.rtrace.json; with several DIRs (several
+measurement passes) each trace's tasks are pooled over them (one traced run can catch a slow period
+of a shared machine). Needs the simulation build
 (bash tools/zf build-sim). Per task name (a layer's op: the same shapes every step) the median of
 its measured durations over the measured steps (a median: the machine is shared, a preempted task
 is an outlier) and its roofline time; per codelet
@@ -19,16 +22,21 @@ is an outlier) and its roofline time; per codelet
 
 both sums over every measured task (so the codelet's total time per step is what is matched). A
 task's measured time is StarPU's profiling start..end (the codelet's execution); the simulation's
-per-task overhead (efficiency.cpu_task_overhead_us, StarPU's per-task floor measured apart) stands
-for the time between tasks, so it is not subtracted.
+per-task overhead (efficiency.cpu_task_overhead_us) is the time between tasks, not in a task's: it
+is measured here too, as the mean gap between a device worker's consecutive tasks over the
+device-adam traces' measured steps (device-adam has no host work, so every gap is the runtime's),
+zf-deadline's from NAME.zf-deadline.tasks.csv, each other policy's from DIR/NAME.POLICY.tasks.csv
+where measure.sh wrote one (`efficiency.cpu_task_overhead_us_by_sched`); the simulation sleeps it,
+idle, before each task on a CPU worker.
 
 **Helpers.** Under zf-deadline an idle worker takes tiles of the tiled kernels (docs/architecture.md,
 "Device cores"); the simulation models it by dividing a tiled codelet's roofline time by 1 + the
 helpers idle when the task starts (docs/simulation.md, "Helpers"; the tiled codelets:
 runtime/simulation.cpp's kTiled, read from there). The calibration inverts the same model: a
 tiled task's measured time is multiplied by 1 + the number of the run's other workers that ran no
-task at its start (from the trace; every worker helps on this machine, where the workers fit the
-cores), giving one unhelped core's time. --keep-help leaves the times as measured (a comparison).
+task at its start (the run's workers from its metrics, their tasks from the trace: a host worker
+that ran no task, device-adam's, is not in the trace but helped; every worker helps on this machine,
+where the workers fit the cores), giving one unhelped core's time. --keep-help leaves the times as measured (a comparison).
 Exit 2 naming the file on bad input."""
 import argparse
 import csv
@@ -49,6 +57,8 @@ SPEC_ARGS = {"gpt-kjv": ["--steps", "60", "--set", "log.warmup_steps=10"],
              "headline": ["--steps", "200", "--set", "log.warmup_steps=20"]}
 WARMUP = {"gpt-kjv": 10, "headline": 20}
 TILED = set()
+# measure.sh's policies besides zf-deadline: device-adam traced under each gives its per-task overhead
+POLICIES = ("eager", "lws", "dmda", "dmdas")
 
 
 def die(msg):
@@ -66,8 +76,9 @@ def tiled_codelets():
     return set(re.findall(r'"(zf_[a-z0-9_]+)"', m.group(1)))
 
 
-def idle_others(rows):
-    """Per row: how many other workers of the trace ran no task at its start."""
+def idle_others(rows, workers):
+    """Per row: how many of the run's other workers (`workers` in all, from its metrics: a worker
+    that ran no task at all is not in the trace) ran no task at its start."""
     import bisect
     by_worker = defaultdict(list)
     for r in rows:
@@ -78,20 +89,21 @@ def idle_others(rows):
         starts[w] = [a for a, _ in iv]
     out = []
     for r in rows:
-        t, n = float(r["start_us"]), 0
+        t, busy = float(r["start_us"]), 0
         for w, iv in by_worker.items():
             if w == r["worker"]:
                 continue
             i = bisect.bisect_right(starts[w], t) - 1
-            if i < 0 or iv[i][1] <= t:
-                n += 1
-        out.append(n)
+            if i >= 0 and iv[i][1] > t:
+                busy += 1
+        out.append(workers - 1 - busy)
     return out
 
 
-def read_tasks(path, warmup, tiled=None):
+def read_tasks(path, warmup, tiled=None, workers=1, share=0.5):
     """name -> (side, codelet or '', [durations us]) of the tasks of steps >= warmup; with `tiled`
-    (name -> whether its codelet is tiled) a tiled task's duration times 1 + the idle others."""
+    (name -> whether its codelet is tiled) a tiled task's duration times the helpers' speed-up,
+    1 + h share / (1 - share) with h the idle others (runtime/simulation.cpp's inverse)."""
     try:
         rows = list(csv.DictReader(open(path)))
     except OSError as e:
@@ -99,7 +111,8 @@ def read_tasks(path, warmup, tiled=None):
     if not rows or not {"name", "step", "side", "start_us", "end_us"} <= set(rows[0]):
         die(f"{path}: expected a --trace-csv file (name,category,step,side,worker,start_us,end_us[,codelet])")
     out = {}
-    idle = idle_others(rows) if tiled is not None else [0] * len(rows)
+    workers = max(workers, len({r["worker"] for r in rows}))
+    idle = idle_others(rows, workers) if tiled is not None else [0] * len(rows)
     for r, h in zip(rows, idle):
         try:
             step = int(r["step"])
@@ -109,8 +122,23 @@ def read_tasks(path, warmup, tiled=None):
         if step < warmup:
             continue
         e = out.setdefault(r["name"], [r["side"], r.get("codelet") or "", []])
-        e[2].append(d * (1 + h) if tiled is not None and tiled.get(r["name"]) else d)
+        e[2].append(d * (1 + h * share / (1 - share)) if tiled is not None and tiled.get(r["name"]) else d)
     return out
+
+
+def device_gaps(path, warmup):
+    """The gaps (us) between a device worker's consecutive tasks of steps >= warmup: the runtime's
+    time from one task's end to the next one's start (in device-adam, which has no host work, every
+    gap is the runtime's: StarPU's dispatch, and the submitting thread where it lags)."""
+    by_worker = defaultdict(list)
+    for r in csv.DictReader(open(path)):
+        if r["side"] == "device" and int(r["step"]) >= warmup:
+            by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"])))
+    gaps = []
+    for iv in by_worker.values():
+        iv.sort()
+        gaps += [max(0.0, b[0] - a[1]) for a, b in zip(iv, iv[1:])]
+    return gaps
 
 
 def peak_machine(machine, path):
@@ -121,6 +149,8 @@ def peak_machine(machine, path):
     e = m["efficiency"]
     e.update({"host_flops": 1.0, "host_bytes": 1.0, "cpu_task_overhead_us": 0})
     e.pop("host_codelets", None)
+    e.pop("cpu_task_overhead_us_by_sched", None)
+    e.pop("helper_share", None)
     e.pop("calibration", None)
     with open(path, "w") as f:
         json.dump(m, f, indent=1)
@@ -140,7 +170,8 @@ def simulate(spec, strategy, machine_file, csv_path, log_path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--real-dir", required=True)
+    ap.add_argument("--real-dir", required=True, nargs="+",
+                    help="measure.sh's real/ folders: several pool their traces (a traced run can catch a slow period)")
     ap.add_argument("--traces", nargs="+", required=True, help="spec.strategy names (gpt-kjv.zenflow ...)")
     ap.add_argument("--machine", default=os.path.join(root, "graphs/machines/this-machine.json"))
     ap.add_argument("--out", help="the calibrated machine file (default: --machine, rewritten)")
@@ -149,6 +180,10 @@ def main():
     ap.add_argument("--keep-help", action="store_true",
                     help="leave tiled tasks' times as measured (the efficiencies then include zf-deadline's "
                          "helpers: a comparison, not the committed calibration)")
+    ap.add_argument("--helper-share", choices=("tiles", "speedup"), default="tiles",
+                    help="the helper's share s: the tiles device-adam's helper ran (default), or 1 - 1/speed-up "
+                         "with the speed-up measured against device-adam's eager trace (README: it predicted the "
+                         "step better and the stall worse)")
     a = ap.parse_args()
     try:
         machine = json.load(open(a.machine))
@@ -164,27 +199,75 @@ def main():
 
     # per codelet: sum of roofline time at efficiency 1, sum of measured (unhelped) time, tasks
     roof_sum, meas_sum, ntasks = defaultdict(float), defaultdict(float), defaultdict(int)
-    per_trace = []
+    # the share of a tiled kernel's tiles one idle helper runs: device-adam's runs (whose host worker
+    # has nothing else to do) if among the traces, else the largest of the traces'
+    fractions = defaultdict(list)
+    for t in a.traces:
+        for d in a.real_dir:
+            metrics = os.path.join(d, f"{t}.zf-deadline.rtrace.json")
+            try:
+                tiles = json.load(open(metrics))["device_tiles"]
+                fractions[t].append(tiles["by_helpers"] / tiles["tiles"] if tiles["tiles"] else 0.0)
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                die(f"{metrics}: device_tiles: {e}")
+    da = [f for t, fs in fractions.items() if t.endswith(".device-adam") for f in fs]
+    share = statistics.median(da) if da else max(max(fs) for fs in fractions.values())
+    share_from = "the share of the tiles device-adam's helper ran"
+    # --helper-share speedup, where measure.sh traced device-adam under eager too (no helper): the helper's measured
+    # speed-up of the tiled tasks, sigma = their time under eager / under zf-deadline (per task name
+    # the median over the steps, summed over the names, pooled over the folders): the tiles one
+    # helper runs are not free (the two cores slow each other), so sigma < 1 / (1 - tile share).
+    helped, alone = 0.0, 0.0
+    for t in (a.traces if a.helper_share == "speedup" else []):
+        spec, _, strategy = t.partition(".")
+        if strategy != "device-adam":
+            continue
+        sim_names = None
+        for d in a.real_dir:
+            e_csv, z_csv = os.path.join(d, f"{t}.eager.tasks.csv"), os.path.join(d, f"{t}.zf-deadline.tasks.csv")
+            if not os.path.exists(e_csv):
+                continue
+            if sim_names is None:
+                sim_csv = os.path.join(a.work, f"{t}.peak.tasks.csv")
+                simulate(spec, strategy, peak_file, sim_csv, os.path.join(a.work, f"{t}.peak.log"))
+                sim_names = {n: v[1] in TILED for n, v in read_tasks(sim_csv, WARMUP[spec]).items()}
+            ze, zz = read_tasks(e_csv, WARMUP[spec]), read_tasks(z_csv, WARMUP[spec])
+            for n, tiled in sim_names.items():
+                if tiled and n in ze and n in zz:
+                    alone += statistics.median(ze[n][2])
+                    helped += statistics.median(zz[n][2])
+    if a.helper_share == "speedup" and helped > 0 and alone > helped:
+        share, share_from = 1 - helped / alone, (f"device-adam's tiled tasks' time under eager / under zf-deadline = "
+                                                 f"{alone / helped:.3f}, s = 1 - 1/that")
+    if not 0 < share < 1:
+        die(f"the helpers' share of the tiles is {share:.3f}: expected one in (0, 1) (zf-deadline runs with a helper)")
+    per_trace, gaps = [], []
     for t in a.traces:
         spec, _, strategy = t.partition(".")
         if spec not in SPECS or not strategy:
             die(f"--traces {t}: expected SPEC.STRATEGY with SPEC one of {sorted(SPECS)}")
-        real_csv = os.path.join(a.real_dir, f"{t}.zf-deadline.tasks.csv")
-        metrics = os.path.join(a.real_dir, f"{t}.zf-deadline.rtrace.json")
-        try:
-            tiles = json.load(open(metrics))["device_tiles"]
-            f_help = tiles["by_helpers"] / tiles["tiles"] if tiles["tiles"] else 0.0
-        except (OSError, ValueError, KeyError) as e:
-            die(f"{metrics}: device_tiles: {e}")
         sim_csv = os.path.join(a.work, f"{t}.peak.tasks.csv")
         print(f"calibrate: {t}: simulating at efficiency 1", file=sys.stderr)
         simulate(spec, strategy, peak_file, sim_csv, os.path.join(a.work, f"{t}.peak.log"))
         sim = read_tasks(sim_csv, WARMUP[spec])
-        real = read_tasks(real_csv, WARMUP[spec],
-                          None if a.keep_help else {n: v[1] in TILED for n, v in sim.items()})
-        missing = sorted(set(real) - set(sim))
-        if missing:
-            die(f"{real_csv}: tasks the simulation does not submit: {missing[:5]}")
+        real, g = {}, []  # pooled over the real/ folders: name -> [side, codelet, durations]
+        for d in a.real_dir:
+            real_csv = os.path.join(d, f"{t}.zf-deadline.tasks.csv")
+            metrics = os.path.join(d, f"{t}.zf-deadline.rtrace.json")
+            try:
+                mj = json.load(open(metrics))
+                workers = int(mj["workers"]["device"]) + int(mj["workers"]["host"])
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                die(f"{metrics}: workers: {e}")
+            one = read_tasks(real_csv, WARMUP[spec],
+                             None if a.keep_help else {n: v[1] in TILED for n, v in sim.items()}, workers, share)
+            missing = sorted(set(one) - set(sim))
+            if missing:
+                die(f"{real_csv}: tasks the simulation does not submit: {missing[:5]}")
+            for name, (side, c, ds) in one.items():
+                real.setdefault(name, [side, c, []])[2].extend(ds)
+            g += device_gaps(real_csv, WARMUP[spec])
+        f_help = statistics.fmean(fractions[t])
         used = 0
         for name, (side, _, ds) in real.items():
             s_side, codelet, sds = sim[name]
@@ -195,7 +278,10 @@ def main():
             meas_sum[codelet] += med * len(ds)
             ntasks[codelet] += len(ds)
             used += len(ds)
-        per_trace.append({"trace": t, "tasks": used, "helper_tile_fraction": round(f_help, 4)})
+        if strategy == "device-adam":
+            gaps += g
+        per_trace.append({"trace": t, "tasks": used, "helper_tile_fraction": round(f_help, 4),
+                          "device_gap_mean_us": round(statistics.fmean(g), 1) if g else None})
 
     eff = {c: roof_sum[c] / meas_sum[c] for c in sorted(roof_sum) if meas_sum[c] > 0 and roof_sum[c] > 0}
     cpu = a.cpu
@@ -207,15 +293,38 @@ def main():
             cpu = "unknown"
     out = json.loads(json.dumps(machine))
     out["efficiency"]["host_codelets"] = {c: round(v, 4) for c, v in eff.items()}
+    if not gaps:
+        die("no device-adam trace among --traces: no per-task overhead to measure")
+    overhead = round(statistics.fmean(gaps), 1)
+    out["efficiency"]["cpu_task_overhead_us"] = overhead
+    # the other policies' (measure.sh's device-adam traces under each), where present
+    by_sched = {}
+    for t in a.traces:
+        spec, _, strategy = t.partition(".")
+        if strategy != "device-adam":
+            continue
+        for pol in POLICIES:
+            for d in a.real_dir:
+                p = os.path.join(d, f"{t}.{pol}.tasks.csv")
+                if os.path.exists(p):
+                    by_sched.setdefault(pol, []).extend(device_gaps(p, WARMUP[spec]))
+    out["efficiency"]["cpu_task_overhead_us_by_sched"] = {
+        pol: round(statistics.fmean(g), 1) for pol, g in sorted(by_sched.items()) if g}
+    out["efficiency"]["helper_share"] = round(share, 4)
     out["efficiency"]["calibration"] = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "cpu": cpu,
         "by": "experiments/simulation/calibrate.py",
-        "from": [os.path.join(os.path.relpath(a.real_dir, root), f"{t}.zf-deadline.tasks.csv") for t in a.traces],
+        "from": [os.path.join(os.path.relpath(d, root), f"{t}.zf-deadline.tasks.csv")
+                 for d in a.real_dir for t in a.traces],
         "traces": per_trace,
         "method": "per codelet: sum of roofline time at efficiency 1 / sum of measured task time (per task name the "
                   "median over the measured steps" + ("" if a.keep_help else
-                  "; a tiled codelet's task times 1 + the workers idle at its start") + ")",
+                  "; a tiled codelet's task times the helpers' speed-up, 1 + h s / (1 - s), h the workers idle "
+                  "at its start, s = helper_share from " + share_from) + "); "
+                  "cpu_task_overhead_us (zf-deadline) and cpu_task_overhead_us_by_sched (the other policies): the "
+                  "mean gap between the device worker's consecutive tasks over the measured steps of device-adam's "
+                  "traces (no host work: every gap is the runtime's), simulated as idle time before each task",
     }
     dest = a.out or a.machine
     tmp = f"{dest}.tmp.{os.getpid()}"
@@ -227,6 +336,10 @@ def main():
     print("|---|---|---|---|---|")
     for c, v in eff.items():
         print(f"| {c} | {ntasks[c]} | {roof_sum[c] / 1e3:.2f} | {meas_sum[c] / 1e3:.2f} | {v:.3f} |")
+    print(f"\nhelper share {share:.4f} (from {share_from})")
+    print(f"per-task overhead (mean gap between consecutive device tasks of device-adam, {len(gaps)} gaps): "
+          f"zf-deadline {overhead} us, " + ", ".join(f"{p} {v} us" for p, v in
+                                                   out["efficiency"]["cpu_task_overhead_us_by_sched"].items()))
     print(f"calibrate: wrote {dest}", file=sys.stderr)
 
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The measured half of the validation (issue 28 item 5): real runs of the specs x strategies x
 # StarPU policies on this machine, ROUNDS interleaved rounds (the order shuffled per round, seeded
-# by the round number), each run's metrics, and one extra traced run per spec and strategy (--trace-csv: the
-# calibration's input). Run it on a quiet machine; the simulated half (sim runs, calibration,
-# report) does not need one. Writes $OUT/real/<spec>.<strategy>.<sched>.r<k>.json and <spec>.<strategy>.zf-deadline.tasks.csv.
+# by the round number), each run's metrics, one extra traced run per spec and strategy under
+# zf-deadline (--trace-csv: the calibration's input), and gpt-kjv's device-adam traced under each
+# other policy (calibrate.py's per-policy per-task overhead). Run it on a quiet machine; the
+# simulated half (sim runs, calibration, report) does not need one. Writes
+# $OUT/real/<spec>.<strategy>.<sched>.r<k>.json, <spec>.<strategy>.zf-deadline.tasks.csv and
+# gpt-kjv.device-adam.<sched>.tasks.csv (each traced run's metrics: .rtrace.json).
 #   bash experiments/simulation/measure.sh
 #   ROUNDS=3 POLICIES="zf-deadline eager lws dmda dmdas" bash experiments/simulation/measure.sh
 set -euo pipefail
@@ -40,6 +43,11 @@ export STARPU_CALIBRATE=0
 for spec in gpt-kjv headline; do for s in $strategies; do
   run "$spec" "$s" zf-deadline trace --trace-csv "$out/real/$spec.$s.zf-deadline.tasks.csv"
 done; done
+# and gpt-kjv's device-adam under each other policy: calibrate.py's per-policy per-task overhead
+for p in $policies; do
+  [ "$p" = zf-deadline ] && continue
+  run gpt-kjv device-adam "$p" trace --trace-csv "$out/real/gpt-kjv.device-adam.$p.tasks.csv"
+done
 configs=()
 for spec in gpt-kjv headline; do for s in $strategies; do for p in $policies; do configs+=("$spec $s $p"); done; done; done
 start=$(date +%s)

@@ -217,7 +217,7 @@ def main():
     # speed-up of the tiled tasks, sigma = their time under eager / under zf-deadline (per task name
     # the median over the steps, summed over the names, pooled over the folders): the tiles one
     # helper runs are not free (the two cores slow each other), so sigma < 1 / (1 - tile share).
-    helped, alone = 0.0, 0.0
+    helped, alone, simulated = 0.0, 0.0, set()  # simulated: traces whose run at efficiency 1 is done
     for t in (a.traces if a.helper_share == "speedup" else []):
         spec, _, strategy = t.partition(".")
         if strategy != "device-adam":
@@ -230,6 +230,7 @@ def main():
             if sim_names is None:
                 sim_csv = os.path.join(a.work, f"{t}.peak.tasks.csv")
                 simulate(spec, strategy, peak_file, sim_csv, os.path.join(a.work, f"{t}.peak.log"))
+                simulated.add(t)
                 sim_names = {n: v[1] in TILED for n, v in read_tasks(sim_csv, WARMUP[spec]).items()}
             ze, zz = read_tasks(e_csv, WARMUP[spec]), read_tasks(z_csv, WARMUP[spec])
             for n, tiled in sim_names.items():
@@ -247,8 +248,9 @@ def main():
         if spec not in SPECS or not strategy:
             die(f"--traces {t}: expected SPEC.STRATEGY with SPEC one of {sorted(SPECS)}")
         sim_csv = os.path.join(a.work, f"{t}.peak.tasks.csv")
-        print(f"calibrate: {t}: simulating at efficiency 1", file=sys.stderr)
-        simulate(spec, strategy, peak_file, sim_csv, os.path.join(a.work, f"{t}.peak.log"))
+        if t not in simulated:
+            print(f"calibrate: {t}: simulating at efficiency 1", file=sys.stderr)
+            simulate(spec, strategy, peak_file, sim_csv, os.path.join(a.work, f"{t}.peak.log"))
         sim = read_tasks(sim_csv, WARMUP[spec])
         real, g = {}, []  # pooled over the real/ folders: name -> [side, codelet, durations]
         for d in a.real_dir:

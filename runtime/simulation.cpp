@@ -74,6 +74,10 @@ double positive(const std::map<std::string, double>& kv, const std::string& file
   return it->second;
 }
 
+// The per-task overhead inside a task's time: a CUDA worker's launch; a CPU worker's overhead is
+// the idle gap before the task instead (sim_dispatch_gap).
+double in_task_overhead_us(bool cuda) { return cuda ? cuda_rates.overhead_us : 0.0; }
+
 }  // namespace
 
 void sim_load_roofline(const std::string& sched) {
@@ -97,7 +101,8 @@ void sim_load_roofline(const std::string& sched) {
     rates->flops = positive(kv, path, d + ".flops");
     rates->bytes = positive(kv, path, d + ".bytes");
     rates->overhead_us = positive(kv, path, d + ".overhead_us");
-    if (kv.count(d + ".overhead_us." + sched)) rates->overhead_us = positive(kv, path, d + ".overhead_us." + sched);
+    if (const std::string per_sched = d + ".overhead_us." + sched; kv.count(per_sched))
+      rates->overhead_us = positive(kv, path, per_sched);
     rates->peak_flops = positive(kv, path, d + ".peak.flops");
     rates->peak_bytes = positive(kv, path, d + ".peak.bytes");
     if (auto it = kv.find(d + ".helper_share"); it != kv.end()) {
@@ -138,11 +143,8 @@ int sim_ranks() { return ranks; }
 
 double sim_collective_us(Collective k, double bytes, bool cuda) {
   const Link& l = cuda ? gpu_link : host_link;
-  const Rates& r = cuda ? cuda_rates : cpu_rates;
-  // a CPU worker's overhead is the gap before the task (sim_dispatch_gap), a CUDA worker's its launch
-  const double over = cuda ? r.overhead_us : 0.0;
-  if (l.bytes <= 0) return over;  // a machine without that link: no rank to exchange with
-  return ring_collective_s(k, bytes, ranks, l.bytes, l.latency_s) * 1e6 + over;
+  if (l.bytes <= 0) return in_task_overhead_us(cuda);  // a machine without that link: no rank to exchange with
+  return ring_collective_s(k, bytes, ranks, l.bytes, l.latency_s) * 1e6 + in_task_overhead_us(cuda);
 }
 
 void sim_dispatch_gap(void*) {
@@ -204,7 +206,7 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
     const double s = r.helper_share;
     if (me >= 0) t /= 1 + deadline_policy_idle_helpers(me) * s / (1 - s);
   }
-  return t * 1e6 + (cuda ? r.overhead_us : 0.0);
+  return t * 1e6 + in_task_overhead_us(cuda);
 }
 
 }  // namespace zf

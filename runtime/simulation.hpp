@@ -68,8 +68,9 @@ int sim_ranks();
 // Microseconds of a collective of `bytes` on a worker of the given kind (CUDA: the GPU-GPU link,
 // else the host's), the ring formula (plus the launch overhead on a CUDA worker).
 double sim_collective_us(Collective k, double bytes, bool cuda);
-// The CPU worker's per-task overhead (the roofline file's cpu.overhead_us: the runtime's time between
-// two tasks, measured on this machine as the median gap between a worker's consecutive tasks) as
+// The CPU worker's per-task overhead (the roofline file's cpu.overhead_us[.SCHED]: the runtime's time
+// between two tasks, measured by calibrate.py as the mean gap between device-adam's consecutive
+// device tasks under that policy) as
 // idle simulated time: the pop prologue of every task (runtime/task.cpp) sleeps it on a CPU
 // worker before the task starts, so it counts as stall, not as busy time, as in a real run. A CUDA
 // worker's overhead (the launch) stays in the task's cost.

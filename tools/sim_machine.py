@@ -68,9 +68,9 @@ def rates(m):
         "cpu.flops": num(h, "host", "core_flops") * num(e, "efficiency", "host_flops"),
         "cpu.bytes": core_bytes * num(e, "efficiency", "host_bytes"),
         "cpu.overhead_us": num(e, "efficiency", "cpu_task_overhead_us"),
-        # per StarPU policy where measured (calibrate.py): its runtime's time between two tasks
         "cuda.flops": 0.0, "cuda.bytes": 0.0, "cuda.overhead_us": 0.0,
     }
+    # per StarPU policy where measured (calibrate.py): its runtime's time between two tasks
     by_sched = e.get("cpu_task_overhead_us_by_sched", {})
     if not isinstance(by_sched, dict):
         raise BadMachine("efficiency.cpu_task_overhead_us_by_sched: expected an object (policy -> us)")

@@ -4,8 +4,8 @@ docs/simulation.md "Calibration"): per codelet, the measured task time of real r
 (`zenflow-run --trace-csv`, measure.sh's traced runs) against the roofline's prediction at
 efficiency 1 (the same task simulated under eager on the machine with every host efficiency 1 and
 no per-task overhead), and writes the machine file with `efficiency.host_codelets` (codelet symbol ->
-efficiency), `efficiency.cpu_task_overhead_us` and `_by_sched` (the mean gap between consecutive device tasks)
-and `efficiency.calibration` (where the numbers come from).
+efficiency), `efficiency.cpu_task_overhead_us` and `_by_sched` (the mean gap between consecutive
+device tasks), `efficiency.helper_share` and `efficiency.calibration` (where the numbers come from).
 
   python3 experiments/simulation/calibrate.py --real-dir DIR --traces gpt-kjv.device-adam ... \
       [--machine graphs/machines/this-machine.json] [--out FILE] [--work DIR]
@@ -36,7 +36,8 @@ runtime/simulation.cpp's kTiled, read from there). The calibration inverts the s
 tiled task's measured time is multiplied by 1 + the number of the run's other workers that ran no
 task at its start (the run's workers from its metrics, their tasks from the trace: a host worker
 that ran no task, device-adam's, is not in the trace but helped; every worker helps on this machine,
-where the workers fit the cores), giving one unhelped core's time. --keep-help leaves the times as measured (a comparison).
+where the workers fit the cores), giving one unhelped core's time. --keep-help leaves the times as
+measured (a comparison).
 Exit 2 naming the file on bad input."""
 import argparse
 import csv
@@ -213,8 +214,8 @@ def main():
     da = [f for t, fs in fractions.items() if t.endswith(".device-adam") for f in fs]
     share = statistics.median(da) if da else max(max(fs) for fs in fractions.values())
     share_from = "the share of the tiles device-adam's helper ran"
-    # --helper-share speedup, where measure.sh traced device-adam under eager too (no helper): the helper's measured
-    # speed-up of the tiled tasks, sigma = their time under eager / under zf-deadline (per task name
+    # --helper-share speedup, where measure.sh traced device-adam under eager too (no helper): the
+    # helper's measured speed-up of the tiled tasks, sigma = their time under eager / under zf-deadline (per task name
     # the median over the steps, summed over the names, pooled over the folders): the tiles one
     # helper runs are not free (the two cores slow each other), so sigma < 1 / (1 - tile share).
     helped, alone, simulated = 0.0, 0.0, set()  # simulated: traces whose run at efficiency 1 is done

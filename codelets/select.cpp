@@ -59,6 +59,18 @@ void grad_mass_cpu(void* b[], void* a) noexcept {
   double* out = vec_as<double>(b[2]);
   kernels::cpu::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, &out[0], &out[1], p->in_out != 0);
 }
+// Memory traffic for the simulation's roofline (CodeletDef::bytes): the elements the kernels touch,
+// not their buffers' whole sizes. Selective AdamW: the R x k selected elements of w (read and
+// written), g (read), m and v (read and written), 28 bytes each as adam_step's; a merge: its n
+// source elements read, n destination elements written (move_bytes in adam_step.cpp).
+double selective_adam_bytes(const void* a) {
+  const auto* p = static_cast<const ColArgs*>(a);
+  return 28.0 * (double)p->R * (double)p->k;
+}
+double merge_bytes(const void* a) {
+  const auto* p = static_cast<const MergeArgs*>(a);
+  return (double)((p->src_half ? 2 : 4) + 4) * (double)p->n;
+}
 // the least elements a helper takes of a merge: 256 KiB of fp32
 constexpr size_t kMergeRange = 65536;
 
@@ -153,7 +165,8 @@ starpu_codelet& selective_adam_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_selective_adam", selective_adam_cpu, ZF_CUDA_FUNC(selective_adam_cuda), 5,
-                    {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}}, &m);
+                    {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0, nullptr,
+                    selective_adam_bytes}, &m);
   return c;
 }
 starpu_codelet& grad_mass_cl() {
@@ -165,13 +178,15 @@ starpu_codelet& grad_mass_cl() {
 starpu_codelet& merge_all_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_merge", merge_all_cpu, ZF_CUDA_FUNC(merge_all_cuda), 2,
-                                          {STARPU_R, STARPU_RW}}, &m);
+                                          {STARPU_R, STARPU_RW}, nullptr, Collective::None, 0, nullptr, merge_bytes},
+                                         &m);
   return c;
 }
 starpu_codelet& merge_sel_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_merge_selected", merge_sel_cpu, ZF_CUDA_FUNC(merge_sel_cuda), 3,
-                                          {STARPU_R, STARPU_RW, STARPU_R}}, &m);
+                                          {STARPU_R, STARPU_RW, STARPU_R}, nullptr, Collective::None, 0, nullptr,
+                                          merge_bytes}, &m);
   return c;
 }
 

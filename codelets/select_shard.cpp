@@ -41,6 +41,13 @@ void selective_adam_shard_cpu(void* b[], void* a) noexcept {
                                        vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
 }
 
+// Memory traffic for the simulation's roofline (CodeletDef::bytes): the shard's expected selected
+// elements, (hi - lo) k / C, at selective AdamW's 28 bytes each (select.cpp)
+double selective_adam_shard_bytes(const void* a) {
+  const auto* p = static_cast<const ShardColArgs*>(a);
+  return 28.0 * (double)(p->hi - p->lo) * (double)p->k / (double)p->C;
+}
+
 #ifdef ZF_USE_CUDA
 void importance_shard_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ShardColArgs*>(a);
@@ -68,7 +75,8 @@ starpu_codelet& selective_adam_shard_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_selective_adam_shard", selective_adam_shard_cpu,
                                           ZF_CUDA_FUNC(selective_adam_shard_cuda), 5,
-                                          {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}}, &m);
+                                          {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}, nullptr,
+                                          Collective::None, 0, nullptr, selective_adam_shard_bytes}, &m);
   return c;
 }
 

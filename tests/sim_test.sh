@@ -125,6 +125,35 @@ PY
   fail "the per-task overhead is not idle time before each task"
 echo "ok: per-task overhead as idle time"
 
+# The bytes of ZenFlow's device-side codelets (docs/simulation.md, "The roofline"): selective AdamW
+# moves the R x k selected elements, so halving topk halves its tasks' total time; a merge moves its
+# n elements, so host tiles of 4096 elements (gpt-kjv's 128 x 512 weights in 16) leave the merges'
+# total time. Both counted their buffers' whole sizes before (ratio 1, and about 16x). Under eager:
+# no helpers.
+zsim() {  # OUT topk tile_elems
+  sim this-machine "$TMP/$1.json" --strategy zenflow --sched eager --set zenflow.full_warm_up_rounds=0 \
+    --set zenflow.topk_ratio="$2" --set runtime.tile_elems="$3" --trace-csv "$TMP/$1.csv" ||
+    { tail -30 "$TMP/log"; fail "zenflow on this-machine (topk $2, tiles $3) exited $?"; }
+}
+zsim z1 0.1 1048576
+zsim z2 0.05 1048576
+zsim z3 0.1 4096
+python3 - "$TMP/z1.csv" "$TMP/z2.csv" "$TMP/z3.csv" <<'PY' ||
+import csv, sys
+def total(p, codelet):  # (tasks, summed duration us) of the codelet's tasks
+    d = [float(r["end_us"]) - float(r["start_us"]) for r in csv.DictReader(open(p)) if r["codelet"] == codelet]
+    return len(d), sum(d)
+(na, a), (nb, b) = total(sys.argv[1], "zf_selective_adam"), total(sys.argv[2], "zf_selective_adam")
+(nm, m), (nf, f) = total(sys.argv[1], "zf_merge_selected"), total(sys.argv[3], "zf_merge_selected")
+print(f"selective AdamW, topk 0.1 -> 0.05: {na} tasks, {a / 1e3:.3f} -> {b / 1e3:.3f} ms (x{b / a:.3f}); "
+      f"merges, tiles 1M -> 4K elements: {nm} -> {nf} tasks, {m / 1e3:.3f} -> {f / 1e3:.3f} ms (x{f / m:.3f})")
+# k = ceil(topk x C) per weight: the halved topk rounds up, hence 0.5 within 5 %
+ok = na == nb > 0 and abs(b / a - 0.5) < 0.025 and nf > 4 * nm > 0 and abs(f / m - 1) < 0.01
+sys.exit(0 if ok else 1)
+PY
+  fail "ZenFlow's selective AdamW or merge does not move the elements it touches"
+echo "ok: selective AdamW and merge bytes"
+
 # Data parallelism (docs/simulation.md, "Data parallelism"): rank 0 of 2 on the 2-GPU A100 machine.
 # Each gradient all-reduce takes the ring formula's time, 2 (R-1) (n / (R B) + a) plus the CUDA
 # worker's overhead, with B and a the machine file's GPU-GPU link: checked on one task of known

@@ -128,17 +128,20 @@ def read_tasks(path, warmup, tiled=None, workers=1, share=0.5):
 
 
 def device_gaps(path, warmup):
-    """The gaps (us) between a device worker's consecutive tasks of steps >= warmup: the runtime's
-    time from one task's end to the next one's start (in device-adam, which has no host work, every
-    gap is the runtime's: StarPU's dispatch, and the submitting thread where it lags)."""
+    """The gaps (us) between a device worker's consecutive tasks, both of steps >= warmup: the
+    runtime's time from one task's end to the next one's start (in device-adam, which has no host
+    work, every gap is the runtime's: StarPU's dispatch, and the submitting thread where it lags).
+    The tasks are ordered in time before the warm-up's are left out: a later step's load task runs
+    among the earlier step's tasks (lookahead), and leaving those out first made one false gap of
+    about 100 ms a run."""
     by_worker = defaultdict(list)
     for r in csv.DictReader(open(path)):
-        if r["side"] == "device" and int(r["step"]) >= warmup:
-            by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"])))
+        if r["side"] == "device":
+            by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"]), int(r["step"])))
     gaps = []
     for iv in by_worker.values():
         iv.sort()
-        gaps += [max(0.0, b[0] - a[1]) for a, b in zip(iv, iv[1:])]
+        gaps += [max(0.0, b[0] - a[1]) for a, b in zip(iv, iv[1:]) if min(a[2], b[2]) >= warmup]
     return gaps
 
 

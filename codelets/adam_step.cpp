@@ -35,6 +35,18 @@ struct MoveArgs {
 // read and written (28 bytes per fp32 parameter); with the accumulator also read and written.
 double adam_bytes(const void* a) { return 28.0 * (double)static_cast<const AdamArgs*>(a)->n; }
 double adam_acc_bytes(const void* a) { return 36.0 * (double)static_cast<const AdamAccArgs*>(a)->n; }
+// precision bf16's fused device AdamW: the parameter written too, and the gradient when rounded
+struct AdamBf16Args {
+  AdamParams hp;
+  int64_t step;
+  float grad_scale;
+  bool round_grad;
+  size_t n;
+};
+double adam_bf16_bytes(const void* a) {
+  auto* p = static_cast<const AdamBf16Args*>(a);
+  return (p->round_grad ? 36.0 : 32.0) * (double)p->n;
+}
 // acc read and written, g read
 double accumulate_bytes(const void* a) { return 12.0 * (double)static_cast<const MoveArgs*>(a)->n; }
 // src read, dst written, of the given element sizes
@@ -49,6 +61,11 @@ void adam_step_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AdamArgs*>(a);
   kernels::cpu::adam_step(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->g_off, vec_ptr(b[2]),
                           vec_ptr(b[3]), p->n, p->hp, p->step, p->grad_scale);
+}
+void adam_step_bf16_cpu(void* b[], void* a) noexcept {  // buffers: master, grad, m, v, param
+  auto* p = static_cast<AdamBf16Args*>(a);
+  kernels::cpu::adam_step_bf16(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]), p->n,
+                               p->hp, p->step, p->grad_scale, p->round_grad);
 }
 void adam_step_accumulate_cpu(void* b[], void* a) noexcept {  // buffers: param, acc, grad, m, v
   auto* p = static_cast<AdamAccArgs*>(a);
@@ -164,6 +181,14 @@ starpu_codelet& adam_cl() {
                    &m);
   return c;
 }
+starpu_codelet& adam_bf16_cl() {  // CPU devices only (precision bf16 on a GPU keeps its separate tasks)
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_adam_step_bf16", adam_step_bf16_cpu, nullptr, 5,
+                                          {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_RW, STARPU_W}, nullptr,
+                                          Collective::None, 0, nullptr, adam_bf16_bytes},
+                                         &m);
+  return c;
+}
 starpu_codelet& adam_accumulate_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
@@ -276,6 +301,24 @@ void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t st
   TaskBuilder(adam_cl(), opt)
       .rw(param).r(grad).rw(m).rw(v)
       .args(AdamArgs{hp, step, grad_scale, ps.offset, gs.offset, ps.n})
+      .submit();
+}
+
+void insert_adam_step_bf16(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                           const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                           const Tensor& param, bool round_grad) {
+  const size_t n = master.numel();
+  expect(grad.numel() == n && m.numel() == n && v.numel() == n && param.numel() == n, opt,
+         "adam_bf16: master, grad, moments and param must have the same length");
+  expect(master.elem_size() == 4 && grad.elem_size() == 4 && param.elem_size() == 4, opt,
+         "adam_bf16: master, grad and param must be fp32");
+  expect(param.handle() != master.handle() && param.handle() != grad.handle() && grad.handle() != master.handle(),
+         opt, "adam_bf16: master, grad and param must be separate tensors");
+  expect(step >= 1, opt, "adam_bf16: step counts from 1");
+  expect(!(opt.rt && opt.rt->device_is_cuda()), opt, "adam_bf16: CPU devices only (no CUDA implementation)");
+  TaskBuilder(adam_bf16_cl(), opt)
+      .rw(master).rw(grad).rw(m).rw(v).w(param)
+      .args(AdamBf16Args{hp, step, grad_scale, round_grad, n})
       .submit();
 }
 

@@ -100,6 +100,13 @@ void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp,
 void insert_adam_step_result(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
                              const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
                              const Tensor& v);
+// Precision bf16's device AdamW in one task (kernels::cpu::adam_step_bf16; CPU devices only): AdamW
+// on the fp32 master, param = the master rounded to bf16; round_grad: the gradient rounded to bf16
+// first (in place). Bitwise [insert_round_bf16(grad)] + insert_adam_step(master) +
+// insert_copy(master -> param) + insert_round_bf16(param), one task instead of three or four.
+void insert_adam_step_bf16(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                           const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                           const Tensor& param, bool round_grad);
 // acc[as] += scale * g[gs]
 void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
                        Slice gs, float scale);

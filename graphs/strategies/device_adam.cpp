@@ -41,6 +41,15 @@ class DeviceAdam final : public Strategy {
       if (bf16_) r.get("device.master." + params_[i]->name, master_[i], StateReader::Values::Finite, io);
     }
   }
+  // Precision bf16 (not fp16) on a CPU device (not at ZeRO stage 3, whose shards the trainer rounds): one
+  // task per parameter (insert_adam_step_bf16) rounds the gradient, updates the master and writes
+  // the rounded parameter, where the trainer and this update would otherwise submit four
+  // (bf16.grad, adam.device, master.device, bf16.param): the same bits, 159 fewer tasks a step
+  // for the GPT of gpt-kjv.json. With gradient clipping the gradients are rounded before the clip
+  // reads them, so the trainer keeps rounding them.
+  bool fused_bf16() const { return bf16_ && half_ == Half::Bf16 && !rt_.device_is_cuda() && !stage3(); }
+  bool rounds_bf16_grads() const override { return fused_bf16() && !clip_; }
+  bool rounds_bf16_params() const override { return fused_bf16(); }
   void submit_update(const UpdateStep& u) override {
     SubmitOptions o = rt_.device(u.t);
     float gs = u.grad_scale;
@@ -53,6 +62,11 @@ class DeviceAdam final : public Strategy {
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
+      if (fused_bf16()) {
+        insert_adam_step_bf16(o.named("adam.device." + p.name), hp(u.o), u.o + 1, gs, master_[i], p.grad, m_[i],
+                              v_[i], p.value, rounds_bf16_grads());
+        continue;
+      }
       const Tensor& x = bf16_ ? master_[i] : p.value;
       insert_adam_step(o.named("adam.device." + p.name), hp(u.o), u.o + 1, gs, x, whole(x), p.grad,
                        whole(p.grad), m_[i], v_[i]);

@@ -73,6 +73,11 @@ class Strategy {
   virtual StrategyReport report() const { return {}; }
   // Bytes of optimizer state the strategy keeps on the device (device_state_bytes.optimizer).
   virtual int64_t device_optimizer_bytes() const { return 0; }
+  // Precision bf16: whether the update rounds the device gradients to bf16 itself as it reads them,
+  // and writes the device parameters already rounded, so that the trainer (graphs/train/precision.hpp)
+  // submits no rounding tasks of its own for them.
+  virtual bool rounds_bf16_grads() const { return false; }
+  virtual bool rounds_bf16_params() const { return false; }
   // Whether r is one of the host optimizer's AdamW tasks.
   static bool host_adam_task(const TaskRecord& r);
   // Full optimizer state for checkpoints (no task may be in flight), and back (before step 0

@@ -42,6 +42,7 @@ std::string Precision::describe() const {
 
 // Rounding is elementwise: rounding the shards of stage 3 rounds what their gathers make whole.
 void Precision::round_params(int64_t step, const Strategy* strat) const {
+  if (bf16_ && strat && strat->rounds_bf16_params()) return;  // its update wrote them rounded
   for (Param* p : wl_.params()) {
     const Tensor& v = strat ? strat->device_tensor(p->value) : p->value;
     if (bf16_)
@@ -58,7 +59,7 @@ void Precision::begin_step(int64_t t) {
 }
 
 bool Precision::finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u) {
-  if (bf16_)
+  if (bf16_ && !strat.rounds_bf16_grads())  // else the update rounds them as it reads them
     for (Param* p : wl_.params())
       insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), strat.device_tensor(p->grad));
   if (!fp16_) return true;

@@ -91,6 +91,13 @@ void expect_clipping_matches_reference(Spec s) {
 }
 
 TEST(GradientClipping, DeviceAdamEqualsReference) { expect_clipping_matches_reference(tiny_spec(20, "device-adam")); }
+// precision bf16: device-adam's fused update (insert_adam_step_bf16) then leaves the gradients'
+// rounding to the trainer, before the clip reads them
+TEST(GradientClipping, Bf16DeviceAdamEqualsReference) {
+  Spec s = tiny_spec(20, "device-adam");
+  s.precision = "bf16";
+  expect_clipping_matches_reference(s);
+}
 TEST(GradientClipping, ZeroOffloadEqualsReference) { expect_clipping_matches_reference(tiny_spec(20, "zero-offload")); }
 TEST(GradientClipping, ZeroOffloadDpuEqualsReference) {
   expect_clipping_matches_reference(tiny_spec(20, "zero-offload-dpu"));

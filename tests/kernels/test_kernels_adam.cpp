@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -254,5 +255,62 @@ TEST(AdamStepResult, BitwiseEqualsAdamThenCopy) {
       EXPECT_TRUE(bitwise_equal(m, mf)) << "m";
       EXPECT_TRUE(bitwise_equal(v, vf)) << "v";
     }
+}
+
+// Precision bf16's fused device AdamW: bitwise [round_bf16(g)] + adam_step(master) + copy(param,
+// master) + round_bf16(param), with and without the gradient's rounding, for any split of [0, n)
+// (pieces at odd offsets: scalar heads and tails), on gradients holding rounding ties, values
+// that round up into the next binade, subnormals, infinities and NaNs among random values.
+TEST(AdamStepBf16, BitwiseEqualsRoundAdamCopyRound) {
+  cpu::AdamParams hp;
+  hp.weight_decay = 0.01f;
+  uint32_t seed = 3100;
+  std::vector<size_t> sizes = kSmallSizes;
+  sizes.push_back(4099);
+  if (!quick()) sizes.push_back(size_t{1} << 20);
+  auto from_bits = [](uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+  };
+  const std::vector<float> special = {
+      from_bits(0x3f808000u),  // a tie, even kept bit: stays
+      from_bits(0x3f818000u),  // a tie, odd kept bit: rounds up
+      from_bits(0x3f7fffffu),  // rounds up into the next binade
+      from_bits(0x00000001u),  // the least subnormal
+      from_bits(0x807fffffu),  // the largest negative subnormal: rounds to -2^-126
+      from_bits(0x7f7fffffu),  // FLT_MAX: rounds to infinity
+      std::numeric_limits<float>::infinity(),
+      from_bits(0x7f800001u),  // a signalling NaN: quiet, sign and upper bits kept
+      from_bits(0xffc12345u),  // a negative quiet NaN
+      -0.0f};
+  for (bool round_grad : {true, false})
+    for (float grad_scale : {1.0f, 0.25f})
+      for (size_t n : sizes) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " grad_scale=" + std::to_string(grad_scale) +
+                     " round_grad=" + std::to_string(round_grad));
+        const auto w0 = uniform(n, -1.f, 1.f, seed++);
+        std::vector<float> w = w0, m(n, 0.f), v(n, 0.f), p(n, 7.f);  // the separate kernels
+        std::vector<float> wf = w0, mf(n, 0.f), vf(n, 0.f), pf(n, 7.f);  // the fused one
+        for (int64_t t = 1; t <= 3; ++t) {
+          auto g = uniform(n, -1.f, 1.f, seed++);
+          // the specials in the last step only (a NaN would make every later step NaN), spread
+          for (size_t i = 0; t == 3 && i < special.size() && i < n; ++i) g[(i * 7919) % n] = special[i];
+          auto gf = g;
+          if (round_grad) cpu::round_bf16(g.data(), n);
+          cpu::adam_step(w.data(), g.data(), m.data(), v.data(), n, hp, t, grad_scale);
+          cpu::copy(p.data(), w.data(), n);
+          cpu::round_bf16(p.data(), n);
+          const size_t a = std::min(n, size_t{13}), b = std::clamp(n / 2 + 5, a, n);
+          for (auto [lo, hi] : {std::pair{size_t{0}, a}, std::pair{a, b}, std::pair{b, n}})
+            cpu::adam_step_bf16(wf.data() + lo, gf.data() + lo, mf.data() + lo, vf.data() + lo, pf.data() + lo,
+                                hi - lo, hp, t, grad_scale, round_grad);
+          ASSERT_TRUE(bitwise_equal(g, gf)) << "gradient, step " << t;
+          ASSERT_TRUE(bitwise_equal(p, pf)) << "parameter, step " << t;
+        }
+        EXPECT_TRUE(bitwise_equal(w, wf)) << "master";
+        EXPECT_TRUE(bitwise_equal(m, mf)) << "m";
+        EXPECT_TRUE(bitwise_equal(v, vf)) << "v";
+      }
 }
 }  // namespace

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #endif
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 
 // Bitwise tiling independence needs every mul and add unfused. The project builds with
@@ -38,6 +39,7 @@ struct Scalar {
   static R mul(R a, R b) { return a * b; }
   static R div(R a, R b) { return a / b; }
   static R sqrt(R a) { return std::sqrt(a); }
+  static R round_bf16(R a) { return bf16::round(a); }
 };
 #if defined(__AVX512F__)
 struct Vec {
@@ -53,6 +55,19 @@ struct Vec {
   // The zero-masked form with every lane selected is _mm512_sqrt_ps exactly; the plain form passes
   // _mm512_undefined_ps() as its merge source, which GCC 12 flags as -Wmaybe-uninitialized.
   static R sqrt(R a) { return _mm512_maskz_sqrt_ps(__mmask16(0xFFFF), a); }
+  // bf16::round on 16 lanes, in integer arithmetic on the bits (as to_bf16 in bf16_pack.hpp):
+  // u + 0x7fff + the lowest kept bit, truncated to the upper 16 bits; a NaN keeps its upper half
+  // with the quiet bit set
+  static R round_bf16(R a) {
+    const __mmask16 all = 0xFFFF;
+    const __m512i u = _mm512_castps_si512(a), hi_mask = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(all, u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), hi_mask);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_and_si512(u, hi_mask), _mm512_set1_epi32(0x00400000));
+    return _mm512_castsi512_ps(r);
+  }
 };
 #elif defined(__AVX2__)
 struct Vec {
@@ -66,6 +81,15 @@ struct Vec {
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
   static R div(R a, R b) { return _mm256_div_ps(a, b); }
   static R sqrt(R a) { return _mm256_sqrt_ps(a); }
+  static R round_bf16(R a) {  // as Vec's AVX-512 one (|u| as signed: a NaN's is above inf's)
+    const __m256i u = _mm256_castps_si256(a), hi_mask = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), hi_mask);
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_or_si256(_mm256_and_si256(u, hi_mask), _mm256_set1_epi32(0x00400000));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(r, q, nan));
+  }
 };
 #endif
 
@@ -93,16 +117,19 @@ struct Coef {
 // back the 4K-aliasing stalls that update() orders its accesses to avoid.
 struct Ptrs {
   float* p;
-  float* acc;  // Accumulate: the accumulator; Result: where the new p goes (the gradient's buffer)
-  const float* g;
+  float* acc;  // Accumulate: the accumulator; Result: where the new p goes (the gradient's buffer);
+               // Bf16, Bf16Grad: where p rounded to bf16 goes (the device parameter)
+  float* g;    // written only by Bf16Grad
   float* m;
   float* v;
 };
 
 // What a pass does besides AdamW: Plain nothing; Accumulate: g <- acc + g (as accumulate(acc, g,
 // n, 1.0f)), then acc <- 0; Result: the new p is also stored to acc, which is g (the gradient
-// buffer takes the result, as adam_step then copy(g, p, n)).
-enum class Mode { Plain, Accumulate, Result };
+// buffer takes the result, as adam_step then copy(g, p, n)); Bf16: p rounded to bf16 is also
+// stored to acc (as adam_step, copy(acc, p, n), round_bf16(acc, n)); Bf16Grad: the same, with g
+// rounded to bf16 first and stored back (as round_bf16(g, n) before all that).
+enum class Mode { Plain, Accumulate, Result, Bf16, Bf16Grad };
 
 // Elements [i, i + U * V::W).
 // Every load of the group comes before its first store. The buffers usually share their address
@@ -120,6 +147,7 @@ inline __attribute__((always_inline)) void update(const Ptrs& a, size_t i, const
     const size_t j = i + u * W;
     g[u] = V::load(a.g + j);
     if constexpr (kAcc) g[u] = V::add(V::load(a.acc + j), g[u]);
+    if constexpr (kMode == Mode::Bf16Grad) g[u] = V::round_bf16(g[u]);
     m[u] = V::load(a.m + j);
     v[u] = V::load(a.v + j);
     p[u] = V::load(a.p + j);
@@ -135,6 +163,8 @@ inline __attribute__((always_inline)) void update(const Ptrs& a, size_t i, const
     const size_t j = i + u * W;
     if constexpr (kAcc) V::store(a.acc + j, V::set(0.0f));
     if constexpr (kMode == Mode::Result) V::store(a.acc + j, p[u]);
+    if constexpr (kMode == Mode::Bf16 || kMode == Mode::Bf16Grad) V::store(a.acc + j, V::round_bf16(p[u]));
+    if constexpr (kMode == Mode::Bf16Grad) V::store(a.g + j, g[u]);
     V::store(a.m + j, m[u]);
     V::store(a.v + j, v[u]);
     V::store(a.p + j, p[u]);
@@ -165,18 +195,28 @@ void adam_run(Ptrs a, size_t n, const AdamParams& hp, int64_t step, float grad_s
 void adam_step(float* __restrict p, const float* __restrict g, float* __restrict m,
                float* __restrict v, size_t n, const AdamParams& hp, int64_t step,
                float grad_scale) {
-  adam_run<Mode::Plain>(Ptrs{p, nullptr, g, m, v}, n, hp, step, grad_scale);
+  adam_run<Mode::Plain>(Ptrs{p, nullptr, const_cast<float*>(g), m, v}, n, hp, step, grad_scale);
 }
 
 void adam_step_accumulate(float* __restrict p, float* __restrict acc, const float* __restrict g,
                           float* __restrict m, float* __restrict v, size_t n, const AdamParams& hp,
                           int64_t step, float grad_scale) {
-  adam_run<Mode::Accumulate>(Ptrs{p, acc, g, m, v}, n, hp, step, grad_scale);
+  adam_run<Mode::Accumulate>(Ptrs{p, acc, const_cast<float*>(g), m, v}, n, hp, step, grad_scale);
 }
 
 void adam_step_result(float* __restrict p, float* __restrict g, float* __restrict m, float* __restrict v,
                       size_t n, const AdamParams& hp, int64_t step, float grad_scale) {
   adam_run<Mode::Result>(Ptrs{p, g, g, m, v}, n, hp, step, grad_scale);
+}
+
+void adam_step_bf16(float* __restrict master, float* __restrict g, float* __restrict m, float* __restrict v,
+                    float* __restrict param, size_t n, const AdamParams& hp, int64_t step, float grad_scale,
+                    bool round_grad) {
+  const Ptrs a{master, param, g, m, v};
+  if (round_grad)
+    adam_run<Mode::Bf16Grad>(a, n, hp, step, grad_scale);
+  else
+    adam_run<Mode::Bf16>(a, n, hp, step, grad_scale);
 }
 
 }  // namespace zf::kernels::cpu

@@ -109,6 +109,13 @@ void adam_step_accumulate(float* p, float* acc, const float* g, float* m, float*
 // than a copy after it). Bitwise equal to adam_step(p, g, m, v, ...); copy(g, p, n).
 void adam_step_result(float* p, float* g, float* m, float* v, size_t n, const AdamParams& hp, int64_t step,
                       float grad_scale);
+// Precision bf16's device AdamW in one pass (device-adam on a CPU device): AdamW on the fp32
+// master with gradient g, then param[i] = the new master[i] rounded to bf16 (kernels/bf16.hpp);
+// round_grad: g[i] rounded to bf16 first, and stored back so. Bitwise equal to
+// [round_bf16(g, n);] adam_step(master, g, m, v, ...); copy(param, master, n); round_bf16(param, n).
+// Buffers must not overlap. Elementwise: any split of [0, n) gives the same result.
+void adam_step_bf16(float* master, float* g, float* m, float* v, float* param, size_t n, const AdamParams& hp,
+                    int64_t step, float grad_scale, bool round_grad);
 
 // ---- ZenFlow: column selection and selective updates. A weight g/w is (R, C) row-major;
 // column j is [:, j]; sel holds k column indices, sorted ascending. in_out: the weight (and its

@@ -111,13 +111,21 @@ const uint16_t* packed(const float* a, size_t n) {
 }
 
 // The oneDNN paths (B >= kCoarseRows) on operands as given: fp32, or bf16 (op.bf16).
-void fwd_coarse(const void* x, const void* w, bool bf16, float* y, int B, int K, int N, bool w_in_out) {
+// prep(b0, bb), where given, runs in each tile of rows before its product, on the tile's thread (the
+// kept-operand paths convert the tile's rows of x or dy there: in parallel, and still in cache).
+struct NoPrep {
+  void operator()(int, int) const {}
+};
+template <class Prep = NoPrep>
+void fwd_coarse(const void* x, const void* w, bool bf16, float* y, int B, int K, int N, bool w_in_out,
+                Prep&& prep = {}) {
   const double flops = 2.0 * B * K * N;
   const Operands op{x, w, bf16};
   if (N > B) {
     // w larger than x (a language model's head: N the vocabulary): tiles of output features,
     // y[:, n0:n1] = x w[n0:n1]^T (or x w[:, n0:n1]), each tile packing x and its slice of w, where
     // tiles of rows would each pack the whole of w (2 MB for a 4096 x 128 head, 16 times a call)
+    prep(0, B);  // every tile reads all of x
     over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
       op.gemm(0, w_in_out ? (size_t)n0 : (size_t)n0 * K, y + n0,
               {B, nn, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
@@ -126,6 +134,7 @@ void fwd_coarse(const void* x, const void* w, bool bf16, float* y, int B, int K,
   }
   // tiles of rows: y[b0:b1] = x[b0:b1] w^T (w (N, K)) or x[b0:b1] w (w (K, N))
   over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+    prep(b0, bb);
     op.gemm((size_t)b0 * K, 0, y + (size_t)b0 * N, {bb, N, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
   });
 }
@@ -175,11 +184,14 @@ void bwd_weight_coarse(const void* dy, const void* x, bool bf16, float* dw, int 
     });
 }
 
-void bwd_data_coarse(const void* dy, const void* w, bool bf16, float* dx, int B, int K, int N, bool w_in_out) {
+template <class Prep = NoPrep>
+void bwd_data_coarse(const void* dy, const void* w, bool bf16, float* dx, int B, int K, int N, bool w_in_out,
+                     Prep&& prep = {}) {
   const double flops = 2.0 * B * K * N;
   const Operands op{dy, w, bf16};
   // tiles of rows: dx[b0:b1] = dy[b0:b1] w (w (N, K)) or dy[b0:b1] w^T (w (K, N))
   over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+    prep(b0, bb);
     op.gemm((size_t)b0 * N, 0, dx + (size_t)b0 * K, {bb, K, N, false, w_in_out, N, w_in_out ? N : K, K, false, false});
   });
 }
@@ -340,14 +352,15 @@ std::atomic<uint64_t> kept_bf16_calls{0};
 uint64_t matmul_kept_bf16_calls() { return kept_bf16_calls.load(std::memory_order_relaxed); }
 
 void matmul_fwd_keep_x(const float* x, const float* w, float* y, uint16_t* xh, int B, int K, int N, bool w_in_out) {
-  pack_bf16(x, xh, (size_t)B * K);
-  fwd_coarse(xh, packed(w, (size_t)N * K), true, y, B, K, N, w_in_out);
+  // x's rows converted by the tile that multiplies them (the same values as one pass over x)
+  fwd_coarse(xh, packed(w, (size_t)N * K), true, y, B, K, N, w_in_out,
+             [&](int b0, int bb) { pack_bf16(x + (size_t)b0 * K, xh + (size_t)b0 * K, (size_t)bb * K); });
   kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
 }
 void matmul_bwd_data_keep_dy(const float* dy, const float* w, float* dx, uint16_t* dyh, int B, int K, int N,
                              bool w_in_out) {
-  pack_bf16(dy, dyh, (size_t)B * N);
-  bwd_data_coarse(dyh, packed(w, (size_t)N * K), true, dx, B, K, N, w_in_out);
+  bwd_data_coarse(dyh, packed(w, (size_t)N * K), true, dx, B, K, N, w_in_out,
+                  [&](int b0, int bb) { pack_bf16(dy + (size_t)b0 * N, dyh + (size_t)b0 * N, (size_t)bb * N); });
   kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
 }
 void matmul_bwd_weight_bf16(const uint16_t* dyh, const uint16_t* xh, float* dw, int B, int K, int N, bool accumulate,

@@ -35,17 +35,19 @@ struct MoveArgs {
 // read and written (28 bytes per fp32 parameter); with the accumulator also read and written.
 double adam_bytes(const void* a) { return 28.0 * (double)static_cast<const AdamArgs*>(a)->n; }
 double adam_acc_bytes(const void* a) { return 36.0 * (double)static_cast<const AdamAccArgs*>(a)->n; }
-// precision bf16's fused device AdamW: the parameter written too, and the gradient when rounded
-struct AdamBf16Args {
+// the device AdamW of a group of parameters (insert_adam_group): fp32, or bf16's fused form with
+// the parameter written too, and the gradient when rounded
+struct AdamGroupArgs {
   AdamParams hp;
   int64_t step;
   float grad_scale;
-  bool round_grad;
-  size_t n;
+  AdamGroupMode mode;
+  size_t n;  // elements of all the parts
 };
-double adam_bf16_bytes(const void* a) {
-  auto* p = static_cast<const AdamBf16Args*>(a);
-  return (p->round_grad ? 36.0 : 32.0) * (double)p->n;
+double adam_group_bytes(const void* a) {
+  auto* p = static_cast<const AdamGroupArgs*>(a);
+  const double per = p->mode == AdamGroupMode::Fp32 ? 28.0 : p->mode == AdamGroupMode::Bf16 ? 32.0 : 36.0;
+  return per * (double)p->n;
 }
 // acc read and written, g read
 double accumulate_bytes(const void* a) { return 12.0 * (double)static_cast<const MoveArgs*>(a)->n; }
@@ -62,10 +64,24 @@ void adam_step_cpu(void* b[], void* a) noexcept {
   kernels::cpu::adam_step(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->g_off, vec_ptr(b[2]),
                           vec_ptr(b[3]), p->n, p->hp, p->step, p->grad_scale);
 }
-void adam_step_bf16_cpu(void* b[], void* a) noexcept {  // buffers: master, grad, m, v, param
-  auto* p = static_cast<AdamBf16Args*>(a);
-  kernels::cpu::adam_step_bf16(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]), p->n,
-                               p->hp, p->step, p->grad_scale, p->round_grad);
+// buffers, per part: fp32 (x, grad, m, v); bf16 modes (master, grad, m, v, param). Each part in
+// ranges that idle device workers help with (elementwise: the same result however many run them).
+constexpr size_t kAdamRange = 65536;
+void adam_group_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<AdamGroupArgs*>(a);
+  const int per = p->mode == AdamGroupMode::Fp32 ? 4 : 5;
+  const int nb = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+  for (int i = 0; i + per <= nb; i += per) {
+    float *x = vec_ptr(b[i]), *g = vec_ptr(b[i + 1]), *m = vec_ptr(b[i + 2]), *v = vec_ptr(b[i + 3]);
+    float* out = per == 5 ? vec_ptr(b[i + 4]) : nullptr;
+    parallel_ranges(vec_n(b[i]), 16, kAdamRange, [&](size_t lo, size_t hi) {
+      if (!out)
+        kernels::cpu::adam_step(x + lo, g + lo, m + lo, v + lo, hi - lo, p->hp, p->step, p->grad_scale);
+      else
+        kernels::cpu::adam_step_bf16(x + lo, g + lo, m + lo, v + lo, out + lo, hi - lo, p->hp, p->step,
+                                     p->grad_scale, p->mode == AdamGroupMode::Bf16RoundGrad);
+    });
+  }
 }
 void adam_step_accumulate_cpu(void* b[], void* a) noexcept {  // buffers: param, acc, grad, m, v
   auto* p = static_cast<AdamAccArgs*>(a);
@@ -181,12 +197,10 @@ starpu_codelet& adam_cl() {
                    &m);
   return c;
 }
-starpu_codelet& adam_bf16_cl() {  // CPU devices only (precision bf16 on a GPU keeps its separate tasks)
+starpu_codelet& adam_group_cl() {  // CPU devices only
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_adam_step_bf16", adam_step_bf16_cpu, nullptr, 5,
-                                          {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_RW, STARPU_W}, nullptr,
-                                          Collective::None, 0, nullptr, adam_bf16_bytes},
-                                         &m);
+  static starpu_codelet c = make_codelet(
+      {"zf_adam_group", adam_group_cpu, nullptr, -1, {}, nullptr, Collective::None, 0, nullptr, adam_group_bytes}, &m);
   return c;
 }
 starpu_codelet& adam_accumulate_cl() {
@@ -304,22 +318,32 @@ void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t st
       .submit();
 }
 
-void insert_adam_step_bf16(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
-                           const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
-                           const Tensor& param, bool round_grad) {
-  const size_t n = master.numel();
-  expect(grad.numel() == n && m.numel() == n && v.numel() == n && param.numel() == n, opt,
-         "adam_bf16: master, grad, moments and param must have the same length");
-  expect(master.elem_size() == 4 && grad.elem_size() == 4 && param.elem_size() == 4, opt,
-         "adam_bf16: master, grad and param must be fp32");
-  expect(param.handle() != master.handle() && param.handle() != grad.handle() && grad.handle() != master.handle(),
-         opt, "adam_bf16: master, grad and param must be separate tensors");
-  expect(step >= 1, opt, "adam_bf16: step counts from 1");
-  expect(!(opt.rt && opt.rt->device_is_cuda()), opt, "adam_bf16: CPU devices only (no CUDA implementation)");
-  TaskBuilder(adam_bf16_cl(), opt)
-      .rw(master).rw(grad).rw(m).rw(v).w(param)
-      .args(AdamBf16Args{hp, step, grad_scale, round_grad, n})
-      .submit();
+void insert_adam_group(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                       const std::vector<AdamGroupPart>& parts, AdamGroupMode mode) {
+  const bool fp32 = mode == AdamGroupMode::Fp32;
+  expect(!parts.empty(), opt, "adam_group: no parameters");
+  expect(step >= 1, opt, "adam_group: step counts from 1");
+  expect(!(opt.rt && opt.rt->device_is_cuda()), opt, "adam_group: CPU devices only (no CUDA implementation)");
+  TaskBuilder tb(adam_group_cl(), opt);
+  size_t total = 0;
+  for (const AdamGroupPart& q : parts) {
+    const size_t n = q.x->numel();
+    expect(q.grad->numel() == n && q.m->numel() == n && q.v->numel() == n && (fp32 || q.param->numel() == n), opt,
+           "adam_group: " + q.x->name() + ": weights, gradient, moments (and parameter) must have the same length");
+    expect(q.x->elem_size() == 4 && q.grad->elem_size() == 4 && (fp32 || q.param->elem_size() == 4), opt,
+           "adam_group: " + q.x->name() + ": fp32 tensors expected");
+    expect(fp32 || (q.param->handle() != q.x->handle() && q.param->handle() != q.grad->handle()), opt,
+           "adam_group: " + q.x->name() + ": the master and the parameter must be separate tensors");
+    tb.rw(*q.x);
+    if (mode == AdamGroupMode::Bf16RoundGrad)
+      tb.rw(*q.grad);
+    else
+      tb.r(*q.grad);
+    tb.rw(*q.m).rw(*q.v);
+    if (!fp32) tb.w(*q.param);
+    total += n;
+  }
+  tb.args(AdamGroupArgs{hp, step, grad_scale, mode, total}).submit();
 }
 
 void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp, int64_t step,

@@ -100,13 +100,18 @@ void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp,
 void insert_adam_step_result(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
                              const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
                              const Tensor& v);
-// Precision bf16's device AdamW in one task (kernels::cpu::adam_step_bf16; CPU devices only): AdamW
-// on the fp32 master, param = the master rounded to bf16; round_grad: the gradient rounded to bf16
-// first (in place). Bitwise [insert_round_bf16(grad)] + insert_adam_step(master) +
-// insert_copy(master -> param) + insert_round_bf16(param), one task instead of three or four.
-void insert_adam_step_bf16(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
-                           const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
-                           const Tensor& param, bool round_grad);
+// The device AdamW of several whole parameters in one task (CPU devices only), each part in ranges
+// that idle device workers help with. Fp32: bitwise insert_adam_step on each part (x the
+// parameter). Bf16 (kernels::cpu::adam_step_bf16): AdamW on the fp32 master x, param = x rounded to
+// bf16; Bf16RoundGrad: the gradient rounded to bf16 first (in place). Bitwise [insert_round_bf16(grad)]
+// + insert_adam_step(master) + insert_copy(master -> param) + insert_round_bf16(param) on each part.
+enum class AdamGroupMode : int { Fp32, Bf16, Bf16RoundGrad };
+struct AdamGroupPart {
+  const Tensor *x, *grad, *m, *v;
+  const Tensor* param = nullptr;  // the bf16 modes: the device parameter written
+};
+void insert_adam_group(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
+                       const std::vector<AdamGroupPart>& parts, AdamGroupMode mode);
 // acc[as] += scale * g[gs]
 void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
                        Slice gs, float scale);

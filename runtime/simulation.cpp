@@ -61,7 +61,8 @@ bool tiled(const std::string& sym) {
       "zf_gqa_attention_fwd", "zf_gqa_attention_bwd", "zf_bias_add", "zf_act_fwd", "zf_act_bwd",
       "zf_swiglu_fwd", "zf_swiglu_bwd", "zf_layernorm_fwd", "zf_layernorm_bwd", "zf_rmsnorm_fwd",
       "zf_rmsnorm_bwd", "zf_rope_fwd", "zf_rope_bwd", "zf_softmax_xent_fwd", "zf_softmax_xent_bwd",
-      "zf_softmax_xent_fwd_bwd", "zf_accumulate", "zf_merge", "zf_merge_selected", "zf_selective_adam"};
+      "zf_softmax_xent_fwd_bwd", "zf_accumulate", "zf_merge", "zf_merge_selected", "zf_selective_adam",
+      "zf_matmul_fwd_keep", "zf_matmul_bwd_data_keep", "zf_matmul_bwd_weight_kept", "zf_adam_group"};
   for (const char* t : kTiled)
     if (sym == t) return true;
   return false;

@@ -41,15 +41,18 @@ class DeviceAdam final : public Strategy {
       if (bf16_) r.get("device.master." + params_[i]->name, master_[i], StateReader::Values::Finite, io);
     }
   }
-  // Precision bf16 (not fp16) on a CPU device (not at ZeRO stage 3, whose shards the trainer rounds): one
-  // task per parameter (insert_adam_step_bf16) rounds the gradient, updates the master and writes
-  // the rounded parameter, where the trainer and this update would otherwise submit four
-  // (bf16.grad, adam.device, master.device, bf16.param): the same bits, 159 fewer tasks a step
-  // for the GPT of gpt-kjv.json. With gradient clipping the gradients are rounded before the clip
-  // reads them, so the trainer keeps rounding them.
-  bool fused_bf16() const { return bf16_ && half_ == Half::Bf16 && !rt_.device_is_cuda() && !stage3(); }
-  bool rounds_bf16_grads() const override { return fused_bf16() && !clip_; }
-  bool rounds_bf16_params() const override { return fused_bf16(); }
+  // On a CPU device (not at ZeRO stage 3, whose shards the trainer rounds; not fp16, whose
+  // overflow check rounds on its own) consecutive parameters share one AdamW task
+  // (insert_adam_group), up to kGroupElems elements or kGroupParts parameters: a task per parameter
+  // cost the device worker its per-task overhead 53 times a step for the GPT of gpt-kjv.json. In
+  // bf16 that task also rounds the gradient, updates the master and writes the rounded parameter,
+  // where the trainer and this update would otherwise submit four tasks per parameter (bf16.grad,
+  // adam.device, master.device, bf16.param): the same bits either way. With gradient clipping the
+  // gradients are rounded before the clip reads them, so the trainer keeps rounding them.
+  static constexpr size_t kGroupElems = size_t{1} << 18, kGroupParts = 16;
+  bool grouped() const { return !rt_.device_is_cuda() && !stage3() && (!bf16_ || half_ == Half::Bf16); }
+  bool rounds_bf16_grads() const override { return bf16_ && grouped() && !clip_; }
+  bool rounds_bf16_params() const override { return bf16_ && grouped(); }
   void submit_update(const UpdateStep& u) override {
     SubmitOptions o = rt_.device(u.t);
     float gs = u.grad_scale;
@@ -60,13 +63,28 @@ class DeviceAdam final : public Strategy {
       clip_->submit(u.t, o, parts, 1.0, 1.0f, 1.0f / u.grad_scale);
       gs = 1.0f;
     }
+    if (grouped()) {
+      const AdamGroupMode mode = !bf16_ ? AdamGroupMode::Fp32
+                                 : rounds_bf16_grads() ? AdamGroupMode::Bf16RoundGrad
+                                                       : AdamGroupMode::Bf16;
+      std::vector<AdamGroupPart> parts;
+      size_t elems = 0, first = 0;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        Param& p = *params_[i];
+        parts.push_back({bf16_ ? &master_[i] : &p.value, &p.grad, &m_[i], &v_[i], bf16_ ? &p.value : nullptr});
+        elems += p.value.numel();
+        if (elems >= kGroupElems || parts.size() == kGroupParts || i + 1 == params_.size()) {
+          const std::string more = parts.size() > 1 ? "+" + std::to_string(parts.size() - 1) : "";
+          insert_adam_group(o.named("adam.device." + params_[first]->name + more), hp(u.o), u.o + 1, gs, parts, mode);
+          parts.clear();
+          elems = 0;
+          first = i + 1;
+        }
+      }
+      return;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = *params_[i];
-      if (fused_bf16()) {
-        insert_adam_step_bf16(o.named("adam.device." + p.name), hp(u.o), u.o + 1, gs, master_[i], p.grad, m_[i],
-                              v_[i], p.value, rounds_bf16_grads());
-        continue;
-      }
       const Tensor& x = bf16_ ? master_[i] : p.value;
       insert_adam_step(o.named("adam.device." + p.name), hp(u.o), u.o + 1, gs, x, whole(x), p.grad,
                        whole(p.grad), m_[i], v_[i]);

@@ -91,7 +91,7 @@ void expect_clipping_matches_reference(Spec s) {
 }
 
 TEST(GradientClipping, DeviceAdamEqualsReference) { expect_clipping_matches_reference(tiny_spec(20, "device-adam")); }
-// precision bf16: device-adam's fused update (insert_adam_step_bf16) then leaves the gradients'
+// precision bf16: device-adam's grouped update (insert_adam_group) then leaves the gradients'
 // rounding to the trainer, before the clip reads them
 TEST(GradientClipping, Bf16DeviceAdamEqualsReference) {
   Spec s = tiny_spec(20, "device-adam");

@@ -13,6 +13,7 @@
 #endif
 
 #include "codelets/kernels/bf16.hpp"
+#include "codelets/kernels/cpu/bf16_pack.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 
 // Bitwise tiling independence needs every mul and add unfused. The project builds with
@@ -55,18 +56,9 @@ struct Vec {
   // The zero-masked form with every lane selected is _mm512_sqrt_ps exactly; the plain form passes
   // _mm512_undefined_ps() as its merge source, which GCC 12 flags as -Wmaybe-uninitialized.
   static R sqrt(R a) { return _mm512_maskz_sqrt_ps(__mmask16(0xFFFF), a); }
-  // bf16::round on 16 lanes, in integer arithmetic on the bits (as to_bf16 in bf16_pack.hpp):
-  // u + 0x7fff + the lowest kept bit, truncated to the upper 16 bits; a NaN keeps its upper half
-  // with the quiet bit set
+  // bf16::round on 16 lanes: the rounded bits (bf16_pack.hpp) back in the upper half
   static R round_bf16(R a) {
-    const __mmask16 all = 0xFFFF;
-    const __m512i u = _mm512_castps_si512(a), hi_mask = _mm512_set1_epi32((int)0xffff0000u);
-    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(all, u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), hi_mask);
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_or_epi32(r, nan, _mm512_and_si512(u, hi_mask), _mm512_set1_epi32(0x00400000));
-    return _mm512_castsi512_ps(r);
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(__mmask16(0xFFFF), bf16_bits(_mm512_castps_si512(a)), 16));
   }
 };
 #elif defined(__AVX2__)

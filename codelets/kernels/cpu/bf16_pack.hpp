@@ -6,7 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -14,20 +14,29 @@
 
 namespace zf::kernels::cpu {
 
+#if defined(__AVX512F__)
+// bf16::from_float on 16 lanes of fp32 bits: the bf16 bits in the low half of each 32-bit lane,
+// (u + 0x7fff + lowest kept bit) >> 16; a NaN: its upper half with the quiet bit set. Shared by
+// to_bf16 and the fused bf16 AdamW (kernels/cpu/adam.cpp).
+inline __m512i bf16_bits(__m512i u) {
+  // the maskz forms with all lanes set: GCC 12's unmasked ones warn of an uninitialised operand
+  const __mmask16 all = 0xffff;
+  const __m512i hi = _mm512_maskz_srli_epi32(all, u, 16);
+  const __m512i r = _mm512_maskz_srli_epi32(
+      all, _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
+      16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+}
+#endif
+
 inline void to_bf16(const float* x, uint16_t* y, size_t n) {
   size_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
-                bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
-  // the maskz forms with all lanes set: GCC 12's unmasked ones warn of an uninitialised operand
   const __mmask16 all = 0xffff;
   for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_loadu_si512(x + i);
-    const __m512i hi = _mm512_maskz_srli_epi32(all, u, 16);
-    // (u + 0x7fff + lowest kept bit) >> 16; a NaN: its upper half with the quiet bit set
-    __m512i r = _mm512_maskz_srli_epi32(all, _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
-    r = _mm512_mask_or_epi32(r, nan, hi, quiet);
+    const __m512i r = bf16_bits(_mm512_loadu_si512(x + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_maskz_cvtepi32_epi16(all, r));  // truncating
   }
 #endif

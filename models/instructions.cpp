@@ -82,7 +82,7 @@ std::vector<InstructionRecord> read_jsonl(const std::string& text, const std::st
     try {
       j = parse_json_input(s, w + ": " + at);
     } catch (const InputError& e) {
-      throw InputError(e.where(), std::string(e.what()).substr(e.where().size() + 2) +
+      throw InputError(e.where(), e.message() +
                                       " (JSONL: each line one whole JSON object; a file of one JSON value "
                                       "holds an array of records and starts with '[')");
     }

@@ -4,6 +4,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace zf {
 
@@ -13,14 +14,19 @@ struct Error : std::runtime_error {
 struct NoDeviceError : Error {
   using Error::Error;
 };
-// `where` names the file and the field path; `what` the expectation.
+// `s` with its control characters other than newline and tab written as \xNN: a message quoting
+// user input never carries a NUL (what() is a C string: it would end there) or a terminal escape.
+std::string printable(const std::string& s);
+
+// `where` names the file and the field path; `what` the expectation. Both are kept printable.
 struct InputError : Error {
-  InputError(const std::string& where, const std::string& what)
-      : Error(where + ": " + what), where_(where) {}
+  InputError(const std::string& where, const std::string& what) : InputError(printable(where), printable(what), 0) {}
   const std::string& where() const { return where_; }
+  const std::string& message() const { return message_; }  // what() without "where: "
 
  private:
-  std::string where_;
+  InputError(std::string where, std::string what, int) : Error(where + ": " + what), where_(std::move(where)), message_(std::move(what)) {}
+  std::string where_, message_;
 };
 
 [[noreturn]] void throw_starpu_error(int rc, const char* expr, const char* file, int line);

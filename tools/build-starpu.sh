@@ -113,11 +113,11 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
 done
 if ((${#missing[@]})) || ((need_update)); then
-  $sudo apt-get update -qq
+  $sudo apt-get update -qq -o Acquire::Retries=3
 fi
 if ((${#missing[@]})); then
   say "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends -o Acquire::Retries=3 "${missing[@]}" >/dev/null
 fi
 
 # 3. the source, fresh (patches apply to a pristine tree); downloads are kept between runs
@@ -134,8 +134,8 @@ fi
 cd "$work"
 if ! ls starpu_1.3.*.dsc >/dev/null 2>&1; then
   say "apt-get source starpu into $work"
-  apt-get source --download-only -qq starpu 2>&1 | grep -v "unsandboxed" || true
-  ls starpu_1.3.*.dsc >/dev/null 2>&1 || { $sudo apt-get update -qq; apt-get source --download-only -qq starpu; }
+  apt-get source --download-only -qq -o Acquire::Retries=3 starpu 2>&1 | grep -v "unsandboxed" || true
+  ls starpu_1.3.*.dsc >/dev/null 2>&1 || { $sudo apt-get update -qq -o Acquire::Retries=3; apt-get source --download-only -qq -o Acquire::Retries=3 starpu; }
 fi
 dsc="$(ls starpu_1.3.*.dsc | sort | tail -1)"
 rm -rf src obj

@@ -195,6 +195,9 @@ TEST(Instructions, BadRecordsNameFileRecordAndField) {
       {"empty-instruction.jsonl", "{\"instruction\": \"\", \"output\": \"b\"}\n", {"record 0 (line 1): instruction", "empty string"}},
       {"not-utf8.jsonl", "{\"instruction\": \"a\xff\", \"output\": \"b\"}\n", {"record 0 (line 1)", "not valid JSON"}},
       {"top-object.json", "[" + ok + "]x", {"not valid JSON"}},
+      // a key with an escaped NUL, then a syntax error inside its object: the message (found by
+      // the fuzz target, which crashed on it) names the key with the NUL written out
+      {"nul-key.jsonl", "{\"a\\u0000b\": {\"c\": 8(}}\n", {"record 0 (line 1)", "a\\x00b", "not valid JSON", "JSONL"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

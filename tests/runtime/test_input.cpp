@@ -96,6 +96,22 @@ TEST(JsonInput, LongInputIsNotEchoed) {
   EXPECT_EQ(zf::excerpt(std::string(100, 'x'), 10), std::string(10, 'x') + "... (100 characters)");
 }
 
+// A key or token with control characters: the message shows them as \xNN, whole (what() is a C
+// string, so a raw NUL would end it) and without raw terminal escapes.
+TEST(JsonInput, ControlCharactersAreWrittenOut) {
+  try {
+    zf::parse_json_input("{\"k\\u0000\\u001b[31m\": {\"x\": tru}}", "ctl.json");
+    ADD_FAILURE() << "no error";
+  } catch (const zf::InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ctl.json: k\\x00\\x1b[31m.x"), std::string::npos) << m;
+    EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+    EXPECT_EQ(m, e.where() + ": " + e.message());
+    for (const char c : m) EXPECT_FALSE((unsigned char)c < 0x20 && c != '\n' && c != '\t') << m;
+  }
+  EXPECT_EQ(zf::printable(std::string("a\0b\x7f\n\t", 6)), "a\\x00b\\x7f\n\t");
+}
+
 TEST(JsonInput, DepthLimit) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   expect_input_error([&] { zf::parse_json_input(deep, "deep.json"); }, {"deep.json", "nested deeper than 256"});

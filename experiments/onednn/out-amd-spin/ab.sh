@@ -1,5 +1,7 @@
 #!/bin/bash
-# A/B of the helper's spin: 20 us (main) against 200 us, interleaved rounds
+# A/B of the helper's spin: 20 us (main) against 200 us, interleaved rounds (README, "One core
+# against two"). /tmp/zr-20: build/zenflow-run of 29c387e; /tmp/zr-200: the same with kSpinUs = 200.0
+# in runtime/sched_deadline.cpp. Writes /tmp/spin/CASE.ROUND.SPIN.json; results.csv has their step medians.
 cd /work/main
 export STARPU_HOME=/tmp/spin/home STARPU_SILENT=1
 mkdir -p $STARPU_HOME

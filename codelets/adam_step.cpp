@@ -33,8 +33,10 @@ struct MoveArgs {
 // Memory traffic of the range codelets for the simulation's roofline (CodeletDef::bytes): the n
 // elements they touch, not their buffers' whole sizes. AdamW: p read and written, g read, m and v
 // read and written (28 bytes per fp32 parameter); with the accumulator also read and written.
-double adam_bytes(const void* a) { return 28.0 * (double)static_cast<const AdamArgs*>(a)->n; }
-double adam_acc_bytes(const void* a) { return 36.0 * (double)static_cast<const AdamAccArgs*>(a)->n; }
+double adam_bytes(const void* a) { return kAdamBytesPerElement * (double)static_cast<const AdamArgs*>(a)->n; }
+double adam_acc_bytes(const void* a) {
+  return (kAdamBytesPerElement + 8.0) * (double)static_cast<const AdamAccArgs*>(a)->n;
+}
 // the device AdamW of a group of parameters (insert_adam_group): fp32, or bf16's fused form with
 // the parameter written too, and the gradient when rounded
 struct AdamGroupArgs {
@@ -46,7 +48,8 @@ struct AdamGroupArgs {
 };
 double adam_group_bytes(const void* a) {
   auto* p = static_cast<const AdamGroupArgs*>(a);
-  const double per = p->mode == AdamGroupMode::Fp32 ? 28.0 : p->mode == AdamGroupMode::Bf16 ? 32.0 : 36.0;
+  const double extra = p->mode == AdamGroupMode::Fp32 ? 0.0 : p->mode == AdamGroupMode::Bf16 ? 4.0 : 8.0;
+  const double per = kAdamBytesPerElement + extra;
   return per * (double)p->n;
 }
 // acc read and written, g read

@@ -36,6 +36,10 @@ inline void cuda_check(kernels::cuda::Status st) noexcept {
 
 namespace zf {
 
+// AdamW's memory traffic per fp32 element, for the simulation's roofline (CodeletDef::bytes): the
+// parameter read and written, the gradient read, the two moments read and written (7 x 4 bytes).
+constexpr double kAdamBytesPerElement = 28.0;
+
 inline void expect(bool ok, const SubmitOptions& opt, const std::string& what) {
   if (!ok) throw Error(std::string("graph build: task ") + opt.name + ": " + what);
 }

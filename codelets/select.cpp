@@ -65,7 +65,7 @@ void grad_mass_cpu(void* b[], void* a) noexcept {
 // source elements read, n destination elements written (move_bytes in adam_step.cpp).
 double selective_adam_bytes(const void* a) {
   const auto* p = static_cast<const ColArgs*>(a);
-  return 28.0 * (double)p->R * (double)p->k;
+  return kAdamBytesPerElement * (double)p->R * (double)p->k;
 }
 double merge_bytes(const void* a) {
   const auto* p = static_cast<const MergeArgs*>(a);

@@ -45,7 +45,7 @@ void selective_adam_shard_cpu(void* b[], void* a) noexcept {
 // elements, (hi - lo) k / C, at selective AdamW's 28 bytes each (select.cpp)
 double selective_adam_shard_bytes(const void* a) {
   const auto* p = static_cast<const ShardColArgs*>(a);
-  return 28.0 * (double)(p->hi - p->lo) * (double)p->k / (double)p->C;
+  return kAdamBytesPerElement * (double)(p->hi - p->lo) * (double)p->k / (double)p->C;
 }
 
 #ifdef ZF_USE_CUDA

@@ -94,3 +94,53 @@ if yard and traces:
         print(f"\nAgainst oneDNN {k}: median over the rounds **{m:.2f}** (issue 30's target >= 0.6: "
               f"{'met' if m >= 0.6 else 'NOT met'}). Per shape (GFLOP/s): " +
               ", ".join(f"{a} {b} {v['onednn_f32']:.0f}" for (a, b), v in yard[k].items()) + ".")
+
+# The ceiling (issue 30's two step targets): each run kind's step with its linear-layer matmuls
+# at twice oneDNN's one-thread rate per call at each shape (out/matmul.jsonl: perfect scaling on
+# 2 cores, no conversion, no tiles) and everything else as measured: the step's median minus its
+# matmul task time a step (the device's critical path besides the matmuls: the other kernels, the
+# gaps between tasks). What the step can reach by faster matmuls alone.
+percall = {(r["layer"], r["op"]): r for r in rows if not r["in_out"]}
+
+
+def matmul_time(path, rate_key):  # (measured matmul task s a step, the same FLOPs at 2 x the per-call rate)
+    secs = ideal = 0.0
+    steps = set()
+    for t in csv.DictReader(open(path)):
+        mm = MATMUL.match(t["name"])
+        if not mm or t["side"] != "device":
+            continue
+        c = percall[(LAYER[mm.group(2)], OP[mm.group(3) if mm.group(1) == "bwd" else None])]
+        secs += (float(t["end_us"]) - float(t["start_us"])) * 1e-6
+        ideal += 2.0 * c["M"] * c["N"] * c["K"] / (2.0 * c[rate_key] * 1e9)
+        steps.add(int(t["step"]))
+    return secs / len(steps), ideal / len(steps)
+
+
+ceil = {}
+for what, trace, key in (("after-fp32", "fp32", "onednn_f32"), ("after-bf16", "bf16", "onednn_bf16")):
+    per_round = []
+    for s in [json.loads(l) for l in open(f"{out}/steps.jsonl")]:
+        path = f"{out}/traces/{trace}.r{s['round']}.csv"
+        if s["what"] != what or not glob.glob(path):
+            continue
+        m, i = matmul_time(path, key)
+        per_round.append((s["median_s"], m, i))
+    if per_round:
+        ceil[what] = tuple(statistics.median(x[j] for x in per_round) for j in range(3))
+if ceil:
+    print("\n## The ceiling: the step with its matmuls at twice oneDNN's one-thread rate per call\n")
+    print("| run | step (ms) | matmul tasks (ms) | the rest (ms) | matmuls at 2 x the per-call rate (ms) | ceiling step (ms) |")
+    print("|---|---|---|---|---|---|")
+    for w, (st, m, i) in ceil.items():
+        print(f"| {w} | {st * 1e3:.2f} | {m * 1e3:.2f} | {(st - m) * 1e3:.2f} | {i * 1e3:.2f} | {(st - m + i) * 1e3:.2f} |")
+    cs = {w: st - m + i for w, (st, m, i) in ceil.items()}
+    if "before-fp32" in med and "after-fp32" in cs:
+        st, m, i = ceil["after-fp32"]
+        need = med["before-fp32"] / 1.8
+        print(f"\n- before-fp32 / the fp32 ceiling: **{med['before-fp32'] / cs['after-fp32']:.2f}x** (target 1.8x: a step "
+              f"of {need * 1e3:.2f} ms, which with the matmuls at the ceiling leaves {(need - i) * 1e3:.2f} ms for the "
+              f"rest, now {(st - m) * 1e3:.2f}).")
+    if "after-fp32" in med and "after-bf16" in cs:
+        print(f"- after-fp32 (measured) / the bf16 ceiling: **{med['after-fp32'] / cs['after-bf16']:.2f}x**; the fp32 "
+              f"ceiling / the bf16 ceiling: {cs['after-fp32'] / cs['after-bf16']:.2f}x (target 1.5x).")

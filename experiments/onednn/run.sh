@@ -13,7 +13,10 @@
 #     (bench_matmul --threads 2: one primitive per shape, no tiles of ours), and against twice its
 #     1-thread rate (--threads 1), the most 2 threads can do, which a loaded machine's 2-thread
 #     measurement (both threads must run at once) can fall far below.
-#  4. the step's task time per kernel, fp32 against bf16, before and after (kernels.py, from the
+#  4. the ceiling: each precision's step with its matmul tasks replaced by the same FLOPs at twice
+#     oneDNN's one-thread rate per call (item 1's table), the rest of the step as measured, against
+#     issue 30's two step targets (report.py);
+#  5. the step's task time per kernel, fp32 against bf16, before and after (kernels.py, from the
 #     --trace-csv of every step run, steps 5 on).
 # Writes out/matmul.jsonl (oneDNN's implementation of each call too), out/sgemm.jsonl,
 # out/dnnl1.jsonl, out/dnnl2.jsonl, out/steps.jsonl, out/traces/{before-fp32,fp32,before-bf16,bf16}.rN.csv

@@ -48,6 +48,14 @@ LAYER = {"c_attn": "attn.c_attn", "attn.c_proj": "attn.c_proj", "c_fc": "mlp.c_f
 OP = {None: "fwd", "dx": "bwd_data", "dw": "bwd_weight"}
 
 
+def matmul_tasks(path):  # the linear-layer matmul tasks of a --trace-csv: ((layer, op), seconds, step)
+    for t in csv.DictReader(open(path)):
+        mm = MATMUL.match(t["name"])
+        if mm and t["side"] == "device":
+            yield ((LAYER[mm.group(2)], OP[mm.group(3) if mm.group(1) == "bwd" else None]),
+                   (float(t["end_us"]) - float(t["start_us"])) * 1e-6, int(t["step"]))
+
+
 def rates(path, factor):  # (layer, op) of the (out, in) layout (device-adam's) -> GFLOP/s
     try:
         return {(r["layer"], r["op"]): dict(r, onednn_f32=factor * r["onednn_f32"])
@@ -68,20 +76,16 @@ if yard and traces:
     for path in traces:
         flop = secs = 0.0
         ideal = {k: 0.0 for k in yard}
-        steps = set()
-        for t in csv.DictReader(open(path)):
-            mm = MATMUL.match(t["name"])
-            if not mm or t["side"] != "device":
-                continue
-            key = (LAYER[mm.group(2)], OP[mm.group(3) if mm.group(1) == "bwd" else None])
+        seen = set()
+        for key, s, step in matmul_tasks(path):
             c = next(iter(yard.values()))[key]
             f = 2.0 * c["M"] * c["N"] * c["K"]
             flop += f
-            secs += (float(t["end_us"]) - float(t["start_us"])) * 1e-6
+            secs += s
             for k, y in yard.items():
                 ideal[k] += f / (y[key]["onednn_f32"] * 1e9)
-            steps.add(int(t["step"]))
-        n = len(steps)
+            seen.add(step)
+        n = len(seen)
         rnd = re.search(r"r(\d+)\.csv$", path).group(1)
         cells = []
         for k in yard:
@@ -105,22 +109,19 @@ percall = {(r["layer"], r["op"]): r for r in rows if not r["in_out"]}
 
 def matmul_time(path, rate_key):  # (measured matmul task s a step, the same FLOPs at 2 x the per-call rate)
     secs = ideal = 0.0
-    steps = set()
-    for t in csv.DictReader(open(path)):
-        mm = MATMUL.match(t["name"])
-        if not mm or t["side"] != "device":
-            continue
-        c = percall[(LAYER[mm.group(2)], OP[mm.group(3) if mm.group(1) == "bwd" else None])]
-        secs += (float(t["end_us"]) - float(t["start_us"])) * 1e-6
+    seen = set()
+    for key, s, step in matmul_tasks(path):
+        c = percall[key]
+        secs += s
         ideal += 2.0 * c["M"] * c["N"] * c["K"] / (2.0 * c[rate_key] * 1e9)
-        steps.add(int(t["step"]))
-    return secs / len(steps), ideal / len(steps)
+        seen.add(step)
+    return secs / len(seen), ideal / len(seen)
 
 
 ceil = {}
 for what, trace, key in (("after-fp32", "fp32", "onednn_f32"), ("after-bf16", "bf16", "onednn_bf16")):
     per_round = []
-    for s in [json.loads(l) for l in open(f"{out}/steps.jsonl")]:
+    for s in steps:
         path = f"{out}/traces/{trace}.r{s['round']}.csv"
         if s["what"] != what or not glob.glob(path):
             continue

@@ -20,12 +20,14 @@ std::string printable(const std::string& s);
 
 // `where` names the file and the field path; `what` the expectation. Both are kept printable.
 struct InputError : Error {
-  InputError(const std::string& where, const std::string& what) : InputError(printable(where), printable(what), 0) {}
+  InputError(const std::string& where, const std::string& what)
+      : InputError(printable(where), printable(what), 0) {}
   const std::string& where() const { return where_; }
   const std::string& message() const { return message_; }  // what() without "where: "
 
  private:
-  InputError(std::string where, std::string what, int) : Error(where + ": " + what), where_(std::move(where)), message_(std::move(what)) {}
+  InputError(std::string where, std::string what, int)
+      : Error(where + ": " + what), where_(std::move(where)), message_(std::move(what)) {}
   std::string where_, message_;
 };
 

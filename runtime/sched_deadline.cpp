@@ -20,8 +20,9 @@ namespace {
 // Idle CPU workers sleep in pop (Debian's StarPU has non-blocking drivers: its own loop around
 // pop never blocks, docs/architecture.md "Idle workers"). kSpin: how long an idle worker keeps
 // looking before it sleeps, counted from its entering pop, tiles it runs included (a task pushed
-// or tiles published within it are taken without a wake-up); max_sleep_us: the longest sleep, so that StarPU's own loop (its other context, shutdown,
-// context changes, which wait for the pop to return) runs at least that often.
+// or tiles published within it are taken without a wake-up); max_sleep_us: the longest sleep, so
+// that StarPU's own loop (its other context, shutdown, context changes, which wait for the pop to
+// return) runs at least that often.
 constexpr double kSpinUs = 20.0;
 std::atomic<int64_t> max_sleep_us{5000};  // deadline_policy_set_max_sleep
 

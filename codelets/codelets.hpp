@@ -24,7 +24,7 @@ void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const 
 void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
                             const Tensor& dx, bool in_out = false);
 // Precision bf16 with each activation and output gradient converted to bf16 once a step instead of
-// in each task that multiplies it (models/gpt.cpp): the forward writes x's bf16 copy xh (a tensor
+// in each task that multiplies it (models/nets/gpt.cpp): the forward writes x's bf16 copy xh (a tensor
 // of x.numel() values of 2 bytes), the data gradient dy's copy dyh, and the weight gradient reads
 // the two copies (dy and x name what they were made from, for the shape checks); the same bits as
 // the three calls above. Only where matmul_keeps_bf16_operands(opt, rows of x): Runtime::matmul_bf16
@@ -322,7 +322,7 @@ void insert_gqa_attention_bwd(const SubmitOptions& opt, const Tensor& dout, cons
 
 // ---- text data (data.cpp). The sources must outlive the tasks.
 // A sequence of `size` token ids, `width` bytes each in host order at `data`: 1 (bytes, the text
-// datasets), 2 or 4 (token files, models/tokens.hpp).
+// datasets), 2 or 4 (token files, models/data/tokens.hpp).
 struct TextSource {
   const uint8_t* data;
   int64_t size;
@@ -331,7 +331,7 @@ struct TextSource {
 // tokens, targets (B, T) int32: windows text[s .. s+T] for each start s (s + T < size)
 void insert_load_windows(const SubmitOptions& opt, const TextSource* text, const std::vector<int64_t>& starts,
                          const Tensor& tokens, const Tensor& targets, StepStatus* status);
-// Fixed language-model rows (models/lm_rows.hpp): tokens and targets (rows, T) int32, a target of
+// Fixed language-model rows (models/data/lm_rows.hpp): tokens and targets (rows, T) int32, a target of
 // -1 carrying no loss.
 struct RowTable {
   const int32_t* tokens;

@@ -66,7 +66,7 @@ expect2 "missing model.path" "model.path" "$SPEC" "${COMMON[@]}" --set "model.pa
 expect2 "context too long" "model.context" "$SPEC" "${COMMON[@]}" --set model.context=65
 mkdir -p "$TMP/g2" && printf '{"model_type": "gpt2", "vocab_size": 256, "n_embd": 16, "n_layer": 1, "n_head": 2}' \
   >"$TMP/g2/config.json"
-# a GPT-2 directory trains through the same spec (models/gpt2_hf.hpp), and --save-hf writes it back
+# a GPT-2 directory trains through the same spec (models/hf/gpt2_hf.hpp), and --save-hf writes it back
 run_ok gpt2-zenflow --strategy zenflow --set "model.path=\"$TMP/g2\"" --save-hf "$TMP/g2-out"
 cmp "$TMP/g2/config.json" "$TMP/g2-out/config.json" || fail "gpt2: --save-hf changed config.json"
 [ -s "$TMP/g2-out/model.safetensors" ] || fail "gpt2: --save-hf wrote no model.safetensors"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "models/workload.hpp"
 #include "runtime/error.hpp"

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-# bible(1)'s abbreviations and the names models/text.cpp gives the 66 books, in canonical order.
+# bible(1)'s abbreviations and the names models/data/text.cpp gives the 66 books, in canonical order.
 BOOKS = [
     ("Ge", "Genesis"), ("Exo", "Exodus"), ("Lev", "Leviticus"), ("Num", "Numbers"), ("Deu", "Deuteronomy"),
     ("Josh", "Joshua"), ("Jdgs", "Judges"), ("Ruth", "Ruth"), ("1Sm", "1 Samuel"), ("2Sm", "2 Samuel"),

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The KJV language-model split as token files for data.dataset "tokens" (graphs/specs/gpt-kjv-tokens.json):
-# the same bytes as data.dataset "kjv" (models/text.hpp, kjv_lm_split: evaluation = the held-out books,
+# the same bytes as data.dataset "kjv" (models/data/text.hpp, kjv_lm_split: evaluation = the held-out books,
 # training = the other books without every 10th verse; verse texts one a line), each byte one uint16
 # id, in llm.c's format (docs/gpt.md, "Token files": a 256-int32 header, magic 20240520, version 1,
 # the id count, then the ids). Until the tokenizers land, bytes are the vocabulary (256).

@@ -11,8 +11,8 @@
 #include <iostream>
 #include <memory>
 
-#include "graphs/spec/machine_check.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/machine_check.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "models/hf/save.hpp"
 #include "runtime/comm.hpp"

@@ -1,6 +1,6 @@
 // Bayes' rule over class log-likelihoods, shared by the generative classifier's training loss (the
 // CPU kernel in kernels/cpu/softmax_xent.cpp and the CUDA kernel in kernels/cuda/softmax_xent.cu)
-// and its evaluation (models/gpt_classifier.cpp), so that all three compute it with the same
+// and its evaluation (models/nets/gpt_classifier.cpp), so that all three compute it with the same
 // operations in the same order.
 #pragma once
 

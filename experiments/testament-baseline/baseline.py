@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Word-level baselines for the testament task (docs/gpt.md), outside the engine, for scale.
 
-The same verses, labels and held-out splits as the engine's gpt-classifier (models/gpt_classifier.cpp):
+The same verses, labels and held-out splits as the engine's gpt-classifier (models/nets/gpt_classifier.cpp):
   book  : held out Ruth, Ecclesiastes, Lamentations, Joel, Jonah, Philippians, James, 1 John
   verse : held out every verse whose index (0-based, canonical order) % 10 == 9
 Inputs: a verse's text (no reference) cut to its first N bytes, as the classifier sees it with context N.

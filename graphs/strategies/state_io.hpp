@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf {

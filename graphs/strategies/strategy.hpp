@@ -22,7 +22,7 @@
 #include "graphs/strategies/state_io.hpp"
 #include "graphs/strategies/clip.hpp"
 #include "runtime/trace.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "models/workload.hpp"
 
 namespace zf {

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <filesystem>
 
-#include "graphs/spec/field_table.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/field_table.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/strategies/strategy.hpp"
-#include "models/weights.hpp"
+#include "models/formats/weights.hpp"
 #include "models/workload.hpp"
 #include "runtime/json_depth.hpp"
 

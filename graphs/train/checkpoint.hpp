@@ -16,7 +16,7 @@
 
 #include "graphs/strategies/state_io.hpp"
 #include "graphs/train/checkpoint_dir.hpp"
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf {

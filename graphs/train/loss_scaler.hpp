@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 
 namespace zf {
 

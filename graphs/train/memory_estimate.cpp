@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "models/hf/config.hpp"
 #include "models/hf/tensors.hpp"
 #include "runtime/simulation.hpp"
@@ -33,7 +33,7 @@ double file_size(const std::string& path) {
   return ec ? 0.0 : (double)n;
 }
 
-// model.type hf (models/llama.cpp's buffers): parameters from config.json's tensor list; per
+// model.type hf (models/nets/llama.cpp's buffers): parameters from config.json's tensor list; per
 // position and layer xn1, res1, xn2, res2 (C each), q and atty (H hs), k and v (Hkv hs), gate, up
 // and h (F), two rstd and the attention probabilities (H T); then the shared gradients and the
 // head. Nothing when the directory has no config.json (the workload reports it).

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "codelets/codelets.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "graphs/train/precision.hpp"
 #include "models/rng.hpp"

@@ -7,15 +7,15 @@
 #include <iostream>
 #include <tuple>
 
-#include "graphs/spec/machine_check.hpp"
+#include "graphs/schema/machine_check.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "graphs/train/checkpoint.hpp"
 #include "graphs/train/memory_estimate.hpp"
 #include "graphs/train/precision.hpp"
 #include "graphs/train/report.hpp"
 #include "graphs/train/step_graph.hpp"
-#include "models/hf_model.hpp"
-#include "models/weights.hpp"
+#include "models/hf/hf_model.hpp"
+#include "models/formats/weights.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/runtime.hpp"

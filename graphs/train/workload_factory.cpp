@@ -7,18 +7,18 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt.hpp"
-#include "models/gpt2_hf.hpp"
-#include "models/gpt_classifier.hpp"
+#include "models/nets/gpt.hpp"
+#include "models/hf/gpt2_hf.hpp"
+#include "models/nets/gpt_classifier.hpp"
 #include "models/hf/config.hpp"
-#include "models/idx.hpp"
-#include "models/instructions.hpp"
-#include "models/llama.hpp"
-#include "models/mlp.hpp"
-#include "models/text.hpp"
-#include "models/text_tokens.hpp"
+#include "models/data/idx.hpp"
+#include "models/data/instructions.hpp"
+#include "models/nets/llama.hpp"
+#include "models/nets/mlp.hpp"
+#include "models/data/text.hpp"
+#include "models/data/text_tokens.hpp"
 #include "models/tokenizer/tokenizer.hpp"
-#include "models/tokens.hpp"
+#include "models/data/tokens.hpp"
 #include "runtime/error.hpp"
 
 namespace zf {

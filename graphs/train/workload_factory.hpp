@@ -3,10 +3,10 @@
 #pragma once
 #include <memory>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "models/hf/config.hpp"
-#include "models/lm_rows.hpp"
-#include "models/tokens.hpp"
+#include "models/data/lm_rows.hpp"
+#include "models/data/tokens.hpp"
 
 namespace zf {
 

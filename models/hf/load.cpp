@@ -12,7 +12,7 @@
 
 #include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/fp16.hpp"
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "runtime/error.hpp"
 #include "runtime/input_file.hpp"
 #include "runtime/json_input.hpp"

@@ -9,7 +9,7 @@
 
 #include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/fp16.hpp"
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/error.hpp"
 #include "runtime/input_file.hpp"

@@ -1,4 +1,4 @@
-// Trains a few steps of a spec through zenflow's public C++ API (graphs/spec/spec.hpp, graphs/train/trainer.hpp)
+// Trains a few steps of a spec through zenflow's public C++ API (graphs/schema/spec.hpp, graphs/train/trainer.hpp)
 // and checks what it got back: the step count, a finite training loss, and an evaluation accuracy
 // above chance (ten classes: 10 %), i.e. the model learned.
 //   zenflow_consumer SPEC.json STEPS     exit 0 when every check holds
@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "graphs/spec/machine_check.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/machine_check.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "runtime/error.hpp"
 

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "graphs/train/checkpoint.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "graphs/train/trainer.hpp"
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "models/workload.hpp"
 #include "runtime/runtime.hpp"
 #include "tests/fuzz/fuzz_common.hpp"

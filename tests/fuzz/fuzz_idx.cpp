@@ -3,7 +3,7 @@
 // either).
 #include <string>
 
-#include "models/idx.hpp"
+#include "models/data/idx.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,11 +1,11 @@
-// Instruction data (models/instructions.hpp): the first byte picks model.context (bits 0-5: T = 1 +
+// Instruction data (models/data/instructions.hpp): the first byte picks model.context (bits 0-5: T = 1 +
 // them, so short rows reach the truncation and the "no response token" refusal) and BOS (bit 6); the
 // rest of the input is the records' file (a JSON array or JSONL, told apart by its first byte),
 // tokenized with the shipped KJV tokenizer (graphs/tokenizers/kjv-bpe). Every row the loader returns
 // must keep the rows' contract: ids below the vocabulary, at least one target, targets -1 or ids.
 #include <string>
 
-#include "models/instructions.hpp"
+#include "models/data/instructions.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

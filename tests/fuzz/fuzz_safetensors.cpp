@@ -2,7 +2,7 @@
 // --init would use them (F32 as floats).
 #include <string>
 
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

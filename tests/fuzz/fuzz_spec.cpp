@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "runtime/json_input.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 

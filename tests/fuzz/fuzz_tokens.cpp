@@ -1,9 +1,9 @@
-// Token files (models/tokens.hpp): the first byte picks the path's ending (bit 0: ".u32.bin", raw
+// Token files (models/data/tokens.hpp): the first byte picks the path's ending (bit 0: ".u32.bin", raw
 // uint32 without a header) and the vocabulary (bits 1-2: 256, 50257, 65536, 128256); the minimum
 // token count is 1 + the byte's bits 3-7; the rest of the input is the file.
 #include <string>
 
-#include "models/tokens.hpp"
+#include "models/data/tokens.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

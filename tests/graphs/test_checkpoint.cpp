@@ -16,7 +16,7 @@
 #include <functional>
 
 #include "graphs/train/checkpoint.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "test_helpers.hpp"
 
 namespace zf::test {

@@ -1,11 +1,11 @@
-// DeepSpeed config import (graphs/spec, docs/spec.md): the example configs load, bf16/fp16 and
+// DeepSpeed config import (graphs/schema, docs/spec.md): the example configs load, bf16/fp16 and
 // the scheduler block keep DeepSpeed's meaning and defaults, batch sizes count the ranks, ZeRO
 // stages map, and each violated constraint gets its error naming the DeepSpeed file.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "test_helpers.hpp"
 
 namespace zf::test {

@@ -1,4 +1,4 @@
-// GPT runs (graphs/train, graphs/spec): --init of a classifier from a language model's checkpoint
+// GPT runs (graphs/train, graphs/schema): --init of a classifier from a language model's checkpoint
 // (the body loaded, the head fresh, mismatches refused) and the GPT fields of the spec.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
-#include "models/weights.hpp"
-#include "models/gpt.hpp"
-#include "models/gpt_classifier.hpp"
-#include "models/safetensors.hpp"
-#include "models/text.hpp"
+#include "models/formats/weights.hpp"
+#include "models/nets/gpt.hpp"
+#include "models/nets/gpt_classifier.hpp"
+#include "models/formats/safetensors.hpp"
+#include "models/data/text.hpp"
 #include "runtime/error.hpp"
 #include "test_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"

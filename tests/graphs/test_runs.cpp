@@ -11,7 +11,7 @@
 #include <map>
 
 #include "graphs/train/checkpoint.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "test_helpers.hpp"
 
 namespace zf::test {

@@ -1,4 +1,4 @@
-// Spec validation (graphs/spec/spec.hpp): defaults, the shipped specs, and every class of bad input
+// Spec validation (graphs/schema/spec.hpp): defaults, the shipped specs, and every class of bad input
 // (unknown key, wrong type, impossible value, bad --set override, invalid or missing file) must
 // be a zf::InputError whose message names the source file and the field path (style.md, Errors).
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec/machine_check.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/machine_check.hpp"
+#include "graphs/schema/spec.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 #include "test_helpers.hpp"

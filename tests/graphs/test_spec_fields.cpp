@@ -1,6 +1,6 @@
-// The spec's field table (graphs/spec/field_table.hpp): docs/spec.md documents every field, every
+// The spec's field table (graphs/schema/field_table.hpp): docs/spec.md documents every field, every
 // field survives to_json -> parse_spec, --resume compares the fields it always did, and parsing
-// asks nothing of the machine (graphs/spec/machine_check.hpp does).
+// asks nothing of the machine (graphs/schema/machine_check.hpp does).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec/field_table.hpp"
-#include "graphs/spec/machine_check.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/field_table.hpp"
+#include "graphs/schema/machine_check.hpp"
+#include "graphs/schema/spec.hpp"
 #include "runtime/error.hpp"
 
 namespace {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "graphs/train/memory_estimate.hpp"
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "test_helpers.hpp"
 #include "tests/graphs/zenflow_helpers.hpp"
 #include "tests/reference/mlp_ref.hpp"

@@ -16,7 +16,7 @@
 
 #include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/fp16.hpp"
-#include "models/gpt2_hf.hpp"
+#include "models/hf/gpt2_hf.hpp"
 #include "models/hf/config.hpp"
 #include "models/hf/save.hpp"
 #include "models/hf/tensors.hpp"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "codelets/codelets.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "models/rng.hpp"
 #include "models/workload.hpp"
 #include "runtime/runtime.hpp"

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "models/hf/config.hpp"
 #include "models/hf/save.hpp"
 #include "models/hf/tensors.hpp"

@@ -1,4 +1,4 @@
-// IDX loader validation (models/idx.hpp) on crafted files, plain and gzip-compressed (zlib's
+// IDX loader validation (models/data/idx.hpp) on crafted files, plain and gzip-compressed (zlib's
 // gzwrite): bad magic, truncated or oversized data, image/label count mismatch, labels out of
 // range, truncated or corrupt gzip streams, missing files. Each is a zf::InputError naming the
 // file. Then the real Fashion-MNIST (60000/10000 x 784, labels < 10) and data.train_limit.
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "models/idx.hpp"
+#include "models/data/idx.hpp"
 #include "runtime/error.hpp"
 #include "test_helpers.hpp"
 

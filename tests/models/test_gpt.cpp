@@ -1,4 +1,4 @@
-// The GPT workloads through StarPU (models/gpt.hpp, models/gpt_classifier.hpp): one training step
+// The GPT workloads through StarPU (models/nets/gpt.hpp, models/nets/gpt_classifier.hpp): one training step
 // of a tiny GPT language model, and of the classifier, submitted as a task graph: loss and every
 // parameter gradient against the naive double reference (tests/reference/gpt_ref.hpp) on the same
 // float parameters and batch, in both weight layouts; steps bitwise identical under several
@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
-#include "models/weights.hpp"
-#include "models/gpt.hpp"
-#include "models/gpt_classifier.hpp"
-#include "models/safetensors.hpp"
-#include "models/text.hpp"
+#include "models/formats/weights.hpp"
+#include "models/nets/gpt.hpp"
+#include "models/nets/gpt_classifier.hpp"
+#include "models/formats/safetensors.hpp"
+#include "models/data/text.hpp"
 #include "runtime/error.hpp"
 #include "test_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"
@@ -156,7 +156,7 @@ TEST_P(GptClassifierStep, MatchesDoubleReference) {
 
 INSTANTIATE_TEST_SUITE_P(Pool, GptClassifierStep, ::testing::Values("mean", "max"));
 
-// pool "last": the output at the verse's last byte (models/gpt_classifier.cpp's own codelet).
+// pool "last": the output at the verse's last byte (models/nets/gpt_classifier.cpp's own codelet).
 TEST(GptClassifierLastPool, KernelGathersAndScattersTheLastPosition) {
   const int B = 3, T = 5, C = 4;
   const std::vector<int32_t> len = {5, 1, 3};
@@ -272,7 +272,7 @@ TEST(GptEngine, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
 
 // Precision bf16 with each linear layer's input and output gradient converted to bf16 once
 // (the forward keeps x's copy, the data gradient dy's, the weight gradient multiplies the copies;
-// models/gpt.cpp) trains to bitwise the same weights as the matmuls converting both operands in
+// models/nets/gpt.cpp) trains to bitwise the same weights as the matmuls converting both operands in
 // every call, in both weight layouts (out_in under device-adam, in_out under zenflow), and the
 // kept path did run.
 TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {

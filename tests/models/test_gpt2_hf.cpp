@@ -1,4 +1,4 @@
-// A Hugging Face GPT-2 directory trained as the engine's GPT (models/gpt2_hf.hpp): the config's
+// A Hugging Face GPT-2 directory trained as the engine's GPT (models/hf/gpt2_hf.hpp): the config's
 // sizes, the tied head, n_positions rows of wpe, n_inner, layer_norm_epsilon; weights written by
 // models/hf/save.hpp in F32, BF16 and F16, one file and shards, read into both weight layouts: the
 // parameters equal the checkpoint's tensors bitwise, one step's loss and every gradient and the
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt2_hf.hpp"
+#include "models/hf/gpt2_hf.hpp"
 #include "runtime/error.hpp"
 #include "tests/models/gpt2_hf_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"
@@ -193,7 +193,7 @@ TEST(Gpt2HfStep, Gpt2VocabularyAndPositions) {
   expect_grads_match(grads, g);
 }
 
-// Fixed rows (models/lm_rows.hpp): targets of -1 carry no loss; the loss is the mean over the
+// Fixed rows (models/data/lm_rows.hpp): targets of -1 carry no loss; the loss is the mean over the
 // others, and so is the gradient; a unit is a row.
 TEST(Gpt2HfRows, MaskedTargetsMatchDoubleReference) {
   TempDir d;

@@ -1,4 +1,4 @@
-// Training a Hugging Face GPT-2 directory (models/gpt2_hf.hpp) with the engine's strategies: three
+// Training a Hugging Face GPT-2 directory (models/hf/gpt2_hf.hpp) with the engine's strategies: three
 // AdamW steps (device-adam) equal the double reference's (tests/reference/gpt_ref.hpp and
 // reference.hpp's adam_step); ZenFlow with the tied wte as one 2-D parameter: at topk 1 and update
 // interval 1 bitwise device-adam, at topk 0.25 with a host interval and overlap bitwise the same
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "graphs/strategies/strategy.hpp"
-#include "models/gpt2_hf.hpp"
+#include "models/hf/gpt2_hf.hpp"
 #include "models/hf/load.hpp"
 #include "tests/models/gpt2_hf_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"

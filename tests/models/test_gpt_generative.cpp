@@ -1,4 +1,4 @@
-// The GPT classifier's generative head (models/gpt_classifier.hpp): chunks of hand-checked verses,
+// The GPT classifier's generative head (models/nets/gpt_classifier.hpp): chunks of hand-checked verses,
 // one step and the evaluation against the double reference (tests/reference/gpt_ref.hpp), a tiny
 // model learns two styles, a resume under zenflow is bitwise.
 #include <gtest/gtest.h>
@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
-#include "models/weights.hpp"
-#include "models/gpt.hpp"
-#include "models/gpt_classifier.hpp"
-#include "models/safetensors.hpp"
-#include "models/text.hpp"
+#include "models/formats/weights.hpp"
+#include "models/nets/gpt.hpp"
+#include "models/nets/gpt_classifier.hpp"
+#include "models/formats/safetensors.hpp"
+#include "models/data/text.hpp"
 #include "runtime/error.hpp"
 #include "test_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"

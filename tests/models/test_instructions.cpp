@@ -1,4 +1,4 @@
-// Data for the Hugging Face models (models/instructions.hpp, models/text_tokens.hpp, docs/hf.md
+// Data for the Hugging Face models (models/data/instructions.hpp, models/data/text_tokens.hpp, docs/hf.md
 // "Data"): Alpaca's templates character for character; the rows' ids equal the shipped KJV
 // tokenizer's encode of the rendered prompt + response, the targets >= 0 exactly on the response
 // and EOS; truncation; JSON and JSONL give the same rows (from tools/kjv-instructions.py); every bad
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "models/instructions.hpp"
-#include "models/text_tokens.hpp"
-#include "models/tokens.hpp"
+#include "models/data/instructions.hpp"
+#include "models/data/text_tokens.hpp"
+#include "models/data/tokens.hpp"
 #include "test_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"
 

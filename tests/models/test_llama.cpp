@@ -1,4 +1,4 @@
-// The Llama / Qwen2 workload (models/llama.hpp) against the double-precision whole model
+// The Llama / Qwen2 workload (models/nets/llama.hpp) against the double-precision whole model
 // (tests/models/llama_model_ref.hpp) for a GQA Llama with an untied head, a tied one and a Qwen2
 // with q/k/v biases: the weights read from the directory (F32, BF16, sharded), one step's loss and
 // every gradient, the evaluation loss, and three AdamW steps of zenflow-run's trainer; the spec's
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "codelets/kernels/bf16.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "graphs/train/workload_factory.hpp"
-#include "models/llama.hpp"
+#include "models/nets/llama.hpp"
 #include "runtime/error.hpp"
 #include "tests/models/gpt_helpers.hpp"
 #include "tests/models/llama_helpers.hpp"
@@ -174,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"TiedSharded", tied, "BF16", 2000}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
-// Fixed rows (models/lm_rows.hpp, the instruction data's contract): targets -1 carry no loss; the
+// Fixed rows (models/data/lm_rows.hpp, the instruction data's contract): targets -1 carry no loss; the
 // loss and gradients are the mean over the counted targets, as the reference's; evaluation counts
 // only them.
 TEST(LlamaRows, MaskedTargetsMatchDoubleReference) {

@@ -1,6 +1,6 @@
-// The Llama workload (models/llama.hpp) through the trainer (graphs/train/trainer.hpp): every
+// The Llama workload (models/nets/llama.hpp) through the trainer (graphs/train/trainer.hpp): every
 // strategy, precision bf16, gradient clipping and accumulation on a tiny GQA model learning a
-// repeating token sequence; a checkpoint resume bitwise; --save-hf's directory (models/hf_model.hpp)
+// repeating token sequence; a checkpoint resume bitwise; --save-hf's directory (models/hf/hf_model.hpp)
 // bitwise the input's tensors and config.json.
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "codelets/kernels/bf16.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "graphs/train/workload_factory.hpp"
 #include "models/hf/load.hpp"
-#include "models/hf_model.hpp"
+#include "models/hf/hf_model.hpp"
 #include "runtime/error.hpp"
 #include "tests/models/gpt_helpers.hpp"
 #include "tests/models/llama_helpers.hpp"

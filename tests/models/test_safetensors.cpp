@@ -1,4 +1,4 @@
-// safetensors I/O (models/safetensors.hpp): round trip of several dtypes with metadata; the
+// safetensors I/O (models/formats/safetensors.hpp): round trip of several dtypes with metadata; the
 // written file parsed by an independent reader (a Python 3 script using only json and struct,
 // following the format description of huggingface/safetensors); malformed files rejected with a
 // zf::InputError naming the file. write_file_atomic: tests/runtime/test_atomic_file.cpp.
@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "runtime/error.hpp"
 #include "test_helpers.hpp"
 

@@ -1,4 +1,4 @@
-// Token data for the GPT language model (models/tokens.hpp, data.dataset "tokens"): each file format
+// Token data for the GPT language model (models/data/tokens.hpp, data.dataset "tokens"): each file format
 // read back id for id; every bad file refused naming the file and what was expected; the spec's
 // fields; data.order "sequential" (BatchOrder's rows over ranks and micro-batches, and the windows a
 // run's steps really train on); eval_loss over the first eval_limit windows against the double
@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "graphs/train/memory_estimate.hpp"
 #include "graphs/train/step_graph.hpp"
 #include "graphs/train/trainer.hpp"
-#include "models/gpt.hpp"
+#include "models/nets/gpt.hpp"
 #include "models/rng.hpp"
-#include "models/text.hpp"
-#include "models/tokens.hpp"
+#include "models/data/text.hpp"
+#include "models/data/tokens.hpp"
 #include "test_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"
 #include "tests/reference/gpt_ref.hpp"

@@ -1,6 +1,6 @@
 // Naive double-precision reference of the GPT layers (codelets/kernels/cpu/{embedding,
-// layernorm,attention,pool}.cpp) and of the whole model of models/gpt.hpp and
-// models/gpt_classifier.hpp: same shapes and formulas, textbook loops, every intermediate in
+// layernorm,attention,pool}.cpp) and of the whole model of models/nets/gpt.hpp and
+// models/nets/gpt_classifier.hpp: same shapes and formulas, textbook loops, every intermediate in
 // double. Gradient checks (tests/kernels/test_kernels_gpt.cpp) verify the backward functions here
 // by finite differences; the kernels and the StarPU step graph are compared against this file.
 #pragma once
@@ -225,8 +225,8 @@ inline double gen_class_loss(const double* logits, const int32_t* targets, const
   return ce / B + lm_weight * lm / scored;
 }
 
-// ---- the whole model, in double. Parameters by GPT-2 name; shapes as models/gpt.hpp.
-// A Hugging Face GPT-2 (models/gpt2_hf.hpp) adds: the MLP's width n_inner (0: 4 n_embd), the
+// ---- the whole model, in double. Parameters by GPT-2 name; shapes as models/nets/gpt.hpp.
+// A Hugging Face GPT-2 (models/hf/gpt2_hf.hpp) adds: the MLP's width n_inner (0: 4 n_embd), the
 // LayerNorms' eps, and the head tied to wte (lm_loss reads wte and adds the head's weight gradient
 // to wte's). wpe may have more rows than T: positions 0 .. T-1 are used, the rest get zero gradient.
 struct GptRefConfig {
@@ -244,7 +244,7 @@ class GptRef {
   Params& params() { return p_; }
 
   // Mean next-token cross-entropy over (B, T) tokens and the targets >= 0 (on fixed rows,
-  // models/lm_rows.hpp, a target of -1 carries no loss); fills grads (same keys). The head is
+  // models/data/lm_rows.hpp, a target of -1 carries no loss); fills grads (same keys). The head is
   // lm_head.weight, or wte when tied. (cls_loss: a mean-pooled classifier.{weight,bias}.)
   double lm_loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& targets, int B, int T,
                         Params* grads) {

@@ -1,4 +1,4 @@
-// A sequential, StarPU-free driver for the MLP of models/mlp.cpp: same initialisation, same
+// A sequential, StarPU-free driver for the MLP of models/nets/mlp.cpp: same initialisation, same
 // batches (graphs/train/step_graph.cpp's per-epoch permutation), same float kernels called in the same
 // order on the same inputs, so its gradients are bitwise those of the engine. The optimizer is
 // not here: tests/reference/zenflow_ref.hpp drives the parameters.
@@ -12,8 +12,8 @@
 #include "codelets/kernels/cpu/gemm.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
-#include "graphs/spec/spec.hpp"
-#include "models/idx.hpp"
+#include "graphs/schema/spec.hpp"
+#include "models/data/idx.hpp"
 #include "models/rng.hpp"
 
 namespace zf::ref {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 #include "tests/reference/bf16_ref.hpp"
 #include "tests/reference/fp16_ref.hpp"
 #include "tests/reference/mlp_ref.hpp"

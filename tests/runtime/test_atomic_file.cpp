@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/safetensors.hpp"
+#include "models/formats/safetensors.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/error.hpp"
 #include "test_helpers.hpp"

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "graphs/train/memory_estimate.hpp"
-#include "graphs/spec/spec.hpp"
-#include "models/idx.hpp"
-#include "models/text.hpp"
+#include "graphs/schema/spec.hpp"
+#include "models/data/idx.hpp"
+#include "models/data/text.hpp"
 #include "runtime/calibration.hpp"
 #include "runtime/error.hpp"
 #include "runtime/input_file.hpp"

@@ -27,7 +27,7 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
                      bool bf16 = false);
 
 // Precision bf16 with each activation and output gradient converted once (codelets/matmul.cpp's
-// kept-operand codelets, models/gpt.cpp): from kMatmulBf16Rows rows and where native_bf16() only.
+// kept-operand codelets, models/nets/gpt.cpp): from kMatmulBf16Rows rows and where native_bf16() only.
 // The forward and the data gradient compute what matmul_fwd / matmul_bwd_data with bf16 do and
 // also leave their fp32 input's bf16 copy (kernels/bf16.hpp's rounding, B*K values of x into xh,
 // B*N of dy into dyh); the weight gradient multiplies those copies, as matmul_bwd_weight with
@@ -260,7 +260,7 @@ void gather_rows(const int32_t* src_tokens, const int32_t* src_targets, int T, c
 // len (B), labels (B).
 void gather_sequences(const uint8_t* table, const int32_t* lengths, const int32_t* labels, int T,
                       const int32_t* rows, int B, int32_t* tokens, int32_t* out_len, int32_t* out_labels);
-// Class-conditioned language-model chunks (the generative classifier, models/gpt_classifier.hpp):
+// Class-conditioned language-model chunks (the generative classifier, models/nets/gpt_classifier.hpp):
 // chunk b of class c_b scores the n_b <= T bytes text[start_b .. start_b + n_b) after the class
 // byte m_b = 1 + c_b: tokens (B, T) = [m_b, text[start_b], ..., text[start_b + n_b - 2], 0, ...],
 // targets (B*T) = [text[start_b], ..., text[start_b + n_b - 1], -1, ...] (-1: padding, ignored by

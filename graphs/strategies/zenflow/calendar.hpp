@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "graphs/spec/spec.hpp"
+#include "graphs/schema/spec.hpp"
 
 namespace zf {
 

@@ -1,0 +1,63 @@
+#include "graphs/schema/machine_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "runtime/error.hpp"
+#include "runtime/runtime.hpp"
+
+namespace zf {
+namespace {
+
+void check_policy(const Spec& s) {
+  const std::string& sched = s.runtime.sched;
+  if (const char* why = Runtime::unusable_policy(sched))
+    throw InputError(s.where("runtime.sched"), "StarPU's policy '" + sched + "' cannot run zenflow: " + why +
+                                                   " (the usable ones: zenflow-run --list-policies)");
+  if (!Runtime::is_policy(sched)) {
+    std::string list;
+    for (auto& p : Runtime::policies()) list += (list.empty() ? "" : ", ") + p;
+    throw InputError(s.where("runtime.sched"), "unknown StarPU scheduling policy '" + sched + "' (known: " + list + ")");
+  }
+}
+
+void check_workers(const Spec& s) {
+  const Spec::Runtime& r = s.runtime;
+  const int max = Runtime::max_cpu_workers();
+  for (auto [key, n] : {std::pair{"runtime.device_workers", r.device_workers}, {"runtime.host_workers", r.host_workers}})
+    if (n < 0 || n > max)
+      throw InputError(s.where(key), std::to_string(n) + " is outside [0, " + std::to_string(max) + "]");
+  if ((r.device_workers == 0) != (r.host_workers == 0))
+    throw InputError(s.where("runtime.device_workers"),
+                     "set both device_workers and host_workers, or neither (0: from zenflow.pt_reserved_cores_perc)");
+  if (r.device_workers > 0 && s.zenflow.cores_perc_given)
+    throw InputError(s.where("runtime.device_workers"),
+                     "conflicts with zenflow.pt_reserved_cores_perc: give one way of splitting the CPU workers");
+  if (r.device_workers + r.host_workers > max)
+    throw InputError(s.where("runtime.device_workers"),
+                     "device_workers + host_workers = " + std::to_string(r.device_workers + r.host_workers) +
+                         " exceeds the " + std::to_string(max) +
+                         " CPU workers this StarPU build can start (STARPU_MAXCPUS)");
+}
+
+}  // namespace
+
+void check_machine(const Spec& s) {
+  check_policy(s);
+  check_workers(s);
+}
+
+std::pair<int, int> worker_split(const Spec& s) {
+  if (s.runtime.device_workers > 0) return {s.runtime.device_workers, s.runtime.host_workers};
+  int n = std::min(Runtime::hwloc_cores(), Runtime::max_cpu_workers());
+  if (n < 2) n = 2;  // one core: both contexts share it (oversubscribed)
+  // device-adam has no host work: one host worker (the runtime needs one), which has nothing to
+  // do but help the device kernels (docs/architecture.md, "Device cores"), the rest device
+  if (s.strategy == "device-adam") return {n - 1, 1};
+  int dev = (int)std::floor(s.zenflow.pt_reserved_cores_perc * n);
+  dev = std::clamp(dev, 1, n - 1);
+  return {dev, n - dev};
+}
+
+}  // namespace zf

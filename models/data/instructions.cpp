@@ -1,0 +1,215 @@
+// Alpaca-style instruction records to masked token rows (models/data/instructions.hpp): the file read as
+// a JSON array or JSONL, each record's fields checked, the prompt rendered in Alpaca's template,
+// BOS + encode(prompt + output) + EOS with the prompt's token count masked (Alpaca's preprocess()),
+// rows cut to T + 1 tokens, the held-out records.
+#include "models/data/instructions.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+#include "runtime/error.hpp"
+#include "runtime/input_file.hpp"
+#include "runtime/json_input.hpp"
+
+namespace zf {
+namespace {
+
+using json = nlohmann::json;
+
+const char* kExpected =
+    "expected Alpaca-style records: a JSON array of objects, or JSONL (one object a line), each with "
+    "\"instruction\" and \"output\" (non-empty strings) and optionally \"input\" (a string)";
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+// The record's fields; `w` is "WHERE: PATH: record N (line L)".
+InstructionRecord record_of(const json& v, const std::string& w, const std::string& at) {
+  if (!v.is_object()) throw InputError(w, "expected an object, got " + type_name(v) + " (" + kExpected + ")");
+  InstructionRecord r;
+  r.at = at;
+  auto field = [&](const char* key, bool required) -> std::string {
+    const auto it = v.find(key);
+    if (it == v.end()) {
+      if (required) throw InputError(w + ": " + key, "missing (" + std::string(kExpected) + ")");
+      return "";
+    }
+    if (!it->is_string()) throw InputError(w + ": " + key, "expected a string, got " + type_name(*it));
+    std::string s = it->get<std::string>();
+    if (required && s.empty()) throw InputError(w + ": " + key, "empty string (expected some text)");
+    return s;
+  };
+  r.instruction = field("instruction", true);
+  r.input = field("input", false);
+  r.output = field("output", true);
+  return r;
+}
+
+std::vector<InstructionRecord> read_array(const std::string& text, const std::string& w) {
+  const json j = parse_json_input(text, w);
+  if (!j.is_array()) throw InputError(w, "expected a JSON array of records (the file starts with '[')");
+  std::vector<InstructionRecord> out;
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string at = "record " + std::to_string(i);
+    out.push_back(record_of(j[i], w + ": " + at, at));
+  }
+  return out;
+}
+
+std::vector<InstructionRecord> read_jsonl(const std::string& text, const std::string& w) {
+  std::vector<InstructionRecord> out;
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    std::string s = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (!s.empty() && s.back() == '\r') s.pop_back();
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line
+    const std::string at = "record " + std::to_string(out.size()) + " (line " + std::to_string(line) + ")";
+    json j;
+    try {
+      j = parse_json_input(s, w + ": " + at);
+    } catch (const InputError& e) {
+      throw InputError(e.where(), e.message() +
+                                      " (JSONL: each line one whole JSON object; a file of one JSON value "
+                                      "holds an array of records and starts with '[')");
+    }
+    out.push_back(record_of(j, w + ": " + at, at));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<InstructionRecord> read_instruction_records(const std::string& path, const std::string& where) {
+  const std::string w = where + ": " + path;
+  const std::vector<uint8_t> b = read_input_file(path, w);
+  const std::string text(b.begin(), b.end());
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) throw InputError(w, std::string("no records: the file is empty (") + kExpected + ")");
+  std::vector<InstructionRecord> r = text[first] == '[' ? read_array(text, w) : read_jsonl(text, w);
+  if (r.empty()) throw InputError(w, std::string("no records (") + kExpected + ")");
+  return r;
+}
+
+std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
+  // as Python's format_map: each placeholder of the template replaced once, the values not rescanned
+  const std::string t = input.empty() ? kAlpacaPromptNoInput : kAlpacaPromptInput;
+  const size_t i = t.find("{instruction}"), after = i + std::string("{instruction}").size();
+  std::string rest = t.substr(after);
+  if (!input.empty()) {
+    const size_t k = rest.find("{input}");
+    rest = rest.substr(0, k) + input + rest.substr(k + std::string("{input}").size());
+  }
+  return t.substr(0, i) + instruction + rest;
+}
+
+RenderedRecord render_record(const InstructionRecord& r, const tok::Tokenizer& tok, std::optional<uint32_t> bos,
+                             uint32_t eos) {
+  const std::string prompt = alpaca_prompt(r.instruction, r.input);
+  RenderedRecord out;
+  if (bos) out.ids.push_back(*bos);
+  const std::vector<uint32_t> p = tok.encode(prompt);
+  out.prompt_len = (int64_t)out.ids.size() + (int64_t)p.size();
+  const std::vector<uint32_t> all = tok.encode(prompt + r.output);
+  out.ids.insert(out.ids.end(), all.begin(), all.end());
+  out.ids.push_back(eos);
+  return out;
+}
+
+LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok::Tokenizer& tok,
+                        const InstructionOptions& o, const std::string& file, int64_t* truncated) {
+  if (!o.eos)
+    throw InputError(o.specials_where.empty() ? file : o.specials_where,
+                     "no EOS token: instruction data appends EOS after each response (expected eos_token_id "
+                     "in the model's config.json)");
+  if (o.T < 1) throw InputError(file, "model.context must be at least 1 for instruction rows");
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto last = t0;
+  const int64_t T = o.T, n = (int64_t)records.size();
+  LmRows rows;
+  rows.T = T;
+  rows.rows = n;
+  rows.tokens.assign((size_t)(n * T), (int32_t)*o.eos);
+  rows.targets.assign((size_t)(n * T), -1);
+  *truncated = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const InstructionRecord& r = records[(size_t)i];
+    RenderedRecord rr = render_record(r, tok, o.bos, *o.eos);
+    const std::string w = file + ": " + r.at;
+    for (size_t k = 0; k < rr.ids.size(); ++k)
+      if (o.vocab > 0 && rr.ids[k] >= (uint64_t)o.vocab)
+        throw InputError(w, "token id " + std::to_string(rr.ids[k]) + " (token " + std::to_string(k) +
+                                ") is not below the model's vocab_size " + std::to_string(o.vocab));
+    if ((int64_t)rr.ids.size() > T + 1) {
+      rr.ids.resize((size_t)(T + 1));
+      ++*truncated;
+    }
+    const int64_t L = (int64_t)rr.ids.size();
+    if (rr.prompt_len >= L)
+      throw InputError(w + ": output", "no response token left: the prompt is " + std::to_string(rr.prompt_len) +
+                                           " tokens and a row holds model.context + 1 = " + std::to_string(T + 1) +
+                                           " (raise model.context, or shorten or remove the record)");
+    int32_t* tk = rows.tokens.data() + i * T;
+    int32_t* tg = rows.targets.data() + i * T;
+    for (int64_t t = 0; t < std::min(L, T); ++t) tk[t] = (int32_t)rr.ids[(size_t)t];
+    for (int64_t t = std::max<int64_t>(rr.prompt_len - 1, 0); t + 1 < L; ++t) tg[t] = (int32_t)rr.ids[(size_t)(t + 1)];
+    if (o.progress && clock::now() - last >= std::chrono::seconds(2)) {
+      last = clock::now();
+      char b[160];
+      std::snprintf(b, sizeof b, "instructions: %lld of %lld records tokenized (%.0f s)", (long long)(i + 1),
+                    (long long)n, std::chrono::duration<double>(last - t0).count());
+      o.progress(b);
+    }
+  }
+  return rows;
+}
+
+LmRowSplit load_instruction_split(const std::string& path, const std::string& where, const std::string& eval_path,
+                                  const std::string& eval_where, const tok::Tokenizer& tok,
+                                  const InstructionOptions& o) {
+  const std::string w = where + ": " + path;
+  std::vector<InstructionRecord> train = read_instruction_records(path, where), eval;
+  std::string eval_file, eval_how;
+  if (!eval_path.empty()) {
+    eval = read_instruction_records(eval_path, eval_where);
+    eval_file = eval_where + ": " + eval_path;
+    eval_how = "from " + eval_path;
+  } else {
+    if (train.size() < 10)
+      throw InputError(w, std::to_string(train.size()) +
+                              " records: every 10th record is held out for evaluation, so at least 10 are needed "
+                              "(or give data.eval_path)");
+    std::vector<InstructionRecord> kept;
+    for (size_t i = 0; i < train.size(); ++i) (i % 10 == 9 ? eval : kept).push_back(std::move(train[i]));
+    train = std::move(kept);
+    eval_file = w;
+    eval_how = "held out (every 10th) from " + path;
+  }
+  LmRowSplit s;
+  int64_t cut_train = 0, cut_eval = 0;
+  s.train = instruction_rows(train, tok, o, w, &cut_train);
+  s.eval = instruction_rows(eval, tok, o, eval_file, &cut_eval);
+  auto describe = [&](const LmRows& r, int64_t cut, const std::string& from) {
+    return std::to_string(r.rows) + " Alpaca records " + from + " (T " + std::to_string(o.T) + ", " +
+           std::to_string(cut) + " truncated to T + 1 tokens)";
+  };
+  s.train.description = describe(s.train, cut_train, "from " + path);  // "562 Alpaca records from F (T 256, ...)"
+  s.eval.description = describe(s.eval, cut_eval, eval_how);
+  return s;
+}
+
+}  // namespace zf

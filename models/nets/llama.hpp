@@ -1,0 +1,97 @@
+// Hugging Face's LlamaForCausalLM and Qwen2ForCausalLM (modeling_llama.py, modeling_qwen2.py) as a
+// training workload, from a model directory's config.json and weights (docs/llama.md, "The
+// workload"). Per block, with r the residual stream (B*T, C):
+//   x = rmsnorm(r); q, k, v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv); rope(q), rope(k) in place;
+//   r1 = r + gqa_attention(q, k, v) Wo^T (+bo); h = rmsnorm(r1);
+//   r2 = r1 + swiglu(h Wgate^T, h Wup^T) Wdown^T
+// then the final rmsnorm and the head: lm_head.weight, or embed_tokens (tie_word_embeddings). The
+// token embedding has no positions. Parameters carry Hugging Face's names (hf::expected_tensors)
+// and logical (out, in) weights; the block linears are stored (in, out) under weights_in_out.
+// The loss is the mean cross-entropy per target token (targets -1 of fixed rows carry none). The
+// naive reference is tests/reference/llama_ref.hpp (the whole model: tests/models/llama_model_ref.hpp).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codelets/codelets.hpp"
+#include "models/hf/config.hpp"
+#include "models/hf/load.hpp"
+#include "models/hf/hf_model.hpp"
+#include "models/data/lm_rows.hpp"
+#include "models/data/tokens.hpp"
+#include "models/workload.hpp"
+
+namespace zf {
+
+struct LlamaOptions {
+  std::string dir;  // the model directory: weights from it, or initialised when it has none
+  int context = 128;  // T, at most config.json's max_position_embeddings (checked by the caller)
+  uint64_t init_seed = 1;  // Hugging Face's init of a directory without weights (hf::init_tensor)
+  int batch_size = 16;
+  int eval_batch_size = 16;
+  int64_t eval_limit = 0;  // evaluation windows / rows: the first eval_limit (0: all)
+  // The blocks' linears (q, k, v, o, gate, up, down) stored (in, out) (Param::in_out): a ZenFlow
+  // column contiguous. embed_tokens and lm_head keep (V, C): the embedding reads rows.
+  bool weights_in_out = false;
+};
+
+class LlamaLanguageModel : public Workload, public HfModel {
+ public:
+  // Token windows (data.dataset "tokens"): unit u is the tokens [uT, uT + T] of the training file.
+  LlamaLanguageModel(const hf::Config& c, const LlamaOptions& o, TokenSplit data, StepStatus* status);
+  // Fixed rows (instruction data): unit u is row u; targets -1 carry no loss.
+  LlamaLanguageModel(const hf::Config& c, const LlamaOptions& o, LmRowSplit data, StepStatus* status);
+  ~LlamaLanguageModel() override;
+  std::string describe() const override;
+  std::vector<Param*> params() override;
+  int64_t epoch_size() const override;
+  int batch_size() const override { return opt_.batch_size; }
+  void submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices, const Tensor& stats) override;
+  EvalResult evaluate(Runtime& rt) override;
+  // ZeRO stage 3: {embed_tokens}, each block's, {norm, lm_head}; none with a tied head (the
+  // embedding is used by the first group and the last).
+  std::vector<std::vector<Param*>> layer_groups() override;
+
+  const hf::Config& hf_config() const override { return cfg_; }
+  const hf::LoadResult& hf_loaded() const override { return loaded_; }
+  std::vector<float> hf_tensor(const hf::TensorSpec& t) override;
+  Param* param(const std::string& name);  // null when the model has none of that name
+
+  struct Layer;  // one block's parameters
+  struct Acts;   // activations and gradient buffers of one batch size
+
+ private:
+  void init();  // parameters created and loaded (or initialised), rotary table built
+  void load();
+  Acts& acts_for(int B);
+  void block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in);
+  void block_backward(const SubmitOptions& o, Acts& a, int l, const Tensor& in);
+  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook);
+  void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook);
+  // Loads the units (windows or rows) into a's slot buffers; returns the targets >= 0 they hold.
+  int64_t load_batch(const SubmitOptions& o, Acts& a, int slot, const std::vector<int64_t>& units, bool eval);
+  void run_batch(const SubmitOptions& o, int slot, const std::vector<int64_t>& units, const Tensor& stats,
+                 bool eval);
+  std::vector<int64_t> eval_units() const;
+
+  hf::Config cfg_;
+  LlamaOptions opt_;
+  TokenSplit tokens_;
+  LmRowSplit rows_;
+  bool row_data_ = false;
+  TextSource train_src_{}, val_src_{};
+  RowTable train_rows_{}, eval_rows_{};
+  StepStatus* status_;
+  hf::LoadResult loaded_;
+  std::vector<Param> params_;  // expected_tensors' order; never reallocated (pointers are kept)
+  std::vector<Layer> layers_;
+  Param* embed_ = nullptr;
+  Param* norm_ = nullptr;
+  Param* head_ = nullptr;  // lm_head, or embed_ when tied
+  Tensor rope_;            // (2, T, hs/2)
+  std::vector<std::unique_ptr<Acts>> acts_;
+  int64_t submitted_ = 0;
+};
+
+}  // namespace zf

@@ -1,0 +1,44 @@
+// The Llama workload's inner structures (models/nets/llama.hpp), shared by models/nets/llama.cpp (the
+// step graph) and models/nets/llama_lm.cpp (data and steps): one block's parameters, one batch
+// size's activations and gradient buffers.
+#pragma once
+#include <vector>
+
+#include "models/nets/llama.hpp"
+
+namespace zf {
+
+struct LlamaLanguageModel::Layer {
+  Param *in_norm = nullptr, *q = nullptr, *qb = nullptr, *k = nullptr, *kb = nullptr, *v = nullptr, *vb = nullptr;
+  Param *o = nullptr, *ob = nullptr, *post_norm = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr;
+  std::vector<Param*> all() const {
+    std::vector<Param*> a;
+    for (Param* p : {in_norm, q, qb, k, kb, v, vb, o, ob, post_norm, gate, up, down})
+      if (p) a.push_back(p);
+    return a;
+  }
+};
+
+struct LlamaLanguageModel::Acts {
+  int B;
+  Tensor tokens[2], targets[2];  // (B, T), (B*T) int32, double-buffered by step slot
+  Tensor x0;                     // (N, C) the embedding's output, N = B*T
+  struct L {
+    Tensor xn1, rstd1;     // (N, C), (N) input_layernorm
+    Tensor q, k, v;        // (N, H*hs), (N, Hkv*hs), (N, Hkv*hs), q and k rotated in place
+    Tensor atty, att;      // (N, H*hs), (B, H, T, T)
+    Tensor res1;           // (N, C) residual after attention
+    Tensor xn2, rstd2;     // (N, C), (N) post_attention_layernorm
+    Tensor gate, up, h;    // (N, F) each: h = silu(gate) * up
+    Tensor res2;           // (N, C) residual after the MLP
+  };
+  std::vector<L> layers;
+  Tensor xf, rstdf;                 // (N, C), (N) the final norm
+  Tensor logits, probs, dlogits;    // (N, V)
+  Tensor head_dw;                   // (V, C) tied head: its weight gradient, added to the embedding's
+  Tensor dres_a, dres_b, dxn, dxn_b, dxf;  // (N, C)
+  Tensor datty, dq, dk, dv;                // (N, H*hs), (N, H*hs), (N, Hkv*hs), (N, Hkv*hs)
+  Tensor dh, dgate, dup;                   // (N, F)
+};
+
+}  // namespace zf

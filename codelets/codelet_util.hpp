@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "codelets/codelets.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/simulation.hpp"
@@ -47,6 +48,11 @@ inline std::string shape_str(const Tensor& t) {
   std::string s = t.name() + "(";
   for (size_t i = 0; i < t.shape().size(); ++i) s += (i ? "," : "") + std::to_string(t.shape()[i]);
   return s + ")";
+}
+// A slice must lie inside its tensor and hold elements.
+inline void check_slice(const SubmitOptions& opt, const Tensor& t, Slice s) {
+  expect(s.offset + s.n <= t.numel() && s.n > 0, opt,
+         "slice [" + std::to_string(s.offset) + ", +" + std::to_string(s.n) + ") outside " + shape_str(t));
 }
 
 }  // namespace zf

@@ -29,9 +29,8 @@ void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Te
 // the two copies (dy and x name what they were made from, for the shape checks); the same bits as
 // the three calls above. Only where matmul_keeps_bf16_operands(opt, rows of x): Runtime::matmul_bf16
 // (the CPU device, native bf16), at least kernels::cpu::kMatmulBf16Rows rows, and not turned off
-// by set_matmul_keep_bf16_operands(false) (the tests compare both paths).
+// by Runtime::set_matmul_keep_bf16_operands(false) (RunOptions; the tests compare both paths).
 bool matmul_keeps_bf16_operands(const SubmitOptions& opt, int64_t rows);
-void set_matmul_keep_bf16_operands(bool on);
 void insert_matmul_fwd_kept(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,
                             const Tensor& xh, bool in_out = false);
 void insert_matmul_bwd_data_kept(const SubmitOptions& opt, const Tensor& dy, const Tensor& w, const Tensor& dx,
@@ -86,13 +85,6 @@ inline Slice whole(const Tensor& t) { return {0, t.numel()}; }
 void insert_adam_step(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,
                       const Tensor& param, Slice ps, const Tensor& grad, Slice gs, const Tensor& m,
                       const Tensor& v);
-// Fused (kernels::cpu::adam_step_accumulate): acc[as] += grad[gs]; AdamW on param[ps] with
-// acc[as] * grad_scale and moments m, v (whole tensors of ps.n elements); acc[as] = 0. Equal bitwise
-// to insert_accumulate(scale 1) + insert_adam_step(acc) + zeroing that slice, in one pass (36 bytes
-// per parameter instead of 44).
-void insert_adam_step_accumulate(const SubmitOptions& opt, const AdamParams& hp, int64_t step,
-                                 float grad_scale, const Tensor& param, Slice ps, const Tensor& acc,
-                                 Slice as, const Tensor& grad, Slice gs, const Tensor& m, const Tensor& v);
 // AdamW on param[ps] with grad[gs] (* grad_scale), moments m, v; then grad[gs] = param[ps], the
 // updated weights (kernels::cpu::adam_step_result): bitwise insert_adam_step + insert_copy(param ->
 // grad) in one pass and one task. Host side only: ZenFlow's host update whose result goes into

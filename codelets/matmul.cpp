@@ -7,7 +7,6 @@
 // forward keeps x's bf16 copy and the data gradient dy's, which the weight gradient multiplies.
 #include <starpu.h>
 
-#include <atomic>
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
@@ -137,14 +136,13 @@ MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, cons
 bool cpu_native_bf16() { return kernels::cpu::native_bf16(); }
 
 namespace {
-std::atomic<bool> keep_bf16_operands{true};
 void expect_bf16_copy(const SubmitOptions& opt, const Tensor& copy, const Tensor& of) {
   expect(copy.bytes() == of.numel() * 2, opt, "bf16 copy " + shape_str(copy) + " must hold " + shape_str(of));
 }
 }  // namespace
-void set_matmul_keep_bf16_operands(bool on) { keep_bf16_operands = on; }
 bool matmul_keeps_bf16_operands(const SubmitOptions& opt, int64_t rows) {
-  return keep_bf16_operands && opt.rt && opt.rt->matmul_bf16() && rows >= kernels::cpu::kMatmulBf16Rows;
+  return opt.rt && opt.rt->matmul_bf16() && opt.rt->matmul_keep_bf16_operands() &&
+         rows >= kernels::cpu::kMatmulBf16Rows;
 }
 
 void insert_matmul_fwd_kept(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,

@@ -162,13 +162,6 @@ int Comm::allreduce_or(uint32_t* x, size_t n) const {
   return 0;
 }
 
-void Comm::barrier() const {
-  if (simulated_) return;
-#ifdef ZF_USE_MPI
-  if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);
-#endif
-}
-
 std::vector<uint64_t> Comm::gather(uint64_t v) const {
   if (size_ == 1) return {v};
   if (simulated_) return std::vector<uint64_t>((size_t)size_, v);

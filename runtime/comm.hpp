@@ -55,7 +55,6 @@ class Comm {
   int reduce_scatter_sum(float* x, const std::vector<size_t>& bounds) const;
   int allgather(float* x, const std::vector<size_t>& bounds) const;
   int gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const;
-  void barrier() const;
   // Rank 0 receives every rank's value (index = rank); the others get an empty vector.
   std::vector<uint64_t> gather(uint64_t v) const;
   // Ends the whole job with `code` (after an error on one rank: MPI_Finalize would wait for the

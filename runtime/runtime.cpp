@@ -50,12 +50,11 @@ static size_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
+Tensor::Tensor(std::vector<int64_t> shape, const std::string& name, size_t elem_size)
+    : shape_(std::move(shape)), numel_(numel_of(shape_)), elem_size_(elem_size), name_(name) {}
+
 Tensor Tensor::home(std::vector<int64_t> shape, const std::string& name, size_t elem_size) {
-  Tensor t;
-  t.shape_ = std::move(shape);
-  t.numel_ = numel_of(t.shape_);
-  t.elem_size_ = elem_size;
-  t.name_ = name;
+  Tensor t(std::move(shape), name, elem_size);
   t.ptr_ = alloc_home(t.numel_ * elem_size);
   // Page-locked when CUDA workers run: transfers to and from the GPU are then asynchronous DMA
   // that overlaps compute (pageable memory is staged). Pinning is a hint: a failure is ignored.
@@ -68,11 +67,7 @@ Tensor Tensor::home(std::vector<int64_t> shape, const std::string& name, size_t 
 }
 
 Tensor Tensor::lazy(std::vector<int64_t> shape, const std::string& name, size_t elem_size) {
-  Tensor t;
-  t.shape_ = std::move(shape);
-  t.numel_ = numel_of(t.shape_);
-  t.elem_size_ = elem_size;
-  t.name_ = name;
+  Tensor t(std::move(shape), name, elem_size);
   starpu_vector_data_register(&t.handle_, -1, 0, t.numel_, elem_size);
   starpu_data_set_name(t.handle_, intern(name));
   return t;

@@ -134,6 +134,8 @@ class Tensor {
   void discard() const;
 
  private:
+  // shape, element count, element size and name; no data yet (home and lazy register it)
+  Tensor(std::vector<int64_t> shape, const std::string& name, size_t elem_size);
   starpu_data_handle_t handle_ = nullptr;
   void* ptr_ = nullptr;
   std::vector<int64_t> shape_;
@@ -188,6 +190,10 @@ class Runtime {
   // operands where the CPU has native bf16 (codelets/matmul.cpp); false: fp32.
   void set_matmul_bf16(bool on) { matmul_bf16_ = on; }
   bool matmul_bf16() const { return matmul_bf16_; }
+  // Whether the bf16 matmuls may keep their operands' bf16 copies a step (codelets/matmul.cpp,
+  // matmul_keeps_bf16_operands); false: each call converts them (RunOptions, for the tests' A/B).
+  void set_matmul_keep_bf16_operands(bool on) { matmul_keep_bf16_ = on; }
+  bool matmul_keep_bf16_operands() const { return matmul_keep_bf16_; }
   const std::vector<int>& device_workers() const { return device_workers_; }
   const std::vector<int>& host_workers() const { return host_workers_; }
   std::string worker_name(int id) const;
@@ -222,6 +228,7 @@ class Runtime {
 
  private:
   bool matmul_bf16_ = false;
+  bool matmul_keep_bf16_ = true;
   // The constructor's phases, in order: the configuration checked (returns the CUDA workers to
   // start), StarPU started, its workers split between the contexts, the contexts created.
   int check_config() const;

@@ -140,7 +140,6 @@ void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective colle
 }
 
 void sim_set_ranks(int r) { ranks = r < 1 ? 1 : r; }
-int sim_ranks() { return ranks; }
 
 double sim_collective_us(Collective k, double bytes, bool cuda) {
   const Link& l = cuda ? gpu_link : host_link;

@@ -64,7 +64,6 @@ void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective colle
 // The simulated data-parallel world: this process is one rank of `ranks` (ZF_SIM_RANKS, set by
 // tools/zf simulate --ranks); its collectives take the ring formula's time over the machine's links.
 void sim_set_ranks(int ranks);
-int sim_ranks();
 // Microseconds of a collective of `bytes` on a worker of the given kind (CUDA: the GPU-GPU link,
 // else the host's), the ring formula (plus the launch overhead on a CUDA worker).
 double sim_collective_us(Collective k, double bytes, bool cuda);

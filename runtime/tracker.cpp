@@ -78,12 +78,6 @@ std::vector<TaskRecord> Tracker::records() const {
   return records_;
 }
 
-void Tracker::clear_records() {
-  std::lock_guard<std::mutex> lk(mu_);
-  records_.clear();
-  agg_.clear();
-}
-
 Tracker::StepAgg Tracker::step_agg(int64_t step) const {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = agg_.find(step);

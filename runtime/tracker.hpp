@@ -55,7 +55,6 @@ class Tracker {
     int64_t tasks = 0;
   };
   StepAgg step_agg(int64_t step) const;
-  void clear_records();
   StepStatus& status() { return status_; }
 
  private:

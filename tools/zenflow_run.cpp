@@ -13,6 +13,7 @@
 
 #include "graphs/schema/machine_check.hpp"
 #include "graphs/schema/spec.hpp"
+#include "graphs/strategies/registry.hpp"
 #include "graphs/train/trainer.hpp"
 #include "models/hf/save.hpp"
 #include "runtime/comm.hpp"
@@ -114,7 +115,7 @@ void add_options(CLI::App& app, CliArgs& a) {
                                 "the value is JSON, or a string)");
   app.add_option("--steps", a.steps, "number of training steps (overrides train.steps/epochs)")
       ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));  // as train.steps; negative is an error
-  app.add_option("--strategy", a.strategy, "device-adam | zero-offload | zero-offload-dpu | zenflow (overrides the spec)");
+  app.add_option("--strategy", a.strategy, zf::strategy_names() + " (overrides the spec)");
   app.add_option("--sched", a.sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "
                                    "prio, dmda, dmdas, or ours: zf-deadline (see --list-policies)");
   app.add_option("--deepspeed", a.deepspeed, "read a DeepSpeed config (train_batch_size, optimizer, "
@@ -199,11 +200,11 @@ int train(const CliArgs& a, zf::Comm& comm) {
 }  // namespace
 
 static int run(int argc, char** argv, zf::Comm& comm) {
+  std::string strategies = "Strategies (--strategy):\n";
+  for (const zf::StrategyDef& d : zf::strategy_defs())
+    strategies += "  " + std::string(d.name) + std::string(18 - std::string(d.name).size(), ' ') + d.summary + "\n";
   CLI::App app{
-      "zenflow-run: train a model with a StarPU task graph per step.\n"
-      "Strategies: device-adam (AdamW on the device), zero-offload (host AdamW, the device waits),\n"
-      "zero-offload-dpu (one-step delayed host update), zenflow (top-k columns on the device, the rest\n"
-      "accumulated and applied by an asynchronous host AdamW with bounded staleness).\n"
+      "zenflow-run: train a model with a StarPU task graph per step.\n" + strategies +
       "The spec format is documented in docs/spec.md; metrics in docs/metrics.md.\n"
       "Data parallel: mpirun -np R zenflow-run SPEC ... runs R replicas (one process per rank, on GPU\n"
       "r % count in a CUDA build); train.batch_size is the global batch (divisible by R); gradients\n"

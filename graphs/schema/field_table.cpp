@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "graphs/schema/fields.hpp"
+#include "graphs/strategies/registry.hpp"
 
 namespace zf {
 namespace {
@@ -49,7 +50,12 @@ FieldDef custom(std::string name, Get get, Read read) {
   return entry(std::move(name), std::move(read), [=](const Spec& s) { return json(get(s)); });
 }
 
-bool uses_zenflow(const Spec& s) { return s.strategy == "zenflow"; }
+bool uses_zenflow(const Spec& s) { return strategy_def(s.strategy).zenflow; }
+std::vector<std::string> strategy_name_list() {
+  std::vector<std::string> names;
+  for (const StrategyDef& d : strategy_defs()) names.push_back(d.name);
+  return names;
+}
 bool uses_fp16(const Spec& s) { return s.precision == "fp16"; }
 bool twin_flow(const Spec& s) { return s.offload_ratio != 1.0; }
 
@@ -113,7 +119,7 @@ std::vector<FieldDef> top_and_model_fields() {
   return {
       text("name", [](auto& s) -> auto& { return s.name; }),
       text("strategy", [](auto& s) -> auto& { return s.strategy; },
-           {"device-adam", "zero-offload", "zero-offload-dpu", "zenflow"}).must_match(Match::field, 1),
+           strategy_name_list()).must_match(Match::field, 1),
       text("precision", [](auto& s) -> auto& { return s.precision; }, {"fp32", "bf16", "fp16"})
           .must_match(Match::field, 2),
       number("gradient_clipping", [](auto& s) -> auto& { return s.gradient_clipping; }, 0.0, 1e9)

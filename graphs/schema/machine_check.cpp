@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "graphs/strategies/registry.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 
@@ -52,9 +53,9 @@ std::pair<int, int> worker_split(const Spec& s) {
   if (s.runtime.device_workers > 0) return {s.runtime.device_workers, s.runtime.host_workers};
   int n = std::min(Runtime::hwloc_cores(), Runtime::max_cpu_workers());
   if (n < 2) n = 2;  // one core: both contexts share it (oversubscribed)
-  // device-adam has no host work: one host worker (the runtime needs one), which has nothing to
+  // a strategy without host work (device-adam): one host worker (the runtime needs one), which has nothing to
   // do but help the device kernels (docs/architecture.md, "Device cores"), the rest device
-  if (s.strategy == "device-adam") return {n - 1, 1};
+  if (!strategy_def(s.strategy).host_optimizer) return {n - 1, 1};
   int dev = (int)std::floor(s.zenflow.pt_reserved_cores_perc * n);
   dev = std::clamp(dev, 1, n - 1);
   return {dev, n - dev};

@@ -7,8 +7,10 @@
 #include "graphs/schema/deepspeed.hpp"
 #include "graphs/schema/field_table.hpp"
 #include "graphs/schema/fields.hpp"
+#include "graphs/strategies/registry.hpp"
 #include "runtime/error.hpp"
 #include "runtime/json_input.hpp"
+#include "runtime/simulation.hpp"
 
 namespace zf {
 
@@ -111,27 +113,9 @@ void parse_block(Fields& top, const std::string& block, Spec& s) {
   if (block == "data") check_model_data(top, s);
 }
 
-// Checks across blocks, once all are read.
-void check_spec(const Fields& top, const Spec& s) {
-  if (s.offload_ratio < 1.0 && s.strategy != "zero-offload")
-    top.fail("zero_optimization.offload_optimizer.ratio",
-             json(s.offload_ratio).dump() + " (DeepSpeed's Twin-Flow) splits zero-offload's optimizer state; strategy is \"" +
-                 s.strategy + "\": use zero-offload, or ratio 1");
-  if (s.strategy == "zenflow" && s.zenflow.deepspeed_rules() && s.precision == "fp16")
-    top.fail("zenflow.semantics", "\"deepspeed\" is not implemented with precision fp16 (DeepSpeed checks the overflow "
-                                  "only at update boundaries and drops the whole window there, while its selective "
-                                  "steps take every step's loss-scaled gradient unchecked; docs/zenflow.md): use "
-                                  "semantics \"zenflow\"");
-  if (s.strategy == "zenflow" && s.train.gradient_accumulation_steps > 1)
-    top.fail("train.gradient_accumulation_steps", "must be 1 with strategy zenflow: DeepSpeed's ZenFlow engine replaces the "
-                                                  "accumulation steps by zenflow.update_interval (the host accumulates "
-                                                  "update_interval steps; docs/zenflow.md)");
-}
-
-}  // namespace
-
-// The table in order: its top-level keys from the top object, its blocks each from its object.
-Spec parse_spec(const json& j, const std::string& source) {
+// The table in order: its top-level keys from the top object, its blocks each from its object;
+// the strategy's rules are checked by the caller (they name a --deepspeed file's fields).
+Spec read_spec(const json& j, const std::string& source) {
   Spec s;
   s.source = source;
   Fields top(j, "", source);
@@ -148,7 +132,20 @@ Spec parse_spec(const json& j, const std::string& source) {
     i = end;
   }
   top.finish();
-  check_spec(top, s);
+  if (kSimulated && s.precision == "fp16")
+    top.fail("precision", "\"fp16\" reads each step's overflow flag; use \"bf16\" or \"fp32\" in simulation (a "
+                          "simulated run computes no values, docs/simulation.md)");
+  return s;
+}
+
+// The rules across blocks that depend on the strategy: its entry in graphs/strategies/registry.hpp.
+void check_strategy(const Spec& s, int ranks) { strategy_def(s.strategy).check(s, ranks); }
+
+}  // namespace
+
+Spec parse_spec(const json& j, const std::string& source, int ranks) {
+  Spec s = read_spec(j, source);
+  check_strategy(s, ranks);
   return s;
 }
 
@@ -208,9 +205,10 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
   json j = read_json_file(path);
   if (!deepspeed_config.empty()) apply_deepspeed(j, deepspeed_config, ranks);
   for (auto& o : overrides) apply_override(j, o, path);
-  Spec s = parse_spec(j, path);
-  // later messages about these fields name the DeepSpeed file
+  Spec s = read_spec(j, path);
+  // messages about these fields, from here on, name the DeepSpeed file
   if (!deepspeed_config.empty()) record_deepspeed_origins(s, deepspeed_config, overrides);
+  check_strategy(s, ranks);
   return s;
 }
 

@@ -201,11 +201,13 @@ struct Spec {
 // Where `bash tools/zf setup` writes bible(1)'s output (data.dataset "kjv" without data.path).
 inline constexpr const char* kKjvDefaultPath = "/var/tmp/zenflow/kjv.txt";
 
-// Parses and validates; `source` names the file in errors.
-Spec parse_spec(const nlohmann::json& j, const std::string& source);
+// Parses and validates, the strategy's rules for `ranks` data-parallel ranks included
+// (graphs/strategies/registry.hpp); `source` names the file in errors.
+Spec parse_spec(const nlohmann::json& j, const std::string& source, int ranks = 1);
 // Reads a JSON file, applies "a.b=value" overrides (value parsed as JSON, else taken as a
-// string), then parses. Throws InputError.
-// ranks: the data-parallel world size (docs/data-parallel.md), for DeepSpeed's batch arithmetic.
+// string), then parses and validates. Throws InputError.
+// ranks: the data-parallel world size (docs/data-parallel.md), for DeepSpeed's batch arithmetic
+// and the strategy's rules.
 Spec load_spec(const std::string& path, const std::vector<std::string>& overrides,
                const std::string& deepspeed_config = "", int ranks = 1);
 

@@ -3,7 +3,7 @@
 #include <string_view>
 
 #include "graphs/strategies/partition.hpp"
-#include "graphs/strategies/zenflow/calendar.hpp"
+#include "graphs/strategies/registry.hpp"
 #include "runtime/comm.hpp"
 
 namespace zf {
@@ -133,40 +133,9 @@ bool Strategy::host_adam_task(const TaskRecord& r) {
   return std::string_view(r.name).rfind(kHostAdamTask, 0) == 0;
 }
 
-namespace {
-// What stage 3 does not cover (docs/data-parallel.md, "ZeRO stage 3"), refused before anything runs.
-void check_stage3(const Spec& spec) {
-  const std::string where = spec.where("zero_optimization.stage");
-  if (spec.strategy != "zenflow") return;
-  if (spec.zenflow.local_sum())
-    throw InputError(where, "3 with zenflow.dp_selection \"local-sum\" is not implemented (the proxy reads each "
-                            "rank's whole local gradient, which stage 3 reduce-scatters inside the backward); use "
-                            "dp_selection \"exact\" (the default) or stage 2");
-  if (spec.zenflow.deepspeed_rules())
-    throw InputError(where, "3 with zenflow.semantics \"deepspeed\" is not implemented (its 1-D warm-up and window "
-                            "sums read whole parameters); use semantics \"zenflow\" or stage 2");
-}
-}  // namespace
-
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                         int64_t steps_per_epoch, const Comm* comm) {
-  if (spec.zero_stage >= 1) {  // docs/data-parallel.md, "ZeRO stages"
-    const std::string where = spec.where("zero_optimization.stage");
-    const std::string st = std::to_string(spec.zero_stage);
-    if (spec.strategy == "device-adam")
-      throw InputError(where, st + " partitions the host optimizer state of the offloading strategies (zero-offload, "
-                              "zero-offload-dpu, zenflow); device-adam has none: use stage 0");
-    const bool ranks = comm && comm->size() > 1;  // one process: every stage is stage 0
-    if (ranks && spec.zero_stage == 3) check_stage3(spec);
-    if (ranks && spec.zero_stage >= 2 && spec.strategy == "zenflow" && auto_update_interval(spec.zenflow))
-      throw InputError(where, st + " with zenflow.update_interval \"auto\": the auto rule reads whole gradients, "
-                              "which stage " + st + " reduce-scatters; use stage 1 or a fixed update_interval");
-  }
-  if (spec.strategy == "zenflow") return make_zenflow(spec, rt, params, steps_per_epoch, comm);
-  if (spec.strategy == "zero-offload-dpu") return make_zero_offload(spec, rt, params, comm, true);
-  if (spec.strategy == "device-adam") return make_device_adam(spec, rt, params);
-  if (spec.strategy == "zero-offload") return make_zero_offload(spec, rt, params, comm, false);
-  throw InputError(spec.source + ": strategy", "unknown strategy '" + spec.strategy + "'");
+  return strategy_def(spec.strategy).make(spec, rt, std::move(params), steps_per_epoch, comm);
 }
 
 }  // namespace zf

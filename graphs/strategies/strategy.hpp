@@ -59,6 +59,8 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual const char* name() const = 0;
+  // The run header's words for it: the name, and what distinguishes its variants (zenflow: its semantics)
+  virtual std::string describe() const { return name(); }
   // Submits the update of step u.t (after the workload's backward of that step).
   virtual void submit_update(const UpdateStep& u) = 0;
   // Data-parallel runs (docs/data-parallel.md): called after the backward of step u.t, before the
@@ -201,11 +203,13 @@ class Strategy {
   }
 };
 
-// comm: the ranks of a data-parallel run (null or one rank: a single process); with
-// zero_optimization.stage >= 1 the strategy partitions its host state over them.
+// The strategy of spec.strategy, from the table of graphs/strategies/registry.hpp (the spec's
+// strategy rules were checked when it was read). comm: the ranks of a data-parallel run (null or
+// one rank: a single process); with zero_optimization.stage >= 1 the strategy partitions its host
+// state over them.
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                         int64_t steps_per_epoch, const Comm* comm = nullptr);
-// One per strategy (device_adam.cpp, zero_offload.cpp, zenflow/zenflow.cpp); make_strategy picks.
+// One per strategy (device_adam.cpp, zero_offload.cpp, zenflow/zenflow.cpp); the registry calls them.
 std::unique_ptr<Strategy> make_device_adam(const Spec& spec, Runtime& rt, std::vector<Param*> params);
 // delayed_update: zero-offload-dpu
 std::unique_ptr<Strategy> make_zero_offload(const Spec& spec, Runtime& rt, std::vector<Param*> params, const Comm* comm,

@@ -148,16 +148,7 @@ class ZeroOffload final : public Strategy {
     for (const Param* p : params_) numels.push_back(p->value.numel());
     split_ = twin_flow_split(numels, spec_.offload_ratio, spec_.sub_group_size);
     if (!split_.device_elems) return;
-    const std::string field = spec_.where("zero_optimization.offload_optimizer.ratio");
-    const std::string r = nlohmann::json(spec_.offload_ratio).dump();
-    if (delayed_)
-      throw InputError(field, r + " (Twin-Flow) with zero-offload-dpu: the device part would not be delayed; use "
-                              "strategy zero-offload");
-    if (comm_)
-      throw InputError(field, r + " (Twin-Flow) with zero_optimization.stage " + std::to_string(spec_.zero_stage) +
-                                  " on several ranks: a split of partitioned state is not implemented (Twin-Flow runs in one "
-                                  "process, where every stage is stage 0); use one process or ratio 1 (docs/spec.md, "
-                                  "\"Twin-Flow\")");
+    // zero-offload-dpu and several partitioned ranks were refused when the spec was read (registry.cpp)
     if (clipping() && split_.host_elems && rt_.device_is_cuda())
       throw InputError(spec_.where("gradient_clipping"),
                        "with a Twin-Flow split on CUDA workers is not implemented (the host-side clip would read "

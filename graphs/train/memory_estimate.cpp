@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "graphs/schema/spec.hpp"
+#include "graphs/strategies/registry.hpp"
 #include "models/hf/config.hpp"
 #include "models/hf/tensors.hpp"
 #include "runtime/simulation.hpp"
@@ -103,50 +104,12 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   // values and gradients, fp32, and with gradient accumulation one more gradient-sized buffer
   // (grad_acc: the micro-batches' sum)
   e.params = (A > 1 ? 3 : 2) * 4 * P;
-  // optimizer state beyond the device's values and gradients, in floats per parameter, as the
-  // strategies allocate it (graphs/strategies/; docs/spec.md "Size"). Under precision bf16 or
-  // fp16 (`half`) values cross as 2-byte tiles (half a float each) and device-adam keeps fp32
-  // masters on the device:
-  // - device-adam: moments (2), bf16: + master (1);
-  // - zero-offload: host master, gradient, moments (4), bf16: + the bf16 gradient down and
-  //   parameter up (2 x 0.5);
-  // - zero-offload-dpu: host master and moments (3) and two slots of gradient down and result up
-  //   (4 x 1; bf16: 4 x 0.5 and the fp32 gradient, 1);
-  // - zenflow: host master and moments (3; with semantics deepspeed and overlap_step a second set
-  //   of moments, 2), the resync buffer (1; bf16 0.5), its D+1 fp32 accumulators (bf16: and D+1
-  //   2-byte results), and on the device the selected columns' moments (2 x topk_ratio, twice
-  //   with zenflow.offload: the host copy and the device's);
-  // - zero-offload with a Twin-Flow split (zero_optimization.offload_optimizer.ratio,
-  //   graphs/strategies/twin_flow.hpp): the first floor((1 - ratio) x N) of its N sub-groups keep
-  //   device-adam's state on the device, the rest zero-offload's on the host; the sub-groups taken
-  //   as equal in size (N: 1 when sub_group_size >= the parameters, the parameter tensors when it
-  //   is 0, else parameters / sub_group_size rounded up).
-  // The 1-D parameters' few extra buffers are not counted (they are a small share of any model
-  // large enough for this to matter).
-  const bool half = s.precision == "bf16" || s.precision == "fp16";
-  const double wire = half ? 0.5 : 1;
-  const int D = s.zenflow.staleness();
-  const double two_sets = s.zenflow.deepspeed_rules() && s.zenflow.overlap_step ? 2 : 0;
-  double host = 0, device = 0;
-  if (s.strategy == "device-adam") {
-    device = 2 + (half ? 1 : 0);
-  } else if (s.strategy == "zero-offload") {
-    const double groups = s.sub_group_size >= P  ? 1.0
-                          : s.sub_group_size <= 0 ? std::max(1.0, tensors)
-                                                  : std::ceil(P / (double)s.sub_group_size);
-    const double on_device = std::floor(std::max(0.0, 1.0 - s.offload_ratio) * groups) / groups;
-    host = (1 - on_device) * (4 + (half ? 2 * wire : 0));
-    device = on_device * (2 + (half ? 1 : 0));
-  } else if (s.strategy == "zero-offload-dpu") {
-    host = 3 + 4 * wire + (half ? 1 : 0);
-  } else {  // zenflow
-    host = 3 + two_sets + wire + (D + 1) * (1 + (half ? wire : 0));
-    device = 2 * s.zenflow.topk_ratio * (s.zenflow.offload ? 2 : 1);
-  }
-  // zero_optimization.stage >= 1 over several ranks: each rank holds 1/R of the host part
-  // (docs/data-parallel.md); the selected columns' moments stay whole
-  if (s.zero_stage >= 1 && ranks > 1) host /= ranks;
-  const double opt = host + device;
+  // optimizer state beyond the device's values and gradients, in floats per parameter and rank,
+  // as the strategy allocates it (its entry in graphs/strategies/registry.cpp; docs/spec.md
+  // "Size"). The 1-D parameters' few extra buffers are not counted (they are a small share of any
+  // model large enough for this to matter).
+  const OptimizerFootprint f = strategy_def(s.strategy).footprint(s, P, tensors, ranks);
+  const double opt = f.host + f.device;
   e.optimizer = 4 * opt * P;
   // the training and the evaluation batch sizes each have their buffers
   e.activations = 4 * act_per_row * (B + Be);

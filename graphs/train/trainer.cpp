@@ -47,7 +47,7 @@ RunOptions rank_options(const RunOptions& o) {
 // ---- simulation (ZF_SIMGRID, docs/simulation.md): no kernel runs and no value is real. What reads
 // values is refused (exit 2, naming the option) where the user asked for it, skipped otherwise
 // (evaluation, losses).
-RunOptions simulation_options(const Spec& spec, const RunOptions& o) {
+RunOptions simulation_options(const RunOptions& o) {
   if (!kSimulated) return o;
   const char* why = "a simulated run computes no values (docs/simulation.md)";
   for (auto [opt, set] : {std::pair{"--save", !o.save_path.empty()}, {"--init", !o.init_path.empty()},
@@ -56,13 +56,6 @@ RunOptions simulation_options(const Spec& spec, const RunOptions& o) {
   if (o.comm && o.comm->size() > 1 && !o.comm->simulated())
     throw InputError("mpirun", "one simulated process only: a simulated run is one rank of R, with R given by "
                                "tools/zf simulate --ranks R (docs/simulation.md)");
-  if (spec.strategy == "zenflow" && spec.zenflow.update_interval.is_auto)
-    throw InputError(spec.where("zenflow.update_interval"),
-                     "\"auto\" reads the gradient mass each step; give a number of steps in simulation (" +
-                         std::string(why) + ")");
-  if (spec.precision == "fp16")
-    throw InputError(spec.where("precision"), "\"fp16\" reads each step's overflow flag; use \"bf16\" or \"fp32\" "
-                                              "in simulation (" + std::string(why) + ")");
   RunOptions r = o;
   r.evaluate = false;
   return r;
@@ -124,6 +117,7 @@ std::unique_ptr<Runtime> start_runtime(const Run& r) {
   rc.crossings_on_host = spec.runtime.crossings == "host";
   rc.priorities = spec.runtime.priorities;
   auto rt = std::make_unique<Runtime>(rc);
+  rt->set_matmul_keep_bf16_operands(r.opt.matmul_keep_bf16_operands);
   if (rc.crossings_on_host && rt->device_is_cuda())
     throw InputError(spec.source + ": runtime.crossings",
                      "\"host\" emulates a copy engine for CPU device workers; with CUDA workers the crossings "
@@ -183,8 +177,8 @@ void plan(Run& r) {
     check_memory(spec, r.mem);
   }
   if (r.opt.quiet) return;
-  r.out << "zenflow-run: " << spec.name << " | " << r.wl->describe() << " | strategy " << r.strat->name()
-        << (spec.strategy == "zenflow" ? " (semantics " + spec.zenflow.semantics + ")" : "") << r.prec->describe()
+  r.out << "zenflow-run: " << spec.name << " | " << r.wl->describe() << " | strategy " << r.strat->describe()
+        << r.prec->describe()
         << " | sched " << r.rt->policy() << " | workers " << r.rt->device_worker_count() << " device + "
         << r.rt->host_worker_count() << " host | " << r.T << " steps of " << B
         << (r.A > 1 ? " (" + std::to_string(r.A) + " micro-batches of " + std::to_string(Bl * r.ranks) + ")" : "")
@@ -242,7 +236,7 @@ json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono:
 }  // namespace
 
 json run_training(const Spec& spec, const RunOptions& opt_in) {
-  const RunOptions opt = rank_options(simulation_options(spec, opt_in));
+  const RunOptions opt = rank_options(simulation_options(opt_in));
   Run r(spec, opt);
   const auto wall0 = std::chrono::steady_clock::now();
   setup(r);

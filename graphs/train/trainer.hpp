@@ -34,6 +34,9 @@ struct RunOptions {
   std::string trace_csv_path;  // --trace-csv: one line per task
   int64_t trace_from = -1;     // --trace-from N: only tasks of steps >= N (-1: everything)
   bool evaluate = true;
+  // false: precision bf16's matmuls convert their operands in every call instead of keeping a
+  // step's bf16 copies (the same bits; tests compare the two paths)
+  bool matmul_keep_bf16_operands = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
   // The ranks of a data-parallel run (zenflow-run under mpirun, docs/data-parallel.md); null or one
   // rank: a single process. Other ranks than 0 print nothing and write no file.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "graphs/strategies/registry.hpp"
 #include "models/nets/gpt.hpp"
 #include "models/hf/gpt2_hf.hpp"
 #include "models/nets/gpt_classifier.hpp"
@@ -40,6 +41,19 @@ std::unique_ptr<Workload> make_mlp(const Spec& spec, StepStatus* status) {
   return std::make_unique<MlpClassifier>(c, std::move(d.train), std::move(d.test), status);
 }
 
+// What the language models' options share: the init, the batches, the evaluation's size and the
+// weight layout: (in, out) where ZenFlow's selective step gains from it; the other strategies keep
+// the (out, in) layout, whose matmuls the device-adam step is tuned on (docs/zenflow.md).
+template <class Options>
+void lm_options(const Spec& spec, Options& o) {
+  o.init_seed = spec.model.init_seed;
+  o.batch_size = spec.train.batch_size;
+  o.eval_batch_size = spec.train.eval_batch_size;
+  o.eval_limit = spec.data.eval_limit;
+  o.weights_in_out = spec.model.weight_layout == "in_out" ||
+                     (spec.model.weight_layout == "auto" && strategy_def(spec.strategy).zenflow);
+}
+
 GptConfig gpt_config(const Spec& spec) {
   GptConfig c;
   c.n_layer = spec.model.n_layer;
@@ -47,14 +61,7 @@ GptConfig gpt_config(const Spec& spec) {
   c.n_embd = spec.model.n_embd;
   c.context = spec.model.context;
   c.vocab = spec.model.vocab;
-  c.init_seed = spec.model.init_seed;
-  c.batch_size = spec.train.batch_size;
-  c.eval_batch_size = spec.train.eval_batch_size;
-  c.eval_limit = spec.data.eval_limit;
-  // (in, out) where ZenFlow's selective step gains from it; the other strategies keep the (out,
-  // in) layout, whose matmuls the device-adam step is tuned on (docs/zenflow.md)
-  c.weights_in_out = spec.model.weight_layout == "in_out" ||
-                     (spec.model.weight_layout == "auto" && spec.strategy == "zenflow");
+  lm_options(spec, c);
   return c;
 }
 
@@ -101,12 +108,7 @@ LlamaOptions llama_options(const Spec& spec) {
   LlamaOptions o;
   o.dir = spec.model.path;
   o.context = spec.model.context;
-  o.init_seed = spec.model.init_seed;
-  o.batch_size = spec.train.batch_size;
-  o.eval_batch_size = spec.train.eval_batch_size;
-  o.eval_limit = spec.data.eval_limit;
-  o.weights_in_out = spec.model.weight_layout == "in_out" ||  // as the GPT's (gpt_config)
-                     (spec.model.weight_layout == "auto" && spec.strategy == "zenflow");
+  lm_options(spec, o);
   return o;
 }
 

@@ -124,10 +124,8 @@ class GptGenerativeClassifier : public Workload {
   const VerseTask& task() const { return task_; }
   const VerseChunks& train_chunks() const { return train_; }
   const VerseChunks& eval_chunks() const { return eval_; }
-  // The log-likelihoods of the last evaluate(): (classes, held-out verses evaluated), row-major,
-  // and those verses (indices into eval_chunks()'s verses).
+  // The log-likelihoods of the last evaluate(): (classes, held-out verses evaluated), row-major.
   const std::vector<double>& last_scores() const { return scores_; }
-  const std::vector<int32_t>& last_eval_verses() const { return scored_; }
 
  private:
   struct Head;

@@ -129,7 +129,6 @@ class Bias : public Cuda {};
 class Activations : public Cuda {};
 class SoftmaxXent : public Cuda {};
 class AdamStep : public Cuda {};
-class AdamStepAccumulate : public Cuda {};
 class AccumulateCopyZero : public Cuda {};
 class ColumnImportance : public Cuda {};
 class Topk : public Cuda {};

@@ -170,22 +170,6 @@ TEST_F(AdamStep, CudaBitwiseEqualsCpu) {
     }
 }
 
-TEST_F(AdamStepAccumulate, CudaBitwiseEqualsCpu) {
-  const AdamParams hp{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
-  for (size_t n : sizes()) {
-    SCOPED_TRACE(n);
-    auto p = randv(n, 15), acc = randv(n, 16), g = randv(n, 17), m = randv(n, 18, -0.1f, 0.1f),
-         v = randv(n, 19, 0.0f, 0.01f);
-    Dev<float> gp(p), gacc(acc), gg(g), gm(m), gv(v);
-    cpu::adam_step_accumulate(p.data(), acc.data(), g.data(), m.data(), v.data(), n, hp, 3, 0.25f);
-    ok(gpu::adam_step_accumulate(gp.p(), gacc.p(), gg.p(), gm.p(), gv.p(), n, hp, 3, 0.25f, s));
-    EXPECT_TRUE(bitwise(gp.get(), p));
-    EXPECT_TRUE(bitwise(gacc.get(), acc));
-    EXPECT_TRUE(bitwise(gm.get(), m));
-    EXPECT_TRUE(bitwise(gv.get(), v));
-  }
-}
-
 TEST_F(AccumulateCopyZero, CudaMatchesCpu) {
   for (size_t n : sizes()) {
     SCOPED_TRACE(n);

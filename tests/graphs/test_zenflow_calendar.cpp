@@ -239,11 +239,7 @@ TEST(ZenFlowCalendar, FromSpec) {
   EXPECT_EQ(c.staleness, 1);
   EXPECT_EQ(c.warm_up, 2);
   s.zenflow.update_interval = UpdateInterval::automatic();
-  EXPECT_TRUE(auto_update_interval(s.zenflow));
   EXPECT_TRUE(CalendarConfig::from_spec(s, 100).auto_interval);
-  s.zenflow.semantics = "deepspeed";
-  EXPECT_THROW(CalendarConfig::from_spec(s, 100), InputError);
-  s.zenflow.semantics = "zenflow";
   s.zenflow.update_interval = 16;  // select interval 8 < 16
   EXPECT_THROW(CalendarConfig::from_spec(s, 100), InputError);
 }

@@ -287,10 +287,11 @@ TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
     s.train.steps = 4;
     s.strategy = strategy;
     s.precision = "bf16";
-    set_matmul_keep_bf16_operands(false);
+    RunOptions off;
+    off.evaluate = false;
+    off.matmul_keep_bf16_operands = false;
     const uint64_t calls0 = kernels::cpu::matmul_kept_bf16_calls();
-    const Weights per_call = train_and_capture(s);
-    set_matmul_keep_bf16_operands(true);
+    const Weights per_call = run_capturing(s, off, nullptr);
     ASSERT_EQ(kernels::cpu::matmul_kept_bf16_calls(), calls0) << "turned off, the kept path ran";
     const Weights kept = train_and_capture(s);
     // 2 layers x 4 linear layers x 3 products x 4 steps (and the evaluation's forwards)

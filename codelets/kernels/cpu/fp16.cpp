@@ -58,16 +58,7 @@ void scale(float* x, size_t n, float s) {
 
 size_t merge_unselected_fp16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
                              int k, int in_out_rows, size_t base) {
-  constexpr size_t kBlock = 4096;  // unpacked in blocks, then the fp32 merge (as the bf16 variant)
-  float buf[kBlock];
-  size_t written = 0;
-  for (size_t done = 0; done < n;) {
-    const size_t m = std::min(kBlock, n - done);
-    unpack_fp16(src + done, buf, m);
-    written += merge_unselected(dst, C, buf, off + done, m, sel, k, in_out_rows, base);
-    done += m;
-  }
-  return written;
+  return merge_unselected_unpacked(unpack_fp16, dst, C, src, off, n, sel, k, in_out_rows, base);
 }
 
 }  // namespace zf::kernels::cpu

@@ -97,8 +97,9 @@ struct AdamParams {
 // per parameter; callers tile on multiples of 16 elements to keep tiles SIMD-aligned.
 void adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp,
                int64_t step, float grad_scale);
-// ZenFlow's last accumulation and the host update in one pass over memory (36 bytes per
-// parameter instead of 12 + 28 + 4 for the three separate calls). Per element i, exactly:
+// The accumulation and the host update in one pass over memory (36 bytes per parameter instead
+// of 12 + 28 + 4 for the three separate calls), measured by tools/bench_host_adam.cpp
+// (experiments/host-adam); no step graph uses it. Per element i, exactly:
 //   a = acc[i] + g[i];  adam_step on p[i], m[i], v[i] with gradient a (so a * grad_scale);  acc[i] = 0
 // Bitwise equal to accumulate(acc, g, n, 1.0f); adam_step(p, acc, m, v, n, hp, step, grad_scale);
 // zero(acc, n). Buffers must not overlap. Elementwise: any split of [0, n) gives the same result.
@@ -176,6 +177,11 @@ void pack_bf16(const float* x, uint16_t* y, size_t n);
 void unpack_bf16(const uint16_t* x, float* y, size_t n);
 void round_bf16(float* x, size_t n);
 
+// merge_unselected from a 2-byte source, unpacked to fp32 by `unpack` in blocks (the bf16 and fp16
+// variants below)
+size_t merge_unselected_unpacked(void (*unpack)(const uint16_t*, float*, size_t), float* dst, int C,
+                                 const uint16_t* src, size_t off, size_t n, const int32_t* sel, int k,
+                                 int in_out_rows, size_t base);
 // merge_unselected from a bf16 source: dst values are exactly fp32(src)
 size_t merge_unselected_bf16(float* dst, int C, const uint16_t* src, size_t off, size_t n, const int32_t* sel,
                              int k, int in_out_rows = 0, size_t base = 0);

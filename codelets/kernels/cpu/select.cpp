@@ -146,6 +146,23 @@ size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t 
   return written;
 }
 
+size_t merge_unselected_unpacked(void (*unpack)(const uint16_t*, float*, size_t), float* dst, int C,
+                                 const uint16_t* src, size_t off, size_t n, const int32_t* sel, int k,
+                                 int in_out_rows, size_t base) {
+  // unpacked in blocks into a stack-sized buffer, then the fp32 merge (one code path for the
+  // selection logic)
+  constexpr size_t kBlock = 4096;
+  float buf[kBlock];
+  size_t written = 0;
+  for (size_t done = 0; done < n;) {
+    const size_t m = std::min(kBlock, n - done);
+    unpack(src + done, buf, m);
+    written += merge_unselected(dst, C, buf, off + done, m, sel, k, in_out_rows, base);
+    done += m;
+  }
+  return written;
+}
+
 void grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* total,
                double* selected, bool in_out) {
   double t = 0.0, s = 0.0;

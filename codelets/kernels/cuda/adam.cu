@@ -48,18 +48,6 @@ __global__ void adam_k(float* p, const float* g, float* m, float* v, size_t n, C
   }
 }
 
-__global__ void adam_acc_k(float* p, float* acc, const float* g, float* m, float* v, size_t n, Coef c) {
-  ZF_GRID_STRIDE(i, n) {
-    const float a = acc[i] + g[i];
-    acc[i] = 0.0f;
-    float pi = p[i], mi = m[i], vi = v[i];
-    update(pi, a, mi, vi, c);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
 // (R, k) elements: w[i, sel[c]] with g[i, sel[c]] and m, v [i, c]; in_out (R = rows): w, g stored
 // (C, R), m, v (k, R), element e = (c, i)
 __global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
@@ -114,13 +102,6 @@ Status adam_step(float* p, const float* g, float* m, float* v, size_t n, const A
                  float grad_scale, cudaStream_t s) {
   if (!n) return nullptr;
   adam_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, m, v, n, coef(hp, step, grad_scale));
-  return launched();
-}
-
-Status adam_step_accumulate(float* p, float* acc, const float* g, float* m, float* v, size_t n,
-                            const AdamParams& hp, int64_t step, float grad_scale, cudaStream_t s) {
-  if (!n) return nullptr;
-  adam_acc_k<<<blocks_for(n), kThreads, 0, s>>>(p, acc, g, m, v, n, coef(hp, step, grad_scale));
   return launched();
 }
 

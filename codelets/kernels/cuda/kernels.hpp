@@ -58,8 +58,6 @@ Status gen_class_loss(const float* logits, const int32_t* targets, const int32_t
 // ---- optimizer and data movement
 Status adam_step(float* p, const float* g, float* m, float* v, size_t n, const AdamParams& hp, int64_t step,
                  float grad_scale, cudaStream_t s);
-Status adam_step_accumulate(float* p, float* acc, const float* g, float* m, float* v, size_t n,
-                            const AdamParams& hp, int64_t step, float grad_scale, cudaStream_t s);
 Status accumulate(float* acc, const float* g, size_t n, float scale, cudaStream_t s);
 Status copy(float* dst, const float* src, size_t n, cudaStream_t s);
 Status zero_bytes(void* x, size_t bytes, cudaStream_t s);

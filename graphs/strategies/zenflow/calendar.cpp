@@ -6,22 +6,20 @@
 
 namespace zf {
 
-bool auto_update_interval(const Spec::ZenFlow& z) { return z.update_interval.is_auto; }
-
 CalendarConfig CalendarConfig::from_spec(const Spec& s, int64_t steps_per_epoch) {
   const Spec::ZenFlow& z = s.zenflow;
   CalendarConfig c;
   c.staleness = z.staleness();
   c.warm_up = z.full_warm_up_rounds;
-  c.auto_interval = auto_update_interval(z);
+  c.auto_interval = z.update_interval.is_auto;
   c.update_interval = c.auto_interval ? 0 : z.update_interval.steps;
   c.select_interval = select_interval_steps(s, steps_per_epoch);
   c.deepspeed = z.deepspeed_rules();
   c.overlap_step = z.overlap_step;
   c.reset_host_moments = z.reset_host_moments;
-  if (c.deepspeed && (c.auto_interval || c.reset_host_moments || s.precision == "fp16"))
-    throw InputError(s.where("zenflow.semantics"), "\"deepspeed\" needs a fixed update_interval, no "
-                                                   "reset_host_moments and no fp16");
+  // semantics "deepspeed" comes with a fixed interval, no reset_host_moments and no fp16: the spec
+  // was refused otherwise when read (graphs/schema/spec.cpp, graphs/strategies/registry.cpp).
+  // select_strategy "epoch" is counted in steps only here, with the data's steps per epoch:
   const int64_t K = c.update_interval, S = c.select_interval;
   if (!c.auto_interval && S != 0 && S < K)
     throw InputError(s.where("zenflow.select_interval"), "the select interval (" + std::to_string(S) +

@@ -11,10 +11,6 @@
 
 namespace zf {
 
-// zenflow.update_interval "auto" (the auto rule decides the host updates): the one place the
-// spec's representation of it is read.
-bool auto_update_interval(const Spec::ZenFlow& z);
-
 struct CalendarConfig {
   int64_t warm_up = 0;          // W: full_warm_up_rounds, one synchronous host update per step
   int64_t update_interval = 1;  // K; unused under the auto rule

@@ -61,6 +61,7 @@ class ZenFlowStrategy final : public Strategy {
  public:
   ZenFlowStrategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, int64_t spe, const Comm* comm);
   const char* name() const override { return "zenflow"; }
+  std::string describe() const override { return std::string(name()) + " (semantics " + spec_.zenflow.semantics + ")"; }
 
   void before_gradient_allreduce(const UpdateStep& u, const Comm& comm) override;     // selection.cpp
   void submit_gradient_collectives(const UpdateStep& u, const Comm& comm) override;   // selection.cpp

@@ -1,0 +1,236 @@
+// Data-movement codelets: copies between tensors or slices of them (the device <-> host crossings),
+// conversions between fp32 and a 2-byte format (bf16 or fp16; one implementation over the format),
+// bf16 and fp16 rounding (the latter with the loss scaler's overflow flag), gradient accumulation,
+// scaling and zeroing.
+#include <starpu.h>
+
+#include <cstring>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/codelets.hpp"
+#include "runtime/parallel.hpp"
+#include "runtime/task.hpp"
+
+namespace zf {
+namespace {
+
+struct MoveArgs {
+  size_t dst_off, src_off, n;
+  float scale;
+};
+// Memory traffic for the simulation's roofline (CodeletDef::bytes): the n elements touched.
+// acc read and written, g read
+double accumulate_bytes(const void* a) { return 12.0 * (double)static_cast<const MoveArgs*>(a)->n; }
+// src read, dst written, of the given element sizes
+template <int SRC, int DST>
+double move_bytes(const void* a) {
+  return (double)(SRC + DST) * (double)static_cast<const MoveArgs*>(a)->n;
+}
+// the least elements a helper takes of a crossing (accumulation, merge): 256 KiB of fp32
+constexpr size_t kCrossingRange = 65536;
+
+// ---- the conversions, one implementation over the 2-byte format H
+template <Half H>
+void pack_cpu(void* b[], void* a) noexcept {  // buffers: src (fp32), dst (2-byte)
+  auto* p = static_cast<MoveArgs*>(a);
+  const float* src = vec_ptr(b[0]) + p->src_off;
+  uint16_t* dst = vec_as<uint16_t>(b[1]) + p->dst_off;
+  if constexpr (H == Half::Bf16)
+    kernels::cpu::pack_bf16(src, dst, p->n);
+  else
+    kernels::cpu::pack_fp16(src, dst, p->n);
+}
+template <Half H>
+void unpack_cpu(void* b[], void* a) noexcept {  // buffers: src (2-byte), dst (fp32)
+  auto* p = static_cast<MoveArgs*>(a);
+  const uint16_t* src = vec_as<uint16_t>(b[0]) + p->src_off;
+  float* dst = vec_ptr(b[1]) + p->dst_off;
+  if constexpr (H == Half::Bf16)
+    kernels::cpu::unpack_bf16(src, dst, p->n);
+  else
+    kernels::cpu::unpack_fp16(src, dst, p->n);
+}
+#ifdef ZF_USE_CUDA
+template <Half H>
+void pack_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  const float* src = vec_ptr(b[0]) + p->src_off;
+  uint16_t* dst = vec_as<uint16_t>(b[1]) + p->dst_off;
+  if constexpr (H == Half::Bf16)
+    cuda_check(kernels::cuda::pack_bf16(src, dst, p->n, cuda_stream()));
+  else
+    cuda_check(kernels::cuda::pack_fp16(src, dst, p->n, cuda_stream()));
+}
+template <Half H>
+void unpack_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  const uint16_t* src = vec_as<uint16_t>(b[0]) + p->src_off;
+  float* dst = vec_ptr(b[1]) + p->dst_off;
+  if constexpr (H == Half::Bf16)
+    cuda_check(kernels::cuda::unpack_bf16(src, dst, p->n, cuda_stream()));
+  else
+    cuda_check(kernels::cuda::unpack_fp16(src, dst, p->n, cuda_stream()));
+}
+#endif
+
+// Conversions between fp32 and H buffers (insert_copy picks them by element size); as the copies,
+// a W variant for a whole destination and an RW one for a slice of it.
+template <Half H>
+starpu_codelet& convert_cl(bool pack, bool whole_dst) {
+  constexpr const char* f = H == Half::Bf16 ? "bf16" : "fp16";
+  static const std::string names[4] = {std::string("zf_unpack_") + f + "_into", std::string("zf_unpack_") + f,
+                                       std::string("zf_pack_") + f + "_into", std::string("zf_pack_") + f};
+  static starpu_perfmodel m[4]{};
+  auto make = [&](int i) {
+    const bool packs = i >= 2;
+    // unpack: 2-byte source, fp32 destination; pack: the reverse
+    return make_codelet({names[i].c_str(), packs ? pack_cpu<H> : unpack_cpu<H>,
+                         packs ? ZF_CUDA_FUNC(pack_cuda<H>) : ZF_CUDA_FUNC(unpack_cuda<H>), 2,
+                         {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}, nullptr, Collective::None, 0, nullptr,
+                         packs ? move_bytes<4, 2> : move_bytes<2, 4>},
+                        &m[i]);
+  };
+  static starpu_codelet c[4] = {make(0), make(1), make(2), make(3)};
+  return c[(pack ? 2 : 0) + (whole_dst ? 1 : 0)];
+}
+
+// ---- the rest, CPU then CUDA
+// ZenFlow's per-step crossing of the whole gradient: in ranges that idle workers help with
+// (elementwise: the same result however many run them)
+void accumulate_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  float* acc = vec_ptr(b[0]) + p->dst_off;
+  const float* g = vec_ptr(b[1]) + p->src_off;
+  parallel_ranges(p->n, 16, kCrossingRange,
+                  [&](size_t lo, size_t hi) { kernels::cpu::accumulate(acc + lo, g + lo, hi - lo, p->scale); });
+}
+void copy_cpu(void* b[], void* a) noexcept {  // buffers: src, dst
+  auto* p = static_cast<MoveArgs*>(a);
+  kernels::cpu::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n);
+}
+void round_bf16_cpu(void* b[], void*) noexcept { kernels::cpu::round_bf16(vec_ptr(b[0]), vec_n(b[0])); }
+void round_fp16_cpu(void* b[], void*) noexcept {  // buffers: x, overflow flag (uint32)
+  if (kernels::cpu::round_fp16(vec_ptr(b[0]), vec_n(b[0])) != 0) vec_as<uint32_t>(b[1])[0] = 1;
+}
+void scale_cpu(void* b[], void* a) noexcept {
+  kernels::cpu::scale(vec_ptr(b[0]), vec_n(b[0]), static_cast<MoveArgs*>(a)->scale);
+}
+void zero_cpu(void* b[], void*) noexcept {  // any element type: zero all bytes
+  std::memset(vec_ptr(b[0]), 0, STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]));
+}
+#ifdef ZF_USE_CUDA
+void accumulate_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::accumulate(vec_ptr(b[0]) + p->dst_off, vec_ptr(b[1]) + p->src_off, p->n, p->scale,
+                                       cuda_stream()));
+}
+void copy_cuda(void* b[], void* a) noexcept {  // buffers: src, dst
+  auto* p = static_cast<MoveArgs*>(a);
+  cuda_check(kernels::cuda::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n, cuda_stream()));
+}
+void round_bf16_cuda(void* b[], void*) noexcept {
+  cuda_check(kernels::cuda::round_bf16(vec_ptr(b[0]), vec_n(b[0]), cuda_stream()));
+}
+void round_fp16_cuda(void* b[], void*) noexcept {
+  cuda_check(kernels::cuda::round_fp16(vec_ptr(b[0]), vec_n(b[0]), vec_as<uint32_t>(b[1]), cuda_stream()));
+}
+void scale_cuda(void* b[], void* a) noexcept {
+  cuda_check(kernels::cuda::scale(vec_ptr(b[0]), vec_n(b[0]), static_cast<MoveArgs*>(a)->scale, cuda_stream()));
+}
+void zero_cuda(void* b[], void*) noexcept {
+  cuda_check(kernels::cuda::zero_bytes(vec_ptr(b[0]), STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]),
+                                       cuda_stream()));
+}
+#endif
+
+starpu_codelet& accumulate_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(accumulate_cuda), 2, {STARPU_RW, STARPU_R},
+       nullptr, Collective::None, 0, nullptr, accumulate_bytes}, &m);
+  return c;
+}
+// whole_dst: a W copy over the whole destination; else RW, into a slice of it
+starpu_codelet& copy_cl(bool whole_dst) {
+  static starpu_perfmodel m[2]{};
+  static starpu_codelet c[2] = {
+      make_codelet({"zf_copy_into", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_RW}, nullptr,
+                    Collective::None, 0, nullptr, move_bytes<4, 4>}, &m[0]),
+      make_codelet({"zf_copy", copy_cpu, ZF_CUDA_FUNC(copy_cuda), 2, {STARPU_R, STARPU_W}, nullptr,
+                    Collective::None, 0, nullptr, move_bytes<4, 4>}, &m[1]),
+  };
+  return c[whole_dst ? 1 : 0];
+}
+starpu_codelet& round_fp16_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      {"zf_round_fp16", round_fp16_cpu, ZF_CUDA_FUNC(round_fp16_cuda), 2, {STARPU_RW, STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& scale_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_scale", scale_cpu, ZF_CUDA_FUNC(scale_cuda), 1, {STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& round_bf16_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_round_bf16", round_bf16_cpu, ZF_CUDA_FUNC(round_bf16_cuda), 1, {STARPU_RW}}, &m);
+  return c;
+}
+starpu_codelet& zero_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_zero", zero_cpu, ZF_CUDA_FUNC(zero_cuda), 1, {STARPU_W}}, &m);
+  return c;
+}
+
+}  // namespace
+
+void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
+                       Slice gs, float scale) {
+  check_slice(opt, acc, as);
+  check_slice(opt, g, gs);
+  expect(as.n == gs.n, opt, "accumulate: slices differ in length");
+  TaskBuilder(accumulate_cl(), opt).rw(acc).r(g).args(MoveArgs{as.offset, gs.offset, as.n, scale}).submit();
+}
+
+void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Tensor& dst, Slice ds) {
+  check_slice(opt, src, ss);
+  check_slice(opt, dst, ds);
+  expect(ss.n == ds.n, opt, "copy: slices differ in length");
+  const bool whole_dst = ds.offset == 0 && ds.n == dst.numel();
+  const size_t es = src.elem_size(), ed = dst.elem_size();
+  expect((es == 4 || es == 2) && (ed == 4 || ed == 2), opt, "copy: fp32, bf16 or fp16 tensors only");
+  expect(es == 4 || ed == 4, opt, "copy: between two 2-byte tensors is not a conversion this engine needs");
+  const Half half = es == 2 ? src.half() : dst.half();
+  starpu_codelet& cl = es == ed                ? copy_cl(whole_dst)
+                       : half == Half::Fp16 ? convert_cl<Half::Fp16>(ed == 2, whole_dst)
+                                            : convert_cl<Half::Bf16>(ed == 2, whole_dst);
+  TaskBuilder(cl, opt)
+      .r(src)
+      .add(dst, whole_dst ? STARPU_W : STARPU_RW)
+      .args(MoveArgs{ds.offset, ss.offset, ss.n, 1.0f})
+      .submit();
+}
+
+void insert_round_bf16(const SubmitOptions& opt, const Tensor& x) {
+  expect(x.elem_size() == 4, opt, "round_bf16: " + shape_str(x) + " is not fp32");
+  TaskBuilder(round_bf16_cl(), opt).rw(x).submit();
+}
+
+void insert_round_fp16(const SubmitOptions& opt, const Tensor& x, const Tensor& overflow) {
+  expect(x.elem_size() == 4, opt, "round_fp16: " + shape_str(x) + " is not fp32");
+  expect(overflow.elem_size() == 4 && overflow.numel() == 1, opt, "round_fp16: the flag is one 4-byte word");
+  TaskBuilder(round_fp16_cl(), opt).rw(x).rw(overflow).submit();
+}
+
+void insert_scale(const SubmitOptions& opt, const Tensor& x, float s) {
+  expect(x.elem_size() == 4, opt, "scale: " + shape_str(x) + " is not fp32");
+  TaskBuilder(scale_cl(), opt).rw(x).args(MoveArgs{0, 0, x.numel(), s}).submit();
+}
+
+void insert_zero(const SubmitOptions& opt, const Tensor& x) {
+  TaskBuilder(zero_cl(), opt).w(x).submit();
+}
+
+}  // namespace zf

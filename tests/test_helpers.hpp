@@ -153,6 +153,23 @@ inline Weights train_and_capture(const Spec& s, nlohmann::json* metrics = nullpt
   return run_capturing(s, o, metrics);
 }
 
+// The spec under zf-deadline trains to bitwise the same weights with one device worker and two
+// host workers, two device workers, and one of each (the host worker lending its core to the
+// device's tiles): the engine fixes the order of every sum, whoever runs the tiles.
+inline void expect_same_weights_on_any_worker_split(Spec s) {
+  s.runtime.sched = "zf-deadline";
+  auto with = [&](int dev, int host) {
+    Spec t = s;
+    t.runtime.device_workers = dev;
+    t.runtime.host_workers = host;
+    return train_and_capture(t);
+  };
+  const Weights one = with(1, 2);
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(first_difference(with(2, 1), one), "") << "two device workers";
+  EXPECT_EQ(first_difference(with(1, 1), one), "") << "the host worker lending";
+}
+
 // Runs the spec without evaluation, with optional checkpoints (every N steps into ckdir) or a
 // resume, and returns the final device-side weights (and the run's metrics).
 inline Weights run_with(const Spec& s, const std::string& ckdir, int64_t every, const std::string& resume,

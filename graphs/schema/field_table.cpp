@@ -126,7 +126,7 @@ std::vector<FieldDef> top_and_model_fields() {
           .only_if([](const Spec& s) { return s.gradient_clipping > 0; }).must_match(Match::field, 6),
       custom("zero_optimization.stage", [](auto& s) -> auto& { return s.zero_stage; },
              [](Fields& f, const std::string& k, Spec& s) {
-               f.integer(k, s.zero_stage, 0, 3);  // what stage 3 supports: make_strategy checks
+               f.integer(k, s.zero_stage, 0, 3);  // what each stage supports: the strategy's check (registry.cpp)
              }).only_if([](const Spec& s) { return s.zero_stage != 0; }),
       // DeepSpeed's Twin-Flow: the one key of its offload_optimizer block the spec has (the block
       // as an object, so that the path is DeepSpeed's)

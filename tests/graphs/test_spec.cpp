@@ -50,10 +50,14 @@ TEST(Spec, ZeroStage) {
   EXPECT_EQ(zf::parse_spec(json::object(), kSrc).zero_stage, 0);
   EXPECT_FALSE(zf::parse_spec(json::object(), kSrc).to_json().contains("zero_optimization"));
   for (int st : {1, 2, 3}) {
-    const zf::Spec s = zf::parse_spec(json{{"zero_optimization", {{"stage", st}}}}, kSrc);
+    const json j{{"strategy", "zero-offload"}, {"zero_optimization", {{"stage", st}}}};
+    const zf::Spec s = zf::parse_spec(j, kSrc);
     EXPECT_EQ(s.zero_stage, st);
     EXPECT_EQ(zf::parse_spec(s.to_json(), kSrc).zero_stage, st);
   }
+  // the strategy's rules are decided where the spec is read (graphs/strategies/registry.cpp):
+  // device-adam (the default) has no host state to partition
+  expect_spec_error(json{{"zero_optimization", {{"stage", 1}}}}, "zero_optimization.stage", "device-adam has none");
   expect_spec_error(json{{"zero_optimization", {{"stage", 4}}}}, "zero_optimization.stage", "");
   expect_spec_error(json{{"zero_optimization", {{"stage", -1}}}}, "zero_optimization.stage", "");
   expect_spec_error(json{{"zero_optimization", {{"stage", "2"}}}}, "zero_optimization.stage", "integer");

@@ -127,10 +127,13 @@ void insert_zero(const SubmitOptions& opt, const Tensor& x);
 void insert_column_importance(const SubmitOptions& opt, const Tensor& g, const Tensor& imp, bool l2,
                               bool in_out = false);
 void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel);
-// AdamW on the selected columns of w with the same columns of its gradient g (w's shape); m, v (R, k)
+// AdamW on the selected columns of w with the same columns of its gradient g (w's shape); m, v (R, k).
+// master != null (precision bf16/fp16, semantics zenflow): AdamW on that fp32 master of the selected
+// elements (m's shape; fill: first taken from w, at a selection), written into w's selected elements
+// (kernels::cpu::selective_adam_master)
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
                            const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v,
-                           bool in_out = false);
+                           bool in_out = false, const Tensor* master = nullptr, bool fill = false);
 // Merge of a host result tile into the device weight: w[ws] = src except selected columns
 // (sel == nullptr: every column). src is fp32, bf16 or fp16 (then unpacked exactly). When log != nullptr the execution is recorded there.
 struct MergeEvent {
@@ -164,10 +167,11 @@ void insert_column_importance_shard(const SubmitOptions& opt, const Tensor& g, c
                                     bool l2);
 // AdamW on the selected elements of the shard w with the shard g; m, v hold the shard's part of the
 // whole weight's selective moments, from selected_elements_before(s.base) on (at least
-// selective_moments_capacity(s, k) elements).
+// selective_moments_capacity(s, k) elements). master != null: the shard's part of the fp32 master of
+// the selected elements, indexed as m (insert_selective_adam).
 void insert_selective_adam_shard(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
                                  const WeightShard& s, const Tensor& sel, const Tensor& g, const Tensor& m,
-                                 const Tensor& v);
+                                 const Tensor& v, const Tensor* master = nullptr, bool fill = false);
 // Selected elements of the whole weight before flat element e (sel: k sorted columns): the shard
 // [a, b) owns the selective moments [before(a), before(b)) of the whole (R, k) or (k, R) ones.
 size_t selected_elements_before(size_t e, const WeightShard& s, const int32_t* sel, int k);

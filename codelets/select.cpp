@@ -30,6 +30,7 @@ struct ColArgs {
   int in_out;  // the weight is stored (C, R): a column is contiguous
   AdamParams hp;
   int64_t step;
+  int fill;  // selective AdamW on a master: the master first takes the weight's selected values
 };
 struct MergeArgs {
   int C, k;
@@ -54,6 +55,13 @@ void selective_adam_cpu(void* b[], void* a) noexcept {
   kernels::cpu::selective_adam(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
                                vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
 }
+// buffers: w (RW), sel (R), g (R), master (RW), m (RW), v (RW)
+void selective_adam_master_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  kernels::cpu::selective_adam_master(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
+                                      vec_ptr(b[3]), p->fill != 0, vec_ptr(b[4]), vec_ptr(b[5]), p->hp, p->step,
+                                      p->in_out != 0);
+}
 void grad_mass_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   double* out = vec_as<double>(b[2]);
@@ -66,6 +74,11 @@ void grad_mass_cpu(void* b[], void* a) noexcept {
 double selective_adam_bytes(const void* a) {
   const auto* p = static_cast<const ColArgs*>(a);
   return kAdamBytesPerElement * (double)p->R * (double)p->k;
+}
+// with a master: its selected elements read and written too
+double selective_adam_master_bytes(const void* a) {
+  const auto* p = static_cast<const ColArgs*>(a);
+  return (kAdamBytesPerElement + 8.0) * (double)p->R * (double)p->k;
 }
 double merge_bytes(const void* a) {
   const auto* p = static_cast<const MergeArgs*>(a);
@@ -119,6 +132,12 @@ void selective_adam_cuda(void* b[], void* a) noexcept {
                                            vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, cuda_stream(),
                                            p->in_out != 0));
 }
+void selective_adam_master_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ColArgs*>(a);
+  cuda_check(kernels::cuda::selective_adam_master(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k,
+                                                  vec_ptr(b[2]), vec_ptr(b[3]), p->fill != 0, vec_ptr(b[4]),
+                                                  vec_ptr(b[5]), p->hp, p->step, cuda_stream(), p->in_out != 0));
+}
 void grad_mass_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   cuda_check(kernels::cuda::grad_mass(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_as<double>(b[2]),
@@ -167,6 +186,14 @@ starpu_codelet& selective_adam_cl() {
       make_codelet({"zf_selective_adam", selective_adam_cpu, ZF_CUDA_FUNC(selective_adam_cuda), 5,
                     {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0, nullptr,
                     selective_adam_bytes}, &m);
+  return c;
+}
+starpu_codelet& selective_adam_master_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c =
+      make_codelet({"zf_selective_adam_master", selective_adam_master_cpu, ZF_CUDA_FUNC(selective_adam_master_cuda),
+                    6, {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0,
+                    nullptr, selective_adam_master_bytes}, &m);
   return c;
 }
 starpu_codelet& grad_mass_cl() {
@@ -220,15 +247,22 @@ void insert_topk(const SubmitOptions& opt, const Tensor& imp, const Tensor& sel)
 }
 
 void insert_selective_adam(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
-                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v, bool in_out) {
+                           const Tensor& sel, const Tensor& g, const Tensor& m, const Tensor& v, bool in_out,
+                           const Tensor* master, bool fill) {
   ColArgs a = dims(opt, w, &sel, in_out);
   const size_t rk = (size_t)a.R * a.k;
   expect(g.shape() == w.shape(), opt, "the gradient " + shape_str(g) + " must have the weight's shape " + shape_str(w));
   expect(m.numel() == rk && v.numel() == rk, opt, in_out ? "m and v must be (k, R)" : "m and v must be (R, k)");
+  expect(!master || (master->numel() == rk && master->elem_size() == sizeof(float)), opt,
+         "the master must be fp32 and shaped like m and v");
   expect(step >= 1, opt, "adam: step counts from 1");
   a.hp = hp;
   a.step = step;
-  TaskBuilder(selective_adam_cl(), opt).rw(w).r(sel).r(g).rw(m).rw(v).args(a).submit();
+  a.fill = fill ? 1 : 0;
+  if (master)
+    TaskBuilder(selective_adam_master_cl(), opt).rw(w).r(sel).r(g).rw(*master).rw(m).rw(v).args(a).submit();
+  else
+    TaskBuilder(selective_adam_cl(), opt).rw(w).r(sel).r(g).rw(m).rw(v).args(a).submit();
 }
 
 void insert_merge(const SubmitOptions& opt, const Tensor& src, const Tensor& w, Slice ws, const Tensor* sel,

@@ -18,6 +18,7 @@ struct ShardColArgs {
   size_t capacity;  // of the moments
   AdamParams hp;
   int64_t step;
+  int fill;  // with a master: it first takes the shard's selected values
 };
 
 // buffers: g shard (R), imp (W)
@@ -41,11 +42,32 @@ void selective_adam_shard_cpu(void* b[], void* a) noexcept {
                                        vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
 }
 
+// buffers: w shard (RW), sel (R), g shard (R), master (RW), m (RW), v (RW)
+void selective_adam_shard_master_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardColArgs*>(a);
+  const int32_t* sel = vec_as<int32_t>(b[1]);
+  const size_t need = kernels::cpu::selected_before(p->hi, p->R, p->C, sel, p->k, p->in_out != 0) -
+                      kernels::cpu::selected_before(p->lo, p->R, p->C, sel, p->k, p->in_out != 0);
+  if (need > p->capacity) {
+    record_task_failure("selective AdamW of a shard: more selected elements than its moments hold");
+    return;
+  }
+  kernels::cpu::selective_adam_segment_master(vec_ptr(b[0]), p->lo, p->hi, p->R, p->C, sel, p->k, vec_ptr(b[2]),
+                                              vec_ptr(b[3]), p->fill != 0, vec_ptr(b[4]), vec_ptr(b[5]), p->hp,
+                                              p->step, p->in_out != 0);
+}
+
 // Memory traffic for the simulation's roofline (CodeletDef::bytes): the shard's expected selected
 // elements, (hi - lo) k / C, at selective AdamW's 28 bytes each (select.cpp)
 double selective_adam_shard_bytes(const void* a) {
   const auto* p = static_cast<const ShardColArgs*>(a);
   return kAdamBytesPerElement * (double)(p->hi - p->lo) * (double)p->k / (double)p->C;
+}
+
+// with a master: its selected elements read and written too
+double selective_adam_shard_master_bytes(const void* a) {
+  const auto* p = static_cast<const ShardColArgs*>(a);
+  return (kAdamBytesPerElement + 8.0) * (double)(p->hi - p->lo) * (double)p->k / (double)p->C;
 }
 
 #ifdef ZF_USE_CUDA
@@ -63,6 +85,13 @@ void selective_adam_shard_cuda(void* b[], void* a) noexcept {
                                                    p->k, vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step,
                                                    cuda_stream(), p->in_out != 0));
 }
+void selective_adam_shard_master_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardColArgs*>(a);
+  cuda_check(kernels::cuda::selective_adam_segment_master(vec_ptr(b[0]), p->lo, p->hi, p->R, p->C,
+                                                          vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]), vec_ptr(b[3]),
+                                                          p->fill != 0, vec_ptr(b[4]), vec_ptr(b[5]), p->hp, p->step,
+                                                          cuda_stream(), p->in_out != 0));
+}
 #endif
 
 starpu_codelet& importance_shard_cl() {
@@ -77,6 +106,15 @@ starpu_codelet& selective_adam_shard_cl() {
                                           ZF_CUDA_FUNC(selective_adam_shard_cuda), 5,
                                           {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}, nullptr,
                                           Collective::None, 0, nullptr, selective_adam_shard_bytes}, &m);
+  return c;
+}
+
+starpu_codelet& selective_adam_shard_master_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet({"zf_selective_adam_shard_master", selective_adam_shard_master_cpu,
+                                          ZF_CUDA_FUNC(selective_adam_shard_master_cuda), 6,
+                                          {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW, STARPU_RW}, nullptr,
+                                          Collective::None, 0, nullptr, selective_adam_shard_master_bytes}, &m);
   return c;
 }
 
@@ -105,7 +143,7 @@ void insert_column_importance_shard(const SubmitOptions& opt, const Tensor& g, c
 
 void insert_selective_adam_shard(const SubmitOptions& opt, const AdamParams& hp, int64_t step, const Tensor& w,
                                  const WeightShard& s, const Tensor& sel, const Tensor& g, const Tensor& m,
-                                 const Tensor& v) {
+                                 const Tensor& v, const Tensor* master, bool fill) {
   ShardColArgs a = shard_args(opt, w, s);
   a.k = (int)sel.numel();
   expect(a.k >= 1 && a.k <= s.C, opt, "selection of " + std::to_string(a.k) + " columns of " + std::to_string(s.C));
@@ -113,10 +151,16 @@ void insert_selective_adam_shard(const SubmitOptions& opt, const AdamParams& hp,
   a.capacity = selective_moments_capacity(s, a.k);
   expect(m.numel() >= a.capacity && v.numel() >= a.capacity, opt,
          "m and v must hold " + std::to_string(a.capacity) + " elements (the shard's most selected)");
+  expect(!master || (master->numel() >= a.capacity && master->elem_size() == sizeof(float)), opt,
+         "the master must be fp32 and hold " + std::to_string(a.capacity) + " elements, as m and v");
   expect(step >= 1, opt, "adam: step counts from 1");
   a.hp = hp;
   a.step = step;
-  TaskBuilder(selective_adam_shard_cl(), opt).rw(w).r(sel).r(g).rw(m).rw(v).args(a).submit();
+  a.fill = fill ? 1 : 0;
+  if (master)
+    TaskBuilder(selective_adam_shard_master_cl(), opt).rw(w).r(sel).r(g).rw(*master).rw(m).rw(v).args(a).submit();
+  else
+    TaskBuilder(selective_adam_shard_cl(), opt).rw(w).r(sel).r(g).rw(m).rw(v).args(a).submit();
 }
 
 size_t selected_elements_before(size_t e, const WeightShard& s, const int32_t* sel, int k) {

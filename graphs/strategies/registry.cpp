@@ -107,15 +107,18 @@ void check_zenflow(const Spec& s, int ranks) {
 }
 // host master and moments (3; with semantics deepspeed and overlap_step a second set of moments,
 // 2), the resync buffer (1; bf16 0.5), its D+1 fp32 accumulators (bf16: and D+1 2-byte results);
-// on the device the selected columns' moments (2 x topk_ratio, twice with zenflow.offload: the
-// host copy and the device's)
+// on the device the selected columns' moments (2 x topk_ratio) and under bf16/fp16 with semantics
+// zenflow their fp32 master (topk_ratio), twice with zenflow.offload: the host copy and the
+// device's. The 1-D parameters' device moments and masters are among the 1-D extras the estimate
+// leaves out (memory_estimate.cpp).
 OptimizerFootprint zenflow_footprint(const Spec& s, double, double, int ranks) {
   const Spec::ZenFlow& z = s.zenflow;
   const double two_sets = z.deepspeed_rules() && z.overlap_step ? 2 : 0;
   const double D = z.staleness();
+  const double sel_state = 2 + (half(s) && !z.deepspeed_rules() ? 1 : 0);
   return per_rank(s,
                   {3 + two_sets + wire(s) + (D + 1) * (1 + (half(s) ? wire(s) : 0)),
-                   2 * z.topk_ratio * (z.offload ? 2 : 1)},
+                   sel_state * z.topk_ratio * (z.offload ? 2 : 1)},
                   ranks);
 }
 

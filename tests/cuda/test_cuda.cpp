@@ -226,6 +226,34 @@ TEST_F(Topk, CudaMatchesCpu) {
     }
 }
 
+// The master variant (precision bf16/fp16, semantics zenflow): a filling step then a plain one,
+// both layouts; w, the master, m and v bitwise the CPU kernel's.
+TEST_F(ColumnMovesAndSelectiveAdam, MasterVariantCudaMatchesCpu) {
+  const AdamParams hp{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  for (bool in_out : {false, true})
+    for (auto [R, C] : weight_shapes()) {
+      const int k = std::max(1, C / 4);
+      SCOPED_TRACE(std::to_string(R) + "x" + std::to_string(C) + " k " + std::to_string(k) + " in_out " +
+                   std::to_string(in_out));
+      auto w = randv((size_t)R * C, 64), grad = randv((size_t)R * C, 66), x = randv((size_t)R * k, 65),
+           m = randv((size_t)R * k, 67, -0.1f, 0.1f), v = randv((size_t)R * k, 68, 0.0f, 0.01f);
+      std::vector<int32_t> sel(k);
+      cpu::topk_columns(randv(C, 69).data(), C, k, sel.data());
+      Dev<int32_t> gs(sel);
+      Dev<float> gw(w), gg(grad), gx(x), gm(m), gv(v);
+      for (int64_t step : {1, 2}) {
+        cpu::selective_adam_master(w.data(), R, C, sel.data(), k, grad.data(), x.data(), step == 1, m.data(),
+                                   v.data(), hp, step, in_out);
+        ok(gpu::selective_adam_master(gw.p(), R, C, gs.p(), k, gg.p(), gx.p(), step == 1, gm.p(), gv.p(), hp, step,
+                                      s, in_out));
+        EXPECT_TRUE(bitwise(gw.get(), w)) << "w, step " << step;
+        EXPECT_TRUE(bitwise(gx.get(), x)) << "master, step " << step;
+        EXPECT_TRUE(bitwise(gm.get(), m)) << "m, step " << step;
+        EXPECT_TRUE(bitwise(gv.get(), v)) << "v, step " << step;
+      }
+    }
+}
+
 TEST_F(ColumnMovesAndSelectiveAdam, CudaMatchesCpu) {
   const AdamParams hp{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
   for (auto [R, C] : weight_shapes()) {

@@ -104,6 +104,32 @@ TEST_F(ShardSegment, SelectiveAdamBitwiseEqualsCpu) {
   }
 }
 
+// the master variant: a filling step then a plain one; the master indexed as the moments
+TEST_F(ShardSegment, SelectiveAdamMasterBitwiseEqualsCpu) {
+  const AdamParams hp{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name());
+    const auto sel = selection(c.C, c.k, 74);
+    const size_t need = cpu::selected_before(c.hi, c.R, c.C, sel.data(), c.k, c.in_out) -
+                        cpu::selected_before(c.lo, c.R, c.C, sel.data(), c.k, c.in_out);
+    const size_t nm = need + 3;  // longer than needed: the tail must stay as it is
+    auto w = randv(c.hi - c.lo, 75), g = randv(c.hi - c.lo, 76), x = randv(nm, 79), m = randv(nm, 77, -0.1f, 0.1f),
+         v = randv(nm, 78, 0.0f, 0.01f);
+    Dev<int32_t> gs(sel);
+    Dev<float> gw(w), gg(g), gx(x), gm(m), gv(v);
+    for (int64_t step : {1, 2}) {
+      cpu::selective_adam_segment_master(w.data(), c.lo, c.hi, c.R, c.C, sel.data(), c.k, g.data(), x.data(),
+                                         step == 1, m.data(), v.data(), hp, step, c.in_out);
+      ok(gpu::selective_adam_segment_master(gw.p(), c.lo, c.hi, c.R, c.C, gs.p(), c.k, gg.p(), gx.p(), step == 1,
+                                            gm.p(), gv.p(), hp, step, s, c.in_out));
+      EXPECT_TRUE(bitwise(gw.get(), w)) << "w, step " << step;
+      EXPECT_TRUE(bitwise(gx.get(), x)) << "master, step " << step;
+      EXPECT_TRUE(bitwise(gm.get(), m)) << "m, step " << step;
+      EXPECT_TRUE(bitwise(gv.get(), v)) << "v, step " << step;
+    }
+  }
+}
+
 // the merge of a host slice [off, off + len) into a shard holding [base, hi) of the weight
 TEST_F(ShardSegment, MergeIntoShardBitwiseEqualsCpu) {
   for (const Case& c : cases())

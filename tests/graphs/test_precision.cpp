@@ -78,6 +78,34 @@ TEST(Bf16Engine, ZenFlowEqualsReferenceBitwise) {
   }
 }
 
+// Issue 43, "no update is rounded away": under bf16 and fp16 (semantics zenflow) every element
+// ZenFlow updates on the device, the selected columns and the 1-D parameters, has an fp32 master.
+// With every column selected once (topk_ratio 1, no reselection in the run, no warm-up) nothing is
+// left to the host's merges, so ZenFlow is device-adam: bitwise its weights, at DeepSpeed's
+// fine-tuning rate 2e-5 and at 3e-4, where most AdamW steps are below half a spacing of the
+// rounded weights (in place they would be rounded away; device-adam keeps them on its masters).
+TEST(HalfPrecisionZenFlow, EveryColumnSelectedIsDeviceAdamBitwise) {
+  for (const char* precision : {"bf16", "fp16"})
+    for (double lr : {2e-5, 3e-4}) {
+      SCOPED_TRACE(std::string(precision) + " lr " + std::to_string(lr));
+      Spec z = zen_spec(10, 0, 4, 0), d = tiny_spec(10, "device-adam");
+      z.zenflow.topk_ratio = 1.0;
+      z.zenflow.select_interval = 100;  // past the run: the first selection only
+      z.precision = d.precision = precision;
+      z.optimizer.lr = d.optimizer.lr = lr;
+      const Weights wz = train_and_capture(z), wd = train_and_capture(d);
+      EXPECT_EQ(first_difference(wz, wd), "");
+      Spec s0 = d;  // the start's weights (rounded): a run of one step at a rate that moves nothing
+      s0.train.steps = 1;
+      s0.optimizer.lr = 0.0;
+      const Weights w0 = train_and_capture(s0);
+      for (auto& [name, v] : wz) {  // every tensor moved (the 1-D biases, every weight)
+        const std::vector<float>& a = w0.at(name);
+        EXPECT_NE(std::memcmp(v.data(), a.data(), v.size() * sizeof(float)), 0) << name << " did not move";
+      }
+    }
+}
+
 TEST(Bf16Engine, CrossingsCarryTwoBytesPerValue) {
   // zero-offload and its delayed variant: gradients down and parameters up in bf16, half the bytes;
   // zenflow: parameters up (merges) and down (resyncs) in bf16, the accumulated gradient in fp32

@@ -90,6 +90,13 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
          zenflow_overlap(s);
          s.precision = "bf16";
        }},
+      // bf16 with zenflow.offload: the selected columns' fp32 masters (and moments) on the host
+      // between their device steps, a selection's masters held at the checkpoint of step 16
+      {"zenflow-offload-bf16", [&](Spec& s) {
+         zenflow_overlap(s);
+         s.zenflow.offload = true;
+         s.precision = "bf16";
+       }},
       // gradient_clipping (norms here are 0.3 to 1.3: some steps clip) and accumulation
       {"device-adam-clip-accumulate", [](Spec& s) {
          s.gradient_clipping = 0.6;
@@ -189,7 +196,7 @@ TEST_P(Resume, BitwiseEqualToUninterruptedRun) {
   EXPECT_EQ(run_with(s, "", 0, ck + "/step-00000007"), full) << "resumed from step 7";
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 17));
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Range(0, 18));
 
 TEST(Checkpoint, CorruptTruncatedAndMismatchedAreRefused) {
   TmpDir d;

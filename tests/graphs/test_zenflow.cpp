@@ -341,6 +341,7 @@ TEST(ZenFlowEngineSched, SameWeightsUnderEveryPolicyAndStalenessBounded) {
 // host gradient); with 2-byte crossings the 2-byte result and resync buffers stay. The weights stay
 // the reference's, bitwise (the reference holds every result apart).
 TEST(ZenFlowHostMemory, AtMostOneAndAHalfZeroOffloadPerParameterAtStalenessOne) {
+  int64_t dev_fp32 = 0;  // device optimizer bytes of the fp32 run
   for (const char* prec : {"fp32", "bf16"}) {
     SCOPED_TRACE(prec);
     Spec z = zen_spec(24, 1, 4, 0), off = tiny_spec(24, "zero-offload");
@@ -361,12 +362,20 @@ TEST(ZenFlowHostMemory, AtMostOneAndAHalfZeroOffloadPerParameterAtStalenessOne) 
     EXPECT_LE((double)zen / (double)all, 1.5 * (double)zo / (double)all);
     // the memory estimate counts the same buffers (graphs/train/memory_estimate.cpp): zero-offload's
     // exactly; zenflow's host part as if every parameter were a matrix (the 1-D parameters' state
-    // is on the device), beside the selected columns' moments on the device (2 topk_ratio floats)
+    // is on the device), beside the selected columns' moments on the device (2 topk_ratio floats;
+    // bf16: and their fp32 master, 1 more)
     EXPECT_DOUBLE_EQ(estimate_memory(off, -1).optimizer, (double)zo);
-    const double zen_host = estimate_memory(z, -1).optimizer - 4.0 * (double)all * 2 * z.zenflow.topk_ratio;
+    const double zen_host =
+        estimate_memory(z, -1).optimizer - 4.0 * (double)all * (b ? 3 : 2) * z.zenflow.topk_ratio;
     EXPECT_DOUBLE_EQ(zen_host, (double)all * (b ? 26 : 24));
     EXPECT_EQ((double)zen, zen_host - (double)(all - matrix) * (b ? 26 : 24));
     EXPECT_EQ(first_difference(w, ref::run_reference(z).weights), "");
+    // the device side: the selective and 1-D moments; bf16 adds an fp32 master shaped like one of
+    // them to each (docs/zenflow.md, "Precision bf16 and fp16")
+    const int64_t dev = mz.at("device_state_bytes").at("optimizer").get<int64_t>();
+    if (!b) dev_fp32 = dev;
+    EXPECT_EQ(dev, b ? dev_fp32 * 3 / 2 : dev);
+    EXPECT_GT(dev_fp32, 0);
   }
 }
 

@@ -11,8 +11,10 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "tests/kernels/kernel_helpers.hpp"
 #include "tests/reference/zenflow_ref.hpp"
@@ -173,6 +175,85 @@ TEST(SelectiveAdam, EqualsAdamStepOnGatheredValuesBitwise) {
           ASSERT_EQ(w[(size_t)i * C + j], w0[(size_t)i * C + j]);
         }
   }
+}
+
+// The master variant (precision bf16/fp16, semantics zenflow): AdamW on the fp32 master of the
+// selected elements (filled from w at the selection's step), w's selected elements = the master,
+// rounded to bf16 after each step as the trainer does; bitwise the naive gather / adam_step /
+// scatter on the same values, both layouts; the unselected columns untouched.
+TEST(SelectiveAdam, MasterVariantEqualsAdamStepOnTheMasterBitwise) {
+  for (bool in_out : {false, true})
+    for (auto [R, C, k] : std::vector<std::tuple<int, int, int>>{{22, 55, 13}, {1, 1, 1}, {16, 32, 32}}) {
+      std::vector<float> w = randn((size_t)R * C, 21);
+      for (float& e : w) e = kernels::bf16::round(e);
+      std::vector<float> w2 = w;  // the reference, in the logical (R, C) layout
+      const std::vector<int32_t> sel = random_sel(C, k, 22);
+      const size_t rk = (size_t)R * k;
+      std::vector<float> x(rk, -7.0f), m(rk, 0.0f), v = m, x2(rk), m2 = m, v2 = m;
+      cpu::AdamParams hp;
+      hp.lr = 1e-3f;
+      hp.weight_decay = 0.01f;
+      // storage (C, R) with in_out: a transpose of the logical values
+      auto stored = [&](const std::vector<float>& a) {
+        if (!in_out) return a;
+        std::vector<float> t(a.size());
+        for (int i = 0; i < R; ++i)
+          for (int j = 0; j < C; ++j) t[(size_t)j * R + i] = a[(size_t)i * C + j];
+        return t;
+      };
+      auto at = [&](int i, int c) { return in_out ? (size_t)c * R + i : (size_t)i * k + c; };  // m's layout
+      std::vector<float> ws = stored(w);
+      for (int64_t step = 1; step <= 4; ++step) {
+        const std::vector<float> g = randn((size_t)R * C, 200 + (uint32_t)step);
+        const std::vector<float> gs_stored = stored(g);
+        cpu::selective_adam_master(ws.data(), R, C, sel.data(), k, gs_stored.data(), x.data(), step == 1, m.data(),
+                                   v.data(), hp, step, in_out);
+        for (float& e : ws) e = kernels::bf16::round(e);
+        std::vector<float> gs(rk);
+        for (int i = 0; i < R; ++i)
+          for (int c = 0; c < k; ++c) {
+            if (step == 1) x2[at(i, c)] = w2[(size_t)i * C + sel[c]];
+            gs[at(i, c)] = g[(size_t)i * C + sel[c]];
+          }
+        cpu::adam_step(x2.data(), gs.data(), m2.data(), v2.data(), rk, hp, step, 1.0f);
+        for (int i = 0; i < R; ++i)
+          for (int c = 0; c < k; ++c) w2[(size_t)i * C + sel[c]] = kernels::bf16::round(x2[at(i, c)]);
+      }
+      SCOPED_TRACE(std::to_string(R) + "x" + std::to_string(C) + " k=" + std::to_string(k) + " in_out " +
+                   std::to_string(in_out));
+      EXPECT_TRUE(bits_equal(ws, stored(w2)));
+      EXPECT_TRUE(bits_equal(x, x2));
+      EXPECT_TRUE(bits_equal(m, m2));
+      EXPECT_TRUE(bits_equal(v, v2));
+    }
+}
+
+// The bug the masters fix (issue 43): AdamW steps below half a bf16 spacing. Weights at 1.0, a
+// constant gradient, lr 1e-3: each step moves an element about 1e-3, under half the spacing below
+// 1.0 (2^-9), so the in-place kernel's rounded weights never move; the master's cross it.
+TEST(SelectiveAdam, MasterKeepsStepsBelowHalfABf16Spacing) {
+  const int R = 4, C = 8, k = 3;
+  const std::vector<int32_t> sel = {1, 4, 6};
+  const std::vector<float> g((size_t)R * C, 1.0f);
+  cpu::AdamParams hp;
+  hp.lr = 1e-3f;
+  std::vector<float> w_in((size_t)R * C, 1.0f), w_x = w_in, m((size_t)R * k, 0.0f), v = m, mx = m, vx = m, x(m.size());
+  for (int64_t step = 1; step <= 5; ++step) {
+    cpu::selective_adam(w_in.data(), R, C, sel.data(), k, g.data(), m.data(), v.data(), hp, step);
+    cpu::selective_adam_master(w_x.data(), R, C, sel.data(), k, g.data(), x.data(), step == 1, mx.data(), vx.data(),
+                               hp, step);
+    for (float& e : w_in) e = kernels::bf16::round(e);
+    for (float& e : w_x) e = kernels::bf16::round(e);
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) {
+      const bool selected = std::binary_search(sel.begin(), sel.end(), j);
+      EXPECT_EQ(w_in[(size_t)i * C + j], 1.0f) << "in place: rounded away";
+      if (selected)
+        EXPECT_LT(w_x[(size_t)i * C + j], 1.0f) << "row " << i << " column " << j;
+      else
+        EXPECT_EQ(w_x[(size_t)i * C + j], 1.0f) << "row " << i << " column " << j;
+    }
 }
 
 // ------------------------------------------------------------------ kernels: merge_unselected

@@ -97,6 +97,43 @@ TEST(ZenFlowShard, SelectiveAdamOnTheSegmentsIsTheWholeKernelsBitwise) {
   }
 }
 
+// The master variant (precision bf16/fp16): each segment's part of the master, indexed as its
+// moments, filled from the shard at the first step; bitwise the whole weight's master kernel.
+TEST(ZenFlowShard, SelectiveAdamMasterOnTheSegmentsIsTheWholeKernelsBitwise) {
+  cpu::AdamParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.01f;
+  for (bool in_out : {false, true}) {
+    std::vector<float> w = randn((size_t)R * C, 4), ws = w;
+    std::vector<float> m((size_t)R * k, 0.0f), v = m, x = m;
+    std::vector<std::vector<float>> ms, vs, xs;
+    std::vector<size_t> ns;
+    for (size_t s = 0; s + 1 < kBounds.size(); ++s) {
+      ns.push_back(cpu::selected_before(kBounds[s + 1], R, C, kSel.data(), k, in_out) -
+                   cpu::selected_before(kBounds[s], R, C, kSel.data(), k, in_out));
+      ms.emplace_back(std::max<size_t>(ns.back(), 1), 0.0f);
+      vs.emplace_back(std::max<size_t>(ns.back(), 1), 0.0f);
+      xs.emplace_back(std::max<size_t>(ns.back(), 1), 0.0f);
+    }
+    for (int64_t step = 1; step <= 3; ++step) {
+      const std::vector<float> g = randn((size_t)R * C, 30 + (uint32_t)step);
+      cpu::selective_adam_master(w.data(), R, C, kSel.data(), k, g.data(), x.data(), step == 1, m.data(), v.data(),
+                                 hp, step, in_out);
+      for (size_t s = 0; s + 1 < kBounds.size(); ++s) {
+        const size_t lo = kBounds[s], hi = kBounds[s + 1];
+        std::vector<float> shard(ws.begin() + lo, ws.begin() + hi);
+        cpu::selective_adam_segment_master(shard.data(), lo, hi, R, C, kSel.data(), k, g.data() + lo, xs[s].data(),
+                                           step == 1, ms[s].data(), vs[s].data(), hp, step, in_out);
+        std::copy(shard.begin(), shard.end(), ws.begin() + lo);
+      }
+    }
+    EXPECT_TRUE(bits_equal(ws, w)) << "in_out " << in_out;
+    std::vector<float> xj;  // the segments' masters joined: the whole kernel's
+    for (size_t s = 0; s + 1 < kBounds.size(); ++s) xj.insert(xj.end(), xs[s].begin(), xs[s].begin() + ns[s]);
+    EXPECT_TRUE(bits_equal(xj, x)) << "in_out " << in_out;
+  }
+}
+
 TEST(ZenFlowShard, MergeIntoAShardIsTheWholeMergesPart) {
   const std::vector<float> src = randn((size_t)R * C, 3), w0 = randn((size_t)R * C, 4);
   for (bool in_out : {false, true})

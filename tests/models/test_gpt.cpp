@@ -303,5 +303,47 @@ TEST(GptEngine, TinyModelLearnsText) {
   EXPECT_EQ(m["final"]["eval_examples"].get<int64_t>() % 8, 0) << "evaluation counts tokens";
 }
 
+// Issue 43, "no update is rounded away": under bf16, zenflow (semantics zenflow) updates every
+// LayerNorm weight and bias on fp32 masters, as device-adam does. With every column selected once
+// (topk_ratio 1, no reselection in the run) ZenFlow leaves nothing to its host, so its weights are
+// device-adam's bitwise, at DeepSpeed's fine-tuning rate 2e-5 and at 3e-4: rates whose steps are
+// below half a bf16 spacing of the gains at 1.0 (2^-9 below, 2^-8 above), which an update of the
+// rounded gains in place loses every time. Every LayerNorm tensor moves (the gains' masters need
+// a few hundred steps at 2e-5 to cross half a spacing).
+TEST(GptEngine, ZenFlowBf16MovesLayerNormsAsDeviceAdam) {
+  TempDir dir;
+  const std::string text = dir.write("t.txt", fixture_text());
+  for (auto [lr, steps] : {std::pair{2e-5, 400}, {3e-4, 40}}) {
+    SCOPED_TRACE("lr " + std::to_string(lr));
+    Spec d = tiny_gpt_spec("gpt", "text", text);
+    d.model.weight_layout = "out_in";  // both strategies' matmuls on the same layout
+    d.precision = "bf16";
+    d.optimizer.lr = lr;
+    d.train.steps = steps;
+    Spec z = d;
+    z.strategy = "zenflow";
+    z.zenflow.given = true;
+    z.zenflow.topk_ratio = 1.0;
+    z.zenflow.select_strategy = "step";
+    z.zenflow.select_interval = 1000;
+    z.zenflow.update_interval = 4;
+    Spec s0 = d;  // the start's weights, rounded: one step at a rate that moves nothing
+    s0.train.steps = 1;
+    s0.optimizer.lr = 0.0;
+    const Weights wd = train_and_capture(d), wz = train_and_capture(z), w0 = train_and_capture(s0);
+    EXPECT_EQ(first_difference(wz, wd), "");
+    int norms = 0;
+    for (auto& [name, v] : wz) {
+      if (name.find("ln_") == std::string::npos) continue;
+      ++norms;
+      const std::vector<float>& a = w0.at(name);
+      size_t moved = 0;
+      for (size_t i = 0; i < v.size(); ++i) moved += v[i] != a[i];
+      EXPECT_GT(moved, 0u) << name << " did not move";
+    }
+    EXPECT_EQ(norms, 2 * 2 * 2 + 2) << "ln_1, ln_2 of 2 blocks and ln_f, weight and bias each";
+  }
+}
+
 }  // namespace
 }  // namespace zf::test

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -138,6 +140,46 @@ TEST(LlamaRuns, ResumeIsBitwise) {
   f.spec.train.steps = 10;
   EXPECT_EQ(first_difference(run_with(f.spec, "", 0, ck + "/step-00000003"), full), "") << "resumed from step 3";
   EXPECT_EQ(first_difference(run_with(f.spec, "", 0, ck), full), "") << "resumed from step 7";
+}
+
+// Issue 43, "no update is rounded away": the frozen-norm case (every RMSNorm weight bitwise its
+// initial value after fine-tuning under zenflow bf16). The norms start at a bf16 value g0 whose
+// half spacing is above the rate: 0.01171875 (spacing 2^-14, half 3.1e-5) at 2e-5, 0.1875 (2^-10,
+// half 4.9e-4) at 3e-4, so each AdamW step (about lr) is lost when it updates the rounded weight
+// in place. On fp32 masters a few steps cross it: every norm tensor moves, under device-adam and
+// under zenflow (fp16 too, whose spacing there is 8 times finer).
+TEST(LlamaRuns, HalfPrecisionMovesEveryNormWeight) {
+  Fixture f;
+  const json cfg = gqa_untied();
+  const hf::Config c = write_config(f.dir.path("cfg"), cfg);
+  for (auto [lr, g0] : {std::pair{2e-5, 0.01171875f}, {3e-4, 0.1875f}}) {
+    std::map<std::string, std::vector<float>> v = random_values(c, 3);
+    std::vector<std::string> norms;
+    for (const hf::TensorSpec& t : hf::expected_tensors(c))
+      if (t.init == hf::Init::Ones) {
+        std::fill(v[t.name].begin(), v[t.name].end(), g0);
+        norms.push_back(t.name);
+      }
+    ASSERT_EQ(norms.size(), 5u) << "two per layer and the final norm";
+    const std::string dir = f.dir.path("norms-" + std::to_string(lr));
+    write_model(dir, cfg, v, "F32");
+    for (const char* precision : {"bf16", "fp16"})
+      for (const char* strategy : {"device-adam", "zenflow"}) {
+        SCOPED_TRACE(std::string(strategy) + " " + precision + " lr " + std::to_string(lr));
+        Spec s = f.spec;
+        s.model.path = dir;
+        s.strategy = strategy;
+        s.precision = precision;
+        s.optimizer.lr = lr;
+        s.train.steps = 6;
+        const Weights w = train_and_capture(s);
+        for (const std::string& n : norms) {
+          size_t moved = 0;
+          for (float x : w.at(n)) moved += x != g0;
+          EXPECT_GT(moved, 0u) << n << " stayed at its initial value";
+        }
+      }
+  }
 }
 
 // --save-hf (save_hf, as the trainer calls it) before any step: the same config.json bytes and,

@@ -36,6 +36,9 @@ struct ZenFlowConfig {
   bool reset_host_moments = false;  // host m, v zeroed at t == W > 0; bias correction from there
   double auto_ratio = 0.99;
   double clip = 0.0;            // gradient_clipping (0: off)
+  // precision bf16/fp16 with semantics zenflow: the device AdamWs (selected columns, 1-D) run on
+  // fp32 masters, the parameters take their values (rounded by the caller after the step)
+  bool masters = false;
   AdamParams hp;
   std::function<float(int64_t)> lr;  // the learning rate of step t; empty: hp.lr
   AdamParams hp_at(int64_t t) const {
@@ -199,6 +202,7 @@ class ZenFlowRef {
       } else {
         s.m1.assign(n, 0.0f);
         s.v1.assign(n, 0.0f);
+        if (c_.masters) s.x1 = p.value;  // from the (rounded) initial values
       }
       st_.push_back(std::move(s));
       if (p.is_matrix()) ++n2d_;
@@ -252,6 +256,12 @@ class ZenFlowRef {
         s.sel = naive_topk(imp, k_of(C));
         s.msel.assign((size_t)R * s.sel.size(), 0.0f);
         s.vsel.assign((size_t)R * s.sel.size(), 0.0f);
+        if (c_.masters) {  // the selected columns' master: their values now (the merges skip them)
+          const int k = (int)s.sel.size();
+          s.xsel.resize((size_t)R * k);
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < k; ++c) s.xsel[(size_t)r * k + c] = P_[i].value[(size_t)r * C + s.sel[c]];
+        }
       }
       has_selection_ = true;
       selections_.push_back(t);
@@ -316,14 +326,16 @@ class ZenFlowRef {
             w[(size_t)r * k + c] = p.value[(size_t)r * C + s.sel[c]];
             gs[(size_t)r * k + c] = g[i][(size_t)r * C + s.sel[c]];
           }
+        std::vector<float>& x = c_.masters ? s.xsel : w;
         // bias correction counts the steps since the latest selection, which zeroed m_sel and v_sel
-        kernels::cpu::adam_step(w.data(), gs.data(), s.msel.data(), s.vsel.data(), w.size(), c_.hp_at(t),
+        kernels::cpu::adam_step(x.data(), gs.data(), s.msel.data(), s.vsel.data(), x.size(), c_.hp_at(t),
                                 t - selections_.back() + 1, 1.0f);
         for (int r = 0; r < R; ++r)
-          for (int c = 0; c < k; ++c) p.value[(size_t)r * C + s.sel[c]] = w[(size_t)r * k + c];
+          for (int c = 0; c < k; ++c) p.value[(size_t)r * C + s.sel[c]] = x[(size_t)r * k + c];
       } else {
-        kernels::cpu::adam_step(p.value.data(), g[i].data(), s.m1.data(), s.v1.data(), p.value.size(), c_.hp_at(t),
-                                t + 1, 1.0f);
+        std::vector<float>& x = c_.masters ? s.x1 : p.value;
+        kernels::cpu::adam_step(x.data(), g[i].data(), s.m1.data(), s.v1.data(), x.size(), c_.hp_at(t), t + 1, 1.0f);
+        if (c_.masters) p.value = s.x1;
       }
     }
     // auto update rule: the vote of step t decides is_update(t + 1)
@@ -353,6 +365,7 @@ class ZenFlowRef {
     std::vector<int32_t> sel;           // (k) ascending
     std::vector<float> msel, vsel;      // (R, k)
     std::vector<float> m1, v1;          // 1-D moments
+    std::vector<float> xsel, x1;        // ZenFlowConfig::masters: the (R, k) and 1-D fp32 masters
   };
   struct Pending {
     int64_t job, u;
@@ -705,7 +718,8 @@ inline int64_t ref_total_steps(const Spec& s, int64_t steps_per_epoch) {
 // Trains the spec's MLP with the spec's strategy (device-adam, zero-offload or zenflow).
 // Precision "bf16" (docs/spec.md): the parameters are rounded to bf16 before training and after
 // every step (and the flush), the gradients after every backward; the strategies' masters stay
-// fp32 (for device-adam too: it then computes exactly what zero-offload does).
+// fp32 (for device-adam too: it then computes exactly what zero-offload does; for zenflow's
+// selected columns and 1-D parameters too, ZenFlowConfig::masters).
 // Precision "fp16": the same with fp16 rounding, and DeepSpeed's loss scaling: the gradient of
 // step t is fp16(S g) with S the scale of step t (the engine scales the loss, which for a power of
 // two S gives exactly S g in fp32); an inf or NaN in it (or t in forced_overflow) skips the step:
@@ -768,7 +782,9 @@ inline RefRun run_reference(const Spec& s, const std::set<int64_t>& forced_overf
     out.host_update_steps = z.host_update_steps();
     out.clips = z.clips();
   } else if (s.strategy == "zenflow") {
-    ZenFlowRef z(zenflow_config(s, mlp.steps_per_epoch()), mlp.params());
+    ZenFlowConfig zc = zenflow_config(s, mlp.steps_per_epoch());
+    zc.masters = bf16 || fp16;  // semantics zenflow: fp32 masters for every device update
+    ZenFlowRef z(zc, mlp.params());
     for (int64_t t = 0; t < T; ++t) {
       grads(t);
       out.loss.push_back(mlp.last_loss());

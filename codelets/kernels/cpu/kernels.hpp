@@ -137,6 +137,12 @@ void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, f
 // moments m, v (R, k); element by element identical to adam_step on the gathered values.
 void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
                     float* m, float* v, const AdamParams& hp, int64_t step, bool in_out = false);
+// selective_adam with an fp32 master x of the selected elements, shaped like m and v (precision
+// bf16/fp16, semantics zenflow: docs/zenflow.md): fill (the update of a selection) first copies the
+// selected values of w into x; AdamW runs on x; w's selected elements then take x's values (the
+// trainer rounds them). Element by element identical to adam_step on x, then a scatter of x.
+void selective_adam_master(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
+                           float* m, float* v, const AdamParams& hp, int64_t step, bool in_out = false);
 // dst (R, C) flat elements [off, off + n) = src[0, n) except where the column is selected
 // (sel may be null with k = 0: every column is merged). Returns elements written.
 // in_out_rows > 0: dst is stored (C, R) with R = in_out_rows (flat element e is in column e / R).
@@ -163,6 +169,11 @@ void column_importance_segment(const float* g, size_t lo, size_t hi, int R, int 
 // selected_before(lo) on); element by element identical to selective_adam on the whole weight.
 void selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
                             const float* g, float* m, float* v, const AdamParams& hp, int64_t step, bool in_out);
+// selective_adam_segment with the shard's part of the master x (indexed as m and v), as
+// selective_adam_master.
+void selective_adam_segment_master(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                                   const float* g, float* x, bool fill, float* m, float* v, const AdamParams& hp,
+                                   int64_t step, bool in_out);
 
 // acc += scale * g
 void accumulate(float* acc, const float* g, size_t n, float scale);

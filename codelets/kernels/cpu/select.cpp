@@ -75,33 +75,55 @@ void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, f
 // idle workers help with: AdamW is elementwise, so the result does not depend on who runs which.
 constexpr size_t kSelRange = 32768;
 
-void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
-                    float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+namespace {
+// selective_adam and its master variant: x null, in place on w; else AdamW on x (shaped like m and
+// v; fill: x first takes the selected values of w), whose result is then written into w.
+void selective_adam_impl(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
+                         float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
   if (in_out) {  // one contiguous AdamW of R elements per selected column, m and v (k, R)
     parallel_ranges((size_t)k, 1, std::max<size_t>(1, kSelRange / std::max(1, R)), [&](size_t lo, size_t hi) {
       for (size_t c = lo; c < hi; ++c) {
         const size_t j = (size_t)sel[c] * R;
-        adam_step(w + j, g + j, m + c * R, v + c * R, (size_t)R, hp, step, 1.0f);
+        if (!x) {
+          adam_step(w + j, g + j, m + c * R, v + c * R, (size_t)R, hp, step, 1.0f);
+          continue;
+        }
+        float* xc = x + c * R;
+        if (fill) std::copy(w + j, w + j + R, xc);
+        adam_step(xc, g + j, m + c * R, v + c * R, (size_t)R, hp, step, 1.0f);
+        std::copy(xc, xc + R, w + j);
       }
     });
     return;
   }
-  // Row by row: gather the row's selected weights and gradients into two small buffers (they stay
-  // in L1), run the vectorised adam_step on them, scatter the weights back. One pass over the
-  // scattered columns instead of a gather into an (R, k) gradient buffer first.
+  // Row by row: gather the row's selected weights (or take the master's row) and gradients into
+  // small buffers (they stay in L1), run the vectorised adam_step on them, scatter the weights back.
+  // One pass over the scattered columns instead of a gather into an (R, k) gradient buffer first.
   parallel_ranges((size_t)R, 1, std::max<size_t>(1, kSelRange / std::max(1, k)), [&](size_t lo, size_t hi) {
-    std::vector<float> tw(k), tg(k);
+    std::vector<float> tw(x ? 0 : k), tg(k);
     for (size_t i = lo; i < hi; ++i) {
       float* row = w + i * C;
       const float* grow = g + i * C;
+      float* p = x ? x + i * k : tw.data();
       for (int c = 0; c < k; ++c) {
-        tw[c] = row[sel[c]];
+        if (!x || fill) p[c] = row[sel[c]];
         tg[c] = grow[sel[c]];
       }
-      adam_step(tw.data(), tg.data(), m + i * k, v + i * k, (size_t)k, hp, step, 1.0f);
-      for (int c = 0; c < k; ++c) row[sel[c]] = tw[c];
+      adam_step(p, tg.data(), m + i * k, v + i * k, (size_t)k, hp, step, 1.0f);
+      for (int c = 0; c < k; ++c) row[sel[c]] = p[c];
     }
   });
+}
+}  // namespace
+
+void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
+                    float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+  selective_adam_impl(w, R, C, sel, k, g, nullptr, false, m, v, hp, step, in_out);
+}
+
+void selective_adam_master(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
+                           float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+  selective_adam_impl(w, R, C, sel, k, g, x, fill, m, v, hp, step, in_out);
 }
 
 size_t merge_unselected(float* dst, int C, const float* src, size_t off, size_t n,
@@ -220,8 +242,10 @@ void column_importance_segment(const float* g, size_t lo, size_t hi, int R, int 
   }
 }
 
-void selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
-                            const float* g, float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+namespace {
+void selective_adam_segment_impl(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                                 const float* g, float* x, bool fill, float* m, float* v, const AdamParams& hp,
+                                 int64_t step, bool in_out) {
   const size_t m0 = selected_before(lo, R, C, sel, k, in_out);
   if (in_out) {  // one contiguous AdamW per selected column's run inside [lo, hi)
     const size_t Rs = (size_t)R;
@@ -229,27 +253,46 @@ void selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const 
          ++q) {
       const size_t a = std::max(lo, (size_t)*q * Rs), b = std::min(hi, ((size_t)*q + 1) * Rs);
       const size_t mi = (size_t)(q - sel) * Rs + a % Rs - m0;
-      adam_step(w + (a - lo), g + (a - lo), m + mi, v + mi, b - a, hp, step, 1.0f);
+      if (!x) {
+        adam_step(w + (a - lo), g + (a - lo), m + mi, v + mi, b - a, hp, step, 1.0f);
+        continue;
+      }
+      if (fill) std::copy(w + (a - lo), w + (b - lo), x + mi);
+      adam_step(x + mi, g + (a - lo), m + mi, v + mi, b - a, hp, step, 1.0f);
+      std::copy(x + mi, x + mi + (b - a), w + (a - lo));
     }
     return;
   }
-  // row by row, as selective_adam: the row's selected elements inside [lo, hi) gathered, updated,
-  // scattered back
-  std::vector<float> tw((size_t)k), tg((size_t)k);
+  // row by row, as selective_adam: the row's selected elements inside [lo, hi) gathered (or the
+  // master's, contiguous), updated, scattered back
+  std::vector<float> tw(x ? 0 : (size_t)k), tg((size_t)k);
   for (size_t rs = lo - lo % (size_t)C; rs < hi; rs += (size_t)C) {
     const size_t a = std::max(lo, rs), b = std::min(hi, rs + (size_t)C);
     const int32_t* q0 = std::lower_bound(sel, sel + k, (int32_t)(a - rs));
     const int32_t* q1 = std::lower_bound(q0, sel + k, (int32_t)(b - rs));
     const size_t n = (size_t)(q1 - q0);
     if (n == 0) continue;
+    const size_t mi = rs / (size_t)C * (size_t)k + (size_t)(q0 - sel) - m0;
+    float* p = x ? x + mi : tw.data();
     for (size_t c = 0; c < n; ++c) {
-      tw[c] = w[rs + (size_t)q0[c] - lo];
+      if (!x || fill) p[c] = w[rs + (size_t)q0[c] - lo];
       tg[c] = g[rs + (size_t)q0[c] - lo];
     }
-    const size_t mi = rs / (size_t)C * (size_t)k + (size_t)(q0 - sel) - m0;
-    adam_step(tw.data(), tg.data(), m + mi, v + mi, n, hp, step, 1.0f);
-    for (size_t c = 0; c < n; ++c) w[rs + (size_t)q0[c] - lo] = tw[c];
+    adam_step(p, tg.data(), m + mi, v + mi, n, hp, step, 1.0f);
+    for (size_t c = 0; c < n; ++c) w[rs + (size_t)q0[c] - lo] = p[c];
   }
+}
+}  // namespace
+
+void selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                            const float* g, float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+  selective_adam_segment_impl(w, lo, hi, R, C, sel, k, g, nullptr, false, m, v, hp, step, in_out);
+}
+
+void selective_adam_segment_master(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                                   const float* g, float* x, bool fill, float* m, float* v, const AdamParams& hp,
+                                   int64_t step, bool in_out) {
+  selective_adam_segment_impl(w, lo, hi, R, C, sel, k, g, x, fill, m, v, hp, step, in_out);
 }
 
 }  // namespace zf::kernels::cpu

@@ -50,8 +50,10 @@ __global__ void adam_k(float* p, const float* g, float* m, float* v, size_t n, C
 
 // (R, k) elements: w[i, sel[c]] with g[i, sel[c]] and m, v [i, c]; in_out (R = rows): w, g stored
 // (C, R), m, v (k, R), element e = (c, i)
-__global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
-                                 size_t n, Coef c, int in_out_rows) {
+// x: null, in place on w; else the fp32 master of the selected elements (indexed as m and v; fill:
+// first taken from w), whose result is also written into w (cpu::selective_adam_master)
+__global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
+                                 float* m, float* v, size_t n, Coef c, int in_out_rows) {
   ZF_GRID_STRIDE(e, n) {
     size_t at;
     if (in_out_rows > 0) {
@@ -62,8 +64,9 @@ __global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, con
       at = i * C + sel[e - i * k];
     }
     float* pw = w + at;
-    float pi = *pw, mi = m[e], vi = v[e];
+    float pi = x && !fill ? x[e] : *pw, mi = m[e], vi = v[e];
     update(pi, g[at], mi, vi, c);
+    if (x) x[e] = pi;
     *pw = pi;
     m[e] = mi;
     v[e] = vi;
@@ -74,7 +77,8 @@ __global__ void selective_adam_k(float* w, int C, const int32_t* sel, int k, con
 // m and v indexed from selected_before(lo). Thread t: in_out, selected column t / R, row t % R;
 // else row lo / C + t / k, selected column t % k.
 __global__ void selective_adam_segment_k(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
-                                         const float* g, float* m, float* v, size_t n, Coef c, bool in_out) {
+                                         const float* g, float* x, bool fill, float* m, float* v, size_t n, Coef c,
+                                         bool in_out) {
   const size_t m0 = selected_before_at(lo, R, C, sel, k, in_out);
   ZF_GRID_STRIDE(t, n) {
     size_t e, mi;
@@ -88,8 +92,9 @@ __global__ void selective_adam_segment_k(float* w, size_t lo, size_t hi, int R, 
       mi = r * k + q;
     }
     if (e < lo || e >= hi) continue;
-    float pi = w[e - lo], mv = m[mi - m0], vv = v[mi - m0];
+    float pi = x && !fill ? x[mi - m0] : w[e - lo], mv = m[mi - m0], vv = v[mi - m0];
     update(pi, g[e - lo], mv, vv, c);
+    if (x) x[mi - m0] = pi;
     w[e - lo] = pi;
     m[mi - m0] = mv;
     v[mi - m0] = vv;
@@ -107,9 +112,14 @@ Status adam_step(float* p, const float* g, float* m, float* v, size_t n, const A
 
 Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
                       const AdamParams& hp, int64_t step, cudaStream_t s, bool in_out) {
+  return selective_adam_master(w, R, C, sel, k, g, nullptr, false, m, v, hp, step, s, in_out);
+}
+
+Status selective_adam_master(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
+                             float* m, float* v, const AdamParams& hp, int64_t step, cudaStream_t s, bool in_out) {
   const size_t n = (size_t)R * k;
   if (!n) return nullptr;
-  selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g, m, v, n, coef(hp, step, 1.0f),
+  selective_adam_k<<<blocks_for(n), kThreads, 0, s>>>(w, C, sel, k, g, x, fill, m, v, n, coef(hp, step, 1.0f),
                                                       in_out ? R : 0);
   return launched();
 }
@@ -117,9 +127,15 @@ Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const f
 Status selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
                               const float* g, float* m, float* v, const AdamParams& hp, int64_t step, cudaStream_t s,
                               bool in_out) {
+  return selective_adam_segment_master(w, lo, hi, R, C, sel, k, g, nullptr, false, m, v, hp, step, s, in_out);
+}
+
+Status selective_adam_segment_master(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                                     const float* g, float* x, bool fill, float* m, float* v, const AdamParams& hp,
+                                     int64_t step, cudaStream_t s, bool in_out) {
   if (hi <= lo || k <= 0) return nullptr;
   const size_t n = in_out ? (size_t)k * R : ((hi - 1) / (size_t)C - lo / (size_t)C + 1) * (size_t)k;
-  selective_adam_segment_k<<<blocks_for(n), kThreads, 0, s>>>(w, lo, hi, R, C, sel, k, g, m, v, n,
+  selective_adam_segment_k<<<blocks_for(n), kThreads, 0, s>>>(w, lo, hi, R, C, sel, k, g, x, fill, m, v, n,
                                                               coef(hp, step, 1.0f), in_out);
   return launched();
 }

@@ -88,6 +88,10 @@ Status scatter_columns(const float* in, int R, int C, const int32_t* sel, int k,
 // g is the whole gradient (R, C); m, v are (R, k)
 Status selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* m, float* v,
                       const AdamParams& hp, int64_t step, cudaStream_t s, bool in_out = false);
+// As cpu::selective_adam_master: x the fp32 master of the selected elements, (R, k) or (k, R)
+Status selective_adam_master(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
+                             float* m, float* v, const AdamParams& hp, int64_t step, cudaStream_t s,
+                             bool in_out = false);
 // As cpu::merge_unselected, without the count of elements written (base: dst holds the weight's
 // elements from base on, a ZeRO stage 3 shard).
 Status merge_unselected(float* dst, int C, const float* src, size_t off, size_t n, const int32_t* sel, int k,
@@ -109,6 +113,9 @@ Status column_importance_segment(const float* g, size_t lo, size_t hi, int R, in
 Status selective_adam_segment(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
                               const float* g, float* m, float* v, const AdamParams& hp, int64_t step, cudaStream_t s,
                               bool in_out = false);
+Status selective_adam_segment_master(float* w, size_t lo, size_t hi, int R, int C, const int32_t* sel, int k,
+                                     const float* g, float* x, bool fill, float* m, float* v, const AdamParams& hp,
+                                     int64_t step, cudaStream_t s, bool in_out = false);
 // out (2 doubles, device) = {sum |g|, sum over the selected columns of |g|}; deterministic.
 Status grad_mass(const float* g, int R, int C, const int32_t* sel, int k, double* out, cudaStream_t s,
                  bool in_out = false);

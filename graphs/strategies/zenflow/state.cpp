@@ -29,9 +29,11 @@ void ZenFlowStrategy::save_state(StateWriter& w) const {
       const size_t rk = (size_t)m.R * (size_t)m.k;
       put_owned(w, "device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, rk, mb, io);
       put_owned(w, "device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, rk, mb, io);
+      if (masters()) put_owned(w, "device.master_sel." + n, z_.offload ? m.x_sel_host : m.x_sel, rk, mb, io);
     } else {
       w.put("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, io);
       w.put("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, io);
+      if (masters()) w.put("device.master_sel." + n, z_.offload ? m.x_sel_host : m.x_sel, io);
     }
     w.put_f64("auto.AN." + n, {m.A, m.N, m.mass_host[0], m.mass_host[1]});
   }
@@ -39,9 +41,12 @@ void ZenFlowStrategy::save_state(StateWriter& w) const {
     if (stage3()) {
       put_owned(w, "device.m." + v.p->name, v.m, v.p->value.numel(), shard_bounds_.at(v.p), 0);
       put_owned(w, "device.v." + v.p->name, v.v, v.p->value.numel(), shard_bounds_.at(v.p), 0);
+      if (v.master.numel())
+        put_owned(w, "device.master." + v.p->name, v.master, v.p->value.numel(), shard_bounds_.at(v.p), 0);
     } else {
       w.put("device.m." + v.p->name, v.m);
       w.put("device.v." + v.p->name, v.v);
+      if (v.master.numel()) w.put("device.master." + v.p->name, v.master);
     }
     for (size_t i = 0; i < v.acc.size(); ++i) w.put("host.acc" + std::to_string(i) + "." + v.p->name, v.acc[i]);
     for (int i = 0; i < 2; ++i)
@@ -183,6 +188,18 @@ void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected, const st
       r.get("device.m_sel." + n, z_.offload ? m.m_sel_host : m.m_sel, V::Finite, io);
       r.get("device.v_sel." + n, z_.offload ? m.v_sel_host : m.v_sel, V::NonNegative, io);
     }
+    // the selected columns' masters; a checkpoint written before them (2026-12-05) has none: the
+    // next selective AdamW fills them from the weights (their rounded values)
+    const std::string xs = "device.master_sel." + n;
+    if (masters() && r.has(xs)) {
+      const std::vector<size_t> mb = stage3() && selected ? moment_bounds(m) : std::vector<size_t>{};
+      if (stage3())
+        get_owned(r, xs, z_.offload ? m.x_sel_host : m.x_sel, (size_t)m.R * (size_t)m.k, mb, V::Finite, io);
+      else
+        r.get(xs, z_.offload ? m.x_sel_host : m.x_sel, V::Finite, io);
+    } else if (masters()) {
+      refill_ = true;
+    }
     auto an = r.f64("auto.AN." + n);
     if (an.size() != 4) r.fail("auto.AN." + n, std::to_string(an.size()) + " values, expected 4");
     for (int i = 0; i < 4; ++i)
@@ -201,6 +218,20 @@ void ZenFlowStrategy::load_tensors(const StateReader& r, bool selected, const st
     } else {
       r.get("device.m." + v.p->name, v.m);
       r.get("device.v." + v.p->name, v.v, V::NonNegative);
+    }
+    // the 1-D master; a checkpoint written before them (2026-12-05) has none: copied from the
+    // parameter, whose weights were loaded before this state
+    const std::string xn = "device.master." + v.p->name;
+    if (v.master.numel() && r.has(xn)) {
+      if (stage3())
+        get_owned(r, xn, v.master, v.p->value.numel(), shard_bounds_.at(v.p), V::Finite, 0);
+      else
+        r.get(xn, v.master, V::Finite);
+    } else if (v.master.numel()) {
+      const Slice s =
+          stage3() ? Slice{shard_bounds_.at(v.p)[(size_t)comm_->rank()], shard_len(*v.p)} : whole(v.p->value);
+      if (s.n > 0)
+        insert_copy(rt_.device(-1).named("resume.master." + v.p->name), v.p->value, s, v.master, Slice{0, s.n});
     }
     for (size_t i = 0; i < v.acc.size(); ++i) r.get("host.acc" + std::to_string(i) + "." + v.p->name, v.acc[i]);
     for (int i = 0; i < 2; ++i)

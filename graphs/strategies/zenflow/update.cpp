@@ -30,7 +30,7 @@ void ZenFlowStrategy::submit_update(const UpdateStep& u) {
   if (cal_.is_update(o, last_vote_)) host_update(t, o);
 
   // 4. device updates: selected columns, 1-D parameters
-  selective_updates(t, o);
+  selective_updates(t, o, select);
   vector_updates(t, o, select);
   read_mass(t, o);
 }
@@ -135,30 +135,44 @@ void ZenFlowStrategy::host_adam(int64_t t, int64_t o, int64_t due, int64_t slot,
   }
 }
 
-void ZenFlowStrategy::selective_updates(int64_t t, int64_t o) {
+// Precision bf16/fp16 (semantics zenflow): on the fp32 master of the selected elements, which the
+// update of a selection fills from the weight (the values the device holds: the merges skip the
+// selected columns, so nothing else writes them until the next selection); the weight's selected
+// elements take the master's values, rounded by the trainer.
+void ZenFlowStrategy::selective_updates(int64_t t, int64_t o, bool select) {
   if (!selected_) return;
   SubmitOptions dev = rt_.device(t);
+  const bool fill = select || refill_;
+  refill_ = false;
   for (auto& wp : mat_) {
     Matrix& w = *wp;
     const std::string& n = w.p->name;
+    const Tensor* x = masters() ? &w.x_sel : nullptr;
+    const int copies = x ? 3 : 2;  // the moments, and the master (its host copy is stale at a selection)
     if (z_.offload) {
       insert_copy(rt_.crossing(t).named("h2d.m_sel." + n), w.m_sel_host, whole(w.m_sel_host), w.m_sel, whole(w.m_sel));
       insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
-      h2d_ += 2 * (int64_t)w.m_sel.bytes();
+      if (x)
+        insert_copy(rt_.crossing(t).named("h2d.master_sel." + n), w.x_sel_host, whole(w.x_sel_host), w.x_sel,
+                    whole(w.x_sel));
+      h2d_ += copies * (int64_t)w.m_sel.bytes();
     }
     if (stage3()) {  // the selected elements of this rank's shard (the owners')
       size_t base = 0;
       insert_selective_adam_shard(dev.named("adam.device." + n), hp(o), cal_.selective_step(o),
                                   shard_of(w.p->value, &base), shard(w), w.sel, shard_of(w.p->grad, &base), w.m_sel,
-                                  w.v_sel);
+                                  w.v_sel, x, fill);
     } else {
       insert_selective_adam(dev.named("adam.device." + n), hp(o), cal_.selective_step(o), w.p->value, w.sel,
-                            w.p->grad, w.m_sel, w.v_sel, w.p->in_out);
+                            w.p->grad, w.m_sel, w.v_sel, w.p->in_out, x, fill);
     }
     if (z_.offload) {
       insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
       insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
-      d2h_ += 2 * (int64_t)w.m_sel.bytes();
+      if (x)
+        insert_copy(rt_.crossing(t).named("d2h.master_sel." + n), w.x_sel, whole(w.x_sel), w.x_sel_host,
+                    whole(w.x_sel_host));
+      d2h_ += copies * (int64_t)w.m_sel.bytes();
     }
   }
 }
@@ -172,9 +186,12 @@ void ZenFlowStrategy::vector_updates(int64_t t, int64_t o, bool select) {
         // stage 3: this rank's shard (none when it owns no element of p)
         size_t base = 0;
         const Slice s = stage3() ? Slice{0, shard_len(p)} : whole(p.value);
-        if (s.n > 0)
-          insert_adam_step(dev.named("adam.device." + p.name), hp(o), o + 1, 1.0f, shard_of(p.value, &base), s,
-                           shard_of(p.grad, &base), s, v.m, v.v);
+        if (s.n == 0) break;
+        const Tensor& x = shard_of(p.value, &base);
+        // precision bf16/fp16: on the fp32 master, copied into the parameter (the trainer rounds it)
+        insert_adam_step(dev.named("adam.device." + p.name), hp(o), o + 1, 1.0f, v.master.numel() ? v.master : x, s,
+                         shard_of(p.grad, &base), s, v.m, v.v);
+        if (v.master.numel()) insert_copy(dev.named("master.device." + p.name), v.master, s, x, s);
         break;
       }
       case VectorUpdate::HostWarmUp: {

@@ -40,7 +40,14 @@ void ZenFlowStrategy::add_vector(Param* p) {
   // stage 3: the moments of this rank's shard only
   const std::vector<int64_t> shape =
       stage3() ? std::vector<int64_t>{(int64_t)std::max<size_t>(1, shard_len(*p))} : p->value.shape();
-  vec_.push_back(Vector{p, Tensor::home(shape, p->name + ".m"), Tensor::home(shape, p->name + ".v"), {}, {}, {}});
+  vec_.push_back(Vector{p, Tensor::home(shape, p->name + ".m"), Tensor::home(shape, p->name + ".v"), {}, {}, {}, {}});
+  if (masters()) {  // from the (rounded) initial values; stage 3: this rank's shard's (a resume loads it)
+    Vector& v = vec_.back();
+    v.master = Tensor::home(shape, p->name + ".master");
+    const Slice s = stage3() ? Slice{shard_bounds_.at(p)[(size_t)comm_->rank()], shard_len(*p)} : whole(p->value);
+    if (s.n > 0)
+      insert_copy(rt_.device(-1).named("init.master." + p->name), p->value, s, v.master, Slice{0, s.n});
+  }
   for (int i = 0; i < cal_.vector_warm_sets(); ++i) {
     vec_.back().mw[i] = Tensor::home(p->value.shape(), p->name + ".m_warm" + std::to_string(i));
     vec_.back().vw[i] = Tensor::home(p->value.shape(), p->name + ".v_warm" + std::to_string(i));
@@ -70,9 +77,14 @@ void ZenFlowStrategy::add_matrix(Param* p) {
     w.v_sel_host = Tensor::home(rk, n + ".v_sel.host");
     w.m_sel = Tensor::lazy(rk, n + ".m_sel");
     w.v_sel = Tensor::lazy(rk, n + ".v_sel");
+    if (masters()) {
+      w.x_sel_host = Tensor::home(rk, n + ".master_sel.host");
+      w.x_sel = Tensor::lazy(rk, n + ".master_sel");
+    }
   } else {
     w.m_sel = Tensor::home(rk, n + ".m_sel");
     w.v_sel = Tensor::home(rk, n + ".v_sel");
+    if (masters()) w.x_sel = Tensor::home(rk, n + ".master_sel");
   }
   w.mass = Tensor::home({2}, n + ".mass", sizeof(double));
   w.master = host_tensor(*p, n + ".master");

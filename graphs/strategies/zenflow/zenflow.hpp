@@ -27,6 +27,9 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
   // (selective_moments_capacity elements; docs/zenflow.md, "ZeRO stage 3")
   Tensor sel, imp, m_sel, v_sel;
   Tensor m_sel_host, v_sel_host;             // offload: selective moments kept on the host
+  // precision bf16/fp16 with semantics zenflow: the fp32 master of the selected elements (m_sel's
+  // shape; filled from the weight by the selective AdamW of a selection); x_sel_host with offload
+  Tensor x_sel, x_sel_host;
   Tensor mass;                               // {sum|g|, sum|g[:, sel]|} of the last step (auto rule)
   HostTensor master, m, v, resync;           // host side
   HostTensor m2, v2;                         // semantics deepspeed with overlap_step: the second host moment set
@@ -43,6 +46,9 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
 struct Vector {  // a 1-D parameter: device AdamW every step
   Param* p;
   Tensor m, v;  // ZeRO stage 3: this rank's shard's (at least one element)
+  // precision bf16/fp16 with semantics zenflow: the fp32 master the device AdamW updates (m's
+  // shape), of which the parameter is the rounded copy; empty otherwise
+  Tensor master;
   // semantics deepspeed: the warm-up's moments (DeepSpeed's host moments of the parameter, one
   // set per parity under overlap_step; docs/zenflow.md)
   Tensor mw[2], vw[2];
@@ -69,11 +75,13 @@ class ZenFlowStrategy final : public Strategy {
   void flush(const UpdateStep& last) override;                                        // merge.cpp
   void add_metrics(nlohmann::json& m, int64_t steps) const override;                  // metrics.cpp
   StrategyReport report() const override;                                             // metrics.cpp
-  // the selective moments (device side, not zenflow.offload) and the 1-D parameters' device moments
+  // the selective moments and masters (device side, not zenflow.offload) and the 1-D parameters'
+  // device moments and masters
   int64_t device_optimizer_bytes() const override {
     int64_t n = 0;
-    for (const auto& w : mat_) n += z_.offload ? 0 : (int64_t)(w->m_sel.bytes() + w->v_sel.bytes());
-    for (const Vector& v : vec_) n += (int64_t)(v.m.bytes() + v.v.bytes());
+    for (const auto& w : mat_)
+      n += z_.offload ? 0 : (int64_t)(w->m_sel.bytes() + w->v_sel.bytes() + w->x_sel.bytes());
+    for (const Vector& v : vec_) n += (int64_t)(v.m.bytes() + v.v.bytes() + v.master.bytes());
     return n;
   }
   std::vector<TraceEvent> trace_events(const std::vector<TaskRecord>& recs) const override;  // metrics.cpp
@@ -93,7 +101,7 @@ class ZenFlowStrategy final : public Strategy {
   void host_update(int64_t t, int64_t o);
   float clip_host(int64_t t, int64_t due, int64_t slot, float scale);
   void host_adam(int64_t t, int64_t o, int64_t due, int64_t slot, float scale);
-  void selective_updates(int64_t t, int64_t o);
+  void selective_updates(int64_t t, int64_t o, bool select);
   void vector_updates(int64_t t, int64_t o, bool select);
   void read_mass(int64_t t, int64_t o);
   bool auto_vote(int64_t t);
@@ -103,6 +111,10 @@ class ZenFlowStrategy final : public Strategy {
   // ZeRO stage 3 (docs/zenflow.md, "ZeRO stage 3"): the device parameters are shards; each rank
   // updates the selected elements and the 1-D elements of its own shards
   bool stage3() const { return zero_stage() == 3; }
+  // precision bf16/fp16 with semantics zenflow: every element the device updates (the selected
+  // columns, the 1-D parameters) has an fp32 master, so no AdamW step is rounded away (semantics
+  // deepspeed updates DeepSpeed's way, in the parameter's precision; docs/zenflow.md)
+  bool masters() const { return bf16_ && !cal_.deepspeed(); }
   WeightShard shard(const Matrix& w) const;
   size_t shard_len(const Param& p) const;
   // state.cpp
@@ -124,6 +136,9 @@ class ZenFlowStrategy final : public Strategy {
   std::vector<Vector> vec_;
   int64_t u_ = 0;  // the auto rule's updates since its last vote for a host update
   bool selected_ = false, last_vote_ = false;
+  // the next selective AdamW fills the selected columns' masters from the weights (a selection; a
+  // resume from a checkpoint written without them)
+  bool refill_ = false;
   int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced (local-sum)
   MergeLog log_;
 };

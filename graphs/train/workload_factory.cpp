@@ -48,6 +48,7 @@ GptConfig gpt_config(const Spec& spec) {
   c.context = spec.model.context;
   c.vocab = spec.model.vocab;
   c.init_seed = spec.model.init_seed;
+  c.hf_random_init = spec.model.type == "hf" && spec.model.init == "random";
   c.batch_size = spec.train.batch_size;
   c.eval_batch_size = spec.train.eval_batch_size;
   c.eval_limit = spec.data.eval_limit;
@@ -102,6 +103,7 @@ LlamaOptions llama_options(const Spec& spec) {
   o.dir = spec.model.path;
   o.context = spec.model.context;
   o.init_seed = spec.model.init_seed;
+  o.random_init = spec.model.init == "random";
   o.batch_size = spec.train.batch_size;
   o.eval_batch_size = spec.train.eval_batch_size;
   o.eval_limit = spec.data.eval_limit;
@@ -172,7 +174,9 @@ static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
     o.eos = ids.eos;
     o.specials_where = spec.model.path + "/config.json: eos_token_id";
     o.vocab = c.vocab_size;
+    o.vocab_where = c.path + ": vocab_size";
     o.progress = progress;
+    o.pack = spec.data.pack;
     return make_hf_workload(
         spec, c, load_instruction_split(spec.data.path, where, spec.data.eval_path, eval_where, *tok, o), status);
   }
@@ -180,6 +184,7 @@ static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
   o.bos = ids.bos;
   o.eos = ids.eos;
   o.vocab = c.vocab_size;
+  o.vocab_where = c.path + ": vocab_size";
   o.context = spec.model.context;
   o.progress = progress;
   if (d == "kjv")

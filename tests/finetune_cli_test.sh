@@ -113,7 +113,8 @@ printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}]}' >"$TMP/chat-ot
 printf '%s\n' '{"prompt": "a", "completion": "b"}' >"$TMP/other.jsonl"
 head -c 64 /dev/zero >"$TMP/t.bin"
 bad "no --data" "--data" -- finetune --model "$TMP/base"
-bad "missing data file" "--data $TMP/nowhere.jsonl: no such file" -- finetune --model "$TMP/base" --data "$TMP/nowhere.jsonl"
+bad "missing data file" "--data $TMP/nowhere.jsonl: no such file" -- \
+  finetune --model "$TMP/base" --data "$TMP/nowhere.jsonl"
 bad "records of another shape" "--data $TMP/other.jsonl: JSON records without an \"instruction\" field" -- \
   finetune --model "$TMP/base" --data "$TMP/other.jsonl"
 bad "token file without --eval-data" "--eval-data" -- finetune --model "$TMP/base" --data "$TMP/t.bin"
@@ -128,12 +129,13 @@ bad "--context beyond the model" "--context (model.context): 512 exceeds" -- fin
 # messages that blame the right thing: config.json's vocab_size, not a data record; config.json's sizes, not
 # the GPT's model.n_layer
 mkdir -p "$TMP/v2048" && cp "$TMP/cfg/tokenizer.json" "$TMP/v2048/" &&
-  sed 's/"vocab_size": 4096/"vocab_size": 2048/' "$TMP/cfg/config.json" >"$TMP/v2048/config.json"
+  sed -e 's/"vocab_size": 4096/"vocab_size": 2048/' -e 's/"bos_token_id": 4094/"bos_token_id": 1/' \
+    -e 's/"eos_token_id": 4095/"eos_token_id": 2/' "$TMP/cfg/config.json" >"$TMP/v2048/config.json"
 bad "config.json's vocab_size below the tokenizer's ids" "$TMP/v2048/config.json: vocab_size: 2048, but the tokenizer" \
   -- finetune --model "$TMP/v2048" --data "$TMP/alpaca.jsonl" --init random
 mkdir -p "$TMP/huge" && cp "$TMP/cfg/tokenizer.json" "$TMP/huge/" &&
-  sed 's/"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2/"hidden_size": 16384, "intermediate_size": 65536, "num_hidden_layers": 120/' \
-  "$TMP/cfg/config.json" >"$TMP/huge/config.json"
+  sed -e 's/"hidden_size": 32/"hidden_size": 16384/' -e 's/"intermediate_size": 64/"intermediate_size": 65536/' \
+    -e 's/"num_hidden_layers": 2/"num_hidden_layers": 120/' "$TMP/cfg/config.json" >"$TMP/huge/config.json"
 bad "an hf model too big for the memory" "$TMP/huge/config.json: hidden_size, intermediate_size, num_hidden_layers" \
   -- finetune --model "$TMP/huge" --data "$TMP/alpaca.jsonl" --init random
 echo "PASS"

@@ -65,12 +65,14 @@ cmp -s "$TMP/a" "$TMP/out" || fail "--threads 3 gave another text than the defau
 PASSED=$((PASSED + 1))
 
 # --template alpaca: the instruction rendered in Alpaca's template (the one instruction data trains on),
-# printed as the model sees it; --input selects the template with an input
-gen --model "$TMP/llama" --template alpaca --prompt "Quote John 11:35." --max-new-tokens 3 || fail "alpaca: exit $?"
+# printed as the model sees it; --input selects the template with an input (a Llama of 256 positions: the
+# template alone is 65 tokens)
+model "$TMP/llama256" "${LLAMA/\"max_position_embeddings\": 64/\"max_position_embeddings\": 256}"
+gen --model "$TMP/llama256" --template alpaca --prompt "Quote John 11:35." --max-new-tokens 3 || fail "alpaca: exit $?"
 grep -qF "Below is an instruction that describes a task. Write a response that appropriately completes the request." \
   "$TMP/out" || fail "--template alpaca: stdout does not start with Alpaca's template"
 grep -qF "### Instruction:" "$TMP/out" && grep -q "^### Response:" "$TMP/out" || fail "--template alpaca: no sections"
-gen --model "$TMP/llama" --template alpaca --prompt "Name the book." --input "Jesus wept." --max-new-tokens 2 ||
+gen --model "$TMP/llama256" --template alpaca --prompt "Name the book." --input "Jesus wept." --max-new-tokens 2 ||
   fail "alpaca with --input: exit $?"
 grep -qF "### Input:" "$TMP/out" || fail "--input: not the template with an input"
 PASSED=$((PASSED + 1))
@@ -82,6 +84,12 @@ gen --model "$TMP/gpt2" --prompt "$PROMPT" --max-new-tokens 100 || fail "gpt2: e
 grep -q "7 prompt tokens, 18 new (stopped: context full)" "$TMP/err" || fail "gpt2: 24 positions give 18 new tokens"
 gen --model "$TMP/gpt2" --prompt "" --max-new-tokens 3 || fail "empty prompt: exit $?"
 grep -q "1 prompt tokens, 3 new" "$TMP/err" || fail "empty prompt: BOS alone"
+# a GPT-2 config without bos_token_id / eos_token_id and 4096 ids: GPT2Config's default 50256 is no id
+# of it: no BOS (issue 45 reported a failure in the tokenizer's decode here)
+model "$TMP/gpt2-nobos" '{"model_type": "gpt2", "vocab_size": 4096, "n_embd": 16, "n_layer": 2, "n_head": 2,
+  "n_positions": 24}'
+gen --model "$TMP/gpt2-nobos" --prompt "$PROMPT" --max-new-tokens 3 || fail "gpt2 without bos_token_id: exit $?"
+grep -q "6 prompt tokens, 3 new" "$TMP/err" || fail "gpt2 without bos_token_id: not 6 prompt tokens (no BOS) and 3 new"
 PASSED=$((PASSED + 1))
 
 # bad input: exit 2 and the message names the option or the file

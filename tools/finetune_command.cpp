@@ -84,7 +84,8 @@ std::string detect_dataset(const std::string& path, const std::string& option) {
 json finetune_spec(const FinetuneArgs& f, bool eval) {
   std::error_code ec;
   if (!fs::is_directory(f.model, ec))
-    throw InputError("--model " + f.model, "not a directory (expected a Hugging Face model directory with config.json)");
+    throw InputError("--model " + f.model,
+                     "not a directory (expected a Hugging Face model directory with config.json)");
   const std::string config = (fs::path(f.model) / "config.json").string();
   if (!fs::is_regular_file(config, ec)) throw InputError("--model " + f.model, "has no config.json");
   const hf::Config c = hf::read_config(config);

@@ -125,8 +125,9 @@ int generate_main(int argc, char** argv) {
   CLI::App app{"zenflow-run generate: text sampled from a Hugging Face model directory (LlamaForCausalLM,\n"
                "Qwen2ForCausalLM, GPT2LMHeadModel; a --save-hf output too) on the host, with a KV cache.\n"
                "DIR holds config.json, model.safetensors (or an index and shards; --init random: Hugging\n"
-               "Face's init from --init-seed instead) and tokenizer.json or tokenizer.model. The prompt gets config.json's BOS\n"
-               "first; generation stops at an eos_token_id, after --max-new-tokens, or at\n"
+               "Face's init from --init-seed instead) and tokenizer.json or tokenizer.model. The prompt gets\n"
+               "config.json's BOS first (--template alpaca: the prompt is an instruction in Alpaca's\n"
+               "template); generation stops at an eos_token_id, after --max-new-tokens, or at\n"
                "max_position_embeddings. stdout: the prompt and its continuation; stderr: tokens/s\n"
                "(docs/hf.md, \"Generation\").",
                "zenflow-run generate"};

@@ -264,7 +264,8 @@ static int run(int argc, char** argv, zf::Comm& comm, Mode mode) {
     a.mode = mode;
     add_options(app, a);
     app.remove_option(app.get_option("spec"));
-    if (mode == Mode::eval) app.add_option("spec", a.spec_path, "a graph spec (JSON): its model on its evaluation data");
+    if (mode == Mode::eval)
+      app.add_option("spec", a.spec_path, "a graph spec (JSON): its model on its evaluation data");
     add_finetune_options(app, a.ft, mode == Mode::eval);
     if (mode == Mode::eval) {  // SPEC or --model/--data
       app.get_option("--model")->required(false);

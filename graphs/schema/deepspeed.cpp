@@ -321,8 +321,10 @@ void resolve_auto(json& ds, const json& spec, const std::string& path, int ranks
     json& q = ds["optimizer"]["params"];
     if (is_auto(q, "lr")) q["lr"] = spec_value("optimizer", "lr", d.optimizer.lr);
     if (is_auto(q, "eps")) q["eps"] = spec_value("optimizer", "eps", d.optimizer.eps);
-    if (is_auto(q, "weight_decay")) q["weight_decay"] = spec_value("optimizer", "weight_decay", d.optimizer.weight_decay);
-    if (is_auto(q, "betas")) q["betas"] = spec_value("optimizer", "betas", json::array({d.optimizer.beta1, d.optimizer.beta2}));
+    if (is_auto(q, "weight_decay"))
+      q["weight_decay"] = spec_value("optimizer", "weight_decay", d.optimizer.weight_decay);
+    if (is_auto(q, "betas"))
+      q["betas"] = spec_value("optimizer", "betas", json::array({d.optimizer.beta1, d.optimizer.beta2}));
   }
   if (ds.contains("scheduler") && ds["scheduler"].is_object() && ds["scheduler"].contains("params")) {
     json& q = ds["scheduler"]["params"];

@@ -285,7 +285,8 @@ json run_evaluation(const Spec& spec, const RunOptions& opt) {
   }
   if (!opt.quiet)
     r.out << "zenflow-run eval: loss " << fmt("%.4f", ev.loss) << " | accuracy "
-          << (ev.count ? fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count) : std::string("(no rows)"))
+          << (ev.count ? fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count)
+                       : std::string("(no rows)"))
           << (r.t0 > 0 ? " | weights of checkpoint step " + std::to_string(r.t0 - 1) : std::string()) << "\n";
   return m;
 }

@@ -154,8 +154,7 @@ LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok
     for (size_t k = 0; k < rr.ids.size(); ++k)
       if (o.vocab > 0 && rr.ids[k] >= (uint64_t)o.vocab)  // the tokenizer's ids, not the record, are wrong
         throw InputError(o.vocab_where.empty() ? w : o.vocab_where,
-                         std::to_string(o.vocab) + ", but the tokenizer (" + tok.describe() + ", " +
-                             std::to_string(tok.vocab_size()) + " ids) gives id " + std::to_string(rr.ids[k]) +
+                         std::to_string(o.vocab) + ", but the tokenizer (" + tok.describe() + ") gives id " + std::to_string(rr.ids[k]) +
                              " for " + w + " (token " + std::to_string(k) + "): every id must be below vocab_size "
                              "(config.json and the tokenizer of different models?)");
     if ((int64_t)rr.ids.size() > T + 1) {
@@ -168,9 +167,9 @@ LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok
                                            " tokens and a row holds model.context + 1 = " + std::to_string(T + 1) +
                                            " (raise model.context, or shorten or remove the record)");
     if (o.pack && used > 0 && used + L > T + 1) ++row, used = 0;  // the record whole in the next row
-    const int64_t r = o.pack ? row : i, at = o.pack ? used : 0;
-    int32_t* tk = rows.tokens.data() + r * T + at;
-    int32_t* tg = rows.targets.data() + r * T + at;
+    const int64_t dst = o.pack ? row : i, at = o.pack ? used : 0;
+    int32_t* tk = rows.tokens.data() + dst * T + at;
+    int32_t* tg = rows.targets.data() + dst * T + at;
     // inputs up to the row's T (the row's last target, position T, is only a target)
     for (int64_t t = 0; t < std::min(L, T - at); ++t) tk[t] = (int32_t)rr.ids[(size_t)t];
     for (int64_t t = std::max<int64_t>(rr.prompt_len - 1, 0); t + 1 < L; ++t) tg[t] = (int32_t)rr.ids[(size_t)(t + 1)];

@@ -71,10 +71,11 @@ RenderedRecord render_record(const InstructionRecord& r, const tok::Tokenizer& t
 
 // Rows of records: row i = record i (o.pack: records packed in order, as many whole records a row
 // as fit in T + 1 tokens; the loss on each record's response tokens only, attention across the
-// records of a row as in Hugging Face's packing without position resets). ids longer than T + 1 are cut to their first T + 1 (the end of
-// the response and the EOS dropped; counted in *truncated); a record with no response token within
-// T + 1 (its prompt alone is T tokens or more) is an InputError. Inputs past the record's end are
-// EOS (their targets -1). `file` names the records' file in errors and the description.
+// records of a row as in Hugging Face's packing without position resets). ids longer than T + 1
+// are cut to their first T + 1 (the end of the response and the EOS dropped; counted in
+// *truncated); a record with no response token within T + 1 (its prompt alone is T tokens or more)
+// is an InputError. Inputs past the record's end are EOS (their targets -1). `file` names the
+// records' file in errors and the description.
 LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok::Tokenizer& tok,
                         const InstructionOptions& o, const std::string& file, int64_t* truncated);
 

@@ -49,8 +49,7 @@ TokenFile tokenize_document(std::string_view text, const tok::Tokenizer& tok, co
   for (size_t i = 0; i < ids.size(); ++i)
     if (o.vocab > 0 && ids[i] >= (uint64_t)o.vocab)  // the tokenizer's ids, not the text, are wrong
       throw InputError(o.vocab_where.empty() ? where : o.vocab_where,
-                       std::to_string(o.vocab) + ", but the tokenizer (" + tok.describe() + ", " +
-                           std::to_string(tok.vocab_size()) + " ids) gives id " + std::to_string(ids[i]) + " for " +
+                       std::to_string(o.vocab) + ", but the tokenizer (" + tok.describe() + ") gives id " + std::to_string(ids[i]) + " for " +
                            where + " (token " + std::to_string(i) + "): every id must be below vocab_size "
                            "(config.json and the tokenizer of different models?)");
   if (o.context > 0 && (int64_t)ids.size() < o.context + 1)

@@ -247,8 +247,9 @@ TEST(Gpt2HfInit, DirectoryWithoutWeightsInitialisedAsHuggingFace) {
   Runtime rt(rt_config());
   for (bool in_out : {true, false}) {
     SCOPED_TRACE(in_out);
-    expect_input_error([&] { Gpt2HfModel(c, d.root().string(), run_config(in_out), token_split(), &rt.tracker().status()); },
-                       {d.root().string() + ": no weights file the reader recognises"});
+    expect_input_error(
+        [&] { Gpt2HfModel(c, d.root().string(), run_config(in_out), token_split(), &rt.tracker().status()); },
+        {d.root().string() + ": no weights file the reader recognises"});
     GptConfig run = run_config(in_out);
     run.hf_random_init = true;
     Gpt2HfModel wl(c, d.root().string(), run, token_split(), &rt.tracker().status());

@@ -330,7 +330,8 @@ void resolve_auto(json& ds, const json& spec, const std::string& path, int ranks
     json& q = ds["scheduler"]["params"];
     if (is_auto(q, "warmup_min_lr")) q["warmup_min_lr"] = 0.0;  // the Trainer's: 0
     if (is_auto(q, "warmup_max_lr")) q["warmup_max_lr"] = spec_value("optimizer", "lr", d.optimizer.lr);
-    if (is_auto(q, "warmup_num_steps")) q["warmup_num_steps"] = 0;  // the Trainer's default warmup_steps
+    // the Trainer's default warmup_steps 0, which DeepSpeed's WarmupLR raises to max(2, .)
+    if (is_auto(q, "warmup_num_steps")) q["warmup_num_steps"] = 2;
     if (is_auto(q, "total_num_steps")) {
       const json steps = spec_value("train", "steps", 0);
       if (!steps.is_number_integer() || steps.get<int64_t>() < 1)

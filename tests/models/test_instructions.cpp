@@ -264,7 +264,7 @@ TEST(Instructions, BadRecordsNameFileRecordAndField) {
   InstructionOptions small = options(64);
   small.vocab = 300;
   expect_input_error([&] { load_instruction_split(p9, kW, p9, "e", kjv_bpe(), small); },
-                     {p9, "record 0 (line 1)", "not below the model's vocab_size 300"});
+                     {p9, "record 0 (line 1)", "300, but the tokenizer", "gives id"});
   const std::string bad_eval = dir.write("bad-eval.jsonl", ok + "\n{\"instruction\": 1}\n");
   expect_input_error([&] { load_instruction_split(p9, kW, bad_eval, "spec.json: data.eval_path", kjv_bpe(), options(64)); },
                      {"spec.json: data.eval_path", bad_eval, "record 1 (line 2): instruction", "expected a string"});
@@ -332,7 +332,7 @@ TEST(TextTokens, EqualsTheTokenizeCommand) {
   TextTokenOptions small = o;
   small.vocab = 300;
   expect_input_error([&] { load_text_token_split(path, kW, "", "", kjv_bpe(), small); },
-                     {kW, path, "not below the model's vocab_size 300"});
+                     {kW, path, "300, but the tokenizer", "gives id"});
 }
 
 // A tokenizer with more than 65536 ids (a vocabulary entry at 70000, as the tokenizer test's

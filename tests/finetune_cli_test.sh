@@ -85,8 +85,13 @@ L0=$(json "$TMP/e0.json" eval.loss)
 
 # fine-tuning with the DeepSpeed config, a checkpoint, --save-hf; eval of the result
 zf finetune --model "$TMP/base" --data "$TMP/alpaca.jsonl" --deepspeed "$TMP/ds.json" --epochs 2 \
-  --checkpoint-dir "$TMP/ck" --save-hf "$TMP/ft" --metrics "$TMP/ft.json" || fail "finetune: exit $?"
+  --set train.eval_every=10 --checkpoint-dir "$TMP/ck" --save-hf "$TMP/ft" --metrics "$TMP/ft.json" ||
+  fail "finetune: exit $?"
 grep -q "strategy zenflow" "$TMP/out" || fail "finetune: the header does not say strategy zenflow"
+# the evaluations during the run, the summary's rows for the outputs
+grep -q "^eval at step 10/34: loss" "$TMP/out" || fail "finetune: no 'eval at step 10/34' line (train.eval_every)"
+grep -q "Hugging Face model *$TMP/ft$" "$TMP/out" || fail "finetune: the summary does not say where --save-hf wrote"
+[ "$(json "$TMP/ft.json" steps)" = 34 ] || fail "finetune: not 2 epochs of 17 steps"
 zf eval --model "$TMP/ft" --data "$TMP/alpaca.jsonl" --metrics "$TMP/e1.json" || fail "eval fine-tuned: exit $?"
 L1=$(json "$TMP/e1.json" eval.loss)
 python3 -c "import sys; sys.exit(0 if float('$L1') < float('$L0') - 0.5 else 1)" ||

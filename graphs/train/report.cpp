@@ -414,7 +414,7 @@ void print_summary(const RunReport& r, const json& m, std::ostream& out) {
     for (const auto& w : m["worker_busy_s_per_step"].items())
       row("busy per step: " + w.key(), fmt("%.3f", w.value().get<double>() * 1e3) + " ms");
   } else {
-    row("train loss (mean, last " + std::to_string(std::min<int64_t>(r.T - r.t0, 50)) + " steps)",
+    row("train loss mean (last " + std::to_string(std::min<int64_t>(r.T - r.t0, 50)) + ")",
         fmt("%.4f", r.train_loss));
     if (!r.losses.empty()) row("train loss (step " + std::to_string(r.T - 1) + ")", fmt("%.4f", r.losses.back()));
   }

@@ -126,7 +126,7 @@ void eval_after(Run& r, int64_t t) {
   r.strat->shard_params();
   const EvalResult& ev = r.evals.back().ev;
   if (!r.opt.quiet)
-    r.out << "eval after step " << t << ": loss " << fmt("%.4f", ev.loss) << ", accuracy "
+    r.out << "eval at step " << t + 1 << "/" << r.T << ": loss " << fmt("%.4f", ev.loss) << ", accuracy "
           << fmt("%.2f", 100 * ev.accuracy) << " % of " << ev.count << "\n" << std::flush;
 }
 

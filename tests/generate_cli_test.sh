@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # zenflow-run generate (docs/hf.md, "Generation") on tiny model directories with the shipped KJV
-# tokenizer (graphs/tokenizers/kjv-bpe) and Hugging Face's init (no weight files): the prompt and
+# tokenizer (graphs/tokenizers/kjv-bpe) and Hugging Face's init (--init random; no weight files: without
+# --init random exit 2 listing the directory, a dangling symlink named): the prompt and
 # its continuation on stdout, the tokens/s line on stderr, the same text for the same seed and any
 # --threads, greedy the same whatever the seed, --max-new-tokens and the context's end obeyed, each
 # family; exit 2 naming the option or the file on bad input. Prints "FAIL: ..." and exits 1 on any failure.
@@ -12,7 +13,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/zf_gen_XXXXXX") || { echo "FAIL: mktemp"; exit 
 trap 'rm -rf "$TMP"' EXIT
 PASSED=0
 fail() { echo "FAIL: $*"; for f in "$TMP"/out "$TMP"/err; do echo "---- $f"; cat "$f" 2>/dev/null; done; exit 1; }
-gen() { timeout 300 "$BIN" generate "$@" >"$TMP/out" 2>"$TMP/err"; }
+gen() { timeout 300 "$BIN" generate --init random "$@" >"$TMP/out" 2>"$TMP/err"; }
 
 # model DIR CONFIG_JSON: a directory with the KJV tokenizer and CONFIG_JSON, no weights
 model() {
@@ -41,7 +42,7 @@ head -c ${#PROMPT} "$TMP/out" | grep -qxF "$PROMPT" || fail "stdout does not sta
 [ "$(wc -c <"$TMP/out")" -gt $((${#PROMPT} + 1)) ] || fail "no continuation"
 grep -qE '^generate: 7 prompt tokens, 12 new \(stopped: max-new-tokens\);.*tokens/s.*seed 3$' "$TMP/err" ||
   fail "the stderr summary (7 prompt tokens: BOS and 6, 12 new, tokens/s, seed 3)"
-grep -q "has no weights: initialised" "$TMP/err" || fail "no note that the model was initialised"
+grep -q "init random: initialised" "$TMP/err" || fail "no note that the model was initialised"
 cp "$TMP/out" "$TMP/a"
 gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 || fail "second run: exit $?"
 cmp -s "$TMP/a" "$TMP/out" || fail "the same seed gave another text"
@@ -63,6 +64,19 @@ gen --model "$TMP/llama" --prompt "$PROMPT" --max-new-tokens 12 --seed 3 --threa
 cmp -s "$TMP/a" "$TMP/out" || fail "--threads 3 gave another text than the default"
 PASSED=$((PASSED + 1))
 
+# --template alpaca: the instruction rendered in Alpaca's template (the one instruction data trains on),
+# printed as the model sees it; --input selects the template with an input (a Llama of 256 positions: the
+# template alone is 65 tokens)
+model "$TMP/llama256" "${LLAMA/\"max_position_embeddings\": 64/\"max_position_embeddings\": 256}"
+gen --model "$TMP/llama256" --template alpaca --prompt "Quote John 11:35." --max-new-tokens 3 || fail "alpaca: exit $?"
+grep -qF "Below is an instruction that describes a task. Write a response that appropriately completes the request." \
+  "$TMP/out" || fail "--template alpaca: stdout does not start with Alpaca's template"
+grep -qF "### Instruction:" "$TMP/out" && grep -q "^### Response:" "$TMP/out" || fail "--template alpaca: no sections"
+gen --model "$TMP/llama256" --template alpaca --prompt "Name the book." --input "Jesus wept." --max-new-tokens 2 ||
+  fail "alpaca with --input: exit $?"
+grep -qF "### Input:" "$TMP/out" || fail "--input: not the template with an input"
+PASSED=$((PASSED + 1))
+
 # the other families; GPT-2's 24 positions end the generation; an empty prompt starts from BOS
 gen --model "$TMP/qwen2" --prompt "$PROMPT" --max-new-tokens 5 --top-p 0.9 --temperature 0.8 || fail "qwen2: exit $?"
 grep -q "5 new (stopped: max-new-tokens)" "$TMP/err" || fail "qwen2: not 5 new tokens"
@@ -70,6 +84,12 @@ gen --model "$TMP/gpt2" --prompt "$PROMPT" --max-new-tokens 100 || fail "gpt2: e
 grep -q "7 prompt tokens, 18 new (stopped: context full)" "$TMP/err" || fail "gpt2: 24 positions give 18 new tokens"
 gen --model "$TMP/gpt2" --prompt "" --max-new-tokens 3 || fail "empty prompt: exit $?"
 grep -q "1 prompt tokens, 3 new" "$TMP/err" || fail "empty prompt: BOS alone"
+# a GPT-2 config without bos_token_id / eos_token_id and 4096 ids: GPT2Config's default 50256 is no id
+# of it: no BOS (issue 45 reported a failure in the tokenizer's decode here)
+model "$TMP/gpt2-nobos" '{"model_type": "gpt2", "vocab_size": 4096, "n_embd": 16, "n_layer": 2, "n_head": 2,
+  "n_positions": 24}'
+gen --model "$TMP/gpt2-nobos" --prompt "$PROMPT" --max-new-tokens 3 || fail "gpt2 without bos_token_id: exit $?"
+grep -q "6 prompt tokens, 3 new" "$TMP/err" || fail "gpt2 without bos_token_id: not 6 prompt tokens (no BOS) and 3 new"
 PASSED=$((PASSED + 1))
 
 # bad input: exit 2 and the message names the option or the file
@@ -88,6 +108,15 @@ model "$TMP/small-vocab" "${small/\"bos_token_id\": 4094, \"eos_token_id\": 4095
 mkdir -p "$TMP/no-tok" && printf '%s\n' "$LLAMA" >"$TMP/no-tok/config.json"
 long=$(printf 'and %.0s' $(seq 80))
 bad "no directory" "--model $TMP/nowhere" -- --model "$TMP/nowhere" --prompt x
+# no weights without --init random: the directory, what it holds and the names accepted
+bad "no weights" "$TMP/llama: no weights file the reader recognises (found: config.json, tokenizer.json; accepted: \
+model.safetensors" -- --model "$TMP/llama" --prompt x
+ln -s "$TMP/blobs/nothing" "$TMP/llama/model.safetensors"
+bad "dangling symlink" "$TMP/llama/model.safetensors: a dangling symlink" -- --model "$TMP/llama" --prompt x
+rm "$TMP/llama/model.safetensors"
+bad "--init other" "--init" -- --model "$TMP/llama" --prompt x --init zeros
+bad "--input without a template" "--input" -- --model "$TMP/llama" --prompt x --input y --init random
+bad "--template chat" "--template" -- --model "$TMP/llama" --prompt x --template chat --init random
 mkdir -p "$TMP/empty"
 bad "no config.json" "$TMP/empty/config.json" -- --model "$TMP/empty" --prompt x
 bad "bad model_type" "model_type" -- --model "$TMP/bad-config" --prompt x

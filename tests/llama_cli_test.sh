@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # zenflow-run on a Hugging Face Llama directory (graphs/specs/llama-tiny-test.json: the config.json of
-# graphs/specs/llama-tiny, initialised from model.init_seed, on the KJV's bytes as token ids from
+# graphs/specs/llama-tiny, model.init "random" from model.init_seed, on the KJV's bytes as token ids from
 # tools/kjv-tokens.pl): each strategy, bf16, clipping with accumulation, ZeRO stage 3 (the same eval
 # loss as stage 0), a bitwise resume
 # (--checkpoint-dir, --resume: the saved tensors equal), --save-hf (config.json byte for byte, and
@@ -37,6 +37,17 @@ run_ok zero-offload --strategy zero-offload
 run_ok zenflow --strategy zenflow
 run_ok bf16 --set precision=\"bf16\"
 run_ok clip-accum --strategy zero-offload --set gradient_clipping=0.5 --set train.gradient_accumulation_steps=2
+# evaluation during the run (train.eval_every) changes no step: the same final eval loss; in the
+# metrics with each step's loss
+run_ok eval-every --set train.eval_every=10
+[ "$(loss "$TMP/eval-every.json")" = "$(loss "$TMP/device-adam.json")" ] || fail "train.eval_every changed the run"
+python3 - "$TMP/eval-every.json" <<'EOF' || fail "eval-every: metrics' evals / loss_history"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert [e["step"] for e in m["evals"]] == [10, 20, 30], m["evals"]
+assert m["loss_history"]["first_step"] == 0 and len(m["loss_history"]["loss"]) == 40, m["loss_history"]
+assert m["final"]["train_loss_last_step"] == m["loss_history"]["loss"][-1]
+EOF
 # ZeRO stage 3 (the layer groups: embedding, blocks, norm and head) trains what stage 0 trains
 for st in zero-offload zenflow; do
   run_ok "$st-stage3" --strategy $st --set zero_optimization.stage=3
@@ -63,6 +74,13 @@ expect2() {  # WHAT PATTERN ARGS...
   echo "$what: exit 2 ($pat)"
 }
 expect2 "missing model.path" "model.path" "$SPEC" "${COMMON[@]}" --set "model.path=\"$TMP/nowhere\""
+# no silent random weights: a directory without weights needs model.init "random" (or --init random)
+expect2 "no weights" "$SRC/graphs/specs/llama-tiny: no weights file the reader recognises (found: config.json;" \
+  "$SPEC" "${COMMON[@]}" --set 'model.init="weights"'
+"$BIN" "$SPEC" "${COMMON[@]}" --set 'model.init="weights"' --init random --steps 1 >/dev/null 2>&1 ||
+  fail "--init random: exit $?"
+expect2 "model.init on a GPT" "model.init" "$SRC/graphs/specs/gpt-kjv-tokens.json" \
+  --set "data.path=\"$TMP/kjv-train.bin\"" --set "data.eval_path=\"$TMP/kjv-eval.bin\"" --set 'model.init="random"'
 expect2 "context too long" "model.context" "$SPEC" "${COMMON[@]}" --set model.context=65
 mkdir -p "$TMP/g2" && printf '{"model_type": "gpt2", "vocab_size": 256, "n_embd": 16, "n_layer": 1, "n_head": 2}' \
   >"$TMP/g2/config.json"

@@ -1,5 +1,5 @@
-// zenflow-run generate: reads DIR's config.json, its weights (or Hugging Face's init from
-// --init-seed when it has none) and its tokenizer, encodes the prompt (config.json's BOS first,
+// zenflow-run generate: reads DIR's config.json, its weights (or, with --init random, Hugging
+// Face's init from --init-seed) and its tokenizer, encodes the prompt (config.json's BOS first,
 // as `zenflow-run tokenize` writes training data), and samples up to --max-new-tokens tokens with a
 // KV cache (models/hf/generate.hpp). stdout: the prompt and the continuation as it comes;
 // stderr: the tokens and the tokens/s of the prefill and of the decoding.
@@ -13,6 +13,8 @@
 #include <iostream>
 
 #include "models/hf/generate.hpp"
+#include "models/hf/load.hpp"
+#include "models/data/instructions.hpp"
 #include "models/tokenizer/tokenizer.hpp"
 #include "runtime/error.hpp"
 #include "runtime/host_helpers.hpp"
@@ -23,7 +25,8 @@ namespace zf::tools {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt;
+  std::string model, prompt, init;
+  std::string tmpl, input;  // --template alpaca: the prompt is the instruction, --input its input
   int64_t max_new_tokens = 64;
   hf::SamplingParams sampling;
   uint64_t seed = 0, init_seed = 0;
@@ -31,12 +34,25 @@ struct GenerateArgs {
   bool no_bos = false;
 };
 
-// The prompt's ids: BOS (config.json's first bos_token_id) unless --no-bos, then the text's.
-std::vector<int32_t> prompt_ids(const GenerateArgs& a, const hf::Config& c, const tok::Tokenizer& t) {
+// The text the model continues: --prompt, or with --template alpaca the prompt rendered in Alpaca's
+// template (the one data.dataset "instructions" trains on: --prompt the instruction, --input its input).
+std::string model_prompt(const GenerateArgs& a) {
   tok::check_utf8(a.prompt, "--prompt");
+  tok::check_utf8(a.input, "--input");
+  if (a.tmpl.empty()) {
+    if (!a.input.empty()) throw InputError("--input", "only with --template alpaca (the record's input field)");
+    return a.prompt;
+  }
+  if (a.prompt.empty()) throw InputError("--prompt", "empty: with --template alpaca it is the instruction");
+  return alpaca_prompt(a.prompt, a.input);
+}
+
+// The prompt's ids: BOS (config.json's first bos_token_id) unless --no-bos, then the text's.
+std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::string& text, const hf::Config& c,
+                                const tok::Tokenizer& t) {
   std::vector<int32_t> ids;
   if (!a.no_bos && !c.bos_token_ids.empty()) ids.push_back((int32_t)c.bos_token_ids.front());
-  for (uint32_t id : t.encode(a.prompt)) {
+  for (uint32_t id : t.encode(text)) {
     if (id >= (uint64_t)c.vocab_size)
       throw InputError(a.model + ": " + t.describe(), "the prompt's token id " + std::to_string(id) +
                                                           " is not below config.json's vocab_size " +
@@ -64,12 +80,16 @@ int generate(const GenerateArgs& a) {
     throw InputError(p.substr(0, p.find(':')), p.substr(p.find(':') + 2));
   const hf::Config c = hf::read_config((fs::path(a.model) / "config.json").string());
   const auto tok = tok::load_tokenizer(a.model);
-  const std::vector<int32_t> prompt = prompt_ids(a, c, *tok);
+  const std::string shown = model_prompt(a);
+  const std::vector<int32_t> prompt = prompt_ids(a, shown, c, *tok);
   hf::LoadResult loaded;
-  hf::HostTensors w = hf::load_host_tensors(a.model, c, a.init_seed, &loaded);
-  if (!loaded.from_files)
-    std::fprintf(stderr, "generate: %s has no weights: initialised as Hugging Face does from --init-seed %llu\n",
-                 a.model.c_str(), (unsigned long long)a.init_seed);
+  const bool random = a.init == "random";
+  if (!random && !hf::has_weight_files(a.model)) hf::throw_no_weights(a.model, "--init random");
+  hf::HostTensors w = hf::load_host_tensors(
+      a.model, c, random ? hf::InitFrom::random_init(a.init_seed) : hf::InitFrom::files(), &loaded);
+  if (random)
+    std::fprintf(stderr, "generate: --init random: initialised as Hugging Face does from --init-seed %llu (%s's "
+                 "weights not read)\n", (unsigned long long)a.init_seed, a.model.c_str());
   const int64_t context = std::min<int64_t>(c.max_positions, (int64_t)prompt.size() + a.max_new_tokens - 1);
   hf::CausalLM m(c, std::move(w), (int)std::max<int64_t>(context, (int64_t)prompt.size()));
   hf::GenerateOptions o;
@@ -78,7 +98,7 @@ int generate(const GenerateArgs& a) {
   o.seed = a.seed;
   o.eos = c.eos_token_ids;
   o.candidates = (int)std::min<uint64_t>((uint64_t)c.vocab_size, tok->vocab_size());
-  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  std::fwrite(shown.data(), 1, shown.size(), stdout);
   std::fflush(stdout);
   hf::TextStream text(*tok, std::vector<uint32_t>(prompt.begin(), prompt.end()));
   blas_single_thread();  // the helpers are the parallelism, as in a training run
@@ -104,9 +124,10 @@ int generate(const GenerateArgs& a) {
 int generate_main(int argc, char** argv) {
   CLI::App app{"zenflow-run generate: text sampled from a Hugging Face model directory (LlamaForCausalLM,\n"
                "Qwen2ForCausalLM, GPT2LMHeadModel; a --save-hf output too) on the host, with a KV cache.\n"
-               "DIR holds config.json, model.safetensors (or an index and shards; none: Hugging Face's init\n"
-               "from --init-seed) and tokenizer.json or tokenizer.model. The prompt gets config.json's BOS\n"
-               "first; generation stops at an eos_token_id, after --max-new-tokens, or at\n"
+               "DIR holds config.json, model.safetensors (or an index and shards; --init random: Hugging\n"
+               "Face's init from --init-seed instead) and tokenizer.json or tokenizer.model. The prompt gets\n"
+               "config.json's BOS first (--template alpaca: the prompt is an instruction in Alpaca's\n"
+               "template); generation stops at an eos_token_id, after --max-new-tokens, or at\n"
                "max_position_embeddings. stdout: the prompt and its continuation; stderr: tokens/s\n"
                "(docs/hf.md, \"Generation\").",
                "zenflow-run generate"};
@@ -127,11 +148,17 @@ int generate_main(int argc, char** argv) {
                  "nucleus: sample among the most probable tokens whose mass reaches P, in (0, 1] (default 1: all)");
   app.add_option("--seed", a.seed, "the sampler's seed: the same seed gives the same text (default 0)")
       ->check(kUnsigned);
-  app.add_option("--init-seed", a.init_seed, "seed of Hugging Face's init for a directory without weights (default 0)")
-      ->check(kUnsigned);
+  app.add_option("--init", a.init, "random: Hugging Face's init from --init-seed, DIR's weights not read (default: "
+                                  "read them; a directory without any is an error)")
+      ->check(CLI::IsMember({"random"}));
+  app.add_option("--init-seed", a.init_seed, "seed of --init random (default 0)")->check(kUnsigned);
   app.add_option("--threads", a.threads,
                  "threads for the kernels' tiles, 1 to 1024 (default 1; the same bits for any number)");
   app.add_flag("--no-bos", a.no_bos, "no BOS token before the prompt");
+  app.add_option("--template", a.tmpl, "alpaca: --prompt is an instruction, rendered in Stanford Alpaca's template "
+                                       "(the one instruction data trains on: docs/finetune.md), the response follows")
+      ->check(CLI::IsMember({"alpaca"}));
+  app.add_option("--input", a.input, "--template alpaca: the instruction's input (its second template)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

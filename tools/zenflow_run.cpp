@@ -20,6 +20,8 @@
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/simulation.hpp"
+#include "tools/export_command.hpp"
+#include "tools/finetune_command.hpp"
 #include "tools/generate_command.hpp"
 #include "tools/tokenize_command.hpp"
 #ifdef ZF_SIMGRID
@@ -82,8 +84,13 @@ void check_output_dir(const std::string& option, const std::string& path) {
 }  // namespace
 
 namespace {
+// zenflow-run SPEC, zenflow-run finetune (the spec from --model, --data, ...), zenflow-run eval.
+enum class Mode { spec, finetune, eval };
+
 // zenflow-run's command line, as parsed.
 struct CliArgs {
+  Mode mode = Mode::spec;
+  zf::tools::FinetuneArgs ft;  // finetune, eval without a spec file
   std::string spec_path;
   std::vector<std::string> sets;
   std::string strategy, sched, metrics, save, init, deepspeed, ckpt_dir, resume, trace, trace_csv;
@@ -127,7 +134,8 @@ void add_options(CLI::App& app, CliArgs& a) {
                                        "(new or empty): config.json, model.safetensors, tokenizer files (docs/llama.md)");
   app.add_option("--save-dtype", a.save_dtype, "--save-hf's tensors in f32, bf16 or f16 (default: each tensor's input "
                                              "dtype, f32 for an initialised model)");
-  app.add_option("--init", a.init, "initialise the model weights from FILE (safetensors)");
+  app.add_option("--init", a.init, "initialise the model weights from FILE (safetensors); model.type hf: "
+                                 "`--init random` is model.init \"random\" (Hugging Face's init, no weights read)");
   app.add_option("--checkpoint-dir", a.ckpt_dir, "write full training-state checkpoints into DIR "
                                               "(after the last step, and every --checkpoint-every steps)");
   app.add_option("--checkpoint-every", a.ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)");
@@ -142,21 +150,51 @@ void add_options(CLI::App& app, CliArgs& a) {
   app.add_option("--trace-csv", a.trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
   app.add_flag("--quiet,-q", a.quiet, "no progress lines and no summary");
   app.add_flag("--list-policies", a.list_policies, "print the StarPU policies that run zenflow, then ours (zf-deadline), and exit; StarPU's policies that cannot (a crash or a hang in StarPU 1.3) go to stderr with the reason");
-  app.add_flag("--print-spec", a.print_spec, "print the effective spec (defaults and overrides applied) and exit");
+  app.add_flag("--print-spec", a.print_spec, "print the effective spec (defaults, --deepspeed and overrides applied; "
+                                           "the fields that apply to its model and data) and exit");
 }
 
 // The spec with the command line applied, the output paths checked, then the run. Exit codes:
 // 2 bad input, 77 no device, 1 a failure.
+// eval runs no step: the options that write what a training run makes are refused, not ignored.
+void check_eval_options(const CliArgs& a) {
+  for (auto [opt, set] : {std::pair{"--save", !a.save.empty()}, {"--save-hf", !a.save_hf.empty()},
+                          {"--checkpoint-dir", !a.ckpt_dir.empty()}, {"--trace", !a.trace.empty()},
+                          {"--trace-csv", !a.trace_csv.empty()}, {"--steps", a.steps >= 0}})
+    if (set)
+      throw zf::InputError(opt, "not with eval, which runs no training step (zenflow-run export --resume CKPT "
+                                "--save-hf OUT writes a checkpoint as a Hugging Face directory)");
+}
+
+zf::Spec effective_spec(const CliArgs& a, const std::vector<std::string>& sets, int ranks) {
+  if (a.mode == Mode::spec || (a.mode == Mode::eval && !a.spec_path.empty()))
+    return zf::load_spec(a.spec_path, sets, a.deepspeed, ranks);
+  zf::Spec s = zf::load_spec_json(zf::tools::finetune_spec(a.ft, a.mode == Mode::eval),
+                                  a.mode == Mode::eval ? "zenflow-run eval" : "zenflow-run finetune", sets,
+                                  a.deepspeed, ranks);
+  // later messages about these fields name the option they came from
+  auto from = [&](const char* field, const char* option, bool given) {
+    if (given && !s.field_origin.count(field)) s.field_origin[field] = option;
+  };
+  from("model.path", "--model", true);
+  from("data.path", "--data", true);
+  from("data.eval_path", a.mode == Mode::eval ? "--data" : "--eval-data", !s.data.eval_path.empty());
+  from("model.context", "--context", true);
+  return s;
+}
+
 int train(const CliArgs& a, zf::Comm& comm) {
   std::vector<std::string> sets = a.sets;
   try {
     if (a.steps >= 0) sets.push_back("train.steps=" + std::to_string(a.steps));
     if (!a.strategy.empty()) sets.push_back("strategy=\"" + a.strategy + "\"");
     if (!a.sched.empty()) sets.push_back("runtime.sched=\"" + a.sched + "\"");
-    zf::Spec spec = zf::load_spec(a.spec_path, sets, a.deepspeed, comm.size());
+    if (a.init == "random") sets.push_back("model.init=\"random\"");
+    if (a.mode == Mode::eval) check_eval_options(a);
+    zf::Spec spec = effective_spec(a, sets, comm.size());
     zf::check_machine(spec);
     if (a.print_spec) {
-      std::cout << spec.to_json().dump(2) << "\n";
+      std::cout << spec.applicable_json().dump(2) << "\n";
       return 0;
     }
     check_output_file("--metrics", a.metrics);
@@ -170,7 +208,7 @@ int train(const CliArgs& a, zf::Comm& comm) {
     const zf::RunOptions o{.quiet = a.quiet,
                            .metrics_path = a.metrics,
                            .save_path = a.save,
-                           .init_path = a.init,
+                           .init_path = a.init == "random" ? std::string() : a.init,
                            .save_hf_dir = a.save_hf,
                            .save_dtype = a.save_dtype,
                            .checkpoint_dir = a.ckpt_dir,
@@ -184,7 +222,10 @@ int train(const CliArgs& a, zf::Comm& comm) {
                            .inspect = nullptr,  // tests only
                            .after_backward = nullptr};
     if (a.ckpt_overwrite && a.ckpt_dir.empty()) throw zf::InputError("--checkpoint-overwrite", "needs --checkpoint-dir");
-    zf::run_training(spec, o);
+    if (a.mode == Mode::eval)
+      zf::run_evaluation(spec, o);
+    else
+      zf::run_training(spec, o);
     return 0;
   } catch (const zf::InputError& e) {
     std::cerr << "zenflow-run: error: " << e.what() << "\n";
@@ -199,7 +240,50 @@ int train(const CliArgs& a, zf::Comm& comm) {
 }
 }  // namespace
 
-static int run(int argc, char** argv, zf::Comm& comm) {
+// The help of finetune and eval (zenflow-run's run options follow theirs).
+const char* kFinetuneHelp =
+    "zenflow-run finetune --model DIR --data FILE [--eval-data FILE] [--deepspeed ds.json] [--strategy S]\n"
+    "  [--context T] [--epochs N | --steps N] [--save-hf OUT] [--set FIELD=VALUE ...] [run options]\n"
+    "Fine-tunes the Hugging Face model in DIR without a spec file: the spec is built from the arguments\n"
+    "(--print-spec shows it; docs/finetune.md). The data format comes from the file: Alpaca records\n"
+    "(.json / .jsonl with instruction, input, output), token ids (.bin, with --eval-data), or text.\n"
+    "Defaults as Hugging Face's Trainer: batch 8, AdamW lr 5e-5, no weight decay, 1 epoch; a DeepSpeed\n"
+    "config (train_batch_size, optimizer, scheduler, bf16/fp16, zero_optimization with offload_optimizer\n"
+    "and zenflow) replaces them, and --set replaces any field.";
+const char* kEvalHelp =
+    "zenflow-run eval SPEC | --model DIR --data FILE [--resume CKPT] [--init FILE] [--metrics FILE]\n"
+    "Evaluates without training: the eval loss and accuracy of SPEC's model on its evaluation data, or of\n"
+    "the Hugging Face model in DIR on FILE (the whole file, format as finetune's --data); --resume\n"
+    "evaluates a checkpoint's weights (docs/finetune.md).";
+
+static int run(int argc, char** argv, zf::Comm& comm, Mode mode) {
+  if (mode == Mode::finetune || mode == Mode::eval) {
+    CLI::App app{mode == Mode::eval ? kEvalHelp : kFinetuneHelp,
+                 mode == Mode::eval ? "zenflow-run eval" : "zenflow-run finetune"};
+    app.get_formatter()->column_width(34);
+    CliArgs a;
+    a.mode = mode;
+    add_options(app, a);
+    app.remove_option(app.get_option("spec"));
+    if (mode == Mode::eval)
+      app.add_option("spec", a.spec_path, "a graph spec (JSON): its model on its evaluation data");
+    add_finetune_options(app, a.ft, mode == Mode::eval);
+    if (mode == Mode::eval) {  // SPEC or --model/--data
+      app.get_option("--model")->required(false);
+      app.get_option("--data")->required(false);
+    }
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      const int rc = app.exit(e);
+      return rc == 0 ? 0 : 2;
+    }
+    if (mode == Mode::eval && a.spec_path.empty() == (a.ft.model.empty() || a.ft.data.empty())) {
+      std::cerr << "zenflow-run eval: error: give a spec file, or --model DIR and --data FILE (not both; --help)\n";
+      return 2;
+    }
+    return train(a, comm);
+  }
   std::string strategies = "Strategies (--strategy):\n";
   for (const zf::StrategyDef& d : zf::strategy_defs())
     strategies += "  " + std::string(d.name) + std::string(18 - std::string(d.name).size(), ' ') + d.summary + "\n";
@@ -213,7 +297,11 @@ static int run(int argc, char** argv, zf::Comm& comm) {
       "zenflow-run tokenize --model DIR --text FILE --out FILE.bin: token ids of a text file with a\n"
       "Hugging Face model directory's tokenizer (zenflow-run tokenize --help; docs/tokenizers.md).\n"
       "zenflow-run generate --model DIR --prompt TEXT: text sampled from a Hugging Face model directory\n"
-      "with a KV cache (zenflow-run generate --help; docs/hf.md)."};
+      "with a KV cache (zenflow-run generate --help; docs/hf.md).\n"
+      "zenflow-run finetune --model DIR --data FILE: fine-tunes a Hugging Face model without a spec file;\n"
+      "zenflow-run eval SPEC | --model DIR --data FILE: eval loss and accuracy, no training;\n"
+      "zenflow-run export --resume CKPT --save-hf OUT: a checkpoint as a Hugging Face directory\n"
+      "(each: --help; docs/finetune.md)."};
   app.get_formatter()->column_width(34);
   CliArgs a;
   add_options(app, a);
@@ -231,7 +319,8 @@ static int run(int argc, char** argv, zf::Comm& comm) {
     return 0;
   }
   if (a.spec_path.empty()) {
-    std::cerr << "zenflow-run: a spec file is required (try graphs/specs/mlp-fashion.json; --help)\n";
+    std::cerr << "zenflow-run: a spec file is required (e.g. graphs/specs/mlp-fashion.json), or a command: "
+                 "finetune --model DIR --data FILE, eval, export, generate, tokenize (--help)\n";
     return 2;
   }
   return train(a, comm);
@@ -240,6 +329,10 @@ static int run(int argc, char** argv, zf::Comm& comm) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "tokenize") == 0) return zf::tools::tokenize_main(argc - 1, argv + 1);
   if (argc > 1 && std::strcmp(argv[1], "generate") == 0) return zf::tools::generate_main(argc - 1, argv + 1);
+  if (argc > 1 && std::strcmp(argv[1], "export") == 0) return zf::tools::export_main(argc - 1, argv + 1);
+  Mode mode = Mode::spec;
+  if (argc > 1 && std::strcmp(argv[1], "finetune") == 0) mode = Mode::finetune;
+  if (argc > 1 && std::strcmp(argv[1], "eval") == 0) mode = Mode::eval;
   std::unique_ptr<zf::Comm> comm;
   try {  // under mpirun: MPI, one process per rank (docs/data-parallel.md); else one rank, no MPI
 #ifdef ZF_SIMGRID
@@ -261,7 +354,7 @@ int main(int argc, char** argv) {
     std::cerr << "zenflow-run: failed: " << e.what() << "\n";
     return 1;
   }
-  const int rc = run(argc, argv, *comm);
+  const int rc = mode == Mode::spec ? run(argc, argv, *comm, mode) : run(argc - 1, argv + 1, *comm, mode);
   if (rc != 0 && comm->size() > 1) {  // the other ranks may wait in a collective: end the job
     std::cout.flush();
     std::cerr.flush();

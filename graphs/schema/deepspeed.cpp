@@ -7,6 +7,7 @@
 #include "graphs/schema/deepspeed.hpp"
 #include "graphs/schema/field_table.hpp"
 #include "graphs/schema/fields.hpp"
+#include "runtime/error.hpp"
 
 namespace zf {
 namespace {
@@ -282,6 +283,67 @@ std::string patch_zero(Fields& top, Patch& p) {
   return zenflow ? "zenflow" : offload_cpu ? "zero-offload" : "device-adam";
 }
 
+// DeepSpeed's "auto" values, which Hugging Face Trainer fills from its TrainingArguments
+// (transformers/integrations/deepspeed.py, trainer_config_process): here from the spec the config
+// is applied to (its value, else the spec's default), as the Trainer does from its own. An "auto"
+// with nothing to fill it from is an InputError naming the field; the communication knobs' "auto"
+// (reduce_bucket_size, ...) stays: they are notes, no effect here. Other keys' "auto" is the
+// translator's to read (zenflow's select_interval and update_interval take it).
+void resolve_auto(json& ds, const json& spec, const std::string& path, int ranks) {
+  if (!ds.is_object()) return;
+  const Spec d;
+  auto spec_value = [&](const char* block, const char* key, const json& def) -> json {
+    const json* b = block[0] ? (spec.contains(block) && spec[block].is_object() ? &spec[block] : nullptr) : &spec;
+    return b && b->is_object() && b->contains(key) ? (*b)[key] : def;
+  };
+  auto is_auto = [](const json& o, const char* k) {
+    return o.is_object() && o.contains(k) && o[k].is_string() && o[k].get<std::string>() == "auto";
+  };
+  const json gas = spec_value("train", "gradient_accumulation_steps", d.train.gradient_accumulation_steps);
+  const json batch = spec_value("train", "batch_size", d.train.batch_size);
+  if (is_auto(ds, "gradient_accumulation_steps")) ds["gradient_accumulation_steps"] = gas;
+  if (is_auto(ds, "train_batch_size")) ds["train_batch_size"] = batch;
+  if (is_auto(ds, "train_micro_batch_size_per_gpu")) {
+    const json& a = ds.contains("gradient_accumulation_steps") ? ds["gradient_accumulation_steps"] : gas;
+    if (!batch.is_number_integer() || !a.is_number_integer() || a.get<int64_t>() < 1 ||
+        batch.get<int64_t>() % (a.get<int64_t>() * ranks) != 0)
+      throw InputError(path + ": train_micro_batch_size_per_gpu",
+                       "\"auto\": the spec's train.batch_size " + batch.dump() + " is not divisible by the " +
+                           "accumulation steps " + a.dump() + " x " + std::to_string(ranks) + " rank(s)");
+    ds["train_micro_batch_size_per_gpu"] = batch.get<int64_t>() / (a.get<int64_t>() * ranks);
+  }
+  if (is_auto(ds, "gradient_clipping")) ds["gradient_clipping"] = spec_value("", "gradient_clipping", 0.0);
+  const std::string precision = spec_value("", "precision", d.precision).is_string()
+                                    ? spec_value("", "precision", d.precision).get<std::string>() : d.precision;
+  for (const char* p : {"bf16", "fp16"})
+    if (ds.contains(p) && is_auto(ds[p], "enabled")) ds[p]["enabled"] = precision == p;
+  if (ds.contains("optimizer") && ds["optimizer"].is_object() && ds["optimizer"].contains("params")) {
+    json& q = ds["optimizer"]["params"];
+    if (is_auto(q, "lr")) q["lr"] = spec_value("optimizer", "lr", d.optimizer.lr);
+    if (is_auto(q, "eps")) q["eps"] = spec_value("optimizer", "eps", d.optimizer.eps);
+    if (is_auto(q, "weight_decay"))
+      q["weight_decay"] = spec_value("optimizer", "weight_decay", d.optimizer.weight_decay);
+    if (is_auto(q, "betas"))
+      q["betas"] = spec_value("optimizer", "betas", json::array({d.optimizer.beta1, d.optimizer.beta2}));
+  }
+  if (ds.contains("scheduler") && ds["scheduler"].is_object() && ds["scheduler"].contains("params")) {
+    json& q = ds["scheduler"]["params"];
+    if (is_auto(q, "warmup_min_lr")) q["warmup_min_lr"] = 0.0;  // the Trainer's: 0
+    if (is_auto(q, "warmup_max_lr")) q["warmup_max_lr"] = spec_value("optimizer", "lr", d.optimizer.lr);
+    // the Trainer's default warmup_steps 0, which DeepSpeed's WarmupLR raises to max(2, .)
+    if (is_auto(q, "warmup_num_steps")) q["warmup_num_steps"] = 2;
+    if (is_auto(q, "total_num_steps")) {
+      const json steps = spec_value("train", "steps", 0);
+      if (!steps.is_number_integer() || steps.get<int64_t>() < 1)
+        throw InputError(path + ": scheduler.params.total_num_steps",
+                         "\"auto\" is the run's step count, which Hugging Face Trainer knows and the spec does not "
+                         "say (train.steps; with train.epochs it is known only once the data is read): give --steps "
+                         "N, or a number here");
+      q["total_num_steps"] = steps;
+    }
+  }
+}
+
 void merge_patch(json& dst, const json& patch) {
   for (auto& [k, v] : patch.items()) {
     if (v.is_object() && dst.contains(k) && dst[k].is_object())
@@ -312,9 +374,11 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   return p.j;
 }
 
-void apply_deepspeed(json& j, const std::string& path, int ranks) {
+void apply_deepspeed(json& j, const std::string& path, int ranks, const json& auto_from) {
   std::vector<std::string> notes;
-  json patch = deepspeed_patch(read_json_file(path), path, &notes, ranks);
+  json ds = read_json_file(path);
+  resolve_auto(ds, auto_from, path, ranks);
+  json patch = deepspeed_patch(ds, path, &notes, ranks);
   for (const char* k : {"zenflow", "scheduler", "fp16"})  // the DeepSpeed block replaces the spec's
     if (patch.contains(k)) j.erase(k);
   merge_patch(j, patch);

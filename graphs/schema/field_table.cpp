@@ -181,6 +181,10 @@ std::vector<FieldDef> top_and_model_fields() {
       // hf: the model directory (absent from to_json when empty: older checkpoints' specs compare equal)
       text("model.path", [](auto& s) -> auto& { return s.model.path; })
           .only_if([](const Spec& s) { return !s.model.path.empty(); }).must_match(Match::block, 3),
+      // hf: weights read or initialised (absent from to_json when "weights"); not compared on --resume
+      // (the checkpoint holds the weights)
+      text("model.init", [](auto& s) -> auto& { return s.model.init; }, {"weights", "random"})
+          .only_if([](const Spec& s) { return s.model.init != "weights"; }),
   };
 }
 
@@ -200,6 +204,9 @@ std::vector<FieldDef> data_train_optimizer_fields() {
       text("data.order", [](auto& s) -> auto& { return s.data.order; }, {"random", "sequential"})
           .only_if([](const Spec& s) { return s.data.order != "random"; }).must_match(Match::field, 17),
       text("data.labels", [](auto& s) -> auto& { return s.data.labels; }, {"testament", "section"}),
+      // absent from to_json when false (older checkpoints' specs compare equal); other rows, other units
+      boolean("data.pack", [](auto& s) -> auto& { return s.data.pack; })
+          .only_if([](const Spec& s) { return s.data.pack; }).must_match(Match::field, 18),
       text("data.split", [](auto& s) -> auto& { return s.data.split; }, {"book", "verse"}),
       integer("train.batch_size", [](auto& s) -> auto& { return s.train.batch_size; }, 1, 1 << 20)
           .must_match(Match::field, 11),
@@ -207,6 +214,9 @@ std::vector<FieldDef> data_train_optimizer_fields() {
       integer("train.steps", [](auto& s) -> auto& { return s.train.steps; }, 0, INT32_MAX),
       integer("train.seed", [](auto& s) -> auto& { return s.train.seed; }, 0, INT64_MAX).must_match(Match::field, 12),
       integer("train.eval_batch_size", [](auto& s) -> auto& { return s.train.eval_batch_size; }, 1, 1 << 20),
+      // absent from to_json when 0; not compared on --resume (it changes no step)
+      integer("train.eval_every", [](auto& s) -> auto& { return s.train.eval_every; }, 0, INT32_MAX)
+          .only_if([](const Spec& s) { return s.train.eval_every != 0; }),
       integer("train.gradient_accumulation_steps", [](auto& s) -> auto& { return s.train.gradient_accumulation_steps; },
               1, 1 << 16)
           .only_if([](const Spec& s) { return s.train.gradient_accumulation_steps != 1; })

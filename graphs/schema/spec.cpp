@@ -1,6 +1,7 @@
 #include "graphs/schema/spec.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -50,10 +51,15 @@ void check_model_data(const Fields& top, Spec& s) {
     top.fail("model.path", "required with model.type hf (a Hugging Face model directory, docs/llama.md)");
   if (m != "hf" && !s.model.path.empty())
     top.fail("model.path", "only with model.type hf (model.type is " + m + ")");
+  if (m != "hf" && s.model.init != "weights")
+    top.fail("model.init", "only with model.type hf (a " + m + " model is always initialised from model.init_seed)");
   if (m == "hf" && d == "fashion-mnist")
     top.fail("data.dataset", "model.type hf trains on language: set data.dataset to tokens, text, kjv or instructions");
   if (m != "hf" && d == "instructions")
     top.fail("data.dataset", "instructions are tokenized by a Hugging Face model's tokenizer: set model.type hf");
+  if (s.data.pack && d != "instructions")
+    top.fail("data.pack", "packs instruction records into full rows: only with data.dataset instructions (" + d +
+                              " is cut into full windows already)");
   if (d == "instructions" && s.data.path.empty())
     top.fail("data.path", "required with data.dataset instructions (Alpaca-style JSON or JSONL records, docs/hf.md)");
   if (m == "gpt" && d == "fashion-mnist")
@@ -155,6 +161,25 @@ json Spec::to_json() const {
   return j;
 }
 
+json Spec::applicable_json() const {
+  json j = to_json();
+  auto drop = [&](const char* block, std::initializer_list<const char*> keys) {
+    if (j.contains(block))
+      for (const char* k : keys) j[block].erase(k);
+  };
+  const std::string& m = model.type;
+  if (m != "mlp") drop("model", {"hidden", "activation"});
+  if (m == "mlp" || m == "hf") drop("model", {"n_layer", "n_head", "n_embd", "vocab"});  // hf: config.json's
+  if (m == "mlp") drop("model", {"context"});
+  if (m != "gpt-classifier") drop("model", {"pool", "head"});
+  if (m != "hf") drop("model", {"init"});
+  if (data.dataset != "fashion-mnist") drop("data", {"dir", "train_limit"});
+  if (m != "gpt-classifier") drop("data", {"labels", "split"});
+  if (data.dataset == "fashion-mnist") drop("data", {"path"});
+  if (strategy != "zenflow") j.erase("zenflow");
+  return j;
+}
+
 json read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(path, "cannot open (file not found or unreadable)");
@@ -191,19 +216,48 @@ void apply_override(json& j, const std::string& assignment, const std::string& s
     if (!cur->is_object())
       throw InputError("--set " + assignment, "'" + path.substr(0, start ? start - 1 : 0) + "' is not an object in " + source);
     if (dot == std::string::npos) {
-      (*cur)[key] = value;
+      if (value.is_null())  // KEY=null: the field or block removed, as if the spec never had it (its default)
+        cur->erase(key);
+      else
+        (*cur)[key] = value;
       return;
     }
+    if (!cur->contains(key) && value.is_null()) return;  // nothing to remove
     if (!cur->contains(key)) (*cur)[key] = json::object();
     cur = &(*cur)[key];
     start = dot + 1;
   }
 }
 
+// The spec file's relative paths (model.path, data.path, data.eval_path, data.dir) against the
+// file's folder, so that a spec runs from any directory; what is not a string is left to the parser.
+static void resolve_paths(json& j, const std::string& spec_path) {
+  const std::filesystem::path base = std::filesystem::path(spec_path).parent_path();
+  if (base.empty() || !j.is_object()) return;
+  for (auto [block, key] : {std::pair{"model", "path"}, {"data", "path"}, {"data", "eval_path"}, {"data", "dir"}}) {
+    auto b = j.find(block);
+    if (b == j.end() || !b->is_object()) continue;
+    auto v = b->find(key);
+    if (v == b->end() || !v->is_string() || v->get<std::string>().empty()) continue;
+    const std::filesystem::path p = v->get<std::string>();
+    if (p.is_relative()) *v = (base / p).lexically_normal().string();
+  }
+}
+
 Spec load_spec(const std::string& path, const std::vector<std::string>& overrides,
                const std::string& deepspeed_config, int ranks) {
   json j = read_json_file(path);
-  if (!deepspeed_config.empty()) apply_deepspeed(j, deepspeed_config, ranks);
+  resolve_paths(j, path);  // before the overrides: a path on the command line is the shell's
+  return load_spec_json(std::move(j), path, overrides, deepspeed_config, ranks);
+}
+
+Spec load_spec_json(json j, const std::string& path, const std::vector<std::string>& overrides,
+                    const std::string& deepspeed_config, int ranks) {
+  if (!deepspeed_config.empty()) {
+    json resolved = j;  // what the config's "auto" values are filled from: the spec with the overrides
+    for (auto& o : overrides) apply_override(resolved, o, path);
+    apply_deepspeed(j, deepspeed_config, ranks, resolved);
+  }
   for (auto& o : overrides) apply_override(j, o, path);
   Spec s = read_spec(j, path);
   // messages about these fields, from here on, name the DeepSpeed file

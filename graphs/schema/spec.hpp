@@ -90,6 +90,9 @@ struct Spec {
     // hf: a Hugging Face model directory (config.json, and model.safetensors or an index with its
     // shards; none: initialised from init_seed); context is the training window T (docs/llama.md)
     std::string path;
+    // hf: "weights" (read from model.path; none there is an error) | "random" (Hugging Face's init
+    // from init_seed, as from_config: the directory's weights are not read)
+    std::string init = "weights";
   } model;
 
   struct Data {
@@ -105,6 +108,8 @@ struct Spec {
     std::string order = "random";
     std::string labels = "testament";  // gpt-classifier: testament | section
     std::string split = "book";        // gpt-classifier: book | verse
+    // instructions: whole records packed into rows of model.context + 1 tokens, not one a row
+    bool pack = false;
   } data;
 
   struct Train {
@@ -116,6 +121,8 @@ struct Spec {
     int64_t steps = 0;  // > 0 overrides epochs
     uint64_t seed = 42;
     int eval_batch_size = 1000;
+    // evaluate every N steps during the run (printed, and the metrics' "evals"); 0: at the end only
+    int64_t eval_every = 0;
   } train;
 
   struct Optimizer {
@@ -196,6 +203,10 @@ struct Spec {
   }
 
   nlohmann::json to_json() const;
+  // to_json() less the fields that do not apply to this model and data (an hf model's GPT and MLP
+  // sizes, the KJV classifier's labels for a language model, the zenflow block under another
+  // strategy, ...): --print-spec. to_json() stays the spec's identity (checkpoints, metrics).
+  nlohmann::json applicable_json() const;
 };
 
 // Where `bash tools/zf setup` writes bible(1)'s output (data.dataset "kjv" without data.path).
@@ -204,12 +215,16 @@ inline constexpr const char* kKjvDefaultPath = "/var/tmp/zenflow/kjv.txt";
 // Parses and validates, the strategy's rules for `ranks` data-parallel ranks included
 // (graphs/strategies/registry.hpp); `source` names the file in errors.
 Spec parse_spec(const nlohmann::json& j, const std::string& source, int ranks = 1);
-// Reads a JSON file, applies "a.b=value" overrides (value parsed as JSON, else taken as a
-// string), then parses and validates. Throws InputError.
+// Reads a JSON file, resolves its relative paths (model.path, data.path, data.eval_path, data.dir)
+// against the file's folder, applies "a.b=value" overrides (value parsed as JSON, else taken as a
+// string; their paths are left as given: the shell's), then parses and validates. Throws InputError.
 // ranks: the data-parallel world size (docs/data-parallel.md), for DeepSpeed's batch arithmetic
 // and the strategy's rules.
 Spec load_spec(const std::string& path, const std::vector<std::string>& overrides,
                const std::string& deepspeed_config = "", int ranks = 1);
+// load_spec of a spec's JSON built elsewhere (zenflow-run finetune); `source` names it in errors.
+Spec load_spec_json(nlohmann::json j, const std::string& source, const std::vector<std::string>& overrides,
+                    const std::string& deepspeed_config = "", int ranks = 1);
 
 // A DeepSpeed config (train_batch_size, optimizer, gradient_clipping, zero_optimization with
 // offload_optimizer and zenflow) as a patch to a spec's JSON. What the engine cannot honour is an
@@ -219,6 +234,7 @@ Spec load_spec(const std::string& path, const std::vector<std::string>& override
 nlohmann::json deepspeed_patch(const nlohmann::json& ds, const std::string& source,
                                std::vector<std::string>* notes, int ranks = 1);
 nlohmann::json read_json_file(const std::string& path);
+// "a.b=value"; a value of null removes the key (--set scheduler=null: no schedule; a field: its default).
 void apply_override(nlohmann::json& j, const std::string& assignment, const std::string& source);
 
 int64_t steps_per_epoch(const Spec& s, int64_t epoch_size);

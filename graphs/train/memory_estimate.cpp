@@ -141,17 +141,25 @@ void check_memory(const Spec& s, const MemoryEstimate& e) {
   const int64_t avail = available_memory();
   if (avail < 0 || e.total() <= (double)avail) return;
   // the fields behind the largest component
-  const bool gpt = s.model.type != "mlp";
+  const bool gpt = s.model.type != "mlp", hf = s.model.type == "hf";
+  // an hf model's sizes are its config.json's, not the GPT's model.n_layer, model.n_embd
+  const std::string config = s.model.path + "/config.json";
   std::string fields;
   const double m = std::max({e.params + e.optimizer, e.activations, e.records, e.data});
   if (m == e.records)
     fields = s.train.steps > 0 ? s.where("train.steps") + " (" + std::to_string(s.train.steps) + " steps)"
                                : s.where("train.epochs") + " (" + std::to_string(e.steps) + " steps)";
+  else if (m == e.activations && hf)
+    fields = s.where("train.batch_size") + ", train.eval_batch_size, model.context (and " + config +
+             ": hidden_size, num_hidden_layers, vocab_size)";
   else if (m == e.activations)
     fields = gpt ? s.where("train.batch_size") + ", train.eval_batch_size, model.context, model.n_embd, model.n_layer, model.n_head"
                  : s.where("train.batch_size") + ", train.eval_batch_size, model.hidden";
   else if (m == e.data)
     fields = s.where("data.path");
+  else if (hf)
+    fields = config + ": hidden_size, intermediate_size, num_hidden_layers, vocab_size (the model's size; " +
+             s.where("model.path") + ")";
   else
     fields = gpt ? s.where("model.n_layer") + ", model.n_embd, model.context" : s.where("model.hidden");
   throw InputError(fields, "the run would need about " + e.describe() + " of memory for " +

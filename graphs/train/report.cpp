@@ -132,6 +132,12 @@ double last_steps_loss(const StepGraph& graph, int64_t t0, int64_t T) {
   return train_loss;
 }
 
+std::vector<double> step_losses(const StepGraph& graph, int64_t t0, int64_t T) {
+  std::vector<double> out;
+  for (int64_t s = t0; s < T; ++s) out.push_back(graph.record(s).stats[0] / std::max(1.0, graph.record(s).stats[2]));
+  return out;
+}
+
 // ---------------------------------------------------------------- what strategies report
 // The host AdamW's tasks as the strategies mark them (Strategy::host_adam_task), ZenFlow's
 // figures from its typed report (StrategyReport).
@@ -312,6 +318,15 @@ json metrics_json(const RunReport& r) {
     m["worker_busy_s_per_step"] = worker_busy(r);
   } else {
     m["final"] = {{"train_loss", r.train_loss}};
+    if (!r.losses.empty()) m["final"]["train_loss_last_step"] = r.losses.back();
+    // each step's training loss, step first_step + i at index i (docs/metrics.md)
+    m["loss_history"] = {{"first_step", t0}, {"loss", r.losses}};
+  }
+  if (!r.evals.empty()) {
+    m["evals"] = json::array();
+    for (const EvalPoint& e : r.evals)
+      m["evals"].push_back({{"step", e.step}, {"eval_loss", e.ev.loss}, {"eval_accuracy", e.ev.accuracy},
+                            {"eval_examples", e.ev.count}});
   }
   if (r.opt.evaluate) {
     m["final"]["eval_loss"] = r.ev.loss;
@@ -399,7 +414,9 @@ void print_summary(const RunReport& r, const json& m, std::ostream& out) {
     for (const auto& w : m["worker_busy_s_per_step"].items())
       row("busy per step: " + w.key(), fmt("%.3f", w.value().get<double>() * 1e3) + " ms");
   } else {
-    row("train loss (last steps)", fmt("%.4f", r.train_loss));
+    row("train loss mean (last " + std::to_string(std::min<int64_t>(r.T - r.t0, 50)) + ")",
+        fmt("%.4f", r.train_loss));
+    if (!r.losses.empty()) row("train loss (step " + std::to_string(r.T - 1) + ")", fmt("%.4f", r.losses.back()));
   }
   if (opt.evaluate) {
     row("eval loss", fmt("%.4f", r.ev.loss));
@@ -417,6 +434,8 @@ void print_summary(const RunReport& r, const json& m, std::ostream& out) {
     row("device tiles / by helpers", std::to_string(t1.tiles - t0.tiles) + " / " + std::to_string(t1.helped - t0.helped));
   if (!opt.metrics_path.empty()) row("metrics", opt.metrics_path);
   if (!opt.save_path.empty()) row("weights", opt.save_path);
+  if (!opt.save_hf_dir.empty()) row("Hugging Face model", opt.save_hf_dir);
+  if (!opt.checkpoint_dir.empty()) row("checkpoints", opt.checkpoint_dir);
   if (!opt.trace_path.empty()) row("trace", opt.trace_path);
 }
 

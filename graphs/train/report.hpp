@@ -66,6 +66,14 @@ double host_adam_us_per_step(const std::vector<TaskRecord>& records, int64_t fro
 
 // The mean training loss of the last (up to 50) steps, from the gathered records.
 double last_steps_loss(const StepGraph& graph, int64_t t0, int64_t T);
+// Each step's training loss (the batch's mean), steps t0 .. T - 1.
+std::vector<double> step_losses(const StepGraph& graph, int64_t t0, int64_t T);
+
+// An evaluation during the run (train.eval_every): after `step` steps.
+struct EvalPoint {
+  int64_t step = 0;
+  EvalResult ev;
+};
 
 // One run's results, as the reports read them after the loop.
 struct RunReport {
@@ -82,6 +90,8 @@ struct RunReport {
   StepTimes times;
   double host_adam_us = 0, train_loss = 0;
   EvalResult ev;
+  std::vector<double> losses;    // step_losses(t0, T)
+  std::vector<EvalPoint> evals;  // train.eval_every's
 };
 // The metrics JSON (docs/metrics.md) but wall_s and spec, which the caller adds last.
 nlohmann::json metrics_json(const RunReport& r);

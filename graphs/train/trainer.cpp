@@ -104,7 +104,24 @@ struct Run {
   int64_t per_epoch = 0;
   std::unique_ptr<Strategy> strat;
   int64_t t0 = 0, T = 0;  // the first step to run (after --resume), the run's steps
+  std::vector<EvalPoint> evals;  // train.eval_every's
 };
+
+// train.eval_every: after step t (not the last: the final evaluation follows), the model as it is
+// evaluated with every task finished, printed and kept for the metrics.
+void eval_after(Run& r, int64_t t) {
+  const int64_t every = r.spec.train.eval_every;
+  if (every <= 0 || !r.opt.evaluate || (t + 1) % every != 0 || t == r.T - 1) return;
+  r.rt->wait_all();
+  r.rt->tracker().status().rethrow_if_failed();
+  r.strat->unshard_params();  // ZeRO stage 3: the weights whole
+  r.evals.push_back({t + 1, r.wl->evaluate(*r.rt)});
+  r.strat->shard_params();
+  const EvalResult& ev = r.evals.back().ev;
+  if (!r.opt.quiet)
+    r.out << "eval at step " << t + 1 << "/" << r.T << ": loss " << fmt("%.4f", ev.loss) << ", accuracy "
+          << fmt("%.2f", 100 * ev.accuracy) << " % of " << ev.count << "\n" << std::flush;
+}
 
 std::unique_ptr<Runtime> start_runtime(const Run& r) {
   const Spec& spec = r.spec;
@@ -131,6 +148,9 @@ std::unique_ptr<Runtime> start_runtime(const Run& r) {
 void setup(Run& r) {
   const Spec& spec = r.spec;
   const RunOptions& opt = r.opt;
+  if (spec.train.eval_every > 0 && r.comm)
+    throw InputError(spec.where("train.eval_every"), "evaluation during the run needs one process (under mpirun: 0, "
+                                                     "the final evaluation only)");
   // the memory the run will need, checked before anything is allocated (memory_estimate.hpp); the
   // per-step records once the step count is known (train.epochs needs the data's size)
   r.mem = estimate_memory(spec, spec.train.steps > 0 ? spec.train.steps : -1, r.ranks);
@@ -217,6 +237,8 @@ json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono:
                 // host AdamW time of this rank per measured step (the host optimizer's tasks)
                 host_adam_us_per_step(rt.tracker().records(), r.t0 + times.W, r.T, times.M),
                 last_steps_loss(graph, r.t0, r.T), EvalResult{}};
+  if (!kSimulated) rep.losses = step_losses(graph, r.t0, r.T);
+  rep.evals = r.evals;
   if (opt.evaluate) rep.ev = r.wl->evaluate(rt);
   json m = metrics_json(rep);
   write_traces(rep);
@@ -234,6 +256,50 @@ json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono:
 }
 
 }  // namespace
+
+json run_evaluation(const Spec& spec, const RunOptions& opt) {
+  if (kSimulated) throw InputError("eval", "not available in simulation: a simulated run computes no values");
+  if (opt.comm && opt.comm->size() > 1) throw InputError("eval", "runs as one process (not under mpirun)");
+  Run r(spec, opt);
+  const auto wall0 = std::chrono::steady_clock::now();
+  setup(r);
+  resume(r);
+  r.rt->wait_all();
+  if (!opt.quiet) r.out << "zenflow-run eval: " << spec.name << " | " << r.wl->describe() << "\n" << std::flush;
+  const EvalResult ev = r.wl->evaluate(*r.rt);
+  json m;
+  m["eval"] = {{"loss", ev.loss}, {"accuracy", ev.accuracy}, {"examples", ev.count}};
+  m["checkpoint_step"] = r.t0 - 1;  // -1: not from a checkpoint
+  m["model"] = r.wl->describe();
+  m["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  m["spec"] = spec.to_json();
+  if (!opt.metrics_path.empty()) {
+    const std::string s = m.dump(2) + "\n";
+    write_file_atomic(opt.metrics_path, s.data(), s.size());
+  }
+  if (!opt.quiet)
+    r.out << "zenflow-run eval: loss " << fmt("%.4f", ev.loss) << " | accuracy "
+          << (ev.count ? fmt("%.2f", 100 * ev.accuracy) + " % of " + std::to_string(ev.count)
+                       : std::string("(no rows)"))
+          << (r.t0 > 0 ? " | weights of checkpoint step " + std::to_string(r.t0 - 1) : std::string()) << "\n";
+  return m;
+}
+
+void run_export(const Spec& spec, const RunOptions& opt) {
+  if (kSimulated) throw InputError("export", "not available in simulation: a simulated run computes no values");
+  if (opt.resume_path.empty() || opt.save_hf_dir.empty()) throw InputError("export", "needs --resume and --save-hf");
+  Run r(spec, opt);
+  setup(r);
+  resume(r);
+  r.strat->begin_stage3(*r.wl);
+  r.T = r.t0;  // no step: the end of the run that wrote the checkpoint
+  r.prec->reserve_steps(r.T);
+  StepGraph graph(spec, *r.rt, *r.wl, *r.strat, *r.prec, r.comm, r.rank, r.ranks, r.T, r.per_epoch, nullptr);
+  graph.submit_flush(r.T);
+  r.rt->wait_all();
+  r.strat->unshard_params();
+  save_hf(*r.wl, opt.save_hf_dir, opt.save_dtype);
+}
 
 json run_training(const Spec& spec, const RunOptions& opt_in) {
   const RunOptions opt = rank_options(simulation_options(opt_in));
@@ -262,6 +328,7 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
       progress(t - L + 1);
     }
     checkpoint_after(r, t, !opt_in.checkpoint_dir.empty());
+    eval_after(r, t);
   }
   graph.submit_flush(r.T);
   rt.wait_all();

@@ -52,4 +52,15 @@ struct RunOptions {
 // Runs the spec; returns the metrics JSON (also written to metrics_path if set).
 nlohmann::json run_training(const Spec& spec, const RunOptions& opt);
 
+// zenflow-run eval: the model (its weights, --init's or --resume's) evaluated on the spec's
+// evaluation data, no step run; prints the loss and accuracy and returns {"eval": {"loss",
+// "accuracy", "examples"}, "checkpoint_step", "model", "spec"} (also written to metrics_path). One
+// process, not in simulation; output options other than metrics_path are refused by the caller.
+nlohmann::json run_evaluation(const Spec& spec, const RunOptions& opt);
+
+// zenflow-run export: the state of opt.resume_path's checkpoint with the updates still in flight
+// applied, as at the end of the run that wrote it (what its --save-hf wrote, bitwise), written to
+// opt.save_hf_dir; no step run. `spec` is the checkpoint's.
+void run_export(const Spec& spec, const RunOptions& opt);
+
 }  // namespace zf

@@ -62,6 +62,7 @@ GptConfig gpt_config(const Spec& spec) {
   c.context = spec.model.context;
   c.vocab = spec.model.vocab;
   lm_options(spec, c);
+  c.hf_random_init = spec.model.type == "hf" && spec.model.init == "random";
   return c;
 }
 
@@ -109,6 +110,7 @@ LlamaOptions llama_options(const Spec& spec) {
   o.dir = spec.model.path;
   o.context = spec.model.context;
   lm_options(spec, o);
+  o.random_init = spec.model.init == "random";
   return o;
 }
 
@@ -174,7 +176,9 @@ static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
     o.eos = ids.eos;
     o.specials_where = spec.model.path + "/config.json: eos_token_id";
     o.vocab = c.vocab_size;
+    o.vocab_where = c.path + ": vocab_size";
     o.progress = progress;
+    o.pack = spec.data.pack;
     return make_hf_workload(
         spec, c, load_instruction_split(spec.data.path, where, spec.data.eval_path, eval_where, *tok, o), status);
   }
@@ -182,6 +186,7 @@ static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
   o.bos = ids.bos;
   o.eos = ids.eos;
   o.vocab = c.vocab_size;
+  o.vocab_where = c.path + ": vocab_size";
   o.context = spec.model.context;
   o.progress = progress;
   if (d == "kjv")

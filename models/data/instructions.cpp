@@ -146,14 +146,17 @@ LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok
   rows.tokens.assign((size_t)(n * T), (int32_t)*o.eos);
   rows.targets.assign((size_t)(n * T), -1);
   *truncated = 0;
+  int64_t row = 0, used = 0;  // o.pack: the row being filled and its tokens (of T + 1)
   for (int64_t i = 0; i < n; ++i) {
     const InstructionRecord& r = records[(size_t)i];
     RenderedRecord rr = render_record(r, tok, o.bos, *o.eos);
     const std::string w = file + ": " + r.at;
     for (size_t k = 0; k < rr.ids.size(); ++k)
-      if (o.vocab > 0 && rr.ids[k] >= (uint64_t)o.vocab)
-        throw InputError(w, "token id " + std::to_string(rr.ids[k]) + " (token " + std::to_string(k) +
-                                ") is not below the model's vocab_size " + std::to_string(o.vocab));
+      if (o.vocab > 0 && rr.ids[k] >= (uint64_t)o.vocab)  // the tokenizer's ids, not the record, are wrong
+        throw InputError(o.vocab_where.empty() ? w : o.vocab_where,
+                         std::to_string(o.vocab) + ", but the tokenizer (" + tok.describe() + ") gives id " + std::to_string(rr.ids[k]) +
+                             " for " + w + " (token " + std::to_string(k) + "): every id must be below vocab_size "
+                             "(config.json and the tokenizer of different models?)");
     if ((int64_t)rr.ids.size() > T + 1) {
       rr.ids.resize((size_t)(T + 1));
       ++*truncated;
@@ -163,10 +166,15 @@ LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok
       throw InputError(w + ": output", "no response token left: the prompt is " + std::to_string(rr.prompt_len) +
                                            " tokens and a row holds model.context + 1 = " + std::to_string(T + 1) +
                                            " (raise model.context, or shorten or remove the record)");
-    int32_t* tk = rows.tokens.data() + i * T;
-    int32_t* tg = rows.targets.data() + i * T;
-    for (int64_t t = 0; t < std::min(L, T); ++t) tk[t] = (int32_t)rr.ids[(size_t)t];
+    if (o.pack && used > 0 && used + L > T + 1) ++row, used = 0;  // the record whole in the next row
+    const int64_t dst = o.pack ? row : i, at = o.pack ? used : 0;
+    int32_t* tk = rows.tokens.data() + dst * T + at;
+    int32_t* tg = rows.targets.data() + dst * T + at;
+    // inputs up to the row's T (the row's last target, position T, is only a target)
+    for (int64_t t = 0; t < std::min(L, T - at); ++t) tk[t] = (int32_t)rr.ids[(size_t)t];
     for (int64_t t = std::max<int64_t>(rr.prompt_len - 1, 0); t + 1 < L; ++t) tg[t] = (int32_t)rr.ids[(size_t)(t + 1)];
+    // packed: the previous record's last position (its EOS) predicts nothing of this record
+    used += L;
     if (o.progress && clock::now() - last >= std::chrono::seconds(2)) {
       last = clock::now();
       char b[160];
@@ -174,6 +182,11 @@ LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok
                     (long long)n, std::chrono::duration<double>(last - t0).count());
       o.progress(b);
     }
+  }
+  if (o.pack && n > 0) {  // rows 0 .. row
+    rows.rows = row + 1;
+    rows.tokens.resize((size_t)(rows.rows * T));
+    rows.targets.resize((size_t)(rows.rows * T));
   }
   return rows;
 }
@@ -204,8 +217,8 @@ LmRowSplit load_instruction_split(const std::string& path, const std::string& wh
   s.train = instruction_rows(train, tok, o, w, &cut_train);
   s.eval = instruction_rows(eval, tok, o, eval_file, &cut_eval);
   auto describe = [&](const LmRows& r, int64_t cut, const std::string& from) {
-    return std::to_string(r.rows) + " Alpaca records " + from + " (T " + std::to_string(o.T) + ", " +
-           std::to_string(cut) + " truncated to T + 1 tokens)";
+    return (o.pack ? std::to_string(r.rows) + " packed rows of " : std::to_string(r.rows) + " ") + "Alpaca records " +
+           from + " (T " + std::to_string(o.T) + ", " + std::to_string(cut) + " truncated to T + 1 tokens)";
   };
   s.train.description = describe(s.train, cut_train, "from " + path);  // "562 Alpaca records from F (T 256, ...)"
   s.eval.description = describe(s.eval, cut_eval, eval_how);

@@ -53,7 +53,11 @@ struct InstructionOptions {
   std::optional<uint32_t> bos, eos;  // tok::read_special_ids(model dir); eos is required
   std::string specials_where;        // names them in errors, e.g. "DIR/config.json: eos_token_id"
   int64_t vocab = 0;                 // every id must be below it (the model's vocab_size); 0: no check
+  std::string vocab_where;           // names it in errors, e.g. "DIR/config.json: vocab_size" ("": the data)
   ProgressLine progress;             // optional
+  // data.pack: whole records (each BOS .. EOS) placed one after another into rows of T + 1 tokens
+  // (a record goes to the next row when the current one cannot hold it), instead of one a row
+  bool pack = false;
 };
 
 // The token ids of one record and the number of them that are prompt (no loss): BOS (when given)
@@ -65,10 +69,13 @@ struct RenderedRecord {
 RenderedRecord render_record(const InstructionRecord& r, const tok::Tokenizer& tok, std::optional<uint32_t> bos,
                              uint32_t eos);
 
-// Rows of records: row i = record i. ids longer than T + 1 are cut to their first T + 1 (the end of
-// the response and the EOS dropped; counted in *truncated); a record with no response token within
-// T + 1 (its prompt alone is T tokens or more) is an InputError. Inputs past the record's end are
-// EOS (their targets -1). `file` names the records' file in errors and the description.
+// Rows of records: row i = record i (o.pack: records packed in order, as many whole records a row
+// as fit in T + 1 tokens; the loss on each record's response tokens only, attention across the
+// records of a row as in Hugging Face's packing without position resets). ids longer than T + 1
+// are cut to their first T + 1 (the end of the response and the EOS dropped; counted in
+// *truncated); a record with no response token within T + 1 (its prompt alone is T tokens or more)
+// is an InputError. Inputs past the record's end are EOS (their targets -1). `file` names the
+// records' file in errors and the description.
 LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok::Tokenizer& tok,
                         const InstructionOptions& o, const std::string& file, int64_t* truncated);
 

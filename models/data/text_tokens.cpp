@@ -47,9 +47,11 @@ TokenFile tokenize_document(std::string_view text, const tok::Tokenizer& tok, co
   const std::vector<uint32_t> ids = tok::encode_with_specials(tok, text, o.bos, o.eos, progress);
   TokenFile t;
   for (size_t i = 0; i < ids.size(); ++i)
-    if (o.vocab > 0 && ids[i] >= (uint64_t)o.vocab)
-      throw InputError(where, "token id " + std::to_string(ids[i]) + " (token " + std::to_string(i) + ", " +
-                                  tok.describe() + ") is not below the model's vocab_size " + std::to_string(o.vocab));
+    if (o.vocab > 0 && ids[i] >= (uint64_t)o.vocab)  // the tokenizer's ids, not the text, are wrong
+      throw InputError(o.vocab_where.empty() ? where : o.vocab_where,
+                       std::to_string(o.vocab) + ", but the tokenizer (" + tok.describe() + ") gives id " + std::to_string(ids[i]) + " for " +
+                           where + " (token " + std::to_string(i) + "): every id must be below vocab_size "
+                           "(config.json and the tokenizer of different models?)");
   if (o.context > 0 && (int64_t)ids.size() < o.context + 1)
     throw InputError(where, std::to_string(ids.size()) + " tokens: fewer than model.context + 1 = " +
                                 std::to_string(o.context + 1) + " (one window and its targets)");

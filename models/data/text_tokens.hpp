@@ -20,6 +20,7 @@ namespace zf {
 struct TextTokenOptions {
   std::optional<uint32_t> bos, eos;  // tok::read_special_ids(model dir)
   int64_t vocab = 0;                 // every id must be below it (the model's vocab_size); 0: no check
+  std::string vocab_where;           // names it in errors, e.g. "DIR/config.json: vocab_size" ("": the data)
   int64_t context = 0;               // each part needs at least context + 1 ids (one window)
   // A progress line ("tokenize: 1.2 M tokens so far (4 s)") every 2 s for texts of 8 MB and more;
   // the caller prints it.

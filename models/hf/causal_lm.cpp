@@ -18,9 +18,9 @@ namespace zf::hf {
 
 namespace k = zf::kernels::cpu;
 
-HostTensors load_host_tensors(const std::string& dir, const Config& c, uint64_t init_seed, LoadResult* result) {
+HostTensors load_host_tensors(const std::string& dir, const Config& c, const InitFrom& init, LoadResult* result) {
   HostTensors w;
-  LoadResult r = load_weights(dir, c, init_seed, [&](const TensorSpec& t) {
+  LoadResult r = load_weights(dir, c, init, [&](const TensorSpec& t) {
     std::vector<float>& v = w[t.name];
     v.assign(t.numel(), 0.0f);
     return v.data();

@@ -17,9 +17,9 @@ namespace zf::hf {
 // Every tensor of expected_tensors(c), fp32 in the checkpoint's layout, by canonical name.
 using HostTensors = std::map<std::string, std::vector<float>>;
 
-// Reads (or, for a directory without weight files, initialises from init_seed) every tensor of
-// the model in `dir` into host memory.
-HostTensors load_host_tensors(const std::string& dir, const Config& c, uint64_t init_seed,
+// Reads (or, with InitFrom::random_init, initialises) every tensor of the model in `dir` into host
+// memory.
+HostTensors load_host_tensors(const std::string& dir, const Config& c, const InitFrom& init,
                               LoadResult* result = nullptr);
 
 class CausalLM {

@@ -83,7 +83,9 @@ void Gpt2HfModel::load(const std::string& dir) {
   std::map<std::string, std::vector<float>> staged;  // Conv1D (in, out) for an (out, in) parameter
   for (Param* p : params()) p->value.acquire_write();
   try {
-    load_ = hf::load_weights(dir, hf_, config().init_seed, [&](const hf::TensorSpec& t) -> float* {
+    load_ = hf::load_weights(dir, hf_,
+                             config().hf_random_init ? hf::InitFrom::random_init(config().init_seed)
+                                                     : hf::InitFrom::files(), [&](const hf::TensorSpec& t) -> float* {
       Param& p = param(t.name);
       if (t.numel() != p.value.numel())
         throw Error("Gpt2HfModel: tensor " + t.name + " " + hf::shape_str(t.shape) + " vs parameter " + p.name);

@@ -34,7 +34,8 @@ bool gpt2_conv1d(const std::string& hf_name);
 
 class Gpt2HfModel : public GptLanguageModel, public HfModel {
  public:
-  // dir: the model directory (weights read from it, or initialised from run.init_seed).
+  // dir: the model directory (weights read from it, or, with run.hf_random_init, initialised from
+  // run.init_seed).
   Gpt2HfModel(const hf::Config& c, const std::string& dir, const GptConfig& run, TokenSplit data, StepStatus* status);
   Gpt2HfModel(const hf::Config& c, const std::string& dir, const GptConfig& run, LmRowSplit rows, StepStatus* status);
   std::string describe() const override;

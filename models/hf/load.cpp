@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -36,9 +37,23 @@ struct Files {
   std::map<std::string, Where> tensors;  // every tensor of every file, by its name in the file
 };
 
+// Whether `p` names a file. A symlink that names nothing (dangling: Hugging Face's cache links to
+// blobs an interrupted download lacks) or a loop is an InputError naming it, not "no such file".
 bool present(const fs::path& p) {
   std::error_code ec;
-  return fs::exists(p, ec);
+  const fs::file_status ls = fs::symlink_status(p, ec);
+  if (ec || !fs::exists(ls)) return false;
+  if (!fs::is_symlink(ls)) return true;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels)
+    throw InputError(p.string(), "a symlink loop (it resolves to itself); expected a weights file");
+  if (!fs::exists(st)) {
+    std::error_code ec2;
+    const fs::path target = fs::read_symlink(p, ec2);
+    throw InputError(p.string(), "a dangling symlink" + (ec2 ? std::string() : " to " + target.string()) +
+                                     ": the file it names does not exist (an interrupted download?)");
+  }
+  return true;
 }
 
 // The index's weight_map: {tensor: shard file name}; every shard read, every tensor of a shard listed
@@ -68,6 +83,13 @@ Files read_index(const fs::path& dir) {
     f.tensors[name].file = shard_of[shard];
   }
   for (size_t i = 0; i < f.paths.size(); ++i) {
+    if (!present(f.paths[i])) {
+      std::string tensor;  // one tensor the index places in the missing shard, for the message
+      for (auto& [name, w] : f.tensors)
+        if (w.file == i) tensor = name;
+      throw InputError(f.paths[i], "missing: " + ipath + "'s weight_map lists it (for tensor '" + tensor +
+                                       "' and others), the directory has no such file");
+    }
     const StTable t = read_safetensors_table(f.paths[i]);
     f.data_start.push_back(t.data_start);
     for (auto& [name, e] : t.entries) {
@@ -145,13 +167,31 @@ bool has_weight_files(const std::string& dir) {
   return false;
 }
 
-LoadResult load_weights(const std::string& dir, const Config& c, uint64_t init_seed, const Destination& dest) {
+void throw_no_weights(const std::string& dir, const std::string& random_hint) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  std::sort(names.begin(), names.end());
+  std::string found, shard;
+  for (size_t i = 0; i < names.size() && i < 20; ++i) found += (i ? ", " : "") + names[i];
+  if (names.size() > 20) found += ", and " + std::to_string(names.size() - 20) + " more";
+  for (const std::string& n : names)  // model-00001-of-00002.safetensors: a shard without its index
+    if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0 && shard.empty()) shard = n;
+  throw InputError(dir, "no weights file the reader recognises (found: " + (found.empty() ? "nothing" : found) +
+                            "; accepted: " + kSingle + ", or " + kIndex + " with the shards it lists" +
+                            (shard.empty() ? "" : "; " + shard + " is read only through an index or as " + kSingle) +
+                            "). To train from a random init, as Hugging Face's from_config, set " + random_hint);
+}
+
+LoadResult load_weights(const std::string& dir, const Config& c, const InitFrom& init, const Destination& dest) {
   const std::vector<TensorSpec> specs = expected_tensors(c);
   LoadResult res;
-  if (!has_weight_files(dir)) {
-    for (const TensorSpec& t : specs) init_tensor(t, init_seed, dest(t));
+  if (init.random) {
+    for (const TensorSpec& t : specs) init_tensor(t, init.seed, dest(t));
     return res;
   }
+  if (!has_weight_files(dir)) throw_no_weights(dir, "model.init \"random\" (or --init random)");
   const Files files = weight_files(dir);
   res.from_files = true;
   res.files = files.paths;

@@ -39,6 +39,7 @@ struct GptConfig {
   int n_inner = 0;       // the MLP's width (0: 4 n_embd)
   float ln_eps = 1e-5f;  // every LayerNorm's eps
   bool tied_head = false;  // the LM head is wte: no lm_head.weight (its gradient added to wte's)
+  bool hf_random_init = false;  // model.init "random": Hugging Face's init from init_seed, no weights read
   int positions() const { return n_positions > 0 ? n_positions : context; }
   int inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
 };

@@ -66,7 +66,8 @@ void LlamaLanguageModel::init() {
 // The tensors straight into the parameters' buffers in the checkpoint's (out, in) layout; the
 // weights stored (in, out) are transposed after.
 void LlamaLanguageModel::load() {
-  loaded_ = hf::load_weights(opt_.dir, cfg_, opt_.init_seed, [&](const hf::TensorSpec& t) -> float* {
+  const hf::InitFrom from = opt_.random_init ? hf::InitFrom::random_init(opt_.init_seed) : hf::InitFrom::files();
+  loaded_ = hf::load_weights(opt_.dir, cfg_, from, [&](const hf::TensorSpec& t) -> float* {
     Param* p = param(t.name);
     if (!p || p->value.numel() != t.numel()) throw Error("llama: no parameter for tensor " + t.name);
     return p->value.data();

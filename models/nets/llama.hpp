@@ -25,9 +25,10 @@
 namespace zf {
 
 struct LlamaOptions {
-  std::string dir;  // the model directory: weights from it, or initialised when it has none
+  std::string dir;  // the model directory: weights from it (an InputError when it has none)
   int context = 128;  // T, at most config.json's max_position_embeddings (checked by the caller)
-  uint64_t init_seed = 1;  // Hugging Face's init of a directory without weights (hf::init_tensor)
+  bool random_init = false;  // model.init "random": Hugging Face's init (hf::init_tensor), no weights read
+  uint64_t init_seed = 1;  // its seed
   int batch_size = 16;
   int eval_batch_size = 16;
   int64_t eval_limit = 0;  // evaluation windows / rows: the first eval_limit (0: all)

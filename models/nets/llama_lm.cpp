@@ -57,8 +57,9 @@ std::string LlamaLanguageModel::describe() const {
                 cfg_.architecture.c_str(), (long long)cfg_.num_layers, (long long)cfg_.hidden_size,
                 cfg_.model_type.c_str(), (long long)cfg_.num_heads, (long long)cfg_.num_kv_heads, opt_.context,
                 (long long)cfg_.vocab_size, n, cfg_.tie_word_embeddings ? "tied" : "untied");
-  return std::string(b) + (loaded_.from_files ? "; weights from " + opt_.dir : "; initialised (seed " +
-                                                    std::to_string(opt_.init_seed) + ")") +
+  return std::string(b) +
+         (loaded_.from_files ? "; weights from " + opt_.dir
+                             : "; initialised (model.init random, seed " + std::to_string(opt_.init_seed) + ")") +
          "; " + (row_data_ ? rows_.train.description : tokens_.description);
 }
 

@@ -30,6 +30,35 @@ TEST(DeepSpeedConfig, ExampleConfigOfTheAlgorithmDocLoads) {
   EXPECT_DOUBLE_EQ(s.zenflow.pt_reserved_cores_perc, 0.5);
 }
 
+// "auto" (Hugging Face Trainer's placeholders) filled from the spec with its overrides, as the Trainer
+// fills them from its arguments; an "auto" with nothing to fill it from is refused naming the field
+TEST(DeepSpeedConfig, AutoValuesComeFromTheSpec) {
+  TmpDir d;
+  const std::string spec = d.file("s.json", R"({"precision": "bf16", "train": {"batch_size": 16, "steps": 30},
+      "optimizer": {"lr": 0.0002, "weight_decay": 0.05}})");
+  const json ds = json::parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+      "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                    "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "reduce_bucket_size": "auto"}})");
+  const std::string p = d.file("ds.json", ds.dump());
+  const Spec s = load_spec(spec, {"optimizer.lr=0.0005"}, p);
+  EXPECT_EQ(s.train.batch_size, 16);
+  EXPECT_EQ(s.train.gradient_accumulation_steps, 1);
+  EXPECT_EQ(s.precision, "bf16");
+  EXPECT_DOUBLE_EQ(s.optimizer.lr, 0.0005);  // the override's
+  EXPECT_DOUBLE_EQ(s.optimizer.weight_decay, 0.05);
+  EXPECT_EQ(s.scheduler.type, "WarmupDecayLR");
+  EXPECT_DOUBLE_EQ(s.peak_lr(), 0.0005);
+  EXPECT_EQ(s.scheduler.total_num_steps, 30);
+  EXPECT_EQ(s.strategy, "zero-offload");
+  const std::string no_steps = d.file("n.json", R"({"train": {"batch_size": 16, "epochs": 2}})");
+  expect_input_error([&] { load_spec(no_steps, {}, p); },
+                     {p + ": scheduler.params.total_num_steps", "\"auto\"", "--steps"});
+  EXPECT_EQ(load_spec(no_steps, {"train.steps=12"}, p).train.steps, 12);  // --steps fills it
+}
+
 TEST(DeepSpeedConfig, Bf16EnabledSelectsBf16Precision) {
   TmpDir d;
   const std::string spec = std::string(ZF_SOURCE_DIR) + "/graphs/specs/mlp-fashion.json";

@@ -295,6 +295,21 @@ TEST(SpecOverride, IntoNonObjectIsAnError) {
   expect_input_error([&] { zf::apply_override(arr, "a=1", kSrc); }, {"--set a=1", "not an object", kSrc});
 }
 
+// KEY=null removes an optional block or a field (its default): --set scheduler=null was "expected an
+// object" (issue 45); a path that is not there creates nothing
+TEST(SpecOverride, NullRemovesTheKey) {
+  json j = {{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}}}}},
+            {"train", {{"batch_size", 32}, {"steps", 5}}}};
+  zf::apply_override(j, "scheduler=null", kSrc);
+  zf::apply_override(j, "train.batch_size=null", kSrc);
+  zf::apply_override(j, "zenflow.topk_ratio=null", kSrc);
+  EXPECT_EQ(j, json({{"train", {{"steps", 5}}}}));
+  const zf::Spec s = zf::parse_spec(j, kSrc);
+  EXPECT_TRUE(s.scheduler.type.empty());
+  EXPECT_EQ(s.train.batch_size, zf::Spec{}.train.batch_size);
+  EXPECT_FALSE(s.zenflow.given);
+}
+
 TEST(SpecOverride, MalformedAssignment) {
   json j = json::object();
   expect_input_error([&] { zf::apply_override(j, "train.batch_size", kSrc); },
@@ -326,6 +341,24 @@ TEST(SpecFile, LoadWithOverrides) {
   EXPECT_EQ(s.train.batch_size, 16);
   EXPECT_EQ(s.strategy, "zero-offload");
   EXPECT_EQ(s.model.hidden, std::vector<int>{4});
+}
+
+// A spec's relative paths are the spec file's folder's (it runs from any directory); absolute paths
+// and the paths of --set (the shell's) are kept as given
+TEST(SpecFile, RelativePathsResolveAgainstTheSpecFolder) {
+  TempDir d;
+  std::filesystem::create_directories(d.path("specs"));
+  const std::string p = d.file("specs/s.json", R"({"model": {"type": "hf", "path": "m", "init": "random"},
+    "data": {"dataset": "tokens", "path": "../data/t.bin", "eval_path": "/abs/e.bin"}})");
+  const zf::Spec s = zf::load_spec(p, {});
+  EXPECT_EQ(s.model.path, d.path("specs/m"));
+  EXPECT_EQ(s.data.path, d.path("data/t.bin"));
+  EXPECT_EQ(s.data.eval_path, "/abs/e.bin");
+  const zf::Spec o = zf::load_spec(p, {"data.path=rel/t.bin"});
+  EXPECT_EQ(o.data.path, "rel/t.bin");
+  EXPECT_EQ(o.model.path, d.path("specs/m"));
+  const zf::Spec q = zf::load_spec(std::string(ZF_SOURCE_DIR) + "/graphs/specs/llama-kjv.json", {});
+  EXPECT_EQ(q.model.path, std::string(ZF_SOURCE_DIR) + "/graphs/specs/llama-kjv");
 }
 
 TEST(SpecFile, ErrorsNameTheFile) {

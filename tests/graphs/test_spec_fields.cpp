@@ -46,7 +46,7 @@ const json kRichA = json::parse(R"({
   "data": {"dataset": "kjv", "dir": "/tmp/x", "train_limit": 100, "eval_limit": 10, "path": "/tmp/kjv.txt",
            "labels": "section", "split": "verse"},
   "train": {"batch_size": 64, "epochs": 3, "steps": 9, "seed": 5, "eval_batch_size": 20,
-            "gradient_accumulation_steps": 2},
+            "gradient_accumulation_steps": 2, "eval_every": 4},
   "optimizer": {"lr": 0.01, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.1},
   "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0001, "warmup_max_lr": 0.02,
                 "warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": 100}},
@@ -59,8 +59,9 @@ const json kRichA = json::parse(R"({
 })");
 const json kRichB = json::parse(R"({
   "strategy": "zenflow", "precision": "bf16", "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 5000},
-  "model": {"type": "hf", "vocab": 50257, "path": "/tmp/llama"},
-  "data": {"dataset": "tokens", "path": "/tmp/train.bin", "eval_path": "/tmp/eval.bin", "order": "sequential"},
+  "model": {"type": "hf", "vocab": 50257, "path": "/tmp/llama", "init": "random"},
+  "data": {"dataset": "instructions", "path": "/tmp/train.jsonl", "eval_path": "/tmp/eval.jsonl", "order": "sequential",
+           "pack": true},
   "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.1, "cos_min_ratio": 0.01,
                 "warmup_num_steps": 5, "total_num_steps": 50}},
   "zenflow": {"select_strategy": "epoch", "select_interval": 1, "update_interval": 2, "semantics": "deepspeed",
@@ -122,6 +123,7 @@ TEST(SpecFields, ResumeComparesTheSameFieldsInTheSameOrder) {
   plain.push_back("zero_optimization.offload_optimizer");  // Twin-Flow's ratio: its state's layout
   auto with_order = [](std::vector<std::string> v) {        // data.order: the batches' windows
     v.push_back("data.order");
+    v.push_back("data.pack");  // the rows
     return v;
   };
   EXPECT_EQ(check_names(zf::Spec()), with_order(plain));

@@ -162,10 +162,12 @@ struct Loaded {
   std::map<std::string, std::vector<float>> values;
   zf::hf::LoadResult result;
 };
-inline Loaded load_dir(const std::string& dir, uint64_t seed = 1) {
+// random: Hugging Face's init from `seed` (model.init "random"), else the directory's weights.
+inline Loaded load_dir(const std::string& dir, bool random = false, uint64_t seed = 1) {
   Loaded l;
   const zf::hf::Config c = zf::hf::read_config(dir + "/config.json");
-  l.result = zf::hf::load_weights(dir, c, seed, [&](const zf::hf::TensorSpec& t) {
+  const zf::hf::InitFrom from = random ? zf::hf::InitFrom::random_init(seed) : zf::hf::InitFrom::files();
+  l.result = zf::hf::load_weights(dir, c, from, [&](const zf::hf::TensorSpec& t) {
     auto& v = l.values[t.name];
     v.assign(t.numel(), -7.0f);
     return v.data();

@@ -43,7 +43,7 @@ struct TinyModel {
     write_model_dir(dir, config, random_tensors(config, "F32", seed));
     c = zf::hf::read_config(dir.path("config.json"));
     zf::hf::LoadResult r;
-    w = zf::hf::load_host_tensors(dir.root().string(), c, 0, &r);
+    w = zf::hf::load_host_tensors(dir.root().string(), c, zf::hf::InitFrom::files(), &r);
     EXPECT_TRUE(r.from_files);
     for (auto& [n, v] : w) wd[n] = std::vector<double>(v.begin(), v.end());
     rc.gpt2 = c.family == zf::hf::Family::Gpt2;
@@ -215,7 +215,7 @@ TEST(Generate, SavedDirectoryGeneratesTheSame) {
   TempDir out("zf_gen_saved");
   zf::hf::save_dir(out.path("m"), m.c, [&](const zf::hf::TensorSpec& t) { return m.w.at(t.name).data(); }, {});
   const zf::hf::Config c2 = zf::hf::read_config(out.path("m/config.json"));
-  CausalLM a(m.c, m.w, 16), b(c2, zf::hf::load_host_tensors(out.path("m"), c2, 0), 16);
+  CausalLM a(m.c, m.w, 16), b(c2, zf::hf::load_host_tensors(out.path("m"), c2, zf::hf::InitFrom::files()), 16);
   const std::vector<int32_t> prompt = m.tokens(5, 2);
   zf::hf::GenerateOptions o;
   o.max_new_tokens = 12;

@@ -237,8 +237,9 @@ TEST(Gpt2HfRows, MaskedTargetsMatchDoubleReference) {
   EXPECT_NEAR(ev.loss, eref, 1e-5 * eref);
 }
 
-// config.json alone: every parameter as hf::init_tensor makes it from model.init_seed (normal(0,
-// initializer_range), c_proj / sqrt(2 n_layer), ones, zeros), whatever the layout.
+// config.json alone and model.init "random": every parameter as hf::init_tensor makes it from
+// model.init_seed (normal(0, initializer_range), c_proj / sqrt(2 n_layer), ones, zeros), whatever the
+// layout; without model.init "random" the same directory is an error naming it.
 TEST(Gpt2HfInit, DirectoryWithoutWeightsInitialisedAsHuggingFace) {
   TempDir d;
   d.write("config.json", config().dump());
@@ -246,7 +247,12 @@ TEST(Gpt2HfInit, DirectoryWithoutWeightsInitialisedAsHuggingFace) {
   Runtime rt(rt_config());
   for (bool in_out : {true, false}) {
     SCOPED_TRACE(in_out);
-    Gpt2HfModel wl(c, d.root().string(), run_config(in_out), token_split(), &rt.tracker().status());
+    expect_input_error(
+        [&] { Gpt2HfModel(c, d.root().string(), run_config(in_out), token_split(), &rt.tracker().status()); },
+        {d.root().string() + ": no weights file the reader recognises"});
+    GptConfig run = run_config(in_out);
+    run.hf_random_init = true;
+    Gpt2HfModel wl(c, d.root().string(), run, token_split(), &rt.tracker().status());
     EXPECT_FALSE(wl.hf_load().from_files);
     EXPECT_NE(wl.describe().find("initialised"), std::string::npos) << wl.describe();
     Tensors init;

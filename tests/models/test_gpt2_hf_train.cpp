@@ -149,7 +149,8 @@ TEST(Gpt2HfSave, ZeroStepsGiveBackTheInputBitwise) {
     wl.save_hf(out, hf::SaveOptions{});
     EXPECT_EQ(read_file(out + "/config.json"), read_file(d.path("m/config.json")));
     std::map<std::string, std::vector<float>> back;
-    const hf::LoadResult r = hf::load_weights(out, hf::read_config(out + "/config.json"), 1, [&](const hf::TensorSpec& s) {
+    const hf::LoadResult r = hf::load_weights(out, hf::read_config(out + "/config.json"), hf::InitFrom::files(),
+                                              [&](const hf::TensorSpec& s) {
       back[s.name].assign(s.numel(), -7.0f);
       return back[s.name].data();
     });

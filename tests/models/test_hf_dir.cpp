@@ -1,6 +1,7 @@
 // Hugging Face model directories (models/hf/load.hpp, models/hf/save.hpp): read -> write -> read
 // bitwise for F32, BF16 and F16, one file and sharded; config.json and the tokenizer files byte for
-// byte; --save-dtype conversions; a directory without weights initialised from the seed; every bad
+// byte; --save-dtype conversions; a random init from the seed only when asked for (no weights, a
+// dangling symlink, a loop, a missing shard: errors naming them); every bad
 // checkpoint (missing, extra, mis-shaped, non-finite tensor, truncated shard, bad index, weights in
 // another format) refused naming the file and the tensor. Checkpoints are made by hand
 // (hf_helpers.hpp), not by the writer under test; the written files are checked by parsing their
@@ -172,11 +173,13 @@ TEST(HfSave, RefusesAnOccupiedDirectory) {
   EXPECT_EQ(out.entries(), std::vector<std::string>{"keep.txt"});
 }
 
-// No weight files: Hugging Face's init from the seed; the written directory reads back the same
-TEST(HfLoad, DirectoryWithoutWeightsIsInitialised) {
+// A random init only when asked for: Hugging Face's init from the seed; the written directory reads
+// back the same
+TEST(HfLoad, RandomInitWhenAskedFor) {
   TempDir in, out;
   in.write("config.json", tiny_qwen2().dump());
-  const Loaded a = load_dir(in.p.string(), 11), b = load_dir(in.p.string(), 11), c = load_dir(in.p.string(), 12);
+  const Loaded a = load_dir(in.p.string(), true, 11), b = load_dir(in.p.string(), true, 11),
+               c = load_dir(in.p.string(), true, 12);
   EXPECT_FALSE(a.result.from_files);
   EXPECT_EQ(first_difference(a.values, b.values), "");
   EXPECT_NE(first_difference(a.values, c.values), "");
@@ -187,6 +190,52 @@ TEST(HfLoad, DirectoryWithoutWeightsIsInitialised) {
   EXPECT_EQ(first_difference(a.values, load_dir(out.path("s")).values), "");
   in.write("pytorch_model.bin", "pickle");
   expect_input_error([&] { load_dir(in.p.string()); }, {"pytorch_model.bin", "format the engine does not read"});
+}
+
+// No weights file the reader recognises: an error listing what the directory holds and the names
+// accepted, never a silent random init (issue 45); a random init reads no weight file at all
+TEST(HfLoad, NoWeightsIsAnErrorNamingTheFilesFound) {
+  TempDir d;
+  d.write("config.json", tiny_qwen2().dump());
+  d.write("tokenizer.json", "{}");
+  expect_input_error([&] { load_dir(d.p.string()); },
+                     {d.p.string() + ": no weights file the reader recognises", "found: config.json, tokenizer.json",
+                      "accepted: model.safetensors, or model.safetensors.index.json", "model.init \"random\""});
+  // a single shard without its index (renamed by hand, or the index not downloaded)
+  write_plain(d.path("model-00001-of-00001.safetensors"), safetensors_bytes(random_tensors(tiny_qwen2(), "F32", 1)));
+  expect_input_error([&] { load_dir(d.p.string()); },
+                     {"found: config.json, model-00001-of-00001.safetensors, tokenizer.json",
+                      "model-00001-of-00001.safetensors is read only through an index or as model.safetensors"});
+  // model.init "random": the weights there are not read (an unreadable file is no error)
+  d.write("model.safetensors", "not safetensors");
+  const Loaded r = load_dir(d.p.string(), true, 3);
+  EXPECT_FALSE(r.result.from_files);
+  EXPECT_TRUE(r.result.files.empty());
+  expect_input_error([&] { load_dir(d.p.string()); }, {d.path("model.safetensors")});
+}
+
+// Hugging Face's cache links model.safetensors to a blob: a dangling link or a loop is named, not
+// taken for "no weights"; a shard the index lists and the directory lacks is named with the index
+TEST(HfLoad, DanglingSymlinkLoopAndMissingShardAreNamed) {
+  TempDir d;
+  d.write("config.json", tiny_qwen2().dump());
+  const std::string st = d.path("model.safetensors");
+  fs::create_symlink(d.path("blobs/0123abcd"), st);
+  expect_input_error([&] { load_dir(d.p.string()); },
+                     {st + ": a dangling symlink to " + d.path("blobs/0123abcd"), "does not exist"});
+  fs::remove(st);
+  fs::create_symlink(st, st);  // a loop
+  expect_input_error([&] { load_dir(d.p.string()); }, {st + ": a symlink loop"});
+  fs::remove(st);
+  TempDir s;
+  write_model_dir(s, tiny_qwen2(), random_tensors(tiny_qwen2(), "BF16", 4), 2);
+  const std::string shard = s.path("model-00002-of-00002.safetensors");
+  fs::remove(shard);
+  expect_input_error([&] { load_dir(s.p.string()); },
+                     {shard + ": missing: " + s.path("model.safetensors.index.json") + "'s weight_map lists it",
+                      "the directory has no such file"});
+  fs::create_symlink(s.path("nowhere"), shard);
+  expect_input_error([&] { load_dir(s.p.string()); }, {shard + ": a dangling symlink"});
 }
 
 // openai-community/gpt2's spelling: no "transformer." prefix, attn.bias buffers, a tied lm_head

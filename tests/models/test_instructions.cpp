@@ -104,6 +104,45 @@ TEST(Instructions, RowsMaskEverythingButTheResponse) {
   }
 }
 
+// data.pack: the records one after another (each BOS .. EOS whole), a record that does not fit in
+// the row's T + 1 tokens starting the next row; the same tokens and loss targets as one a row, at
+// their offsets, and nothing else with loss (the EOS before the next record's BOS predicts nothing)
+TEST(Instructions, PackedRowsHoldWholeRecordsWithTheSameTargets) {
+  TempDir dir;
+  const std::vector<std::vector<std::string>> recs = {
+      {"Quote Genesis 1:3.", "", "And God said, Let there be light: and there was light."},
+      {"Which book and chapter is this verse from?", "Jesus wept.", "John 11"},
+      {"Say it twice.", "", " Amen. Amen.\n"},
+      {"Name it.", "", "Selah"}};
+  const auto records = read_instruction_records(dir.write("r.jsonl", jsonl(recs)), kW);
+  std::vector<RenderedRecord> rr;
+  for (const auto& r : records) rr.push_back(render_record(r, kjv_bpe(), kBos, kEos));
+  // T + 1 holds records 0 and 1 but not 2: rows {0, 1}, {2, 3} when 2 and 3 fit together
+  const int64_t T = (int64_t)(rr[0].ids.size() + rr[1].ids.size()) - 1 + 3;
+  ASSERT_GT((int64_t)(rr[0].ids.size() + rr[1].ids.size() + rr[2].ids.size()), T + 1);
+  ASSERT_LE((int64_t)(rr[2].ids.size() + rr[3].ids.size()), T + 1);
+  InstructionOptions o = options(T);
+  o.pack = true;
+  int64_t truncated = -1;
+  const LmRows packed = instruction_rows(records, kjv_bpe(), o, "r", &truncated);
+  const LmRows single = instruction_rows(records, kjv_bpe(), options(T), "r", &truncated);
+  ASSERT_EQ(packed.rows, 2);
+  int64_t loss_packed = 0, loss_single = 0;
+  for (int32_t t : packed.targets) loss_packed += t >= 0;
+  for (int32_t t : single.targets) loss_single += t >= 0;
+  EXPECT_EQ(loss_packed, loss_single);
+  const std::vector<std::pair<int64_t, int64_t>> place = {{0, 0}, {0, (int64_t)rr[0].ids.size()}, {1, 0},
+                                                          {1, (int64_t)rr[2].ids.size()}};
+  for (size_t i = 0; i < rr.size(); ++i) {
+    const auto [row, at] = place[i];
+    const int64_t L = (int64_t)rr[i].ids.size();
+    for (int64_t t = 0; t < L && at + t < T; ++t) {
+      EXPECT_EQ(packed.tokens[(size_t)(row * T + at + t)], (int32_t)rr[i].ids[(size_t)t]) << i << " " << t;
+      EXPECT_EQ(packed.targets[(size_t)(row * T + at + t)], single.targets[(size_t)(i * T + t)]) << i << " " << t;
+    }
+  }
+}
+
 // Longer than T + 1 ids: the first T + 1 kept (response cut, no EOS), counted; a prompt of T ids or
 // more leaves no response token: refused naming the record.
 TEST(Instructions, TruncatesTheResponseAndRefusesAPromptTooLong) {
@@ -225,7 +264,7 @@ TEST(Instructions, BadRecordsNameFileRecordAndField) {
   InstructionOptions small = options(64);
   small.vocab = 300;
   expect_input_error([&] { load_instruction_split(p9, kW, p9, "e", kjv_bpe(), small); },
-                     {p9, "record 0 (line 1)", "not below the model's vocab_size 300"});
+                     {p9, "record 0 (line 1)", "300, but the tokenizer", "gives id"});
   const std::string bad_eval = dir.write("bad-eval.jsonl", ok + "\n{\"instruction\": 1}\n");
   expect_input_error([&] { load_instruction_split(p9, kW, bad_eval, "spec.json: data.eval_path", kjv_bpe(), options(64)); },
                      {"spec.json: data.eval_path", bad_eval, "record 1 (line 2): instruction", "expected a string"});
@@ -293,7 +332,7 @@ TEST(TextTokens, EqualsTheTokenizeCommand) {
   TextTokenOptions small = o;
   small.vocab = 300;
   expect_input_error([&] { load_text_token_split(path, kW, "", "", kjv_bpe(), small); },
-                     {kW, path, "not below the model's vocab_size 300"});
+                     {kW, path, "300, but the tokenizer", "gives id"});
 }
 
 // A tokenizer with more than 65536 ids (a vocabulary entry at 70000, as the tokenizer test's

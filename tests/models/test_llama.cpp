@@ -236,6 +236,7 @@ TEST(LlamaSpec, BadInputsNameTheField) {
   write_config(d.path("m"), gqa_untied());
   write_tokens(d.path("t.bin"), 100, 40, 1);
   Spec s = hf_spec(d.path("m"), d.path("t.bin"), d.path("t.bin"));
+  s.model.init = "random";  // config.json alone
   json j = s.to_json();
   j["model"].erase("path");
   try {

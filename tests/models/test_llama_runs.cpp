@@ -119,6 +119,7 @@ TEST(LlamaRuns, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
     SCOPED_TRACE(precision);
     Spec s = f.spec;
     s.model.path = f.dir.path("big");
+    s.model.init = "random";
     s.model.context = 32;
     s.train.batch_size = 8;
     s.train.steps = 4;
@@ -202,9 +203,9 @@ TEST(LlamaRuns, SaveHfRoundTripsBitwise) {
       return [&m](const hf::TensorSpec& t) { return (m[t.name] = std::vector<float>(t.numel())).data(); };
     };
     const hf::Config q = hf::read_config(f.dir.path("bf/config.json"));
-    const hf::LoadResult ra = hf::load_weights(f.dir.path("bf"), q, 1, into(a));
-    const hf::LoadResult rb = hf::load_weights(f.dir.path("out"), q, 1, into(b));
-    hf::load_weights(f.dir.path("out32"), q, 1, into(d));
+    const hf::LoadResult ra = hf::load_weights(f.dir.path("bf"), q, hf::InitFrom::files(), into(a));
+    const hf::LoadResult rb = hf::load_weights(f.dir.path("out"), q, hf::InitFrom::files(), into(b));
+    hf::load_weights(f.dir.path("out32"), q, hf::InitFrom::files(), into(d));
     EXPECT_EQ(ra.dtypes, rb.dtypes);
     EXPECT_EQ(first_difference(b, a), "");
     EXPECT_EQ(first_difference(d, a), "");

@@ -176,7 +176,7 @@ json Spec::applicable_json() const {
   if (data.dataset != "fashion-mnist") drop("data", {"dir", "train_limit"});
   if (m != "gpt-classifier") drop("data", {"labels", "split"});
   if (data.dataset == "fashion-mnist") drop("data", {"path"});
-  if (strategy != "zenflow") j.erase("zenflow");
+  if (!strategy_def(strategy).zenflow) j.erase("zenflow");
   return j;
 }
 

@@ -150,9 +150,14 @@ const std::vector<StrategyDef>& strategy_defs() {
   return defs;
 }
 
-const StrategyDef& strategy_def(const std::string& name) {
+const StrategyDef* find_strategy(const std::string& name) {
   for (const StrategyDef& d : strategy_defs())
-    if (name == d.name) return d;
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+const StrategyDef& strategy_def(const std::string& name) {
+  if (const StrategyDef* d = find_strategy(name)) return *d;
   throw InputError("strategy", "unknown strategy '" + name + "' (expected " + strategy_names() + ")");
 }
 

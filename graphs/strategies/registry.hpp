@@ -45,6 +45,8 @@ struct StrategyDef {
 const std::vector<StrategyDef>& strategy_defs();
 // The entry of `name`; throws InputError ("strategy") for an unknown name.
 const StrategyDef& strategy_def(const std::string& name);
+// The entry of `name`, or null (a name read from a file, not validated yet).
+const StrategyDef* find_strategy(const std::string& name);
 // "device-adam | zero-offload | ..." (--help, messages)
 std::string strategy_names(const char* sep = " | ");
 

@@ -9,6 +9,7 @@
 
 #include "graphs/schema/field_table.hpp"
 #include "graphs/schema/spec.hpp"
+#include "graphs/strategies/registry.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "models/formats/weights.hpp"
 #include "models/workload.hpp"
@@ -59,7 +60,8 @@ void validate_spec(const json& j, const std::string& where) {
   for (const char* k : {"batch_size", "seed"}) need(j["train"], "train.", k, &json::is_number_integer, "an integer");
   if (j.contains("precision")) need(j, "", "precision", &json::is_string, "a string");
   if (j.contains("scheduler")) need(j, "", "scheduler", &json::is_object, "an object");
-  if (j["strategy"] == "zenflow") need(j, "", "zenflow", &json::is_object, "an object");
+  const StrategyDef* strategy = find_strategy(j["strategy"].get<std::string>());
+  if (strategy && strategy->zenflow) need(j, "", "zenflow", &json::is_object, "an object");
 }
 
 }  // namespace

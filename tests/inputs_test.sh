@@ -34,6 +34,7 @@ printf '%s\n' '{"model_type": "llama", "vocab_size": 4096, "hidden_size": 32, "i
   "bos_token_id": 4094, "eos_token_id": 4095}' >"$M/config.json"
 echo "In the beginning God created the heaven and the earth." >"$TMP/text.txt"
 : >"$TMP/empty.txt"
+cp "$SRC/graphs/specs/llama-tiny-test.json" "$TMP/spec.json"
 
 # tokenize: outputs found unwritable before the work, an empty result refused, not written
 expect "tokenize --out under /proc" "--out /proc/zf-x.bin" "not writable" -- \
@@ -49,6 +50,22 @@ timeout 60 "$BIN" tokenize --model "$M" --text "$TMP/empty.txt" --out "$TMP/e.bi
   fail "an empty text with BOS and EOS: exit $?"
 [ "$(stat -c %s "$TMP/e.bin")" = 4 ] || fail "an empty text with BOS and EOS: not 2 ids"
 PASSED=$((PASSED + 1))
+
+# an output that is an input (by name or through a link): refused, the input left as it was
+cp "$TMP/text.txt" "$TMP/keep.txt" && ln -s keep.txt "$TMP/keep-link.txt"
+expect "tokenize --out = --text" "--out $TMP/keep.txt" "is the input --text" -- \
+  "$BIN" tokenize --model "$M" --text "$TMP/keep.txt" --out "$TMP/keep.txt"
+expect "tokenize --out a link to --text" "is the input --text" -- \
+  "$BIN" tokenize --model "$M" --text "$TMP/keep.txt" --out "$TMP/keep-link.txt"
+cmp -s "$TMP/keep.txt" "$TMP/text.txt" || fail "the input text was changed"
+timeout 60 "$BIN" tokenize --model "$M" --text "$TMP/text.txt" --out "$TMP/train.bin" -q || fail "tokenize: exit $?"
+expect "train --save = data.path" "--save $TMP/train.bin" "is the input" "data.path" -- \
+  "$BIN" "$SRC/graphs/specs/llama-tiny-test.json" --set "model.path=\"$M\"" --set "data.path=\"$TMP/train.bin\"" \
+  --set "data.eval_path=\"$TMP/train.bin\"" --save "$TMP/train.bin" -q
+expect "train --metrics = the spec" "--metrics" "is the input spec" -- \
+  "$BIN" "$TMP/spec.json" --set "model.path=\"$M\"" --set "data.path=\"$TMP/train.bin\"" \
+  --set "data.eval_path=\"$TMP/train.bin\"" --metrics "$TMP/spec.json" -q
+cmp -s "$TMP/spec.json" "$SRC/graphs/specs/llama-tiny-test.json" || fail "the spec was changed"
 
 # config.json that is no regular file: named as what it is, not "has no config.json"
 mk() { mkdir -p "$TMP/$1" && cp "$TOK" "$TMP/$1/"; }

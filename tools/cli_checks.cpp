@@ -1,6 +1,7 @@
 #include "tools/cli_checks.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -115,6 +116,21 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
         throw InputError(bad, std::string(inside(b, a) ? "is inside " : "contains ") + all[0].first + " " +
                                   all[0].second + " (expected separate outputs)");
     }
+}
+
+void check_outputs_are_not_inputs(const std::vector<std::pair<std::string, std::string>>& outputs,
+                                  const std::vector<std::pair<std::string, std::string>>& inputs) {
+  for (const auto& [oopt, out] : outputs) {
+    struct stat so;
+    if (out.empty() || ::stat(out.c_str(), &so) != 0) continue;  // a new file is no input
+    for (const auto& [iopt, in] : inputs) {
+      struct stat si;
+      if (in.empty() || ::stat(in.c_str(), &si) != 0) continue;
+      if (so.st_dev == si.st_dev && so.st_ino == si.st_ino)
+        throw InputError(oopt + " " + out, "is the input " + iopt + " " + in +
+                                               " (expected an output that does not replace an input)");
+    }
+  }
 }
 
 }  // namespace zf::tools

@@ -29,4 +29,10 @@ void check_output_hf_dir(const std::string& option, const std::string& dir);
 void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& outputs,
                             const std::pair<std::string, std::string>& exclusive);
 
+// No output (option, path) may be an existing input file (option, path), the same file under
+// another name (a symbolic or hard link) included: an atomic write would replace it, and the
+// input be lost (tokenize --text a.txt --out a.txt). Empty paths are left out.
+void check_outputs_are_not_inputs(const std::vector<std::pair<std::string, std::string>>& outputs,
+                                  const std::vector<std::pair<std::string, std::string>>& inputs);
+
 }  // namespace zf::tools

@@ -55,6 +55,10 @@ int tokenize(const TokenizeArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   check_out(a.out);
+  check_outputs_are_not_inputs({{"--out", a.out}}, {{"--text", a.text},
+                                                   {"--model", a.model + "/tokenizer.json"},
+                                                   {"--model", a.model + "/tokenizer.model"},
+                                                   {"--model", a.model + "/config.json"}});
   const auto tok = tok::load_tokenizer(a.model);
   const tok::SpecialIds sp = tok::read_special_ids(a.model);
   const std::vector<uint8_t> bytes = read_input_file(a.text, "--text " + a.text);

@@ -179,6 +179,10 @@ int train(const CliArgs& a, zf::Comm& comm) {
     zf::tools::check_distinct_outputs({{"--metrics", a.metrics}, {"--save", a.save}, {"--trace", a.trace},
                                        {"--trace-csv", a.trace_csv}, {"--checkpoint-dir", a.ckpt_dir}},
                                       {"--save-hf", a.save_hf});
+    zf::tools::check_outputs_are_not_inputs(
+        {{"--metrics", a.metrics}, {"--save", a.save}, {"--trace", a.trace}, {"--trace-csv", a.trace_csv}},
+        {{"spec", a.spec_path}, {"--deepspeed", a.deepspeed}, {"--init", a.init},
+         {spec.where("data.path"), spec.data.path}, {spec.where("data.eval_path"), spec.data.eval_path}});
     const zf::RunOptions o{.quiet = a.quiet,
                            .metrics_path = a.metrics,
                            .save_path = a.save,

@@ -14,6 +14,7 @@
 #include "models/hf/config.hpp"
 #include "models/tokenizer/sp_charsmap.hpp"
 #include "models/tokenizer/tokenizer.hpp"
+#include "runtime/input_file.hpp"
 #include "test_helpers.hpp"
 
 using namespace zf;
@@ -171,7 +172,8 @@ TEST(JsonNul, EveryJsonInputRefusesIt) {
   expect_input_error([&] { read_instruction_records(lines, "spec.json: data.path"); },
                      {"r.jsonl", "record 1 (line 2)", "a NUL byte"});
   // a safetensors header: 8-byte length, then the header with a NUL after its object
-  const std::string header = "{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}" + nul + "  ";
+  const std::string header =
+      "{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}" + nul + "  ";
   std::string st(8, '\0');
   for (int i = 0; i < 8; ++i) st[(size_t)i] = (char)((header.size() >> (8 * i)) & 0xFF);
   const std::string stp = dir.write("w.safetensors", st + header + std::string(4, '\0'));
@@ -179,4 +181,41 @@ TEST(JsonNul, EveryJsonInputRefusesIt) {
   // without the NUL, the same inputs are read
   EXPECT_EQ(zf::read_json_file(dir.write("ok.json", "{\"train_batch_size\": 4}"))["train_batch_size"], 4);
   EXPECT_EQ(read_instruction_records(dir.write("ok.jsonl", rec + "\n" + rec + "\n"), "w").size(), 2u);
+}
+
+// A normalizer Sequence of 40 Replace "e" -> "ee" doubles the text 40 times (bad_alloc after 45 s):
+// refused at the step that passes 64 times the input plus 1 MiB, naming it; 3 of them still run.
+TEST(TokenizerJson, NormalizerGrowthIsBounded) {
+  TempDir dir;
+  const std::vector<uint8_t> raw =
+      test::read_file(std::string(ZF_SOURCE_DIR) + "/graphs/tokenizers/kjv-bpe/tokenizer.json");
+  auto with_replaces = [&](int n) {
+    nlohmann::json j = nlohmann::json::parse(raw.begin(), raw.end());
+    nlohmann::json seq = nlohmann::json::array();
+    for (int i = 0; i < n; ++i)
+      seq.push_back({{"type", "Replace"}, {"pattern", {{"String", "e"}}}, {"content", "ee"}});
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", seq}};
+    return tok::load_tokenizer_json(dir.write("t" + std::to_string(n) + ".json", j.dump()));
+  };
+  const auto three = with_replaces(3);
+  EXPECT_EQ(three->decode(three->encode("e"), false), "eeeeeeee");
+  const auto forty = with_replaces(40);
+  // 2^21 bytes after the 21st step pass 64 x 1 + 2^20
+  expect_input_error([&] { forty->encode("e"); }, {"t40.json: normalizer.normalizers[20]", "64 times the input"});
+}
+
+// Sizes the reader must not believe: a sparse config.json of 1 TiB (more than the memory) is refused
+// before a byte is read; a file with more bytes than its size (a /proc file reports 0) is refused,
+// as one being appended to would be, instead of read without end.
+TEST(InputFiles, SizeIsTheSizeWhenOpened) {
+  TempDir dir;
+  const std::string big = dir.path("config.json");
+  {
+    std::ofstream(big) << "{}";
+    std::filesystem::resize_file(big, uint64_t(1) << 40);
+  }
+  expect_input_error([&] { hf::read_config(big); }, {big, "is 1099511627776 bytes, more than the", "MemAvailable"});
+  expect_input_error([&] { zf::read_input_file("/proc/self/status", "/proc/self/status"); },
+                     {"/proc/self/status", "has more bytes than its size when it was opened (0)"});
+  EXPECT_EQ(zf::read_input_file(dir.write("small.json", "{}"), "x").size(), 2u);
 }

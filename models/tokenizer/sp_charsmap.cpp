@@ -1,5 +1,6 @@
 #include "models/tokenizer/sp_charsmap.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -42,42 +43,69 @@ void check_precompiled_charsmap(std::string_view blob, const std::string& where)
   if (n == 0) throw InputError(where, "trie size " + std::to_string(trie_bytes) + ": expected at least one unit");
   auto fail = [&](const std::string& what) { throw InputError(where, what); };
 
-  // Every node the search can reach, depth first: at a node with base B the next input byte c
-  // reads unit B^c, which must exist for every c (the input is arbitrary); a unit whose label is c
-  // is a child. Each unit may be a child once (a trie is a tree: a cycle could stack matches
-  // without end), and no path may hold more than kMaxResults leaves.
-  struct Node {
-    uint32_t base, leaves;
-  };
-  std::vector<bool> child(n, false);
-  std::vector<Node> todo{{offset(unit_at(trie, 0)), 0}};  // commonPrefixSearch: node_pos ^= root's offset
-  while (!todo.empty()) {
-    const Node node = todo.back();
-    todo.pop_back();
-    if ((static_cast<size_t>(node.base) | 0xFF) >= n)
-      fail("a trie offset leads to unit " + std::to_string(node.base) + ", beyond its " + std::to_string(n) +
+  // Every node the search can reach, depth first. A node is a base B: the next input byte c reads
+  // unit B^c, which must exist for every c (the input is arbitrary), and a unit whose label is c
+  // leads on to the base its offset gives. darts-clone shares suffixes (a DAWG): many units may lead
+  // to one base, so the walk keeps a color per base; a cycle is refused (a path through it could
+  // stack matches without end), and best[B], the most leaves on a path from B, may not pass
+  // kMaxResults.
+  auto check_base = [&](uint32_t base) {
+    if ((static_cast<size_t>(base) | 0xFF) >= n)
+      fail("a trie offset leads to unit " + std::to_string(base) + ", beyond its " + std::to_string(n) +
            " units (expected an array that holds every byte's unit)");
-    for (uint32_t c = 0; c < 256; ++c) {
-      const uint32_t pos = node.base ^ c;
-      const uint32_t u = unit_at(trie, pos);
-      if (label(u) != c) continue;
-      if (child[pos]) fail("unit " + std::to_string(pos) + " is reached twice (expected a tree)");
-      child[pos] = true;
-      const uint32_t next = pos ^ offset(u);
-      Node grown{next, node.leaves};
-      if (has_leaf(u)) {
-        if (++grown.leaves > kMaxResults)
-          fail("a path through the trie matches more than " + std::to_string(kMaxResults) + " rules");
-        if (next >= n)
-          fail("unit " + std::to_string(pos) + "'s leaf is unit " + std::to_string(next) + ", beyond its " +
-               std::to_string(n) + " units");
-        const uint32_t v = value(unit_at(trie, next));
-        if (v >= strings.size() || std::memchr(strings.data() + v, 0, strings.size() - v) == nullptr)
-          fail("a rule's replacement at byte " + std::to_string(v) + " of the " + std::to_string(strings.size()) +
-               " bytes of strings is not a NUL-terminated string inside them");
-      }
-      todo.push_back(grown);
+  };
+  struct Frame {
+    uint32_t base, c = 0;
+    uint32_t child = 0, leaf = 0;  // the edge being explored below this frame
+    bool waiting = false;
+  };
+  std::vector<uint8_t> color(n, 0), best(n, 0);  // color: 0 unseen, 1 on the stack, 2 done
+  const uint32_t root = offset(unit_at(trie, 0));  // commonPrefixSearch: node_pos ^= root's offset
+  check_base(root);
+  std::vector<Frame> stack{{root}};
+  color[root] = 1;
+  auto add = [&](uint32_t base, uint32_t leaves) {
+    if (leaves > kMaxResults)
+      fail("a path through the trie matches more than " + std::to_string(kMaxResults) + " rules");
+    best[base] = static_cast<uint8_t>(std::max<uint32_t>(best[base], leaves));
+  };
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.waiting) {  // the child below has its best
+      f.waiting = false;
+      add(f.base, f.leaf + best[f.child]);
     }
+    if (f.c == 256) {
+      color[f.base] = 2;
+      stack.pop_back();
+      continue;
+    }
+    const uint32_t c = f.c++;
+    const uint32_t pos = f.base ^ c;
+    const uint32_t u = unit_at(trie, pos);
+    if (label(u) != c) continue;
+    const uint32_t next = pos ^ offset(u);
+    const uint32_t leaf = has_leaf(u) ? 1 : 0;
+    if (leaf) {
+      if (next >= n)
+        fail("unit " + std::to_string(pos) + "'s leaf is unit " + std::to_string(next) + ", beyond its " +
+             std::to_string(n) + " units");
+      const uint32_t v = value(unit_at(trie, next));
+      if (v >= strings.size() || std::memchr(strings.data() + v, 0, strings.size() - v) == nullptr)
+        fail("a rule's replacement at byte " + std::to_string(v) + " of the " + std::to_string(strings.size()) +
+             " bytes of strings is not a NUL-terminated string inside them");
+    }
+    check_base(next);
+    if (color[next] == 1) fail("unit " + std::to_string(pos) + " leads back into its own path (expected no cycle)");
+    if (color[next] == 2) {
+      add(f.base, leaf + best[next]);
+      continue;
+    }
+    f.child = next;
+    f.leaf = leaf;
+    f.waiting = true;
+    color[next] = 1;
+    stack.push_back({next});
   }
 }
 

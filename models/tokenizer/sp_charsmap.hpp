@@ -12,7 +12,8 @@ namespace zf::tok {
 // An InputError naming `where` (e.g. "x/tokenizer.model: normalizer_spec.precompiled_charsmap")
 // unless every walk libsentencepiece's Normalizer can make through `blob`, on any input bytes, reads
 // inside it: the 4-byte trie size, each unit reachable from the root for all 256 byte values, each
-// leaf's value unit, and a NUL-terminated replacement string at each value.
+// leaf's value unit, and a NUL-terminated replacement string at each value; no cycle, and at most
+// 32 matches on any path.
 void check_precompiled_charsmap(std::string_view blob, const std::string& where);
 
 // check_precompiled_charsmap on normalizer_spec and denormalizer_spec of `model`, a serialized

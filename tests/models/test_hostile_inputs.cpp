@@ -108,7 +108,7 @@ TEST(SentencePieceCharsmap, RefusesWhatTheLibraryWouldReadOutOfBounds) {
   t = Trie();
   t.units[256 ^ 'A'] = 'A' | 1u << 8 | (((256 ^ 'A') ^ 256u) << 10);
   t.units[256] = 1u << 31 | 1;
-  refused(t.blob(), {field_name, "reached twice"});
+  refused(t.blob(), {field_name, "leads back into its own path"});
   // the trie size not below the blob: the library's own check, named here too
   std::string big = Trie().blob();
   const uint32_t huge = 0xFFFFFFF0u;

@@ -93,9 +93,9 @@ TEST(SentencePieceCharsmap, RefusesWhatTheLibraryWouldReadOutOfBounds) {
   // a root offset near 2^30 units (4 GiB): the search reads far outside the array
   t.units[0] = 0xFFFFFE00u;
   refused(t.blob(), {field_name, "beyond its 768 units"});
-  // a child's offset out of the array
+  // a child's offset out of the array (bit 31 clear: a set one would make the label no byte's)
   t = Trie();
-  t.units[256 ^ 'A'] = 'A' | 1u << 8 | (0x3FFFFFu << 10);
+  t.units[256 ^ 'A'] = 'A' | 1u << 8 | (0x1FFFFFu << 10);
   refused(t.blob(), {field_name, "beyond its 768 units"});
   // a replacement past the strings, or not NUL-terminated
   t = Trie();
@@ -109,11 +109,11 @@ TEST(SentencePieceCharsmap, RefusesWhatTheLibraryWouldReadOutOfBounds) {
   t.units[256 ^ 'A'] = 'A' | 1u << 8 | (((256 ^ 'A') ^ 256u) << 10);
   t.units[256] = 1u << 31 | 1;
   refused(t.blob(), {field_name, "leads back into its own path"});
-  // the trie size not below the blob: the library's own check, named here too
+  // the trie size not below the blob: the library's own load refuses it
   std::string big = Trie().blob();
   const uint32_t huge = 0xFFFFFFF0u;
   std::memcpy(big.data(), &huge, 4);
-  refused(big, {field_name, "trie size 4294967280"});
+  refused(big, {"tokenizer.model", "not a sentencepiece model", "Blob for normalization rule is broken"});
   // the denormalizer (used by decode) is checked the same way
   t = Trie();
   t.units[512] = 1u << 31 | 7;

@@ -35,7 +35,16 @@ std::string kind(mode_t m) {
 
 int open_input_file(const std::string& path, const std::string& where) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) fail_errno(where, errno);
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      char to[4096];
+      const ssize_t n = ::readlink(path.c_str(), to, sizeof to - 1);
+      throw InputError(where, "a symbolic link to nothing (" + (n > 0 ? std::string(to, (size_t)n) : "?") +
+                                  " does not exist)");
+    }
+    fail_errno(where, err);
+  }
   if (!S_ISREG(st.st_mode)) throw InputError(where, "is " + kind(st.st_mode) + ", expected a regular file");
   // O_NONBLOCK: should the path have become a FIFO since stat(), open() does not wait for a writer
   int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);

@@ -73,7 +73,7 @@ mk fifo && mkfifo "$TMP/fifo/config.json"
 mk dir && mkdir "$TMP/dir/config.json"
 mk loop && ln -s config.json "$TMP/loop/config.json"
 mk dangling && ln -s nowhere.json "$TMP/dangling/config.json"
-for kind in fifo:"FIFO" dir:"a directory" loop:"loop of symbolic links" dangling:"not found"; do
+for kind in fifo:"FIFO" dir:"a directory" loop:"loop of symbolic links" dangling:"a symbolic link to nothing"; do
   d=${kind%%:*} what=${kind#*:}
   expect "generate, config.json $d" "$TMP/$d/config.json" "$what" -- "$BIN" generate --model "$TMP/$d" --prompt x
   expect "tokenize, config.json $d" "$TMP/$d/config.json" "$what" -- \

@@ -76,7 +76,7 @@ expect2 "--save-hf on a GPT" "--save-hf" "$SRC/graphs/specs/gpt-kjv-tokens.json"
   --set "data.eval_path=\"$TMP/kjv-eval.bin\"" --save-hf "$TMP/g"
 expect2 "--save-dtype" "--save-dtype" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/x" --save-dtype f64
 # --save-hf checked before the first step (issue 46: these trained to the end, then failed)
-touch "$TMP/a-file" && ln -s "$TMP/nowhere/dir" "$TMP/dangling"
+touch "$TMP/a-file" && ln -s "$TMP/nowhere/dir" "$TMP/dangling" && mkdir -p "$TMP/ck3" "$TMP/out3"
 expect2 "--save-hf under /proc" "--save-hf /proc/zf-x.*not writable" "$SPEC" "${COMMON[@]}" --save-hf /proc/zf-x
 expect2 "--save-hf under a file" "--save-hf $TMP/a-file/x.*not a directory" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/a-file/x"
 expect2 "--save-hf a dangling link" "--save-hf $TMP/dangling.*dangling" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/dangling"
@@ -92,5 +92,6 @@ expect2 "--metrics inside --save-hf" "is inside --save-hf" "$SPEC" "${COMMON[@]}
   --metrics "$TMP/out3/m.json"
 expect2 "--save-hf ''" "--save-hf.*empty path" "$SPEC" "${COMMON[@]}" --save-hf ""
 expect2 "--checkpoint-every 2^64" "--checkpoint-every" "$SPEC" "${COMMON[@]}" --checkpoint-every 18446744073709551616
-for d in out1 out2 out3 ck3/hf; do [ ! -e "$TMP/$d" ] || fail "$d was written by a refused run"; done
+for d in out1 out2 ck3/hf; do [ ! -e "$TMP/$d" ] || fail "$d was written by a refused run"; done
+[ -z "$(ls -A "$TMP/out3")" ] || fail "out3 was written by a refused run"
 echo "PASS"

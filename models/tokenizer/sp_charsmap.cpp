@@ -34,9 +34,11 @@ void check_precompiled_charsmap(std::string_view blob, const std::string& where)
   if (blob.size() <= 4) throw InputError(where, "expected a 4-byte trie size and a trie (" +
                                                     std::to_string(blob.size()) + " bytes)");
   std::memcpy(&trie_bytes, blob.data(), 4);
-  if (trie_bytes >= blob.size())
-    throw InputError(where, "trie size " + std::to_string(trie_bytes) + " is not below the charsmap's " +
-                                std::to_string(blob.size()) + " bytes");
+  // the library only asks trie size < blob size, then takes the trie after the 4 size bytes: a
+  // size of blob - 4 .. blob - 1 reaches past the blob (a fuzz finding)
+  if (trie_bytes > blob.size() - 4)
+    throw InputError(where, "trie size " + std::to_string(trie_bytes) + " is more than the " +
+                                std::to_string(blob.size() - 4) + " bytes after it in the charsmap");
   const std::string_view trie = blob.substr(4, trie_bytes);
   const std::string_view strings = blob.substr(4 + static_cast<size_t>(trie_bytes));
   const size_t n = trie.size() / 4;

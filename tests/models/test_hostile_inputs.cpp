@@ -114,6 +114,12 @@ TEST(SentencePieceCharsmap, RefusesWhatTheLibraryWouldReadOutOfBounds) {
   const uint32_t huge = 0xFFFFFFF0u;
   std::memcpy(big.data(), &huge, 4);
   refused(big, {"tokenizer.model", "not a sentencepiece model", "Blob for normalization rule is broken"});
+  // a trie size the library accepts (below the blob's size) that still reaches past the blob, as
+  // the size's own 4 bytes come first (fuzz_sentencepiece's first finding)
+  std::string near = Trie().blob();
+  const uint32_t past = static_cast<uint32_t>(near.size() - 2);
+  std::memcpy(near.data(), &past, 4);
+  refused(near, {field_name, "trie size " + std::to_string(past) + " is more than the"});
   // the denormalizer (used by decode) is checked the same way
   t = Trie();
   t.units[512] = 1u << 31 | 7;

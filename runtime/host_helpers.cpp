@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
 
 #include "runtime/parallel.hpp"
 
@@ -46,7 +47,17 @@ HostHelpers::HostHelpers(int n) {
     std::lock_guard<std::mutex> l(mu);
     stopping = false;
   }
-  for (int i = 0; i < n; ++i) threads_.emplace_back(helper_loop);
+  try {
+    for (int i = 0; i < n; ++i) threads_.emplace_back(helper_loop);
+  } catch (const std::exception& e) {
+    // a thread that cannot start (EAGAIN: a process or address-space limit; bad_alloc): the ones started
+    // are stopped and joined (destroying a joinable std::thread would call std::terminate)
+    const size_t started = threads_.size();
+    stop_and_join();
+    throw HelperStartError("could not start helper thread " + std::to_string(started + 1) + " of " +
+                               std::to_string(n) + " (" + e.what() + ")",
+                           started);
+  }
   if (n > 0) {
     set_parallel_wake_hook(wake);
     set_parallel_helpers(n);
@@ -58,12 +69,17 @@ HostHelpers::~HostHelpers() {
     set_parallel_helpers(0);
     set_parallel_wake_hook(nullptr);
   }
+  stop_and_join();
+}
+
+void HostHelpers::stop_and_join() {
   {
     std::lock_guard<std::mutex> l(mu);
     stopping = true;
   }
   cv.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
   active.store(false);
 }
 

@@ -14,7 +14,10 @@ namespace zf {
 // "spec.json: data.path: /x/kjv.txt" or just the path).
 int open_input_file(const std::string& path, const std::string& where);
 
-// The whole file.
+// The whole file: the size fstat gives when it is opened, which must fit the memory available
+// (MemAvailable; a sparse file of 1 TiB is refused before a byte is read). A file with more or
+// fewer bytes than that (being written, or a /proc or /sys file, which report no size) is an
+// InputError too.
 std::vector<uint8_t> read_input_file(const std::string& path, const std::string& where);
 
 }  // namespace zf

@@ -1,5 +1,6 @@
 #include "runtime/json_input.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "runtime/error.hpp"
@@ -19,8 +20,8 @@ using json = nlohmann::json;
 // depth limit (deeply nested input would later overflow the stack of recursive dump()/compare).
 class PathSax {
  public:
-  PathSax(json& out, const std::string& source, size_t max_depth)
-      : dom_(out, true), source_(source), max_depth_(max_depth) {}
+  PathSax(json& out, const std::string& source, size_t max_depth, size_t nul_at)
+      : dom_(out, true), source_(source), max_depth_(max_depth), nul_at_(nul_at) {}
 
   bool null() { return done(dom_.null()); }
   bool boolean(bool v) { return done(dom_.boolean(v)); }
@@ -53,6 +54,9 @@ class PathSax {
     std::string what;
     if (e.id == 406)  // out_of_range: a number that overflows a double (1e400)
       what = "number " + excerpt(last_token) + " is out of range (beyond a double's +-1.8e308)";
+    else if (position > nul_at_)  // the parser stopped at the first NUL (read as \x01, below)
+      what = "not valid JSON at byte " + std::to_string(nul_at_) +
+             ": a NUL byte (JSON text has none; inside a string it is written \\u0000)";
     else
       what = "not valid JSON at byte " + std::to_string(position) + ": " + excerpt(message(e.what()), 160) +
              (last_token.empty() ? "" : " (near '" + excerpt(last_token, 40) + "')");
@@ -98,6 +102,7 @@ class PathSax {
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   const std::string& source_;
   size_t max_depth_;
+  size_t nul_at_;  // the first NUL byte of the text, npos if none
   std::vector<Level> stack_;
 };
 
@@ -105,8 +110,20 @@ class PathSax {
 
 json parse_json_input(const std::string& text, const std::string& source, size_t max_depth) {
   json out;
-  PathSax sax(out, source, max_depth);
-  json::sax_parse(text, &sax);
+  // nlohmann's lexer takes a NUL byte for the end of the input: "{...}\0garbage" would parse as
+  // "{...}" and a JSONL line "{a}\0{b}" lose {b}. A NUL is valid nowhere in JSON text, so it is
+  // read as \x01, which is invalid everywhere too (a control character in a string, no token
+  // outside one): the parse fails there, with the path of the value being read.
+  const size_t nul = text.find('\0');
+  PathSax sax(out, source, max_depth, nul);
+  if (nul == std::string::npos) {
+    json::sax_parse(text, &sax);
+  } else {
+    std::string copy = text;
+    std::replace(copy.begin() + (std::ptrdiff_t)nul, copy.end(), '\0', '\x01');
+    json::sax_parse(copy, &sax);
+    throw InputError(source, "not valid JSON at byte " + std::to_string(nul) + ": a NUL byte");  // not reached
+  }
   return out;
 }
 

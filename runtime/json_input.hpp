@@ -1,7 +1,8 @@
 // JSON from user files (specs, DeepSpeed configs, safetensors headers): every error is an
 // InputError naming the file and the field being read (a number out of double's range such as
 // 1e400, a syntax error, nesting deeper than max_depth), and no error message echoes more than
-// a short excerpt of the input (an unterminated 100 MB string is not repeated back).
+// a short excerpt of the input (an unterminated 100 MB string is not repeated back). A NUL byte
+// anywhere is invalid JSON (nlohmann's parser alone would end the input there).
 #pragma once
 #include <cstddef>
 #include <nlohmann/json.hpp>

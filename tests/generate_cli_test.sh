@@ -135,4 +135,65 @@ bad "empty prompt, no BOS" "--prompt" -- --model "$TMP/llama" --prompt "" --no-b
 bad "not UTF-8" "--prompt" -- --model "$TMP/llama" --prompt $'\xff\xfe'
 bad "no --model" "--model" -- --prompt x
 bad "unknown option" "--frobnicate" -- --model "$TMP/llama" --prompt x --frobnicate
+
+# issue 46: numbers past their type (CLI11 alone saturates them), the default BOS, memory, threads
+# that cannot start, non-finite logits, ids the tokenizer lacks
+bad "seed 2^64" "--seed" -- --model "$TMP/llama" --prompt x --seed 18446744073709551616
+bad "init-seed 2^64" "--init-seed" -- --model "$TMP/llama" --prompt x --init-seed 18446744073709551616
+bad "max-new-tokens 2^64" "--max-new-tokens" -- --model "$TMP/llama" --prompt x --max-new-tokens 18446744073709551616
+bad "max-new-tokens 2^30 + 1" "--max-new-tokens" -- --model "$TMP/llama" --prompt x --max-new-tokens 1073741825
+bad "threads 2^64" "--threads" -- --model "$TMP/llama" --prompt x --threads 18446744073709551616
+# GPT-2 without bos_token_id: GPT2Config's 50256 is no id of a 4096-id model
+model "$TMP/gpt2-nobos" '{"model_type": "gpt2", "vocab_size": 4096, "n_embd": 16, "n_layer": 1, "n_head": 2,
+  "n_positions": 24, "eos_token_id": 4095}'
+bad "GPT-2's default BOS" "gpt2-nobos/config.json: bos_token_id: absent, and the gpt2 default 50256 is not below vocab_size 4096" \
+  -- --model "$TMP/gpt2-nobos" --prompt x
+model "$TMP/v1" '{"model_type": "llama", "vocab_size": 1, "hidden_size": 16, "intermediate_size": 16,
+  "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 8, "eos_token_id": 0}'
+bad "vocab_size 1, Llama's default BOS 1" "v1/config.json: bos_token_id: absent" -- --model "$TMP/v1" --prompt ""
+gen --model "$TMP/gpt2-nobos" --prompt "$PROMPT" --no-bos --max-new-tokens 3 || fail "gpt2 without BOS, --no-bos: exit $?"
+PASSED=$((PASSED + 1))
+# memory: 2^24 ids x 4096 wide, untied (512 GiB of weights); a cache of 2^24 positions (66 GiB)
+model "$TMP/huge-vocab" '{"model_type": "llama", "vocab_size": 16777216, "hidden_size": 4096, "intermediate_size": 16,
+  "num_hidden_layers": 1, "num_attention_heads": 32, "max_position_embeddings": 64}'
+bad "512 GiB of weights" "vocab_size, hidden_size" -- --model "$TMP/huge-vocab" --prompt x
+grep -qF "MemAvailable" "$TMP/err" || fail "the memory message does not say what is available"
+model "$TMP/huge-cache" '{"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 16,
+  "num_hidden_layers": 2, "num_attention_heads": 8, "max_position_embeddings": 16777216}'
+bad "a 66 GiB cache" "max_position_embeddings" -- --model "$TMP/huge-cache" --prompt x --max-new-tokens 1073741824
+grep -qF -- "--max-new-tokens 1073741824" "$TMP/err" || fail "the cache message does not name --max-new-tokens"
+# helper threads the process may not start (4 GiB of address space, 8 MiB stacks): exit 2, not
+# std::terminate on joinable threads
+rc=0
+(ulimit -s 8192 && ulimit -v 4194304 && exec "$BIN" generate --model "$TMP/llama" --prompt x --max-new-tokens 2 \
+  --threads 1024) >"$TMP/out" 2>"$TMP/err" || rc=$?
+[ $rc -eq 2 ] || fail "--threads 1024 in 4 GiB: exit $rc, expected 2"
+grep -qF -- "--threads 1024: could not start helper thread" "$TMP/err" || fail "--threads 1024: the message"
+[ ! -s "$TMP/out" ] || fail "--threads 1024: output before the error"
+echo "generate_cli_test: threads that cannot start: exit 2: $(head -n 1 "$TMP/err")"
+PASSED=$((PASSED + 1))
+# weights of about 1e30 (initializer_range): the logits overflow; exit 2 naming the weights, and
+# nothing printed (the prompt goes out with the first token)
+model "$TMP/overflow" "${LLAMA/\"rope_theta\": 10000.0/\"rope_theta\": 10000.0, \"initializer_range\": 1e30}"
+bad "non-finite logits" "overflow: weights: the logit of token" -- --model "$TMP/overflow" --prompt "$PROMPT"
+grep -qF "the largest |weight|" "$TMP/err" || fail "non-finite logits: the largest weight is not named"
+[ ! -s "$TMP/out" ] || fail "non-finite logits: output before the error"
+# a tokenizer.json whose vocabulary has the ids 0, 10, 20, ..., 40930 (and the added 4094, 4095):
+# nine ids in ten below its 40931 are no token, and no candidate, so the text decodes; a BOS among
+# them is refused
+mkdir -p "$TMP/holes"
+python3 - "$SRC/graphs/tokenizers/kjv-bpe/tokenizer.json" "$TMP/holes/tokenizer.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["model"]["vocab"] = {t: 10 * i for t, i in j["model"]["vocab"].items()}
+json.dump(j, open(sys.argv[2], "w"))
+PY
+printf '%s\n' '{"model_type": "qwen2", "vocab_size": 40931, "hidden_size": 16, "intermediate_size": 16,
+  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64,
+  "tie_word_embeddings": true, "bos_token_id": 4094, "eos_token_id": 4095}' >"$TMP/holes/config.json"
+gen --model "$TMP/holes" --prompt "$PROMPT" --max-new-tokens 20 --seed 5 || fail "ids the tokenizer lacks were drawn: exit $?"
+grep -q "20 new (stopped: max-new-tokens)\|(stopped: EOS)" "$TMP/err" || fail "holes: not 20 new tokens or EOS"
+PASSED=$((PASSED + 1))
+sed -i 's/"bos_token_id": 4094/"bos_token_id": 5/' "$TMP/holes/config.json"
+bad "a BOS the tokenizer lacks" "holes/config.json: bos_token_id: 5 is not an id of" -- --model "$TMP/holes" --prompt x
 echo "generate_cli_test: all $PASSED checks passed"

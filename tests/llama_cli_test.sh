@@ -93,4 +93,23 @@ expect2 "model_type bert" "model_type" "$SPEC" "${COMMON[@]}" --set "model.path=
 expect2 "--save-hf on a GPT" "--save-hf" "$SRC/graphs/specs/gpt-kjv-tokens.json" --set "data.path=\"$TMP/kjv-train.bin\"" \
   --set "data.eval_path=\"$TMP/kjv-eval.bin\"" --save-hf "$TMP/g"
 expect2 "--save-dtype" "--save-dtype" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/x" --save-dtype f64
+# --save-hf checked before the first step (issue 46: these trained to the end, then failed)
+touch "$TMP/a-file" && ln -s "$TMP/nowhere/dir" "$TMP/dangling" && mkdir -p "$TMP/ck3" "$TMP/out3"
+expect2 "--save-hf under /proc" "--save-hf /proc/zf-x.*not writable" "$SPEC" "${COMMON[@]}" --save-hf /proc/zf-x
+expect2 "--save-hf under a file" "--save-hf $TMP/a-file/x.*not a directory" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/a-file/x"
+expect2 "--save-hf a dangling link" "--save-hf $TMP/dangling.*dangling" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/dangling"
+expect2 "--save-hf in no directory" "--save-hf $TMP/no/such.*does not exist" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/no/such"
+expect2 "--save-hf = --checkpoint-dir" "--save-hf" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/ck2" --checkpoint-dir "$TMP/ck2"
+expect2 "--save-hf inside --checkpoint-dir" "contains --save-hf" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/ck3/hf" \
+  --checkpoint-dir "$TMP/ck3"
+expect2 "--save = --save-hf" "--save $TMP/out1.*same path as --save-hf" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/out1" \
+  --save "$TMP/out1"
+expect2 "--trace = --save-hf" "--trace $TMP/out2.*same path as --save-hf" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/out2" \
+  --trace "$TMP/out2"
+expect2 "--metrics inside --save-hf" "is inside --save-hf" "$SPEC" "${COMMON[@]}" --save-hf "$TMP/out3" \
+  --metrics "$TMP/out3/m.json"
+expect2 "--save-hf ''" "--save-hf.*empty path" "$SPEC" "${COMMON[@]}" --save-hf ""
+expect2 "--checkpoint-every 2^64" "--checkpoint-every" "$SPEC" "${COMMON[@]}" --checkpoint-every 18446744073709551616
+for d in out1 out2 ck3/hf; do [ ! -e "$TMP/$d" ] || fail "$d was written by a refused run"; done
+[ -z "$(ls -A "$TMP/out3")" ] || fail "out3 was written by a refused run"
 echo "PASS"

@@ -22,6 +22,7 @@
 #include "runtime/simulation.hpp"
 #include "tools/export_command.hpp"
 #include "tools/finetune_command.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/generate_command.hpp"
 #include "tools/tokenize_command.hpp"
 #ifdef ZF_SIMGRID
@@ -111,9 +112,7 @@ void check_save_hf(const CliArgs& a, const zf::Spec& spec) {
     throw zf::InputError("--save-hf", "writes a Hugging Face model: needs model.type hf (" + spec.source +
                                           " has model.type " + spec.model.type + ")");
   if (!a.save_dtype.empty()) zf::hf::save_dtype(a.save_dtype, "--save-dtype");
-  std::error_code ec;
-  if (fs::exists(a.save_hf, ec) && !(fs::is_directory(a.save_hf, ec) && fs::is_empty(a.save_hf, ec)))
-    throw zf::InputError("--save-hf " + a.save_hf, "exists and is not an empty directory (nothing is overwritten)");
+  zf::tools::check_output_hf_dir("--save-hf", a.save_hf);
 }
 
 void add_options(CLI::App& app, CliArgs& a) {
@@ -127,27 +126,38 @@ void add_options(CLI::App& app, CliArgs& a) {
                                    "prio, dmda, dmdas, or ours: zf-deadline (see --list-policies)");
   app.add_option("--deepspeed", a.deepspeed, "read a DeepSpeed config (train_batch_size, optimizer, "
                                            "zero_optimization with offload_optimizer and zenflow); "
-                                           "what cannot be honoured is an error");
-  app.add_option("--metrics", a.metrics, "write the run's metrics as JSON to FILE (atomic)");
-  app.add_option("--save", a.save, "save the final model weights to FILE (safetensors)");
+                                           "what cannot be honoured is an error")
+      ->check(zf::tools::non_empty_path());
+  app.add_option("--metrics", a.metrics, "write the run's metrics as JSON to FILE (atomic)")
+      ->check(zf::tools::non_empty_path());
+  app.add_option("--save", a.save, "save the final model weights to FILE (safetensors)")
+      ->check(zf::tools::non_empty_path());
   app.add_option("--save-hf", a.save_hf, "model.type hf: write the final model as a Hugging Face directory DIR "
-                                       "(new or empty): config.json, model.safetensors, tokenizer files (docs/llama.md)");
+                                       "(new or empty): config.json, model.safetensors, tokenizer files (docs/llama.md)")
+      ->check(zf::tools::non_empty_path());
   app.add_option("--save-dtype", a.save_dtype, "--save-hf's tensors in f32, bf16 or f16 (default: each tensor's input "
                                              "dtype, f32 for an initialised model)");
   app.add_option("--init", a.init, "initialise the model weights from FILE (safetensors); model.type hf: "
-                                 "`--init random` is model.init \"random\" (Hugging Face's init, no weights read)");
+                                 "`--init random` is model.init \"random\" (Hugging Face's init, no weights read)")
+      ->check(zf::tools::non_empty_path());
   app.add_option("--checkpoint-dir", a.ckpt_dir, "write full training-state checkpoints into DIR "
-                                              "(after the last step, and every --checkpoint-every steps)");
-  app.add_option("--checkpoint-every", a.ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)");
+                                              "(after the last step, and every --checkpoint-every steps)")
+      ->check(zf::tools::non_empty_path());
+  app.add_option("--checkpoint-every", a.ckpt_every, "checkpoint every N steps (needs --checkpoint-dir)")
+      ->check(zf::tools::integer_in(0, INT64_MAX));
   app.add_flag("--checkpoint-overwrite", a.ckpt_overwrite,
                "write into a --checkpoint-dir that holds another run's checkpoints (other spec, strategy or "
                "seed; refused without this flag): they are deleted after this run's first checkpoint "
                "(docs/checkpoints.md)");
   app.add_option("--resume", a.resume, "resume from a checkpoint DIR (its latest step) or a step directory; "
-                                     "the spec must match the checkpoint's");
-  app.add_option("--trace", a.trace, "write a Paje trace of every task (open it in ViTE; pj_dump reads it)");
-  app.add_option("--trace-from", a.trace_from, "trace only the tasks of steps >= N (skips start-up and evaluation)");
-  app.add_option("--trace-csv", a.trace_csv, "write one CSV line per task (name, category, step, side, worker, times)");
+                                     "the spec must match the checkpoint's")
+      ->check(zf::tools::non_empty_path());
+  app.add_option("--trace", a.trace, "write a Paje trace of every task (open it in ViTE; pj_dump reads it)")
+      ->check(zf::tools::non_empty_path());
+  app.add_option("--trace-from", a.trace_from, "trace only the tasks of steps >= N (skips start-up and evaluation)")
+      ->check(zf::tools::integer_in(0, INT64_MAX));
+  app.add_option("--trace-csv", a.trace_csv, "write one CSV line per task (name, category, step, side, worker, times)")
+      ->check(zf::tools::non_empty_path());
   app.add_flag("--quiet,-q", a.quiet, "no progress lines and no summary");
   app.add_flag("--list-policies", a.list_policies, "print the StarPU policies that run zenflow, then ours (zf-deadline), and exit; StarPU's policies that cannot (a crash or a hang in StarPU 1.3) go to stderr with the reason");
   app.add_flag("--print-spec", a.print_spec, "print the effective spec (defaults, --deepspeed and overrides applied; "
@@ -205,6 +215,13 @@ int train(const CliArgs& a, zf::Comm& comm) {
     if (a.ckpt_every < 0) throw zf::InputError("--checkpoint-every", "must be >= 0");
     if (a.ckpt_every > 0 && a.ckpt_dir.empty()) throw zf::InputError("--checkpoint-every", "needs --checkpoint-dir");
     if (comm.rank() == 0) check_output_dir("--checkpoint-dir", a.ckpt_dir);  // rank 0 writes the checkpoints
+    zf::tools::check_distinct_outputs({{"--metrics", a.metrics}, {"--save", a.save}, {"--trace", a.trace},
+                                       {"--trace-csv", a.trace_csv}, {"--checkpoint-dir", a.ckpt_dir}},
+                                      {"--save-hf", a.save_hf});
+    zf::tools::check_outputs_are_not_inputs(
+        {{"--metrics", a.metrics}, {"--save", a.save}, {"--trace", a.trace}, {"--trace-csv", a.trace_csv}},
+        {{"spec", a.spec_path}, {"--deepspeed", a.deepspeed}, {"--init", a.init},
+         {spec.where("data.path"), spec.data.path}, {spec.where("data.eval_path"), spec.data.eval_path}});
     const zf::RunOptions o{.quiet = a.quiet,
                            .metrics_path = a.metrics,
                            .save_path = a.save,

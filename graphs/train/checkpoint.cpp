@@ -12,6 +12,7 @@
 #include "graphs/strategies/registry.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "models/formats/weights.hpp"
+#include "models/hf/hf_model.hpp"
 #include "models/workload.hpp"
 #include "runtime/json_depth.hpp"
 
@@ -97,6 +98,9 @@ std::string CheckpointDir::write(int64_t step, const Spec& spec, Workload& wl, c
   w.file().metadata["spec"] = spec.to_json().dump();
   // the schedule's timing (docs/spec.md): checkpoints without this key ran step t at lr(t)
   w.file().metadata["lr_timing"] = "deepspeed";
+  // a Hugging Face model's config.json fields (--resume compares them: load_checkpoint)
+  if (const auto* m = dynamic_cast<const HfModel*>(&wl))
+    w.file().metadata["hf_config"] = hf::config_record(m->hf_config());
   std::vector<StepFile> files;
   files.push_back({"model.safetensors", encode_safetensors((tmp / "model.safetensors").string(), model, true)});
   files.push_back({"state.safetensors", encode_safetensors((tmp / "state.safetensors").string(), w.file(), true)});
@@ -178,6 +182,18 @@ void load_checkpoint(const CheckpointInfo& ck, Workload& wl, Strategy& strat,
   if (ms != mm.metadata.end() && ms->second != ck.step_text)
     throw InputError(model + ": __metadata__.step", "'" + ms->second.substr(0, 40) + "', but state.safetensors is at step " +
                                                         ck.step_text + " (files of two different checkpoints)");
+  // config.json's fields before the weights: an edit of rope_theta or rms_norm_eps changes no
+  // shape, and one that does is named better here than by a tensor's shape
+  if (const auto* m = dynamic_cast<const HfModel*>(&wl)) {
+    const StFile sm = read_safetensors_metadata(st);
+    if (auto it = sm.metadata.find("hf_config"); it != sm.metadata.end()) {  // absent before 2026-12-05
+      std::string what;
+      const std::string field = hf::config_record_difference(it->second, hf::config_record(m->hf_config()), &what);
+      if (!what.empty())
+        throw InputError(m->hf_config().path + (field.empty() ? "" : ": " + field),
+                         what + " (--resume continues the checkpoint's model: restore config.json or start a new run)");
+    }
+  }
   load_weights(wl, model);
   StFile f = read_safetensors(st);
   // the files find_checkpoint validated (a writer may have replaced the step directory since)

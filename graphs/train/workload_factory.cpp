@@ -130,7 +130,9 @@ hf::Config hf_model_config(const Spec& spec) {
   if (!fs::is_directory(dir, ec))
     throw InputError(where, "'" + dir + "' is not a directory (expected a Hugging Face model directory with config.json)");
   const std::string path = (fs::path(dir) / "config.json").string();
-  if (!fs::is_regular_file(path, ec)) throw InputError(where, "'" + dir + "' has no config.json");
+  // absent (no entry at all) is named here; a FIFO, a directory, a symbolic link loop or a dangling
+  // link are read_config's (open_input_file's) messages, naming the file
+  if (!fs::exists(fs::symlink_status(path, ec))) throw InputError(where, "'" + dir + "' has no config.json");
   hf::Config c = hf::read_config(path);
   if (spec.model.context > c.max_positions)
     throw InputError(spec.where("model.context"), std::to_string(spec.model.context) + " exceeds " + path +

@@ -125,7 +125,10 @@ FashionMnist load_fashion_mnist(const std::string& dir, int64_t train_limit, int
   f.test = load_idx_pair(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz",
                          test_limit, 10);
   if (f.train.cols != f.test.cols)
-    throw InputError(dir, "train and test images differ in size");
+    throw InputError(dir + "/t10k-images-idx3-ubyte.gz",
+                     "images of " + std::to_string(f.test.cols) + " pixels, but " + dir +
+                         "/train-images-idx3-ubyte.gz has " + std::to_string(f.train.cols) +
+                         " (expected the train and test images the same size)");
   return f;
 }
 

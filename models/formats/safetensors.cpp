@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
+#include "runtime/json_input.hpp"
 #include "runtime/json_depth.hpp"
 
 namespace zf {
@@ -134,11 +135,7 @@ Header read_header(const std::string& path, std::ifstream& in) {
   if (json_nesting_depth(h, kMaxDepth) > kMaxDepth)
     throw InputError(path, "header nests arrays/objects more than " + std::to_string(kMaxDepth) +
                                " levels deep (a safetensors header has 3)");
-  try {
-    hd.j = nlohmann::json::parse(h);
-  } catch (const std::exception& e) {
-    throw InputError(path, std::string("header is not valid JSON: ") + e.what());
-  }
+  hd.j = parse_json_input(h, path + ": header", kMaxDepth);  // a NUL byte, e.g., is refused, not an end
   if (!hd.j.is_object()) throw InputError(path, "header must be a JSON object");
   // the header's checksum (zf_header_crc32, written with checksum = true) before any of it is used
   auto md = hd.j.find("__metadata__");

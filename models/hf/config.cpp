@@ -264,6 +264,54 @@ Config parse_config(const std::string& text, const std::string& path) {
   return c;
 }
 
+std::string config_record(const Config& c) {
+  const bool gpt2 = c.family == Family::Gpt2;
+  json j{{"model_type", c.model_type},
+         {"vocab_size", c.vocab_size},
+         {gpt2 ? "n_embd" : "hidden_size", c.hidden_size},
+         {gpt2 ? "n_inner" : "intermediate_size", c.intermediate_size},
+         {gpt2 ? "n_layer" : "num_hidden_layers", c.num_layers},
+         {gpt2 ? "n_head" : "num_attention_heads", c.num_heads},
+         {"num_key_value_heads", c.num_kv_heads},
+         {"head_dim", c.head_dim},
+         {gpt2 ? "n_positions" : "max_position_embeddings", c.max_positions},
+         {gpt2 ? "layer_norm_epsilon" : "rms_norm_eps", c.norm_eps},
+         {"tie_word_embeddings", c.tie_word_embeddings},
+         {"attention_bias", json::array({c.qkv_bias, c.o_bias})},
+         {gpt2 ? "activation_function" : "hidden_act", c.hidden_act}};
+  if (!gpt2) {
+    j["rope_theta"] = c.rope_theta;
+    const RopeScaling& r = c.rope_scaling;
+    j["rope_scaling"] = r.llama3 ? json{{"rope_type", "llama3"},
+                                        {"factor", r.factor},
+                                        {"low_freq_factor", r.low_freq_factor},
+                                        {"high_freq_factor", r.high_freq_factor},
+                                        {"original_max_position_embeddings", r.original_max_position_embeddings}}
+                                 : json(nullptr);
+  }
+  return j.dump();
+}
+
+std::string config_record_difference(const std::string& recorded, const std::string& now, std::string* what) {
+  const json a = json::parse(recorded, nullptr, false), b = json::parse(now, nullptr, false);
+  if (!a.is_object() || !b.is_object()) {
+    *what = "the checkpoint's record is not a JSON object";
+    return "";
+  }
+  auto brief = [](const json* v) { return v ? excerpt(v->dump(), 60) : std::string("absent"); };
+  for (const auto* side : {&a, &b})
+    for (auto it = side->begin(); it != side->end(); ++it) {
+      const json* x = a.contains(it.key()) ? &a.at(it.key()) : nullptr;
+      const json* y = b.contains(it.key()) ? &b.at(it.key()) : nullptr;
+      if (!x || !y || *x != *y) {
+        *what = "the checkpoint was written with " + brief(x) + ", this run has " + brief(y);
+        return it.key();
+      }
+    }
+  *what = "";
+  return "";
+}
+
 Config read_config(const std::string& path) {
   const std::vector<uint8_t> b = read_input_file(path, path);
   return parse_config(std::string(b.begin(), b.end()), path);

@@ -41,7 +41,10 @@ struct Config {
   bool o_bias = false;            // the output projection too (llama attention_bias; gpt2 c_proj)
   std::string hidden_act;         // "silu" (llama, qwen2) or "gelu_new" (gpt2)
   double initializer_range = 0;
-  std::vector<int64_t> bos_token_ids, eos_token_ids;  // int or list in the file; empty when null
+  // int or list in the file; empty when null. Given ids are below vocab_size; an absent field takes
+  // the family's default, which may not be (GPT-2's 50256 with a small vocabulary): generate,
+  // which feeds BOS to the model, checks it.
+  std::vector<int64_t> bos_token_ids, eos_token_ids;
   std::optional<int64_t> pad_token_id;
   std::string torch_dtype;        // "float32", "bfloat16", "float16", or "" when absent
 };
@@ -52,5 +55,14 @@ Config read_config(const std::string& path);
 Config parse_config(const std::string& text, const std::string& path);
 
 const char* family_name(Family f);
+
+// The fields of `c` that define the model's computation, under config.json's names, as JSON text
+// with one key per field: a checkpoint records it and --resume compares it with the config it
+// resumes with (rope_theta and rms_norm_eps change no shape, so the weights alone would not tell).
+std::string config_record(const Config& c);
+// The first field of config_record whose value differs between the two records, "the checkpoint
+// was written with X, this run has Y" in *what; *what is empty when they agree. A record that is
+// not a JSON object differs at field "".
+std::string config_record_difference(const std::string& recorded, const std::string& now, std::string* what);
 
 }  // namespace zf::hf

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
+
+#include "models/hf/tensors.hpp"
 
 #include "models/tokenizer/tokenizer.hpp"
 
@@ -25,16 +28,32 @@ GenerateResult generate(CausalLM& m, const std::vector<int32_t>& prompt, const G
   if (o.max_new_tokens < 1) throw std::invalid_argument("generate: max_new_tokens < 1");
   const int V = (int)m.config().vocab_size;
   const int n = o.candidates > 0 ? std::min(o.candidates, V) : V;
+  for (int32_t id : o.allowed)
+    if (id < 0 || id >= n) throw std::invalid_argument("generate: an allowed id outside the candidates");
+  std::vector<float> logits;
+  std::vector<float> compact(o.allowed.size());  // the allowed ids' logits, in their order
+  // The next id from the last position's logits: only the candidates (all finite), only the
+  // allowed ones where given (the sampler sees them in ascending id order, so ties and the
+  // nucleus order are those of the ids)
+  auto draw = [&](Rng& rng) -> int32_t {
+    for (int i = 0; i < n; ++i)
+      if (!std::isfinite(logits[i]))
+        throw NonFiniteLogits("the logit of token " + std::to_string(i) + " at position " +
+                                  std::to_string(m.cache_len() - 1) + " is " + std::to_string(logits[i]),
+                              m.cache_len() - 1);
+    if (o.allowed.empty()) return sample_token(logits.data(), n, o.sampling, rng);
+    for (size_t k = 0; k < o.allowed.size(); ++k) compact[k] = logits[o.allowed[k]];
+    return o.allowed[sample_token(compact.data(), (int)compact.size(), o.sampling, rng)];
+  };
   Rng rng(o.seed);
   GenerateResult r;
-  std::vector<float> logits;
   m.reset();
   auto t0 = clock::now();
   m.forward(prompt.data(), (int)prompt.size(), false, logits);
   r.prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
   t0 = clock::now();
   for (;;) {
-    const int32_t id = sample_token(logits.data(), n, o.sampling, rng);
+    const int32_t id = draw(rng);
     r.tokens.push_back(id);
     if (on_token) on_token(id);
     if (std::find(o.eos.begin(), o.eos.end(), (int64_t)id) != o.eos.end()) {
@@ -53,6 +72,25 @@ GenerateResult generate(CausalLM& m, const std::vector<int32_t>& prompt, const G
   }
   r.decode_s = std::chrono::duration<double>(clock::now() - t0).count();
   return r;
+}
+
+GenerateMemory generate_memory(const Config& c, int64_t context, int64_t prompt_tokens) {
+  // CausalLM's buffers (causal_lm.cpp), in doubles: the dimensions are below 2^24 each, their
+  // products may pass 2^63
+  GenerateMemory g;
+  for (const TensorSpec& t : expected_tensors(c)) {
+    double n = 1;
+    for (int64_t d : t.shape) n *= (double)d;
+    g.weights += 4 * n;
+  }
+  const double C = (double)c.hidden_size, V = (double)c.vocab_size, kv = (double)c.num_kv_heads * c.head_dim;
+  const double qw = (double)c.num_heads * c.head_dim, wide = std::max((double)c.intermediate_size, 3 * C);
+  g.cache = 4 * (2 * (double)c.num_layers * (double)context * kv + (double)context * c.head_dim + (double)context);
+  const double rows = (double)prompt_tokens;
+  // x, h, o; q, att; a, b, c3; two statistics per row; the logits; the sampler's (id, p) pairs,
+  // the allowed ids and their logits
+  g.work = 4 * rows * (3 * C + 2 * qw + 3 * wide + 2) + 4 * V + 16 * V + 8 * V;
+  return g;
 }
 
 TextStream::TextStream(const tok::Tokenizer& t, std::vector<uint32_t> prompt)

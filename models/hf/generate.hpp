@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,24 @@ struct GenerateOptions {
   uint64_t seed = 0;               // the sampler's Rng
   std::vector<int64_t> eos;        // stop after any of these ids (config.json's eos_token_id)
   int candidates = 0;              // ids [0, candidates) may be drawn (0: the whole vocabulary)
+  std::vector<int32_t> allowed;    // when not empty: only these ids (ascending) may be drawn
 };
+
+// Logits that are not finite (NaN or infinity) where a token is to be drawn: weights whose
+// products overflow float32. The caller names the model.
+struct NonFiniteLogits : std::runtime_error {
+  NonFiniteLogits(const std::string& what, int64_t position) : std::runtime_error(what), position(position) {}
+  int64_t position;  // the position whose logits they are
+};
+
+// The bytes generation holds for a prompt of `prompt_tokens` and a cache of `context` positions:
+// the fp32 weights, the KV cache, the rotary table, the work rows of the prefill, the logits and
+// the sampler's buffers (docs/hf.md, "Generation").
+struct GenerateMemory {
+  double weights = 0, cache = 0, work = 0;
+  double total() const { return weights + cache + work; }
+};
+GenerateMemory generate_memory(const Config& c, int64_t context, int64_t prompt_tokens);
 
 enum class StopReason { Eos, MaxNewTokens, Context };
 const char* stop_name(StopReason r);  // "EOS", "max-new-tokens", "context full"

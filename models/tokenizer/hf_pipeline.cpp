@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "models/tokenizer/unicode.hpp"
+#include "runtime/error.hpp"
 #include "runtime/json_input.hpp"
 
 namespace zf::tok {
@@ -65,11 +66,11 @@ void parse_normalizer_into(const JsonField& f, Normalizer& out, int depth) {
     list.array();
     for (size_t i = 0; i < list.size(); ++i) parse_normalizer_into(list[i], out, depth + 1);
   } else if (t == "Prepend") {
-    out.push_back({K::Prepend, "", f.at("prepend").str()});
+    out.push_back({K::Prepend, "", f.at("prepend").str(), f.where()});
   } else if (t == "Replace") {
-    out.push_back({K::Replace, pattern_string(f.at("pattern")), f.at("content").str()});
+    out.push_back({K::Replace, pattern_string(f.at("pattern")), f.at("content").str(), f.where()});
   } else if (t == "NFC" || t == "NFD" || t == "NFKC" || t == "NFKD") {
-    out.push_back({t == "NFC" ? K::NFC : t == "NFD" ? K::NFD : t == "NFKC" ? K::NFKC : K::NFKD, "", ""});
+    out.push_back({t == "NFC" ? K::NFC : t == "NFD" ? K::NFD : t == "NFKC" ? K::NFKC : K::NFKD, "", "", f.where()});
   } else {
     unsupported(type, "normalizer", "Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD");
   }
@@ -204,17 +205,36 @@ Decoder parse_decoder(const JsonField& f) {
 
 std::string normalize(const Normalizer& n, std::string s) {
   using K = NormalizerStep::Kind;
+  // the growth bound: each step's result size is known (Prepend, Replace) or bounded (the Unicode
+  // forms, by ICU's longest decomposition) before it is built
+  const size_t input = s.size(), limit = 64 * input + (size_t(1) << 20);
+  auto check = [&](const NormalizerStep& st, size_t size) {
+    if (size > limit)
+      throw InputError(st.where, "would make a text of " + std::to_string(input) + " bytes " + std::to_string(size) +
+                                     " bytes long (expected at most 64 times the input plus 1 MiB: a normalizer "
+                                     "that does not blow the text up)");
+  };
   for (const NormalizerStep& st : n) {
     switch (st.kind) {
       case K::Prepend:
+        check(st, s.size() + st.content.size());
         if (!s.empty()) s = st.content + s;
         break;
-      case K::Replace: s = replace_all(s, st.pattern, st.content); break;
+      case K::Replace: {
+        size_t count = 0;
+        for (size_t k = s.find(st.pattern); k != std::string::npos; k = s.find(st.pattern, k + st.pattern.size()))
+          ++count;
+        if (st.content.size() > st.pattern.size())
+          check(st, s.size() + count * (st.content.size() - st.pattern.size()));
+        s = replace_all(s, st.pattern, st.content);
+        break;
+      }
       case K::NFC: s = normalize_unicode(s, NormalForm::NFC); break;
       case K::NFD: s = normalize_unicode(s, NormalForm::NFD); break;
       case K::NFKC: s = normalize_unicode(s, NormalForm::NFKC); break;
       case K::NFKD: s = normalize_unicode(s, NormalForm::NFKD); break;
     }
+    check(st, s.size());
   }
   return s;
 }

@@ -19,6 +19,7 @@ namespace zf::tok {
 struct NormalizerStep {
   enum class Kind { Prepend, Replace, NFC, NFD, NFKC, NFKD } kind;
   std::string pattern, content;  // Prepend: content; Replace: pattern -> content
+  std::string where;             // "tokenizer.json: normalizer.normalizers[3]", for errors
 };
 using Normalizer = std::vector<NormalizerStep>;  // a Sequence, flattened (empty: none)
 
@@ -53,6 +54,8 @@ Normalizer parse_normalizer(const JsonField& f);  // f may be null
 PreTokenizer parse_pre_tokenizer(const JsonField& f);
 Decoder parse_decoder(const JsonField& f);
 
+// `s` through the steps. A step that would make the text longer than 64 times the input plus
+// 1 MiB is an InputError naming it (40 Replace "e" -> "ee" would double it 40 times).
 std::string normalize(const Normalizer& n, std::string s);
 
 // A piece of text on its way to the model; `at_start`: it begins at the input's first byte

@@ -30,6 +30,7 @@ class HfTokenizer final : public Tokenizer {
   std::vector<uint32_t> encode(std::string_view text, const std::function<void(size_t)>& progress = {}) const override;
   std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens) const override;
   uint64_t vocab_size() const override;
+  bool has_id(uint32_t id) const override;
   std::optional<uint32_t> token_to_id(const std::string& token) const override;
   std::string describe() const override;
   // The pre-tokenizer's pieces of `text` alone (no added tokens, no normalizer), as the library's

@@ -16,9 +16,9 @@ class JsonField {
 
   const nlohmann::json& json() const { return *j_; }
   const std::string& path() const { return path_; }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw InputError(file_ + ": " + (path_.empty() ? "(top level)" : path_), what);
-  }
+  // "FILE: PATH", as errors name the value
+  std::string where() const { return file_ + ": " + (path_.empty() ? "(top level)" : path_); }
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(where(), what); }
   bool is_null() const { return j_->is_null(); }
   bool has(const char* key) const { return j_->is_object() && j_->contains(key) && !(*j_)[key].is_null(); }
   // A member that must be there (not null).

@@ -2,6 +2,7 @@
 // those come from the model's config, tokenizer.hpp), decode as its decode.
 #include <sentencepiece_processor.h>
 
+#include "models/tokenizer/sp_charsmap.hpp"
 #include "models/tokenizer/tokenizer.hpp"
 #include "runtime/error.hpp"
 #include "runtime/input_file.hpp"
@@ -16,6 +17,9 @@ class SentencePieceTokenizer final : public Tokenizer {
     const std::vector<uint8_t> bytes = read_input_file(path, path);
     const auto st = sp_.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     if (!st.ok()) throw InputError(path, "not a sentencepiece model (" + st.ToString() + ")");
+    // the library walks the normalizers' tries unchecked on every encode and decode: a bad one is
+    // a segmentation fault there, so it is refused here (sp_charsmap.hpp)
+    check_sentencepiece_normalizers(sp_.serialized_model_proto(), path);
     if (sp_.GetPieceSize() <= 0) throw InputError(path, "the model has no pieces");
   }
   std::vector<uint32_t> encode(std::string_view text, const std::function<void(size_t)>& progress) const override {
@@ -41,6 +45,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     return out;
   }
   uint64_t vocab_size() const override { return static_cast<uint64_t>(sp_.GetPieceSize()); }
+  bool has_id(uint32_t id) const override { return id < static_cast<uint32_t>(sp_.GetPieceSize()); }
   std::optional<uint32_t> token_to_id(const std::string& token) const override {
     const int id = sp_.PieceToId(token);
     if (id == sp_.unk_id() && token != sp_.IdToPiece(id)) return std::nullopt;

@@ -12,9 +12,12 @@
 namespace zf::tok {
 
 namespace {
+// An entry of that name, whatever it is: a symbolic link loop or a dangling link, a FIFO or a
+// directory is there, and reading it names the problem (open_input_file) instead of the file being
+// taken as absent and its content (BOS, EOS, the tokenizer) silently as none.
 bool exists(const std::string& p) {
   struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
+  return ::lstat(p.c_str(), &st) == 0;
 }
 std::string read_text(const std::string& path) {
   const std::vector<uint8_t> b = read_input_file(path, path);

@@ -260,7 +260,8 @@ TEST(FashionMnistDir, MissingFileInDirectory) {
   EXPECT_EQ(f.test.rows, 2);
   // train and test images of different sizes
   write_gz(dir + "/t10k-images-idx3-ubyte.gz", images_idx(2, 14, 14));
-  expect_input_error([&] { zf::load_fashion_mnist(dir, 0, 0); }, {dir, "differ in size"});
+  expect_input_error([&] { zf::load_fashion_mnist(dir, 0, 0); },
+                     {dir + "/t10k-images-idx3-ubyte.gz", "images of 196 pixels", "train-images-idx3-ubyte.gz has 784"});
 }
 
 class FashionMnistReal : public ::testing::Test {

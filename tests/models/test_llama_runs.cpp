@@ -183,6 +183,28 @@ TEST(LlamaRuns, HalfPrecisionMovesEveryNormWeight) {
   }
 }
 
+// --resume after config.json's rope_theta or rms_norm_eps was edited (no shape changes, so the
+// weights load): refused naming the file and the field, both values given; restored, it resumes.
+TEST(LlamaRuns, ResumeRefusesAnEditedConfig) {
+  Fixture f;
+  f.spec.train.steps = 2;
+  const std::string ck = f.dir.path("ck");
+  run_with(f.spec, ck, 0, "");
+  const std::string cfg_path = f.spec.model.path + "/config.json";
+  const std::string original = slurp(cfg_path);
+  f.spec.train.steps = 3;
+  for (const auto& [field, value] : {std::pair<std::string, double>{"rope_theta", 10000.0},
+                                     std::pair<std::string, double>{"rms_norm_eps", 1e-3}}) {
+    json cfg = json::parse(original);
+    cfg[field] = value;
+    std::ofstream(cfg_path, std::ios::trunc) << cfg.dump();
+    expect_input_error([&] { run_with(f.spec, "", 0, ck); },
+                       {cfg_path + ": " + field, "the checkpoint was written with", "this run has"});
+  }
+  std::ofstream(cfg_path, std::ios::trunc) << original;
+  EXPECT_FALSE(run_with(f.spec, "", 0, ck).empty()) << "the restored config.json resumes";
+}
+
 // --save-hf (save_hf, as the trainer calls it) before any step: the same config.json bytes and,
 // in each tensor's input dtype, the same tensors bitwise; --save-dtype f32 the same values.
 TEST(LlamaRuns, SaveHfRoundTripsBitwise) {

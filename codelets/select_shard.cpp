@@ -29,15 +29,19 @@ void importance_shard_cpu(void* b[], void* a) noexcept {
 }
 
 // buffers: w shard (RW), sel (R), g shard (R), m (RW), v (RW)
+// Whether the shard's selected elements fit its moments (else the task fails, recorded).
+bool shard_moments_hold(const ShardColArgs* p, const int32_t* sel) {
+  const size_t need = kernels::cpu::selected_before(p->hi, p->R, p->C, sel, p->k, p->in_out != 0) -
+                      kernels::cpu::selected_before(p->lo, p->R, p->C, sel, p->k, p->in_out != 0);
+  if (need <= p->capacity) return true;
+  record_task_failure("selective AdamW of a shard: more selected elements than its moments hold");
+  return false;
+}
+
 void selective_adam_shard_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ShardColArgs*>(a);
   const int32_t* sel = vec_as<int32_t>(b[1]);
-  const size_t need = kernels::cpu::selected_before(p->hi, p->R, p->C, sel, p->k, p->in_out != 0) -
-                      kernels::cpu::selected_before(p->lo, p->R, p->C, sel, p->k, p->in_out != 0);
-  if (need > p->capacity) {
-    record_task_failure("selective AdamW of a shard: more selected elements than its moments hold");
-    return;
-  }
+  if (!shard_moments_hold(p, sel)) return;
   kernels::cpu::selective_adam_segment(vec_ptr(b[0]), p->lo, p->hi, p->R, p->C, sel, p->k, vec_ptr(b[2]),
                                        vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
 }
@@ -46,12 +50,7 @@ void selective_adam_shard_cpu(void* b[], void* a) noexcept {
 void selective_adam_shard_master_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ShardColArgs*>(a);
   const int32_t* sel = vec_as<int32_t>(b[1]);
-  const size_t need = kernels::cpu::selected_before(p->hi, p->R, p->C, sel, p->k, p->in_out != 0) -
-                      kernels::cpu::selected_before(p->lo, p->R, p->C, sel, p->k, p->in_out != 0);
-  if (need > p->capacity) {
-    record_task_failure("selective AdamW of a shard: more selected elements than its moments hold");
-    return;
-  }
+  if (!shard_moments_hold(p, sel)) return;
   kernels::cpu::selective_adam_segment_master(vec_ptr(b[0]), p->lo, p->hi, p->R, p->C, sel, p->k, vec_ptr(b[2]),
                                               vec_ptr(b[3]), p->fill != 0, vec_ptr(b[4]), vec_ptr(b[5]), p->hp,
                                               p->step, p->in_out != 0);

@@ -5,9 +5,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <exception>
+#include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "runtime/error.hpp"
 
 namespace zf::tools {
 
@@ -34,5 +38,26 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
 // input be lost (tokenize --text a.txt --out a.txt). Empty paths are left out.
 void check_outputs_are_not_inputs(const std::vector<std::pair<std::string, std::string>>& outputs,
                                   const std::vector<std::pair<std::string, std::string>>& inputs);
+
+// A subcommand's parse and run (zenflow-run tokenize, generate, export): a parse error is exit 2
+// (--help: 0); an InputError exit 2 as "zenflow-run NAME: error: ..."; any other failure exit 1.
+template <class Run>
+int parse_and_run(CLI::App& app, int argc, char** argv, const char* name, Run run) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    return run();
+  } catch (const InputError& e) {
+    std::cerr << "zenflow-run " << name << ": error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "zenflow-run " << name << ": failed: " << e.what() << "\n";
+    return 1;
+  }
+}
 
 }  // namespace zf::tools

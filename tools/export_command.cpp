@@ -16,6 +16,7 @@
 #include "graphs/train/trainer.hpp"
 #include "models/hf/save.hpp"
 #include "runtime/error.hpp"
+#include "tools/cli_checks.hpp"
 
 namespace zf::tools {
 
@@ -72,21 +73,7 @@ int export_main(int argc, char** argv) {
   app.add_option("--save-dtype", a.save_dtype, "f32, bf16 or f16 (default: each tensor's dtype in the input "
                                                "directory, f32 for model.init random)");
   app.add_flag("--quiet,-q", a.quiet, "no summary line");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  try {
-    return export_checkpoint(a);
-  } catch (const InputError& e) {
-    std::cerr << "zenflow-run export: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "zenflow-run export: failed: " << e.what() << "\n";
-    return 1;
-  }
+  return parse_and_run(app, argc, argv, "export", [&] { return export_checkpoint(a); });
 }
 
 }  // namespace zf::tools

@@ -241,21 +241,7 @@ int generate_main(int argc, char** argv) {
                                        "(the one instruction data trains on: docs/finetune.md), the response follows")
       ->check(CLI::IsMember({"alpaca"}));
   app.add_option("--input", a.input, "--template alpaca: the instruction's input (its second template)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  try {
-    return generate(a);
-  } catch (const InputError& e) {
-    std::cerr << "zenflow-run generate: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "zenflow-run generate: failed: " << e.what() << "\n";
-    return 1;
-  }
+  return parse_and_run(app, argc, argv, "generate", [&] { return generate(a); });
 }
 
 }  // namespace zf::tools

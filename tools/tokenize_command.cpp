@@ -108,21 +108,7 @@ int tokenize_main(int argc, char** argv) {
   app.add_flag("--no-eos", a.no_eos, "no EOS token last (default: config.json's eos_token_id, when there is one)");
   app.add_flag("--llmc", a.llmc, "llm.c's header also for uint16 tokens (magic 20240520, version 1)");
   app.add_flag("--quiet,-q", a.quiet, "no progress and no summary line");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  try {
-    return tokenize(a);
-  } catch (const InputError& e) {
-    std::cerr << "zenflow-run tokenize: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "zenflow-run tokenize: failed: " << e.what() << "\n";
-    return 1;
-  }
+  return parse_and_run(app, argc, argv, "tokenize", [&] { return tokenize(a); });
 }
 
 }  // namespace zf::tools

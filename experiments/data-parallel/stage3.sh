@@ -6,8 +6,7 @@
 # device parameter and optimizer bytes per rank, weights equal or not, collective bytes and step time.
 #   bash experiments/data-parallel/stage3.sh        (needs build/zenflow-run: tools/zf build)
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../paths.sh"
 out="${OUT:-$here/out}"
 steps="${STEPS:-20}"
 bin="$root/build/zenflow-run"

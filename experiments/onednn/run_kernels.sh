@@ -13,8 +13,7 @@
 #   env: ROUNDS (3), GPT_STEPS (30), CALLS (20), OUT (./out-kernels), ZF_BUILD_DIR (./build)
 # This tree's build must hold zenflow-run and bench_kernels.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../paths.sh"
 out="${OUT:-$here/out-kernels}"
 build="${ZF_BUILD_DIR:-$root/build}"
 before="${BEFORE:?set BEFORE to a zenflow-run built from the commit before the change}"

@@ -16,8 +16,7 @@
 # instead of 1 + 1 on the 2-core machine). The model-based policies read the codelets' roofline
 # perf models (docs/simulation.md), so there is no calibration pass.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../paths.sh"
 out="${OUT:-$here/out-sim}"
 steps="${STEPS:-50}"
 limit="${TIMEOUT:-120}"

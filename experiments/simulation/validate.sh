@@ -7,8 +7,7 @@
 # on this machine's load: run it anywhere (nice). Needs the simulation build (bash tools/zf build-sim).
 #   OUT=experiments/simulation/out-quiet bash experiments/simulation/validate.sh [MACHINE.json]
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../paths.sh"
 out="${OUT:-$here/out-quiet}"
 machine="${1:-$root/graphs/machines/this-machine.json}"
 sim="$out/sim"

@@ -6,8 +6,7 @@
 # $OUT/gpt-summary.md (gpt_report.py). Run it under `nice` on a shared machine.
 #   bash experiments/zenflow-layout/gpt.sh     env: REPEATS (3), STEPS (200), ZF (build/zenflow-run), OUT (./out)
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../paths.sh"
 out="${OUT:-$here/out}"
 zf="${ZF:-$root/build/zenflow-run}"
 repeats="${REPEATS:-3}"

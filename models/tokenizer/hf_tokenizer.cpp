@@ -222,12 +222,6 @@ uint64_t HfTokenizer::vocab_size() const { return vocab_size_; }
 
 bool HfTokenizer::has_id(uint32_t id) const { return added_by_id_.count(id) || bpe_.vocab_r.count(id); }
 
-std::optional<uint32_t> HfTokenizer::token_to_id(const std::string& token) const {
-  if (auto a = added_ids_.find(token); a != added_ids_.end()) return a->second;
-  if (auto v = bpe_.vocab.find(token); v != bpe_.vocab.end()) return v->second;
-  return std::nullopt;
-}
-
 std::string HfTokenizer::describe() const {
   bool byte_level = false;
   for (auto& s : pre_tokenizer_) byte_level = byte_level || s.kind == PreTokenizerStep::Kind::ByteLevel;

@@ -31,7 +31,6 @@ class HfTokenizer final : public Tokenizer {
   std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens) const override;
   uint64_t vocab_size() const override;
   bool has_id(uint32_t id) const override;
-  std::optional<uint32_t> token_to_id(const std::string& token) const override;
   std::string describe() const override;
   // The pre-tokenizer's pieces of `text` alone (no added tokens, no normalizer), as the library's
   // PreTokenizer::pre_tokenize_string gives them: for the test of the regexes (tests/tokenizer/tokenizer_test.sh).

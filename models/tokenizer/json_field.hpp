@@ -55,7 +55,6 @@ class JsonField {
   }
   // Optional members with defaults (absent or null: the default).
   bool boolean_or(const char* key, bool def) const { return has(key) ? at(key).boolean() : def; }
-  std::string str_or(const char* key, const std::string& def) const { return has(key) ? at(key).str() : def; }
 
  private:
   const nlohmann::json* j_;

@@ -46,11 +46,6 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
   uint64_t vocab_size() const override { return static_cast<uint64_t>(sp_.GetPieceSize()); }
   bool has_id(uint32_t id) const override { return id < static_cast<uint32_t>(sp_.GetPieceSize()); }
-  std::optional<uint32_t> token_to_id(const std::string& token) const override {
-    const int id = sp_.PieceToId(token);
-    if (id == sp_.unk_id() && token != sp_.IdToPiece(id)) return std::nullopt;
-    return static_cast<uint32_t>(id);
-  }
   std::string describe() const override {
     return path_ + " (sentencepiece, " + std::to_string(sp_.GetPieceSize()) + " ids)";
   }

@@ -27,7 +27,6 @@ class Tokenizer {
   virtual uint64_t vocab_size() const = 0;
   // Whether decode knows `id` (a tokenizer.json's vocabulary may skip ids below vocab_size()).
   virtual bool has_id(uint32_t id) const = 0;
-  virtual std::optional<uint32_t> token_to_id(const std::string& token) const = 0;
   // "tokenizer.json (byte-level BPE)" and the like, for messages.
   virtual std::string describe() const = 0;
 };

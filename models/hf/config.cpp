@@ -66,12 +66,9 @@ class Fields {
   // An integer token id, a list of them, or null (none); each in [0, vocab).
   std::vector<int64_t> ids(const std::string& key, std::vector<int64_t> def, int64_t vocab) const {
     auto it = j_.find(key);
-    if (it == j_.end()) {  // the family's default, where the vocabulary has it (GPT2Config's 50256 is no id
-      std::vector<int64_t> in;  // of a 4096-id GPT-2: absent, as transformers' generate would fail on it)
-      for (int64_t id : def)
-        if (id < vocab) in.push_back(id);
-      return in;
-    }
+    // absent: the family's default, unchecked here (GPT2Config's 50256 is no id of a 4096-id GPT-2):
+    // what uses a BOS names the absent field against vocab_size, and never drops it silently
+    if (it == j_.end()) return def;
     if (it->is_null()) return {};
     const json* v = &*it;
     std::vector<int64_t> out;

@@ -149,17 +149,18 @@ PASSED=$((PASSED + 1))
 # memory: 2^24 ids x 4096 wide, untied (512 GiB of weights); a cache of 2^24 positions (66 GiB)
 model "$TMP/huge-vocab" '{"model_type": "llama", "vocab_size": 16777216, "hidden_size": 4096, "intermediate_size": 16,
   "num_hidden_layers": 1, "num_attention_heads": 32, "max_position_embeddings": 64}'
-bad "512 GiB of weights" "vocab_size, hidden_size" -- --model "$TMP/huge-vocab" --prompt x
+bad "512 GiB of weights" "vocab_size, hidden_size" -- --model "$TMP/huge-vocab" --prompt x --init random
 grep -qF "MemAvailable" "$TMP/err" || fail "the memory message does not say what is available"
 model "$TMP/huge-cache" '{"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 16,
   "num_hidden_layers": 2, "num_attention_heads": 8, "max_position_embeddings": 16777216}'
-bad "a 66 GiB cache" "max_position_embeddings" -- --model "$TMP/huge-cache" --prompt x --max-new-tokens 1073741824
+bad "a 66 GiB cache" "max_position_embeddings" -- --model "$TMP/huge-cache" --prompt x --max-new-tokens 1073741824 \
+  --init random
 grep -qF -- "--max-new-tokens 1073741824" "$TMP/err" || fail "the cache message does not name --max-new-tokens"
 # helper threads the process may not start (4 GiB of address space, 8 MiB stacks): exit 2, not
 # std::terminate on joinable threads
 rc=0
 (ulimit -s 8192 && ulimit -v 4194304 && exec "$BIN" generate --model "$TMP/llama" --prompt x --max-new-tokens 2 \
-  --threads 1024) >"$TMP/out" 2>"$TMP/err" || rc=$?
+  --threads 1024 --init random) >"$TMP/out" 2>"$TMP/err" || rc=$?
 [ $rc -eq 2 ] || fail "--threads 1024 in 4 GiB: exit $rc, expected 2"
 grep -qF -- "--threads 1024: could not start helper thread" "$TMP/err" || fail "--threads 1024: the message"
 [ ! -s "$TMP/out" ] || fail "--threads 1024: output before the error"
@@ -168,7 +169,8 @@ PASSED=$((PASSED + 1))
 # weights of about 1e30 (initializer_range): the logits overflow; exit 2 naming the weights, and
 # nothing printed (the prompt goes out with the first token)
 model "$TMP/overflow" "${LLAMA/\"rope_theta\": 10000.0/\"rope_theta\": 10000.0, \"initializer_range\": 1e30}"
-bad "non-finite logits" "overflow: weights: the logit of token" -- --model "$TMP/overflow" --prompt "$PROMPT"
+bad "non-finite logits" "overflow: weights: the logit of token" -- --model "$TMP/overflow" --prompt "$PROMPT" \
+  --init random
 grep -qF "the largest |weight|" "$TMP/err" || fail "non-finite logits: the largest weight is not named"
 [ ! -s "$TMP/out" ] || fail "non-finite logits: output before the error"
 # a tokenizer.json whose vocabulary has the ids 0, 10, 20, ..., 40930 (and the added 4094, 4095):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Hugging Face user's path without a spec file (docs/finetune.md): zenflow-run finetune on Alpaca
 # records (tools/kjv-instructions.py on the KJV) with a DeepSpeed config (bf16, stage 2, CPU offload, a
-# zenflow block), eval without training (the fine-tuned model's loss below the base model's), export
+# zenflow block), chat records (TRL's and ShareGPT's) in a chat template, eval without training (the fine-tuned model's loss below the base model's), export
 # from a checkpoint (the same model.safetensors as the run's own --save-hf), --print-spec, and the bad
 # inputs exiting 2 naming the option or the file (no weights, a data file of another kind, eval with a
 # training option, export into an occupied directory). Prints "FAIL: ..." and exits 1.
@@ -105,6 +105,34 @@ cmp "$TMP/exp/config.json" "$TMP/cfg/config.json" || fail "export changed config
 cmp "$TMP/exp/tokenizer.json" "$TMP/cfg/tokenizer.json" || fail "export did not copy tokenizer.json"
 echo "finetune_cli_test: export: the same model.safetensors as --save-hf"
 
+# chat records (TRL's messages, ShareGPT's conversations) in the model's chat template: detected, trained
+# (the loss on the assistant's turns), evaluated
+python3 - "$TMP/alpaca.jsonl" "$TMP/chat.jsonl" "$TMP/sharegpt.json" <<'EOF' || fail "chat records"
+import json, sys
+trl, share = [], []
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    user = r["instruction"] + ("\n\n" + r["input"] if r["input"] else "")
+    trl.append({"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": r["output"]}]})
+    share.append({"conversations": [{"from": "human", "value": user}, {"from": "gpt", "value": r["output"]}]})
+open(sys.argv[2], "w").write("".join(json.dumps(m) + "\n" for m in trl))
+json.dump(share, open(sys.argv[3], "w"))
+EOF
+mkdir -p "$TMP/chat" && cp "$TMP/base"/* "$TMP/chat/" && cat >"$TMP/chat/tokenizer_config.json" <<'EOF'
+{"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|end_of_text|>"},
+ "chat_template": "{{ bos_token }}{% for message in messages %}{{ message['role'] + ':\n' + message['content'] | trim + eos_token + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant:\n' }}{% endif %}"}
+EOF
+zf finetune --model "$TMP/chat" --data "$TMP/chat.jsonl" --print-spec || fail "chat --print-spec: exit $?"
+grep -q '"dataset": "chat"' "$TMP/out" || fail "chat records: --print-spec does not say data.dataset chat"
+zf finetune --model "$TMP/chat" --data "$TMP/chat.jsonl" --steps 4 --metrics "$TMP/chat.json" ||
+  fail "finetune on chat records: exit $?"
+grep -q "141 chat records from $TMP/chat.jsonl" "$TMP/out" || fail "chat: the header does not describe the records"
+zf finetune --model "$TMP/chat" --data "$TMP/sharegpt.json" --set data.pack=true --steps 2 ||
+  fail "finetune on ShareGPT records, packed: exit $?"
+grep -q "packed rows of chat records from $TMP/sharegpt.json" "$TMP/out" || fail "ShareGPT: not packed chat rows"
+zf eval --model "$TMP/chat" --data "$TMP/chat.jsonl" --metrics "$TMP/ce.json" || fail "eval on chat records: exit $?"
+echo "finetune_cli_test: chat records: trained, packed, evaluated (eval loss $(json "$TMP/ce.json" eval.loss))"
+
 # bad input: exit 2 and the option or the file named
 bad() {  # NAME TEXT -- ARGS
   local name=$1 text=$2 rc=0
@@ -120,8 +148,12 @@ head -c 64 /dev/zero >"$TMP/t.bin"
 bad "no --data" "--data" -- finetune --model "$TMP/base"
 bad "missing data file" "--data $TMP/nowhere.jsonl: no such file" -- \
   finetune --model "$TMP/base" --data "$TMP/nowhere.jsonl"
-bad "records of another shape" "--data $TMP/other.jsonl: JSON records without an \"instruction\" field" -- \
+bad "records of another shape" "--data $TMP/other.jsonl: JSON records without an \"instruction\", \"messages\" or \"conversations\" field" -- \
   finetune --model "$TMP/base" --data "$TMP/other.jsonl"
+bad "chat records without a reply" "$TMP/chat-other.jsonl: record 0 (line 1): messages: no assistant message" -- \
+  finetune --model "$TMP/chat" --data "$TMP/chat-other.jsonl" --eval-data "$TMP/chat.jsonl"
+bad "chat records and a model without a chat template" "$TMP/base/tokenizer_config.json: chat_template: absent" -- \
+  finetune --model "$TMP/base" --data "$TMP/chat.jsonl"
 bad "token file without --eval-data" "--eval-data" -- finetune --model "$TMP/base" --data "$TMP/t.bin"
 bad "eval with --save-hf" "--save-hf: not with eval" -- eval --model "$TMP/base" --data "$TMP/alpaca.jsonl" \
   --save-hf "$TMP/x"

@@ -77,6 +77,25 @@ gen --model "$TMP/llama256" --template alpaca --prompt "Name the book." --input 
 grep -qF "### Input:" "$TMP/out" || fail "--input: not the template with an input"
 PASSED=$((PASSED + 1))
 
+# --template chat: the user's message (after --system's) in tokenizer_config.json's chat_template with the
+# generation prompt, as data.dataset "chat" renders the turns before a reply; the template writes the BOS
+mkdir -p "$TMP/chat" && cp "$TMP/llama256"/* "$TMP/chat/" && cat >"$TMP/chat/tokenizer_config.json" <<'JSON'
+{"bos_token": {"content": "<|begin_of_text|>"}, "eos_token": "<|end_of_text|>",
+ "chat_template": "{{ bos_token }}{% for message in messages %}{{ message['role'] + ':\n' + message['content'] | trim + eos_token + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant:\n' }}{% endif %}"}
+JSON
+gen --model "$TMP/chat" --template chat --system "Answer briefly." --prompt " Quote John 11:35. " --max-new-tokens 3 \
+  --temperature 0 || fail "chat: exit $?"
+printf '<|begin_of_text|>system:\nAnswer briefly.<|end_of_text|>\nuser:\nQuote John 11:35.<|end_of_text|>\nassistant:\n' \
+  >"$TMP/chat-prompt"
+cmp -s -n "$(wc -c <"$TMP/chat-prompt")" "$TMP/chat-prompt" "$TMP/out" ||
+  fail "--template chat: stdout does not start with the chat template's text"
+"$BIN" tokenize --model "$TMP/chat" --text "$TMP/chat-prompt" --no-bos --no-eos --out "$TMP/ids.bin" \
+  >/dev/null 2>&1 || fail "tokenize the chat prompt: exit $?"
+n=$(($(wc -c <"$TMP/ids.bin") / 2))
+grep -q "^generate: $n prompt tokens, 3 new" "$TMP/err" ||
+  fail "--template chat: not the $n tokens of the template's text (its specials split out, no BOS added)"
+PASSED=$((PASSED + 1))
+
 # the other families; GPT-2's 24 positions end the generation; an empty prompt starts from BOS
 gen --model "$TMP/qwen2" --prompt "$PROMPT" --max-new-tokens 5 --top-p 0.9 --temperature 0.8 || fail "qwen2: exit $?"
 grep -q "5 new (stopped: max-new-tokens)" "$TMP/err" || fail "qwen2: not 5 new tokens"
@@ -109,7 +128,19 @@ bad "dangling symlink" "$TMP/llama/model.safetensors: a dangling symlink" -- --m
 rm "$TMP/llama/model.safetensors"
 bad "--init other" "--init" -- --model "$TMP/llama" --prompt x --init zeros
 bad "--input without a template" "--input" -- --model "$TMP/llama" --prompt x --input y --init random
-bad "--template chat" "--template" -- --model "$TMP/llama" --prompt x --template chat --init random
+bad "--template chat without a chat template" "$TMP/llama/tokenizer_config.json: chat_template: absent" -- \
+  --model "$TMP/llama" --prompt x --template chat --init random
+bad "--template other" "--template" -- --model "$TMP/llama" --prompt x --template vicuna --init random
+bad "--system without chat" "--system: only with --template chat" -- --model "$TMP/chat" --prompt x --system y \
+  --init random
+bad "--no-bos with chat" "--no-bos: not with --template chat" -- --model "$TMP/chat" --prompt x --template chat \
+  --no-bos --init random
+mkdir -p "$TMP/chat-raise" && cp "$TMP/chat"/{config.json,tokenizer.json} "$TMP/chat-raise/" &&
+  printf '%s\n' '{"chat_template": "{% if messages[0].role != \"system\" %}{{ raise_exception(\"a system message first\") }}{% endif %}"}' \
+    >"$TMP/chat-raise/tokenizer_config.json"
+bad "the chat template's raise_exception" "$TMP/chat-raise/tokenizer_config.json: chat_template" -- \
+  --model "$TMP/chat-raise" --prompt x --template chat --init random
+grep -qF "a system message first" "$TMP/err" || fail "raise_exception: the template's message is not shown"
 mkdir -p "$TMP/empty"
 bad "no config.json" "$TMP/empty/config.json" -- --model "$TMP/empty" --prompt x
 bad "bad model_type" "model_type" -- --model "$TMP/bad-config" --prompt x

@@ -46,12 +46,14 @@ void add_finetune_options(CLI::App& app, FinetuneArgs& f, bool eval) {
       ->required();
   app.add_option("--data", f.data, eval ? "the data to evaluate, whole (format as finetune's --data)"
                                         : "training data; the format from the file: Alpaca records (.json array "
-                                          "or .jsonl: instruction, input, output), token ids (.bin, uint16), or "
+                                          "or .jsonl: instruction, input, output), chat records (messages with "
+                                          "role and content, or ShareGPT's conversations; rendered in the model's "
+                                          "chat template), token ids (.bin, uint16), or "
                                           "UTF-8 text (anything else)")
       ->required();
   if (!eval) {
     app.add_option("--eval-data", f.eval_data, "evaluation data in --data's format (default: every 10th record of "
-                                               "Alpaca data, the last 10% of a text; required with a .bin)");
+                                               "Alpaca or chat data, the last 10% of a text; required with a .bin)");
     app.add_option("--epochs", f.epochs, "passes over the training data (default 1; --steps N overrides)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   }
@@ -73,12 +75,10 @@ std::string detect_dataset(const std::string& path, const std::string& option) {
                                               excerpt(h.substr(first, 20)) + "'");
   // the first record's keys decide; the loader checks every record
   if (h.find("\"instruction\"") != std::string::npos) return "instructions";
-  if (h.find("\"messages\"") != std::string::npos || h.find("\"conversations\"") != std::string::npos)
-    throw InputError(option + " " + path, "chat records (\"messages\" with roles, ShareGPT's \"conversations\") are "
-                                          "not read yet: expected Alpaca records {\"instruction\", \"input\", "
-                                          "\"output\"} (docs/finetune.md)");
-  throw InputError(option + " " + path, "JSON records without an \"instruction\" field: expected Alpaca records "
-                                        "{\"instruction\", \"input\", \"output\"} (docs/finetune.md)");
+  if (h.find("\"messages\"") != std::string::npos || h.find("\"conversations\"") != std::string::npos) return "chat";
+  throw InputError(option + " " + path, "JSON records without an \"instruction\", \"messages\" or \"conversations\" "
+                                        "field: expected Alpaca records {\"instruction\", \"input\", \"output\"} or "
+                                        "chat records {\"messages\": [{\"role\", \"content\"}]} (docs/finetune.md)");
 }
 
 json finetune_spec(const FinetuneArgs& f, bool eval) {

@@ -23,8 +23,9 @@ struct FinetuneArgs {
 void add_finetune_options(CLI::App& app, FinetuneArgs& f, bool eval);
 
 // The data set a file holds, from its name and first bytes: "tokens" (.bin), "instructions" (JSON
-// or JSONL records with "instruction"), "text" (anything else: UTF-8 text). JSON records of
-// another shape are an InputError naming `option` and the file.
+// or JSONL records with "instruction"), "chat" (records with "messages" or "conversations"), "text"
+// (anything else: UTF-8 text). JSON records of another shape are an InputError naming `option` and
+// the file.
 std::string detect_dataset(const std::string& path, const std::string& option);
 
 // The spec's JSON from the arguments (the defaults of docs/finetune.md); `eval`: the data file is

@@ -18,6 +18,7 @@
 #include "graphs/train/memory_estimate.hpp"
 #include "models/hf/generate.hpp"
 #include "models/hf/load.hpp"
+#include "models/data/chat.hpp"
 #include "models/data/instructions.hpp"
 #include "models/tokenizer/tokenizer.hpp"
 #include "runtime/error.hpp"
@@ -32,6 +33,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, init;
   std::string tmpl, input;  // --template alpaca: the prompt is the instruction, --input its input
+  std::string system;       // --template chat: a system message before the prompt
   int64_t max_new_tokens = 64;
   hf::SamplingParams sampling;
   uint64_t seed = 0, init_seed = 0;
@@ -39,24 +41,33 @@ struct GenerateArgs {
   bool no_bos = false;
 };
 
-// The text the model continues: --prompt, or with --template alpaca the prompt rendered in Alpaca's
-// template (the one data.dataset "instructions" trains on: --prompt the instruction, --input its input).
-std::string model_prompt(const GenerateArgs& a) {
+// The text the model continues: --prompt; with --template alpaca the prompt rendered in Alpaca's
+// template (the one data.dataset "instructions" trains on: --prompt the instruction, --input its
+// input); with --template chat the user's message (after --system's) in the model's chat template
+// with the generation prompt, as data.dataset "chat" renders the turns before a reply.
+std::string model_prompt(const GenerateArgs& a, const ChatFormat* chat) {
   tok::check_utf8(a.prompt, "--prompt");
   tok::check_utf8(a.input, "--input");
-  if (a.tmpl.empty()) {
-    if (!a.input.empty()) throw InputError("--input", "only with --template alpaca (the record's input field)");
-    return a.prompt;
-  }
-  if (a.prompt.empty()) throw InputError("--prompt", "empty: with --template alpaca it is the instruction");
-  return alpaca_prompt(a.prompt, a.input);
+  tok::check_utf8(a.system, "--system");
+  if (!a.input.empty() && a.tmpl != "alpaca")
+    throw InputError("--input", "only with --template alpaca (the record's input field)");
+  if (!a.system.empty() && a.tmpl != "chat") throw InputError("--system", "only with --template chat");
+  if (a.tmpl.empty()) return a.prompt;
+  if (a.prompt.empty())
+    throw InputError("--prompt", "empty: with --template " + a.tmpl + " it is the " +
+                                     (a.tmpl == "chat" ? "user's message" : "instruction"));
+  if (a.tmpl == "alpaca") return alpaca_prompt(a.prompt, a.input);
+  std::vector<tok::ChatMessage> m;
+  if (!a.system.empty()) m.push_back({"system", a.system});
+  m.push_back({"user", a.prompt});
+  return chat->tmpl.render(m, true, chat->specials);
 }
 
 // The prompt's ids: BOS (config.json's first bos_token_id) unless --no-bos, then the text's.
 std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::string& text, const hf::Config& c,
-                                const tok::Tokenizer& t) {
+                                const tok::Tokenizer& t, const ChatFormat* chat) {
   std::vector<int32_t> ids;
-  if (!a.no_bos && !c.bos_token_ids.empty()) {
+  if (!a.no_bos && !c.bos_token_ids.empty() && !chat) {  // a chat template writes its own BOS
     const int64_t bos = c.bos_token_ids.front();
     if (bos >= c.vocab_size)  // only an absent field's default can be (read_config checks given ids)
       throw InputError(c.path + ": bos_token_id",
@@ -68,7 +79,7 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::string& text, 
                                                      " (--no-bos leaves it out)");
     ids.push_back((int32_t)bos);
   }
-  for (uint32_t id : t.encode(text)) {
+  for (uint32_t id : chat ? encode_chat_text(text, t, *chat) : t.encode(text)) {
     if (id >= (uint64_t)c.vocab_size)
       throw InputError(a.model + ": " + t.describe(), "the prompt's token id " + std::to_string(id) +
                                                           " is not below config.json's vocab_size " +
@@ -144,8 +155,12 @@ int generate(const GenerateArgs& a) {
     throw InputError(p.substr(0, p.find(':')), p.substr(p.find(':') + 2));
   const hf::Config c = hf::read_config((fs::path(a.model) / "config.json").string());
   const auto tok = tok::load_tokenizer(a.model);
-  const std::string shown = model_prompt(a);
-  const std::vector<int32_t> prompt = prompt_ids(a, shown, c, *tok);
+  if (a.no_bos && a.tmpl == "chat")
+    throw InputError("--no-bos", "not with --template chat: the chat template writes the BOS where it wants one");
+  std::optional<ChatFormat> chat;
+  if (a.tmpl == "chat") chat.emplace(load_chat_format(a.model));
+  const std::string shown = model_prompt(a, chat ? &*chat : nullptr);
+  const std::vector<int32_t> prompt = prompt_ids(a, shown, c, *tok, chat ? &*chat : nullptr);
   const bool random = a.init == "random";
   if (!random && !hf::has_weight_files(a.model)) hf::throw_no_weights(a.model, "--init random");
   const int64_t context = std::min<int64_t>(c.max_positions, (int64_t)prompt.size() + a.max_new_tokens - 1);
@@ -212,7 +227,8 @@ int generate_main(int argc, char** argv) {
                "DIR holds config.json, model.safetensors (or an index and shards; --init random: Hugging\n"
                "Face's init from --init-seed instead) and tokenizer.json or tokenizer.model. The prompt gets\n"
                "config.json's BOS first (--template alpaca: the prompt is an instruction in Alpaca's\n"
-               "template); generation stops at an eos_token_id, after --max-new-tokens, or at\n"
+               "template; --template chat: the user's message in tokenizer_config.json's chat_template,\n"
+               "which writes its own BOS); generation stops at an eos_token_id, after --max-new-tokens, or at\n"
                "max_position_embeddings. stdout: the prompt and its continuation; stderr: tokens/s\n"
                "(docs/hf.md, \"Generation\").",
                "zenflow-run generate"};
@@ -238,9 +254,13 @@ int generate_main(int argc, char** argv) {
       ->check(integer_in(1, 1024));
   app.add_flag("--no-bos", a.no_bos, "no BOS token before the prompt");
   app.add_option("--template", a.tmpl, "alpaca: --prompt is an instruction, rendered in Stanford Alpaca's template "
-                                       "(the one instruction data trains on: docs/finetune.md), the response follows")
-      ->check(CLI::IsMember({"alpaca"}));
+                                       "(the one instruction data trains on: docs/finetune.md), the response follows; "
+                                       "chat: --prompt is the user's message in the model's chat template "
+                                       "(tokenizer_config.json's chat_template, as chat data trains on), with the "
+                                       "assistant's turn opened")
+      ->check(CLI::IsMember({"alpaca", "chat"}));
   app.add_option("--input", a.input, "--template alpaca: the instruction's input (its second template)");
+  app.add_option("--system", a.system, "--template chat: a system message before --prompt");
   return parse_and_run(app, argc, argv, "generate", [&] { return generate(a); });
 }
 

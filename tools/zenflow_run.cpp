@@ -263,7 +263,9 @@ const char* kFinetuneHelp =
     "  [--context T] [--epochs N | --steps N] [--save-hf OUT] [--set FIELD=VALUE ...] [run options]\n"
     "Fine-tunes the Hugging Face model in DIR without a spec file: the spec is built from the arguments\n"
     "(--print-spec shows it; docs/finetune.md). The data format comes from the file: Alpaca records\n"
-    "(.json / .jsonl with instruction, input, output), token ids (.bin, with --eval-data), or text.\n"
+    "(.json / .jsonl with instruction, input, output), chat records (messages with role and content,\n"
+    "or ShareGPT's conversations; in the model's chat template, the loss on the assistant's turns), token\n"
+    "ids (.bin, with --eval-data), or text.\n"
     "Defaults as Hugging Face's Trainer: batch 8, AdamW lr 5e-5, no weight decay, 1 epoch; a DeepSpeed\n"
     "config (train_batch_size, optimizer, scheduler, bf16/fp16, zero_optimization with offload_optimizer\n"
     "and zenflow) replaces them, and --set replaces any field.";

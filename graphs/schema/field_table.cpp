@@ -190,7 +190,7 @@ std::vector<FieldDef> top_and_model_fields() {
 
 std::vector<FieldDef> data_train_optimizer_fields() {
   return {
-      text("data.dataset", [](auto& s) -> auto& { return s.data.dataset; }, {"fashion-mnist", "kjv", "text", "tokens", "instructions"})
+      text("data.dataset", [](auto& s) -> auto& { return s.data.dataset; }, {"fashion-mnist", "kjv", "text", "tokens", "instructions", "chat"})
           .must_match(Match::field, 8),
       text("data.dir", [](auto& s) -> auto& { return s.data.dir; }).must_match(Match::field, 9),
       integer("data.train_limit", [](auto& s) -> auto& { return s.data.train_limit; }, 0, INT32_MAX)

@@ -54,14 +54,18 @@ void check_model_data(const Fields& top, Spec& s) {
   if (m != "hf" && s.model.init != "weights")
     top.fail("model.init", "only with model.type hf (a " + m + " model is always initialised from model.init_seed)");
   if (m == "hf" && d == "fashion-mnist")
-    top.fail("data.dataset", "model.type hf trains on language: set data.dataset to tokens, text, kjv or instructions");
-  if (m != "hf" && d == "instructions")
-    top.fail("data.dataset", "instructions are tokenized by a Hugging Face model's tokenizer: set model.type hf");
-  if (s.data.pack && d != "instructions")
-    top.fail("data.pack", "packs instruction records into full rows: only with data.dataset instructions (" + d +
-                              " is cut into full windows already)");
+    top.fail("data.dataset", "model.type hf trains on language: set data.dataset to tokens, text, kjv, instructions or chat");
+  const bool records = d == "instructions" || d == "chat";
+  if (m != "hf" && records)
+    top.fail("data.dataset", d + " records are tokenized by a Hugging Face model's tokenizer: set model.type hf");
+  if (s.data.pack && !records)
+    top.fail("data.pack", "packs instruction or chat records into full rows: only with data.dataset instructions or "
+                          "chat (" + d + " is cut into full windows already)");
   if (d == "instructions" && s.data.path.empty())
     top.fail("data.path", "required with data.dataset instructions (Alpaca-style JSON or JSONL records, docs/hf.md)");
+  if (d == "chat" && s.data.path.empty())
+    top.fail("data.path", "required with data.dataset chat (JSON or JSONL records with messages or conversations, "
+                          "docs/finetune.md)");
   if (m == "gpt" && d == "fashion-mnist")
     top.fail("data.dataset", "model.type gpt trains on text or tokens: set data.dataset to kjv, text or tokens");
   if (m == "gpt-classifier" && d != "kjv")
@@ -74,9 +78,9 @@ void check_model_data(const Fields& top, Spec& s) {
     top.fail("data.path", "required with data.dataset tokens (the training token file, docs/gpt.md)");
   if (d == "tokens" && s.data.eval_path.empty())
     top.fail("data.eval_path", "required with data.dataset tokens (the evaluation token file, docs/gpt.md)");
-  const bool own_eval = d == "tokens" || d == "instructions" || (m == "hf" && d == "text");
+  const bool own_eval = d == "tokens" || records || (m == "hf" && d == "text");
   if (!own_eval && !s.data.eval_path.empty())
-    top.fail("data.eval_path", "only with data.dataset tokens, instructions, or text with model.type hf (" + d +
+    top.fail("data.eval_path", "only with data.dataset tokens, instructions, chat, or text with model.type hf (" + d +
                                    " has its own evaluation split)");
   // the byte datasets' ids are the 256 byte values; the classifier's heads are built on them
   if ((m == "gpt-classifier" && s.model.vocab != 256) || (m != "hf" && (d == "text" || d == "kjv") && s.model.vocab < 256))

@@ -13,6 +13,7 @@
 #include "models/nets/gpt_classifier.hpp"
 #include "models/hf/config.hpp"
 #include "models/data/idx.hpp"
+#include "models/data/chat.hpp"
 #include "models/data/instructions.hpp"
 #include "models/nets/llama.hpp"
 #include "models/nets/mlp.hpp"
@@ -158,7 +159,8 @@ std::unique_ptr<Workload> make_hf_workload(const Spec& spec, const hf::Config& c
 }
 
 // model.type "hf" (docs/hf.md "Data"): token files as they are; text, the KJV and instruction
-// records tokenized with the model directory's tokenizer and config.json's BOS / EOS.
+// records tokenized with the model directory's tokenizer and config.json's BOS / EOS; chat records in
+// its chat template.
 static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
   const hf::Config c = hf_model_config(spec);
   const std::string& d = spec.data.dataset;
@@ -171,7 +173,7 @@ static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
   const std::unique_ptr<tok::Tokenizer> tok = tok::load_tokenizer(spec.model.path);
   const tok::SpecialIds ids = tok::read_special_ids(spec.model.path);
   auto progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-  if (d == "instructions") {
+  if (d == "instructions" || d == "chat") {
     InstructionOptions o;
     o.T = spec.model.context;
     o.bos = ids.bos;
@@ -181,6 +183,11 @@ static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
     o.vocab_where = c.path + ": vocab_size";
     o.progress = progress;
     o.pack = spec.data.pack;
+    if (d == "chat")
+      return make_hf_workload(spec, c,
+                              load_chat_split(spec.data.path, where, spec.data.eval_path, eval_where, *tok,
+                                              load_chat_format(spec.model.path), o),
+                              status);
     return make_hf_workload(
         spec, c, load_instruction_split(spec.data.path, where, spec.data.eval_path, eval_where, *tok, o), status);
   }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "models/data/lm_rows.hpp"
 #include "models/tokenizer/tokenizer.hpp"
 
@@ -60,11 +62,14 @@ struct InstructionOptions {
   bool pack = false;
 };
 
-// The token ids of one record and the number of them that are prompt (no loss): BOS (when given)
-// + encode(prompt + output) + EOS, prompt_len = BOS + |encode(prompt)|, as Alpaca's preprocess().
+// The token ids of one record and which of them carry the loss. Alpaca: BOS (when given) +
+// encode(prompt + output) + EOS, the ids from prompt_len = BOS + |encode(prompt)| on, as Alpaca's
+// preprocess(); chat records (models/data/chat.hpp): `loss` marks each id (1: predicted with loss).
 struct RenderedRecord {
   std::vector<uint32_t> ids;
-  int64_t prompt_len = 0;
+  int64_t prompt_len = 0;      // used when `loss` is empty
+  std::vector<uint8_t> loss;   // empty, or one flag per id
+  bool has_loss(size_t k) const { return loss.empty() ? (int64_t)k >= prompt_len : loss[k] != 0; }
 };
 RenderedRecord render_record(const InstructionRecord& r, const tok::Tokenizer& tok, std::optional<uint32_t> bos,
                              uint32_t eos);
@@ -78,6 +83,35 @@ RenderedRecord render_record(const InstructionRecord& r, const tok::Tokenizer& t
 // records' file in errors and the description.
 LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok::Tokenizer& tok,
                         const InstructionOptions& o, const std::string& file, int64_t* truncated);
+
+// What instruction_rows does, for any records: `render(i)` gives record i's ids and loss flags,
+// `at(i)` names it ("record 12 (line 13)"); `kind` names the records in the progress line
+// ("instructions", "chat"). o.eos is not used here (the renderer places it).
+LmRows masked_rows(int64_t n, const std::function<RenderedRecord(int64_t)>& render,
+                   const std::function<std::string(int64_t)>& at, const tok::Tokenizer& tok, const InstructionOptions& o,
+                   const std::string& file, const std::string& kind, int64_t* truncated);
+
+// The records of a JSON array (first non-blank byte '[') or JSONL file, each given to
+// `each(value, w, at)` in file order (w: "WHERE: PATH: record N (line L)", at: "record N (line
+// L)"). `expected` says what the file should hold, for errors (no records, not JSON).
+using JsonRecordFn = std::function<void(const nlohmann::json&, const std::string&, const std::string&)>;
+void read_json_records(const std::string& path, const std::string& where, const std::string& expected,
+                       const JsonRecordFn& each);
+
+// "a string", "an array", ... for messages.
+std::string json_type_name(const nlohmann::json& v);
+
+[[noreturn]] void throw_too_few_records(const std::string& w, size_t n);
+
+// Records i % 10 == 9 of `train` moved to `eval` (the held-out split without data.eval_path);
+// fewer than 10 records is an InputError naming `w`.
+template <class R>
+void hold_out_every_10th(std::vector<R>& train, std::vector<R>& eval, const std::string& w) {
+  if (train.size() < 10) throw_too_few_records(w, train.size());
+  std::vector<R> kept;
+  for (size_t i = 0; i < train.size(); ++i) (i % 10 == 9 ? eval : kept).push_back(std::move(train[i]));
+  train = std::move(kept);
+}
 
 // Training and evaluation rows: the records of `path`, and those of `eval_path` when it is not
 // empty; without it, record i of `path` is held out for evaluation when i % 10 == 9 (every 10th

@@ -139,13 +139,19 @@ TEST(TokenData, SpecFields) {
   expect_input_error(parse({{"dataset", "tokens"}, {"eval_path", "a.bin"}}), {"s.json: data.path", "required"});
   expect_input_error(parse({{"dataset", "text"}, {"path", "a.txt"}, {"eval_path", "b"}}),
                      {"s.json: data.eval_path", "only with data.dataset tokens"});
-  // model.type hf (docs/hf.md "Data"): instructions only there, with a path; no images
+  // model.type hf (docs/hf.md "Data"): instructions and chat only there, with a path; no images
   expect_input_error(parse({{"dataset", "instructions"}, {"path", "a.jsonl"}}),
                      {"s.json: data.dataset", "set model.type hf"});
   const json hf{{"type", "hf"}, {"path", "dir"}};
   expect_input_error(parse({{"dataset", "instructions"}}, hf), {"s.json: data.path", "required with data.dataset instructions"});
-  expect_input_error(parse({{"dataset", "fashion-mnist"}}, hf), {"s.json: data.dataset", "tokens, text, kjv or instructions"});
+  expect_input_error(parse({{"dataset", "fashion-mnist"}}, hf), {"s.json: data.dataset", "tokens, text, kjv, instructions or chat"});
   EXPECT_NO_THROW(parse({{"dataset", "instructions"}, {"path", "a.jsonl"}, {"eval_path", "b.jsonl"}}, hf)());
+  // chat records likewise (docs/finetune.md "Chat records"); data.pack only for records
+  expect_input_error(parse({{"dataset", "chat"}, {"path", "a.jsonl"}}), {"s.json: data.dataset", "chat records", "set model.type hf"});
+  expect_input_error(parse({{"dataset", "chat"}}, hf), {"s.json: data.path", "required with data.dataset chat"});
+  EXPECT_NO_THROW(parse({{"dataset", "chat"}, {"path", "a.jsonl"}, {"eval_path", "b.jsonl"}, {"pack", true}}, hf)());
+  expect_input_error(parse({{"dataset", "text"}, {"path", "a.txt"}, {"pack", true}}, hf),
+                     {"s.json: data.pack", "only with data.dataset instructions or chat"});
   EXPECT_NO_THROW(parse({{"dataset", "text"}, {"path", "a.txt"}, {"eval_path", "b.txt"}}, hf)());
   expect_input_error(parse({{"dataset", "text"}, {"path", "a.txt"}}, {{"type", "gpt"}, {"vocab", 100}}),
                      {"s.json: model.vocab", "100", "at least 256"});

@@ -1952,9 +1952,9 @@ class Renderer {
     }
     void at_most(size_t n, std::initializer_list<const char*> names) const {
       if (pos.size() > n) fail(what + " takes at most " + std::to_string(n) + " arguments");
-      for (auto& [k, v] : kw)
-        if (std::find_if(names.begin(), names.end(), [&](const char* x) { return k == x; }) == names.end())
-          fail(what + " has no argument '" + k + "'");
+      for (const auto& arg : kw)  // (clang 14 cannot capture a structured binding)
+        if (std::find_if(names.begin(), names.end(), [&](const char* x) { return arg.first == x; }) == names.end())
+          fail(what + " has no argument '" + arg.first + "'");
     }
   };
   Args args(const Expr& e, size_t from, std::string what) {

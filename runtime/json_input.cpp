@@ -7,6 +7,19 @@
 
 namespace zf {
 
+std::string json_type_name(const nlohmann::json& v) {
+  using json = nlohmann::json;
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number with a fraction";
+    default: return "a number";
+  }
+}
+
 std::string excerpt(const std::string& s, size_t max) {
   if (s.size() <= max) return s;
   return s.substr(0, max) + "... (" + std::to_string(s.size()) + " characters)";

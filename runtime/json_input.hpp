@@ -16,4 +16,7 @@ nlohmann::json parse_json_input(const std::string& text, const std::string& sour
 // `s` cut to at most `max` characters ("..." and the full length appended when cut).
 std::string excerpt(const std::string& s, size_t max = 80);
 
+// "a string", "an array", "a number with a fraction", ...: the kind of a JSON value, for messages.
+std::string json_type_name(const nlohmann::json& v);
+
 }  // namespace zf

@@ -119,7 +119,8 @@ void add_options(CLI::App& app, CliArgs& a) {
   app.add_option("spec", a.spec_path, "graph spec (JSON), e.g. graphs/specs/mlp-fashion.json");
   app.add_option("--set", a.sets, "override a spec field: --set train.batch_size=256 (repeatable; "
                                 "the value is JSON, or a string)");
-  app.add_option("--steps", a.steps, "number of training steps (overrides train.steps/epochs)")
+  app.add_option("--steps", a.steps, "number of training steps (overrides train.steps/epochs; 0 is train.steps 0: "
+                                     "the epochs decide; zenflow-run eval runs no step)")
       ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));  // as train.steps; negative is an error
   app.add_option("--strategy", a.strategy, zf::strategy_names() + " (overrides the spec)");
   app.add_option("--sched", a.sched, "StarPU scheduling policy for both contexts, e.g. lws, eager, "

@@ -83,7 +83,7 @@ bool read_int_or_auto(Fields& f, const std::string& key, UpdateInterval& out) {
       f.fail(f.at(key), "expected \"auto\" or a positive integer, got " + std::to_string(v->get<int64_t>()));
     out = UpdateInterval(v->get<int64_t>());
   } else {
-    f.fail(f.at(key), "expected \"auto\" or a positive integer, got " + type_name(*v));
+    f.fail(f.at(key), "expected \"auto\" or a positive integer, got " + json_type_name(*v));
   }
   return true;
 }
@@ -91,12 +91,12 @@ bool read_int_or_auto(Fields& f, const std::string& key, UpdateInterval& out) {
 void read_hidden(Fields& f, const std::string& k, Spec& s) {
   const json* h = f.find(k);
   if (!h) return;
-  if (!h->is_array()) f.fail("model.hidden", "expected an array of layer widths, got " + type_name(*h));
+  if (!h->is_array()) f.fail("model.hidden", "expected an array of layer widths, got " + json_type_name(*h));
   s.model.hidden.clear();
   for (size_t i = 0; i < h->size(); ++i) {
     const json& w = (*h)[i];
     std::string p = "model.hidden[" + std::to_string(i) + "]";
-    if (!w.is_number_integer()) f.fail(p, "expected an integer width, got " + type_name(w));
+    if (!w.is_number_integer()) f.fail(p, "expected an integer width, got " + json_type_name(w));
     int64_t x = w.get<int64_t>();
     if (x < 1 || x > (1 << 16)) f.fail(p, std::to_string(x) + " is outside [1, 65536]");
     s.model.hidden.push_back((int)x);
@@ -272,7 +272,7 @@ std::vector<FieldDef> zenflow_fields() {
                  if (auto* v = f.find(k)) {
                    // DeepSpeed: "pt_reserved_cores_perc must be a float"
                    if (!v->is_number_float())
-                     f.fail(f.at(k), "expected a float in [0, 1] (e.g. 0.5), got " + type_name(*v));
+                     f.fail(f.at(k), "expected a float in [0, 1] (e.g. 0.5), got " + json_type_name(*v));
                    s.zenflow.cores_perc_given = true;
                  }
                  f.number(k, s.zenflow.pt_reserved_cores_perc, 0.0, 1.0);

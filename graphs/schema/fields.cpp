@@ -3,26 +3,15 @@
 #include <sstream>
 
 #include "runtime/error.hpp"
+#include "runtime/json_input.hpp"
 
 namespace zf {
 
 using json = nlohmann::json;
 
-std::string type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a number with a fraction";
-    default: return "a number";
-  }
-}
-
 Fields::Fields(const json& j, std::string path, const std::string& source)
     : j_(j), path_(std::move(path)), source_(source) {
-  if (!j.is_object()) fail(path_.empty() ? "(top level)" : path_, "expected an object, got " + type_name(j));
+  if (!j.is_object()) fail(path_.empty() ? "(top level)" : path_, "expected an object, got " + json_type_name(j));
 }
 
 void Fields::fail(const std::string& field, const std::string& what) const {
@@ -37,7 +26,7 @@ const json* Fields::find(const std::string& key) {
 
 void Fields::str(const std::string& key, std::string& out, const std::vector<std::string>& allowed) {
   if (auto* v = find(key)) {
-    if (!v->is_string()) fail(at(key), "expected a string, got " + type_name(*v));
+    if (!v->is_string()) fail(at(key), "expected a string, got " + json_type_name(*v));
     out = v->get<std::string>();
   }
   if (allowed.empty()) return;
@@ -51,7 +40,7 @@ void Fields::str(const std::string& key, std::string& out, const std::vector<std
 
 void Fields::integer(const std::string& key, int64_t& out, int64_t lo, int64_t hi) {
   if (auto* v = find(key)) {
-    if (!v->is_number_integer()) fail(at(key), "expected an integer, got " + type_name(*v));
+    if (!v->is_number_integer()) fail(at(key), "expected an integer, got " + json_type_name(*v));
     if (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT64_MAX)
       fail(at(key), v->dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     int64_t x = v->get<int64_t>();
@@ -63,7 +52,7 @@ void Fields::integer(const std::string& key, int64_t& out, int64_t lo, int64_t h
 
 void Fields::number(const std::string& key, double& out, double lo, double hi, bool open_lo) {
   if (auto* v = find(key)) {
-    if (!v->is_number()) fail(at(key), "expected a number, got " + type_name(*v));
+    if (!v->is_number()) fail(at(key), "expected a number, got " + json_type_name(*v));
     double x = v->get<double>();
     if (!(x >= lo && x <= hi) || (open_lo && x == lo)) {
       std::ostringstream os;
@@ -76,14 +65,14 @@ void Fields::number(const std::string& key, double& out, double lo, double hi, b
 
 void Fields::boolean(const std::string& key, bool& out) {
   if (auto* v = find(key)) {
-    if (!v->is_boolean()) fail(at(key), "expected true or false, got " + type_name(*v));
+    if (!v->is_boolean()) fail(at(key), "expected true or false, got " + json_type_name(*v));
     out = v->get<bool>();
   }
 }
 
 const json* Fields::object(const std::string& key) {
   const json* v = find(key);
-  if (v && !v->is_object()) fail(at(key), "expected an object, got " + type_name(*v));
+  if (v && !v->is_object()) fail(at(key), "expected an object, got " + json_type_name(*v));
   return v;
 }
 

@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_input.hpp"  // json_type_name
+
 namespace zf {
 
-// "a string", "an array", ...: the kind of a JSON value, for messages.
-std::string type_name(const nlohmann::json& v);
 
 class Fields {
  public:

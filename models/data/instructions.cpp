@@ -44,17 +44,6 @@ InstructionRecord record_of(const json& v, const std::string& w, const std::stri
 
 }  // namespace
 
-std::string json_type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "a number";
-  }
-}
-
 void throw_too_few_records(const std::string& w, size_t n) {
   throw InputError(w, std::to_string(n) +
                           " records: every 10th record is held out for evaluation, so at least 10 are needed "

@@ -98,9 +98,6 @@ using JsonRecordFn = std::function<void(const nlohmann::json&, const std::string
 void read_json_records(const std::string& path, const std::string& where, const std::string& expected,
                        const JsonRecordFn& each);
 
-// "a string", "an array", ... for messages.
-std::string json_type_name(const nlohmann::json& v);
-
 [[noreturn]] void throw_too_few_records(const std::string& w, size_t n);
 
 // Records i % 10 == 9 of `train` moved to `eval` (the held-out split without data.eval_path);

@@ -25,18 +25,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     zf::ChatFormat f{zf::tok::ChatTemplate(source, "fuzz: chat_template"),
                      {{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|end_of_text|>"}}, 4094u, 4095u};
     const zf::LmRowSplit s = zf::load_chat_split(path, "fuzz: data.path", path, "fuzz: data.eval_path", *tok, f, o);
-    for (const zf::LmRows* r : {&s.train, &s.eval}) {
-      if (r->T != o.T || (int64_t)r->tokens.size() != r->rows * r->T || r->targets.size() != r->tokens.size())
-        __builtin_trap();
-      for (int64_t i = 0; i < r->rows; ++i) {
-        bool any = false;
-        for (int64_t t = 0; t < r->T; ++t) {
-          const int32_t tk = r->tokens[(size_t)(i * r->T + t)], tg = r->targets[(size_t)(i * r->T + t)];
-          if (tk < 0 || tk >= 4096 || tg < -1 || tg >= 4096) __builtin_trap();
-          any |= tg >= 0;
-        }
-        if (!any) __builtin_trap();  // every row has a reply token
-      }
-    }
+    zf::fuzz::check_record_rows(s, o.T, 4096);
   });
 }

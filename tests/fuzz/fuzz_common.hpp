@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "models/data/lm_rows.hpp"
 #include "runtime/error.hpp"
 
 namespace zf::fuzz {
@@ -41,6 +42,24 @@ int expect_input_errors_only(F&& f) {
     std::abort();
   }
   return 0;
+}
+
+// The rows' contract (models/data/lm_rows.hpp) of masked record rows: T and the sizes, ids below
+// `vocab`, targets -1 or ids, at least one target a row; a breach is a finding (trap).
+inline void check_record_rows(const zf::LmRowSplit& s, int64_t T, int32_t vocab) {
+  for (const zf::LmRows* r : {&s.train, &s.eval}) {
+    if (r->T != T || (int64_t)r->tokens.size() != r->rows * r->T || r->targets.size() != r->tokens.size())
+      __builtin_trap();
+    for (int64_t i = 0; i < r->rows; ++i) {
+      bool any = false;
+      for (int64_t t = 0; t < r->T; ++t) {
+        const int32_t tk = r->tokens[(size_t)(i * r->T + t)], tg = r->targets[(size_t)(i * r->T + t)];
+        if (tk < 0 || tk >= vocab || tg < -1 || tg >= vocab) __builtin_trap();
+        any |= tg >= 0;
+      }
+      if (!any) __builtin_trap();  // every row has a response token
+    }
+  }
 }
 
 }  // namespace zf::fuzz

@@ -12,6 +12,7 @@
 
 #include "models/data/chat.hpp"
 #include "test_helpers.hpp"
+#include "tests/models/record_helpers.hpp"
 
 namespace zf::test {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr uint32_t kBos = 4094, kEos = 4095;  // graphs/tokenizers/kjv-bpe's <|begin_of_text|>, <|end_of_text|>
+constexpr uint32_t kBos = kKjvBos, kEos = kKjvEos;
 
 // Llama 3's shape: BOS once, each turn "role:\n" + content + EOS + "\n", the generation prompt "assistant:\n".
 const char* kTemplate =
@@ -43,18 +44,7 @@ struct ChatDir {
   std::string path(const std::string& name) const { return dir + "/" + name; }
 };
 
-const tok::Tokenizer& kjv_bpe() {
-  static const auto t = tok::load_tokenizer_json(std::string(ZF_SOURCE_DIR) + "/graphs/tokenizers/kjv-bpe/tokenizer.json");
-  return *t;
-}
-
-InstructionOptions options(int64_t T) {
-  InstructionOptions o;
-  o.T = T;
-  o.eos = kEos;
-  o.vocab = 4096;
-  return o;
-}
+InstructionOptions options(int64_t T) { return kjv_row_options(T, std::nullopt); }
 
 json conversation(int i) {
   return {{"messages",

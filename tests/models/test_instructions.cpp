@@ -17,26 +17,15 @@
 #include "models/data/tokens.hpp"
 #include "test_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"
+#include "tests/models/record_helpers.hpp"
 
 namespace zf::test {
 namespace {
 
 const std::string kW = "spec.json: data.path";
-constexpr uint32_t kBos = 4094, kEos = 4095;  // graphs/tokenizers/kjv-bpe (docs/tokenizers.md)
+constexpr uint32_t kBos = kKjvBos, kEos = kKjvEos;
 
-const tok::Tokenizer& kjv_bpe() {
-  static const auto t = tok::load_tokenizer_json(std::string(ZF_SOURCE_DIR) + "/graphs/tokenizers/kjv-bpe/tokenizer.json");
-  return *t;
-}
-
-InstructionOptions options(int64_t T) {
-  InstructionOptions o;
-  o.T = T;
-  o.bos = kBos;
-  o.eos = kEos;
-  o.vocab = 4096;
-  return o;
-}
+InstructionOptions options(int64_t T) { return kjv_row_options(T, kBos); }
 
 std::string jsonl(const std::vector<std::vector<std::string>>& recs) {  // {instruction, input, output}
   std::string s;

@@ -141,6 +141,9 @@ mkdir -p "$TMP/chat-raise" && cp "$TMP/chat"/{config.json,tokenizer.json} "$TMP/
 bad "the chat template's raise_exception" "$TMP/chat-raise/tokenizer_config.json: chat_template" -- \
   --model "$TMP/chat-raise" --prompt x --template chat --init random
 grep -qF "a system message first" "$TMP/err" || fail "raise_exception: the template's message is not shown"
+printf '%s\n' '{"chat_template": "{% if false %}x{% endif %}"}' >"$TMP/chat-raise/tokenizer_config.json"
+bad "a chat template without text" "$TMP/chat-raise/tokenizer_config.json: chat_template: renders no text" -- \
+  --model "$TMP/chat-raise" --prompt x --template chat --init random
 mkdir -p "$TMP/empty"
 bad "no config.json" "$TMP/empty/config.json" -- --model "$TMP/empty" --prompt x
 bad "bad model_type" "model_type" -- --model "$TMP/bad-config" --prompt x

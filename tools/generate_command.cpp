@@ -86,6 +86,9 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::string& text, 
                                                           std::to_string(c.vocab_size));
     ids.push_back((int32_t)id);
   }
+  if (ids.empty() && chat)
+    throw InputError(a.model + "/tokenizer_config.json: chat_template", "renders no text for --prompt's message: "
+                                                                        "nothing to start from");
   if (ids.empty())
     throw InputError("--prompt", "empty, and no BOS to start from (config.json has no bos_token_id, or --no-bos)");
   if ((int64_t)ids.size() > c.max_positions)

@@ -3,6 +3,8 @@
 // rendering the conversation's prefixes, the rows built as the instruction rows are.
 #include "models/data/chat.hpp"
 
+#include <algorithm>
+
 #include "runtime/error.hpp"
 #include "runtime/json_input.hpp"
 
@@ -148,6 +150,9 @@ RenderedRecord render_chat(const ChatRecord& r, const tok::Tokenizer& tok, const
     const size_t from = encode_chat_text(before, tok, f).size(), to = encode_chat_text(through, tok, f).size();
     for (size_t k = from; k < std::min(to, out.ids.size()); ++k) out.loss[k] = 1;
   }
+  if (std::find(out.loss.begin(), out.loss.end(), 1) == out.loss.end())
+    throw InputError(w, "the chat template writes no token for the assistant turns: nothing to train on (does it "
+                        "leave the assistant's messages out?)");
   return out;
 }
 

@@ -214,6 +214,14 @@ TEST(Chat, TemplateProblemsNameTheRecordOrTheFile) {
                        {"F: record 0: message 1", "not a prefix"});
   }
   {
+    ChatDir d("{% for m in messages %}{% if m.role == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}", "silent");
+    d.write("c.jsonl", R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})" "\n");
+    const ChatFormat f = load_chat_format(d.dir);
+    const auto recs = read_chat_records(d.path("c.jsonl"), "w");
+    expect_input_error([&] { render_chat(recs[0], kjv_bpe(), f, "F: record 0"); },
+                       {"F: record 0", "writes no token for the assistant turns"});
+  }
+  {
     ChatDir d("", "none");
     expect_input_error([&] { load_chat_format(d.dir); }, {d.dir + "/tokenizer_config.json: chat_template", "absent"});
   }

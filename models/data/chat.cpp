@@ -123,8 +123,8 @@ std::vector<uint32_t> encode_chat_text(const std::string& text, const tok::Token
   return ids;
 }
 
-RenderedRecord render_chat(const ChatRecord& r, const tok::Tokenizer& tok, const ChatFormat& f,
-                           const std::string& w) {
+RenderedRecord render_chat(const ChatRecord& r, const tok::Tokenizer& tok, const ChatFormat& f, const std::string& w,
+                           size_t keep) {
   auto render = [&](size_t n, bool generation_prompt) {
     const std::vector<tok::ChatMessage> m(r.messages.begin(), r.messages.begin() + (long)n);
     try {
@@ -138,6 +138,7 @@ RenderedRecord render_chat(const ChatRecord& r, const tok::Tokenizer& tok, const
   RenderedRecord out;
   out.ids = encode_chat_text(full, tok, f);
   out.loss.assign(out.ids.size(), 0);
+  bool cut = false;
   for (size_t i = 0; i < r.messages.size(); ++i) {
     if (r.messages[i].role != "assistant") continue;
     const std::string before = render(i, true), through = render(i + 1, false);
@@ -147,10 +148,15 @@ RenderedRecord render_chat(const ChatRecord& r, const tok::Tokenizer& tok, const
                        "prompt) is not a prefix of its text of the conversation, so the turn cannot be located "
                        "for the loss");
     // as Alpaca's prompt_len: the turn's tokens are those past encode(before), up to encode(through)
-    const size_t from = encode_chat_text(before, tok, f).size(), to = encode_chat_text(through, tok, f).size();
+    const size_t from = encode_chat_text(before, tok, f).size();
+    if (from >= keep) {  // this turn and the later ones are cut off: not tokenized again
+      cut = true;
+      break;
+    }
+    const size_t to = encode_chat_text(through, tok, f).size();
     for (size_t k = from; k < std::min(to, out.ids.size()); ++k) out.loss[k] = 1;
   }
-  if (std::find(out.loss.begin(), out.loss.end(), 1) == out.loss.end())
+  if (!cut && std::find(out.loss.begin(), out.loss.end(), 1) == out.loss.end())
     throw InputError(w, "the chat template writes no token for the assistant turns: nothing to train on (does it "
                         "leave the assistant's messages out?)");
   return out;
@@ -173,7 +179,7 @@ LmRowSplit load_chat_split(const std::string& path, const std::string& where, co
     int64_t cut = 0;
     LmRows r = masked_rows(
         (int64_t)recs.size(),
-        [&](int64_t i) { return render_chat(recs[(size_t)i], tok, f, file + ": " + recs[(size_t)i].at); },
+        [&](int64_t i) { return render_chat(recs[(size_t)i], tok, f, file + ": " + recs[(size_t)i].at, (size_t)o.T + 1); },
         [&](int64_t i) { return recs[(size_t)i].at; }, tok, o, file, "chat", &cut);
     r.description = (o.pack ? std::to_string(r.rows) + " packed rows of " : std::to_string(r.rows) + " ") +
                     "chat records " + from + " (T " + std::to_string(o.T) + ", " + std::to_string(cut) +

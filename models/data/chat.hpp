@@ -5,6 +5,7 @@
 // apply_chat_template does, the loss on the assistants' turns only. Every problem with a file is an
 // InputError naming the file, the record and the field.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -46,9 +47,10 @@ std::vector<uint32_t> encode_chat_text(const std::string& text, const tok::Token
 // each assistant turn's text, that is on render(messages[:i+1]) past render(messages[:i],
 // add_generation_prompt) (the reply and what closes it, e.g. "<|im_end|>" or EOS). A template
 // whose shorter renders are not prefixes of the longer ones is an InputError naming the record.
-// No BOS or EOS is added: the template writes them (as apply_chat_template(tokenize=True)).
-RenderedRecord render_chat(const ChatRecord& r, const tok::Tokenizer& tok, const ChatFormat& f,
-                           const std::string& w);
+// No BOS or EOS is added: the template writes them (as apply_chat_template(tokenize=True)). The
+// turns that start at or past the first `keep` ids (rows keep T + 1) are not located (no loss).
+RenderedRecord render_chat(const ChatRecord& r, const tok::Tokenizer& tok, const ChatFormat& f, const std::string& w,
+                           size_t keep = SIZE_MAX);
 
 // Training and evaluation rows, as load_instruction_split (every 10th record held out without
 // eval_path). o.bos/o.eos are not used; o.eos fills the inputs past a record's end when given.

@@ -165,6 +165,12 @@ TEST(Chat, TruncationAndNoReplyLeft) {
   for (int32_t t : cut.targets) n += t >= 0;
   EXPECT_EQ(n, 2);
   expect_input_error([&] { rows((int64_t)first - 1); }, {"F: record 0: assistant", "no response token left"});
+  // keep: the turns past the kept ids are not located, the loss within them is the same
+  for (size_t keep : {first, first + 1, r.ids.size() - 3}) {
+    const RenderedRecord k = render_chat(recs[0], kjv_bpe(), f, "c", keep);
+    ASSERT_EQ(k.ids, r.ids);
+    for (size_t i = 0; i < keep; ++i) EXPECT_EQ(k.has_loss(i), r.has_loss(i)) << "keep " << keep << ", id " << i;
+  }
 }
 
 void expect_record_error(const std::string& record, const std::string& where, const std::string& what) {

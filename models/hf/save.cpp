@@ -120,7 +120,7 @@ void save_dir(const std::string& out_dir, const Config& c, const Source& src, co
     }
   copy_input(c.path, out / "config.json");  // the input's values, unchanged
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                           "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json"})
+                           "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"})
     if (fs::exists(in / name, ec)) copy_input(in / name, out / name);
   if (shards.size() == 1) {
     write_shard((out / "model.safetensors").string(), shards[0], src);

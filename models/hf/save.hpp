@@ -30,7 +30,7 @@ std::string save_dtype(const std::string& value, const std::string& where);
 // Writes the model `c` (read from `c.path`'s directory) to `out_dir`: a new or empty directory (an
 // InputError otherwise: nothing is overwritten). Tokenizer files copied when present:
 // tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model,
-// generation_config.json, vocab.json, merges.txt, added_tokens.json.
+// generation_config.json, vocab.json, merges.txt, added_tokens.json, chat_template.jinja.
 void save_dir(const std::string& out_dir, const Config& c, const Source& src, const SaveOptions& o);
 
 }  // namespace zf::hf

@@ -2534,31 +2534,41 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
 }
 
 std::optional<ChatTemplateConfig> read_chat_template_config(const std::string& dir) {
-  const std::string path = dir + "/tokenizer_config.json";
+  const std::string path = dir + "/tokenizer_config.json", file = dir + "/chat_template.jinja";
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;  // a FIFO or a link loop is read, and refused
+  // transformers saves the template in a file of its own since 4.x; that file takes priority
+  const bool own_file = ::lstat(file.c_str(), &st) == 0;  // a FIFO or a link loop is read, and refused
+  if (::lstat(path.c_str(), &st) != 0 && !own_file) return std::nullopt;
+  ChatTemplateConfig c;
+  if (own_file) {
+    const std::vector<uint8_t> b = read_input_file(file, file);
+    c.source.assign(b.begin(), b.end());
+    c.where = file;
+  }
+  if (::lstat(path.c_str(), &st) != 0) return c;  // no special tokens
   const std::vector<uint8_t> b = read_input_file(path, path);
   const nlohmann::json j = parse_json_input(std::string(b.begin(), b.end()), path);
   const JsonField root(j, path, "");
   root.object();
-  if (!root.has("chat_template")) return std::nullopt;
-  const JsonField t = root.at("chat_template");
-  ChatTemplateConfig c;
-  if (t.json().is_string()) {
-    c.source = t.str();
-    c.where = t.where();
-  } else if (t.json().is_array()) {
-    for (size_t k = 0; k < t.size(); ++k) {
-      const JsonField e = t[k];
-      if (e.at("name").str() == "default") {
-        c.source = e.at("template").str();
-        c.where = e.at("template").where();
-        break;
+  if (!own_file) {
+    if (!root.has("chat_template")) return std::nullopt;
+    const JsonField t = root.at("chat_template");
+    if (t.json().is_string()) {
+      c.source = t.str();
+      c.where = t.where();
+    } else if (t.json().is_array()) {
+      for (size_t k = 0; k < t.size(); ++k) {
+        const JsonField e = t[k];
+        if (e.at("name").str() == "default") {
+          c.source = e.at("template").str();
+          c.where = e.at("template").where();
+          break;
+        }
       }
+      if (c.where.empty()) t.fail("no template named \"default\" in the list");
+    } else {
+      t.fail("expected a string or a list of {\"name\", \"template\"} objects");
     }
-    if (c.where.empty()) t.fail("no template named \"default\" in the list");
-  } else {
-    t.fail("expected a string or a list of {\"name\", \"template\"} objects");
   }
   for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
     if (!root.has(k)) continue;

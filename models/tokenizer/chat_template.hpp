@@ -40,10 +40,12 @@ class ChatTemplate {
   std::unique_ptr<Impl> impl_;
 };
 
-// DIR/tokenizer_config.json's chat_template and its special tokens. chat_template: a string, or a
-// list of {"name", "template"} objects (the one named "default" is used). bos_token / eos_token /
+// DIR/tokenizer_config.json's chat_template and its special tokens. The template: DIR/chat_template.jinja
+// when there is one (transformers saves it there, and it takes priority, as in transformers), else
+// tokenizer_config.json's chat_template: a string, or a list of {"name", "template"} objects (the
+// one named "default" is used). bos_token / eos_token /
 // unk_token / pad_token: a string or an object with "content" (AddedToken's serialisation), null or
-// absent: left out. Returns nullopt when the file is absent or has no chat_template (or it is null);
+// absent: left out. Returns nullopt when neither file has a template (chat_template absent or null);
 // anything else wrong (not JSON, wrong types, a list without "default") is an InputError naming the
 // file and the field.
 struct ChatTemplateConfig {

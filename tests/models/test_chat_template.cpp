@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -519,6 +520,24 @@ TEST(ChatTemplate, ReadsTokenizerConfig) {
   refused(R"({"chat_template": [{"name": "default", "template": 1}]})", {path + ": chat_template[0].template", "expected a string"});
   refused(R"({"chat_template": "x", "bos_token": 1})", {path + ": bos_token", "expected a string or an object"});
   refused(R"({"chat_template": "x", "eos_token": {"lstrip": true}})", {path + ": eos_token.content", "missing"});
+
+  // chat_template.jinja (where transformers saves the template) takes priority; the specials still
+  // come from tokenizer_config.json, which may be absent
+  d.write("tokenizer_config.json", R"({"bos_token": "<s>", "chat_template": "from the config"})");
+  d.write("chat_template.jinja", "{{ bos_token }}from the file\n");
+  c = tok::read_chat_template_config(d.p.string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->source, "{{ bos_token }}from the file\n");
+  EXPECT_EQ(c->where, d.path("chat_template.jinja"));
+  EXPECT_EQ(c->specials, (Specials{{"bos_token", "<s>"}}));
+  std::filesystem::remove(path);
+  c = tok::read_chat_template_config(d.p.string());
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->specials.empty());
+  std::filesystem::remove(d.path("chat_template.jinja"));
+  std::filesystem::create_directory(d.path("chat_template.jinja"));
+  expect_input_error([&] { tok::read_chat_template_config(d.p.string()); },
+                     {d.path("chat_template.jinja"), "is a directory"});
 }
 
 }  // namespace

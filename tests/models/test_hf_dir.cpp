@@ -88,6 +88,7 @@ TEST_P(HfRoundTrip, ReadWriteReadIsBitwise) {
   write_model_dir(in, k.config(), random_tensors(k.config(), k.dtype, 7), k.shards);
   in.write("tokenizer.json", "{\"model\": {\"type\": \"BPE\"}}");
   in.write("tokenizer_config.json", "{}");
+  in.write("chat_template.jinja", "{{ messages[0].content }}");
   in.write("unrelated.txt", "not copied");
   const std::string out = out_parent.path("saved");
   Loaded first;
@@ -106,6 +107,7 @@ TEST_P(HfRoundTrip, ReadWriteReadIsBitwise) {
   EXPECT_EQ(read_file(in.path("config.json")), read_file(out + "/config.json"));
   EXPECT_EQ(read_file(in.path("tokenizer.json")), read_file(out + "/tokenizer.json"));
   EXPECT_TRUE(fs::exists(out + "/tokenizer_config.json"));
+  EXPECT_EQ(read_file(in.path("chat_template.jinja")), read_file(out + "/chat_template.jinja"));
   EXPECT_FALSE(fs::exists(out + "/unrelated.txt"));
   const bool sharded = fs::exists(out + "/model.safetensors.index.json");
   EXPECT_EQ(sharded, k.shards > 1);

@@ -95,7 +95,8 @@ inline ::testing::AssertionResult residual_ok(const float* x, const double* r, s
 }
 
 inline bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (an empty vector's data() may be null, which memcmp must not get)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) { return bits_equal(a, b); }

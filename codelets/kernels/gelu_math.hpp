@@ -17,7 +17,7 @@ namespace zf::kernels::gelu_math {
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
 
-// exp(x) for x in [-80, 80] in plain float arithmetic that GCC vectorizes (libm's expf is a
+// exp(x) for x in [-80, 80] (NaN for NaN) in plain float arithmetic that GCC vectorizes (libm's expf is a
 // call per element): Cephes' expf, exp(x) = 2^n exp(r), r = x - n ln2 in two parts, a degree-6
 // polynomial; relative error ~1e-7. Deterministic: the same operations for every element.
 // (CMakeLists.txt compiles the CPU kernel with -fno-trapping-math, without which GCC will not
@@ -25,7 +25,10 @@ constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
 ZF_HD inline float exp_poly(float x) {
   x = x < -80.0f ? -80.0f : x;
   x = x > 80.0f ? 80.0f : x;
-  const int32_t k = (int32_t)(x * 1.44269504088896341f + 128.5f) - 128;  // floor(x log2(e) + 0.5)
+  // NaN passes the clamps and stays in r (the result is NaN, as a softmax of NaN logits must be);
+  // only n is taken from 0 instead, since converting NaN to an integer is undefined behaviour
+  const float xn = x == x ? x : 0.0f;
+  const int32_t k = (int32_t)(xn * 1.44269504088896341f + 128.5f) - 128;  // floor(x log2(e) + 0.5)
   const float n = (float)k;
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;

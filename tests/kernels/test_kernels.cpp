@@ -390,6 +390,11 @@ TEST(ExpPoly, WithinOneUlpOfExp) {
   EXPECT_LE(worst, 1) << "at x = " << at << " (" << n << " points)";
   EXPECT_GT(n, 2000000u);
   EXPECT_EQ(zf::kernels::gelu_math::exp_poly(0.0f), 1.0f);
+  // NaN gives NaN (softmax and SwiGLU of NaN logits stay NaN, which generate reports), and the
+  // infinities the clamped ends; under tools/zf sanitize, without an undefined conversion of NaN
+  EXPECT_TRUE(std::isnan(zf::kernels::gelu_math::exp_poly(std::nanf(""))));
+  EXPECT_EQ(zf::kernels::gelu_math::exp_poly(-INFINITY), zf::kernels::gelu_math::exp_poly(-80.0f));
+  EXPECT_EQ(zf::kernels::gelu_math::exp_poly(INFINITY), zf::kernels::gelu_math::exp_poly(80.0f));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -86,7 +86,8 @@ LmRows instruction_rows(const std::vector<InstructionRecord>& records, const tok
 
 // What instruction_rows does, for any records: `render(i)` gives record i's ids and loss flags,
 // `at(i)` names it ("record 12 (line 13)"); `kind` names the records in the progress line
-// ("instructions", "chat"). o.eos is not used here (the renderer places it).
+// ("instructions", "chat"). The renderer places BOS and EOS; o.eos (when given) only fills the
+// inputs past a record's end, 0 without it.
 LmRows masked_rows(int64_t n, const std::function<RenderedRecord(int64_t)>& render,
                    const std::function<std::string(int64_t)>& at, const tok::Tokenizer& tok, const InstructionOptions& o,
                    const std::string& file, const std::string& kind, int64_t* truncated);

@@ -199,38 +199,31 @@ TEST(Chat, BadRecordsNameTheRecordAndTheField) {
   expect_record_error(R"({"messages": ["x"]})", ": messages[0]", "expected an object");
 }
 
+// The InputError of rendering `record` with the template `tmpl`, named "F: record 0".
+void expect_render_error(const std::string& tmpl, const std::string& name, const std::string& record,
+                         std::initializer_list<std::string> parts) {
+  ChatDir d(tmpl, name);
+  d.write("c.jsonl", record + "\n");
+  const ChatFormat f = load_chat_format(d.dir);
+  const auto recs = read_chat_records(d.path("c.jsonl"), "w");
+  expect_input_error([&] { render_chat(recs[0], kjv_bpe(), f, "F: record 0"); }, parts);
+}
+
 // The template's own refusals name the record; a template whose renders are not prefixes of one
 // another names the turn; a directory without a chat template names tokenizer_config.json's field.
 TEST(Chat, TemplateProblemsNameTheRecordOrTheFile) {
-  {
-    ChatDir d("{% if messages[0]['role'] == 'assistant' %}{{ raise_exception('start with the user') }}{% endif %}"
-              "{% for m in messages %}{{ m['content'] }}{% endfor %}", "raise");
-    d.write("c.jsonl", R"({"messages": [{"role": "assistant", "content": "x"}]})" "\n");
-    const ChatFormat f = load_chat_format(d.dir);
-    const auto recs = read_chat_records(d.path("c.jsonl"), "w");
-    expect_input_error([&] { render_chat(recs[0], kjv_bpe(), f, "F: record 0"); },
-                       {"F: record 0", "start with the user"});
-  }
-  {
-    ChatDir d("{% for m in messages %}{% if loop.last %}[last]{% endif %}{{ m['content'] }}{% endfor %}", "unstable");
-    d.write("c.jsonl", R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})" "\n");
-    const ChatFormat f = load_chat_format(d.dir);
-    const auto recs = read_chat_records(d.path("c.jsonl"), "w");
-    expect_input_error([&] { render_chat(recs[0], kjv_bpe(), f, "F: record 0"); },
-                       {"F: record 0: message 1", "not a prefix"});
-  }
-  {
-    ChatDir d("{% for m in messages %}{% if m.role == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}", "silent");
-    d.write("c.jsonl", R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})" "\n");
-    const ChatFormat f = load_chat_format(d.dir);
-    const auto recs = read_chat_records(d.path("c.jsonl"), "w");
-    expect_input_error([&] { render_chat(recs[0], kjv_bpe(), f, "F: record 0"); },
-                       {"F: record 0", "writes no token for the assistant turns"});
-  }
-  {
-    ChatDir d("", "none");
-    expect_input_error([&] { load_chat_format(d.dir); }, {d.dir + "/tokenizer_config.json: chat_template", "absent"});
-  }
+  const std::string user_then_assistant =
+      R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})";
+  expect_render_error("{% if messages[0]['role'] == 'assistant' %}{{ raise_exception('start with the user') }}"
+                      "{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}",
+                      "raise", R"({"messages": [{"role": "assistant", "content": "x"}]})",
+                      {"F: record 0", "start with the user"});
+  expect_render_error("{% for m in messages %}{% if loop.last %}[last]{% endif %}{{ m['content'] }}{% endfor %}",
+                      "unstable", user_then_assistant, {"F: record 0: message 1", "not a prefix"});
+  expect_render_error("{% for m in messages %}{% if m.role == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}",
+                      "silent", user_then_assistant, {"F: record 0", "writes no token for the assistant turns"});
+  ChatDir none("", "none");
+  expect_input_error([&] { load_chat_format(none.dir); }, {none.dir + "/tokenizer_config.json: chat_template", "absent"});
 }
 
 }  // namespace

@@ -77,6 +77,10 @@ void Tensor::discard() const {
   if (handle_) starpu_data_invalidate_submit(handle_);
 }
 
+void Tensor::wont_use() const {
+  if (handle_) starpu_data_wont_use(handle_);
+}
+
 void Tensor::reset() {
   if (handle_) starpu_data_unregister(handle_);
   handle_ = nullptr;

@@ -132,6 +132,10 @@ class Tensor {
   // (starpu_data_invalidate_submit): a lazy tensor's memory goes back to StarPU. The next task
   // must write it whole (STARPU_W). ZeRO stage 3's transient parameters and gradients.
   void discard() const;
+  // Advises StarPU that the tasks submitted on it so far are its last for a while
+  // (starpu_data_wont_use): its replicas off the home node (a GPU's) are written back and are the
+  // first evicted when a device needs room. A host-homed crossing buffer a device task writes.
+  void wont_use() const;
 
  private:
   // shape, element count, element size and name; no data yet (home and lazy register it)

@@ -290,6 +290,9 @@ std::vector<FieldDef> zenflow_fields() {
       // ranks select, as changing the rank count does
       text("zenflow.dp_selection", [](auto& s) -> auto& { return s.zenflow.dp_selection; }, {"exact", "local-sum"})
           .only_if([](const Spec& s) { return s.zenflow.local_sum(); }),
+      // not compared on --resume: the same values either way, only where the sum runs
+      text("zenflow.accumulate_on", [](auto& s) -> auto& { return s.zenflow.accumulate_on; }, {"host", "device"})
+          .only_if([](const Spec& s) { return !s.zenflow.accumulate_on_host(); }),
   };
 }
 

@@ -168,6 +168,13 @@ struct Spec {
     // their local gradients, the proxy)
     std::string dp_selection = "exact";
     bool local_sum() const { return dp_selection == "local-sum"; }
+    // ours: where the per-step accumulation of the gradient into the host buffer runs (issue 43):
+    // "host" (DeepSpeed's way: the gradient crosses every step, 2 bytes per value under bf16/fp16,
+    // and a host task sums it in fp32) or "device" (a crossing task adds the fp32 gradient into the
+    // host-homed accumulator: on a CUDA worker StarPU keeps the accumulator's replica on the GPU for
+    // the interval; docs/zenflow.md, "Where the accumulation runs")
+    std::string accumulate_on = "host";
+    bool accumulate_on_host() const { return accumulate_on == "host"; }
     bool given = false;                    // the spec had a zenflow block
     bool cores_perc_given = false;
     int staleness() const { return max_staleness >= 0 ? max_staleness : (overlap_step ? 1 : 0); }

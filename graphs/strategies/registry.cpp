@@ -109,16 +109,20 @@ void check_zenflow(const Spec& s, int ranks) {
 // 2), the resync buffer (1; bf16 0.5), its D+1 fp32 accumulators (bf16: and D+1 2-byte results);
 // on the device the selected columns' moments (2 x topk_ratio) and under bf16/fp16 with semantics
 // zenflow their fp32 master (topk_ratio), twice with zenflow.offload: the host copy and the
-// device's. The 1-D parameters' device moments and masters are among the 1-D extras the estimate
-// leaves out (memory_estimate.cpp).
+// device's. accumulate_on "host" under bf16/fp16: the two slots the gradient crosses into (2 x
+// 0.5); "device": the interval's accumulator as the device's (1, device_state_bytes.accumulator). The 1-D
+// parameters' device moments and masters are among the 1-D extras the estimate leaves out
+// (memory_estimate.cpp).
 OptimizerFootprint zenflow_footprint(const Spec& s, double, double, int ranks) {
   const Spec::ZenFlow& z = s.zenflow;
   const double two_sets = z.deepspeed_rules() && z.overlap_step ? 2 : 0;
   const double D = z.staleness();
   const double sel_state = 2 + (half(s) && !z.deepspeed_rules() ? 1 : 0);
+  const bool on_host = z.accumulate_on_host();
   return per_rank(s,
-                  {3 + two_sets + wire(s) + (D + 1) * (1 + (half(s) ? wire(s) : 0)),
-                   sel_state * z.topk_ratio * (z.offload ? 2 : 1)},
+                  {3 + two_sets + wire(s) + (D + 1) * (1 + (half(s) ? wire(s) : 0)) + (on_host && half(s) ? 2 * wire(s) : 0),
+                   sel_state * z.topk_ratio * (z.offload ? 2 : 1) +
+                       (on_host ? 0 : s.zero_stage >= 1 && several(ranks) ? 1.0 / ranks : 1)},
                   ranks);
 }
 

@@ -126,6 +126,7 @@ Strategy::DeviceState Strategy::device_state() const {
   }
   d.params = d.params_shards + d.params_transient;
   d.optimizer = device_optimizer_bytes();
+  d.accumulator = device_accumulator_bytes();
   return d;
 }
 

@@ -75,6 +75,9 @@ class Strategy {
   virtual StrategyReport report() const { return {}; }
   // Bytes of optimizer state the strategy keeps on the device (device_state_bytes.optimizer).
   virtual int64_t device_optimizer_bytes() const { return 0; }
+  // Host-homed buffers that device tasks read-write across steps (a CUDA worker keeps their
+  // replica on the GPU): zenflow's accumulator with accumulate_on "device".
+  virtual int64_t device_accumulator_bytes() const { return 0; }
   // Precision bf16: whether the update rounds the device gradients to bf16 itself as it reads them,
   // and writes the device parameters already rounded, so that the trainer (graphs/train/precision.hpp)
   // submits no rounding tasks of its own for them.
@@ -137,8 +140,8 @@ class Strategy {
   // This rank's device state (docs/metrics.md, device_state_bytes): parameters (at stage 3 the
   // shards plus the most whole layer groups held at once), gradients likewise, device optimizer state.
   struct DeviceState {
-    int64_t params = 0, params_shards = 0, params_transient = 0, grads = 0, optimizer = 0;
-    int64_t total() const { return params + grads + optimizer; }
+    int64_t params = 0, params_shards = 0, params_transient = 0, grads = 0, optimizer = 0, accumulator = 0;
+    int64_t total() const { return params + grads + optimizer + accumulator; }
   };
   DeviceState device_state() const;
   // gradient_clipping > 0: the clip points (graphs/strategies/clip.hpp); null otherwise.

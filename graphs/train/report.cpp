@@ -347,7 +347,7 @@ json metrics_json(const RunReport& r) {
   const Strategy::DeviceState ds = strat.device_state();
   m["device_state_bytes"] = {{"params", ds.params},       {"params_shards", ds.params_shards},
                              {"params_transient", ds.params_transient}, {"grads", ds.grads},
-                             {"optimizer", ds.optimizer}, {"total", ds.total()}};
+                             {"optimizer", ds.optimizer}, {"accumulator", ds.accumulator}, {"total", ds.total()}};
   m["host_adam_s_per_step"] = r.host_adam_us * 1e-6;
   if (r.comm) {
     m["data_parallel"] = data_parallel_metrics(*r.comm, r.wl, strat, T - t0, r.host_adam_us);

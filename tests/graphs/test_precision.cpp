@@ -41,6 +41,7 @@ bool all_bf16(const Weights& w) {
 }
 
 double bytes_of(const nlohmann::json& m, const char* dir) { return m["bytes"][dir].get<double>(); }
+std::vector<int64_t> skipped_at(const nlohmann::json& m);
 
 TEST(Bf16Engine, BaselinesEqualReferenceBitwise) {
   for (const char* strat : {"device-adam", "zero-offload"}) {
@@ -122,13 +123,93 @@ TEST(Bf16Engine, CrossingsCarryTwoBytesPerValue) {
     EXPECT_EQ(mb["precision"], "bf16");
     EXPECT_GT(bytes_of(mf, "host_to_device"), 0);
     EXPECT_EQ(bytes_of(mb, "host_to_device") * 2, bytes_of(mf, "host_to_device"));
+    // zenflow (accumulate_on "host", the default): the gradients accumulated on the host cross every
+    // step and the resync at the reselection, both in bf16
+    EXPECT_EQ(bytes_of(mb, "device_to_host") * 2, bytes_of(mf, "device_to_host"));
     if (std::string(strat) == "zenflow") {
-      // the accumulation crosses in fp32 in both; the one resync (the reselection at step 8: the
-      // device parameters of the 2-D weights go to the host masters) crosses in bf16
+      // accumulate_on "device": the accumulation's crossing counts the fp32 gradient in both; only
+      // the one resync (the reselection at step 8: the 2-D weights' device parameters go to the
+      // host masters) crosses in bf16
+      f.zenflow.accumulate_on = b.zenflow.accumulate_on = "device";
+      train_and_capture(f, &mf);
+      train_and_capture(b, &mb);
       const double weights_2d = 784 * 32 + 32 * 16 + 16 * 10;  // tiny_spec's MLP
       EXPECT_DOUBLE_EQ(bytes_of(mf, "device_to_host") - bytes_of(mb, "device_to_host"), weights_2d * 2 / 16);
-    } else
-      EXPECT_EQ(bytes_of(mb, "device_to_host") * 2, bytes_of(mf, "device_to_host"));
+    }
+  }
+}
+
+// zenflow.accumulate_on (issue 43): "host" (the default: a host task sums the gradient every step,
+// under bf16/fp16 what crossed at 2 bytes, at fp32 the device gradient itself) and "device" (a crossing task adds the fp32
+// gradient into the accumulator) train bitwise the same weights: the gradient crosses before the
+// loss scale's and 1/K's factors, so at 2 bytes it is exact, and the host applies the factors as
+// the device does. Under fp32, bf16 and fp16 (with skipped overflow steps, whose updates the
+// crossing slots' parity skips too), semantics zenflow and deepspeed (with gradient clipping: the
+// 1-D window sums), staleness 0 and 1. Where the tasks run and the device's accumulator bytes
+// follow the option.
+TEST(ZenFlowAccumulateOn, HostAndDeviceTrainTheSameWeights) {
+  struct Case {
+    const char* precision;
+    bool deepspeed;
+    int D;
+  };
+  for (const Case c : {Case{"fp32", false, 1}, Case{"bf16", false, 0}, Case{"bf16", false, 1}, Case{"fp16", false, 1},
+                       Case{"bf16", true, 1}, Case{"fp32", true, 0}}) {
+    SCOPED_TRACE(std::string(c.precision) + (c.deepspeed ? " semantics deepspeed" : "") + " D=" + std::to_string(c.D));
+    Spec h = zen_spec(20, c.D, 4, 2);
+    h.precision = c.precision;
+    if (std::string(c.precision) == "fp16") {  // overflows in the first steps: skipped updates
+      h.fp16.initial_scale_power = 24;
+      h.fp16.loss_scale_window = 5;
+    }
+    if (c.deepspeed) {
+      h.zenflow.semantics = "deepspeed";
+      h.gradient_clipping = 0.05;
+    }
+    Spec d = h;
+    d.zenflow.accumulate_on = "device";
+    std::map<std::string, int> host_side, device_side;  // task name prefix -> count, steps >= 0
+    nlohmann::json mh, md;
+    auto run = [&](const Spec& s, nlohmann::json& m, bool count) {
+      Weights w;
+      RunOptions o;
+      o.quiet = true;
+      o.evaluate = false;
+      o.inspect = [&](Runtime& rt, Workload& wl) {
+        for (Param* p : wl.params()) w[p->name] = logical_values(*p);
+        if (count)
+          for (const TaskRecord& r : rt.tracker().records())
+            for (const char* pre : {"accumulate.", "d2h.grad."})
+              if (r.step >= 0 && std::string(r.name).rfind(pre, 0) == 0)
+                (r.side == Side::Host ? host_side : device_side)[pre]++;
+      };
+      m = run_training(s, o);
+      return w;
+    };
+    const Weights wh = run(h, mh, true);
+    EXPECT_GT(host_side["accumulate."], 0);
+    EXPECT_EQ(device_side["accumulate."], 0) << "the sums run on the host";
+    if (std::string(c.precision) == "fp32")  // the host task reads the device gradient: StarPU's transfer
+      EXPECT_EQ(device_side["d2h.grad."] + host_side["d2h.grad."], 0);
+    else
+      EXPECT_GT(device_side["d2h.grad."], 0) << "the gradient crosses from the device at 2 bytes";
+    EXPECT_EQ(mh["device_state_bytes"]["accumulator"], 0);
+    host_side.clear();
+    device_side.clear();
+    const Weights wd = run(d, md, true);
+    EXPECT_EQ(first_difference(wh, wd), "");
+    EXPECT_EQ(host_side["accumulate."], 0);
+    EXPECT_GT(device_side["accumulate."], 0);
+    EXPECT_EQ(device_side["d2h.grad."], 0);
+    const double weights_2d = 784 * 32 + 32 * 16 + 16 * 10;  // tiny_spec's MLP
+    const double biases = 32 + 16 + 10;
+    EXPECT_EQ(md["device_state_bytes"]["accumulator"].get<double>(), 4 * (weights_2d + (c.deepspeed ? biases : 0)));
+    EXPECT_EQ(md["device_state_bytes"]["total"].get<double>() - mh["device_state_bytes"]["total"].get<double>(),
+              md["device_state_bytes"]["accumulator"].get<double>());
+    if (std::string(c.precision) == "fp16") {
+      EXPECT_FALSE(skipped_at(mh).empty()) << "no overflow exercised the skip";
+      EXPECT_EQ(skipped_at(mh), skipped_at(md));
+    }
   }
 }
 

@@ -151,6 +151,22 @@ TEST(Spec, ZenflowDpSelection) {
   expect_spec_error(json{{"strategy", "zenflow"}, {"zenflow", {{"dp_selection", 1}}}}, "zenflow.dp_selection", "string");
 }
 
+// zenflow.accumulate_on (docs/zenflow.md, "Where the accumulation runs"): "host" by default and not
+// written then; "device" round-trips, from a DeepSpeed zenflow block too; anything else names the field
+TEST(Spec, ZenflowAccumulateOn) {
+  const zf::Spec d = zf::parse_spec(json{{"strategy", "zenflow"}}, kSrc);
+  EXPECT_EQ(d.zenflow.accumulate_on, "host");
+  EXPECT_TRUE(d.zenflow.accumulate_on_host());
+  EXPECT_FALSE(d.to_json()["zenflow"].contains("accumulate_on"));
+  const zf::Spec s = zf::parse_spec(json{{"strategy", "zenflow"}, {"zenflow", {{"accumulate_on", "device"}}}}, kSrc);
+  EXPECT_FALSE(s.zenflow.accumulate_on_host());
+  EXPECT_EQ(zf::parse_spec(s.to_json(), kSrc).zenflow.accumulate_on, "device");
+  expect_spec_error(json{{"strategy", "zenflow"}, {"zenflow", {{"accumulate_on", "gpu"}}}}, "zenflow.accumulate_on",
+                    "'gpu' is not one of: host, device");
+  expect_spec_error(json{{"strategy", "zenflow"}, {"zenflow", {{"accumulate_on", true}}}}, "zenflow.accumulate_on",
+                    "string");
+}
+
 TEST(Spec, ImpossibleValues) {
   expect_spec_error(json{{"train", {{"batch_size", 0}}}}, "train.batch_size", "outside [1,");
   expect_spec_error(json{{"train", {{"batch_size", -4}}}}, "train.batch_size", "outside");

@@ -65,7 +65,7 @@ const json kRichB = json::parse(R"({
   "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.1, "cos_min_ratio": 0.01,
                 "warmup_num_steps": 5, "total_num_steps": 50}},
   "zenflow": {"select_strategy": "epoch", "select_interval": 1, "update_interval": 2, "semantics": "deepspeed",
-              "dp_selection": "local-sum"},
+              "dp_selection": "local-sum", "accumulate_on": "device"},
   "runtime": {"device_workers": 1, "host_workers": 1}
 })");
 

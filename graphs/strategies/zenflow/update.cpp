@@ -9,6 +9,10 @@ namespace zf::zenflow {
 // host or device update; docs/zenflow.md). t only tags the tasks.
 void ZenFlowStrategy::submit_update(const UpdateStep& u) {
   const int64_t t = u.t, o = u.o;
+  // accumulation on the host under bf16/fp16: the gradient crosses as it is (rounded, not yet
+  // unscaled or divided: so it is exact at 2 bytes); the host task applies those factors as
+  // prepare_gradients does here
+  cross_gradients(t, o);
   prepare_gradients(u);
   // the auto rule's vote on the previous update's gradient (after a resume: on the restored
   // mass); its mass task is tagged with a step <= t - 1
@@ -21,9 +25,9 @@ void ZenFlowStrategy::submit_update(const UpdateStep& u) {
 
   // 2. accumulation of the full gradient into this interval's buffer
   const int64_t slot = ring_.slot();
-  for (auto& wp : mat_) accumulate(t, *wp->p, wp->acc[slot]);
+  for (auto& wp : mat_) accumulate(u, *wp->p, wp->acc[slot], wp->down);
   for (Vector& v : vec_)  // semantics deepspeed with clipping: the 1-D window sums, for the norm
-    if (!v.acc.empty()) accumulate(t, *v.p, v.acc[slot]);
+    if (!v.acc.empty()) accumulate(u, *v.p, v.acc[slot], v.down);
   ring_.accumulate();
 
   // 3. host update at the interval's boundary, merge of the job D intervals back
@@ -50,17 +54,44 @@ void ZenFlowStrategy::prepare_gradients(const UpdateStep& u) {
       insert_scale(rt_.device(u.t).named("scale.grad." + p->name), shard_of(p->grad, &base), cal_.gradient_factor());
 }
 
-// The window's first step copies, the others add. Stage 3: from the gradient shard.
-void ZenFlowStrategy::accumulate(int64_t t, const Param& p, const HostTensor& acc) {
+// zenflow.accumulate_on "host" under bf16/fp16: every accumulated gradient crosses into its slot of
+// the update's parity at 2 bytes per value, counted in bytes.device_to_host. Stage 3: the shard.
+void ZenFlowStrategy::cross_gradients(int64_t t, int64_t o) {
+  const size_t slot = (size_t)(o & 1);
+  for (auto& wp : mat_)
+    if (!wp->down.empty()) to_host(rt_.crossing(t).named("d2h.grad." + wp->p->name), wp->p->grad, wp->down[slot]);
+  for (Vector& v : vec_)
+    if (!v.down.empty()) to_host(rt_.crossing(t).named("d2h.grad." + v.p->name), v.p->grad, v.down[slot]);
+}
+
+// The window's first step copies, the others add (docs/zenflow.md, "Where the accumulation runs").
+// accumulate_on "device": a crossing task reads the device gradient (stage 3: its shard).
+// "host": a host task, at fp32 on the device gradient itself (StarPU's transfer is the crossing;
+// after the device's unscale and 1/K, as the device's would), under bf16/fp16 on what crossed
+// (cross_gradients), applying the loss scale's and 1/K's factors itself.
+void ZenFlowStrategy::accumulate(const UpdateStep& u, const Param& p, const HostTensor& acc,
+                                 const std::vector<HostTensor>& down) {
+  const int64_t t = u.t;
+  const bool first = ring_.accumulated() == 0;
+  auto name = [&](size_t i) { return "accumulate." + p.name + "[" + std::to_string(i) + "]"; };
+  if (!down.empty()) {
+    const HostTensor& d = down[(size_t)(u.o & 1)];
+    const float s2 = cal_.divides_gradients() ? cal_.gradient_factor() : 1.0f;
+    for (size_t i = 0; i < acc.tiles.size(); ++i) {
+      insert_accumulate_host(rt_.host(t).named(name(i)), acc.tiles[i], d.tiles[i], u.grad_scale, s2, first);
+      d.tiles[i].wont_use();  // on a GPU: its replica (what the crossing wrote) is evicted first
+    }
+    return;
+  }
+  const SubmitOptions where = z_.accumulate_on_host() ? rt_.host(t) : rt_.crossing(t);
   size_t base = 0;
   const Tensor& g = shard_of(p.grad, &base);
   for (size_t i = 0; i < acc.tiles.size(); ++i) {
-    const std::string nm = "accumulate." + p.name + "[" + std::to_string(i) + "]";
     const Slice gs{acc.slices[i].offset - base, acc.slices[i].n};
-    if (ring_.accumulated() == 0)
-      insert_copy(rt_.crossing(t).named(nm), g, gs, acc.tiles[i], whole(acc.tiles[i]));
+    if (first)
+      insert_copy(where.named(name(i)), g, gs, acc.tiles[i], whole(acc.tiles[i]));
     else
-      insert_accumulate(rt_.crossing(t).named(nm), acc.tiles[i], whole(acc.tiles[i]), g, gs, 1.0f);
+      insert_accumulate(where.named(name(i)), acc.tiles[i], whole(acc.tiles[i]), g, gs, 1.0f);
   }
   for (const Slice& sl : acc.slices) d2h_ += (int64_t)(sl.n * p.grad.elem_size());  // this rank's tiles
 }

@@ -40,7 +40,7 @@ void ZenFlowStrategy::add_vector(Param* p) {
   // stage 3: the moments of this rank's shard only
   const std::vector<int64_t> shape =
       stage3() ? std::vector<int64_t>{(int64_t)std::max<size_t>(1, shard_len(*p))} : p->value.shape();
-  vec_.push_back(Vector{p, Tensor::home(shape, p->name + ".m"), Tensor::home(shape, p->name + ".v"), {}, {}, {}, {}});
+  vec_.push_back(Vector{p, Tensor::home(shape, p->name + ".m"), Tensor::home(shape, p->name + ".v"), {}, {}, {}, {}, {}});
   if (masters()) {  // from the (rounded) initial values; stage 3: this rank's shard's (a resume loads it)
     Vector& v = vec_.back();
     v.master = Tensor::home(shape, p->name + ".master");
@@ -52,9 +52,12 @@ void ZenFlowStrategy::add_vector(Param* p) {
     vec_.back().mw[i] = Tensor::home(p->value.shape(), p->name + ".m_warm" + std::to_string(i));
     vec_.back().vw[i] = Tensor::home(p->value.shape(), p->name + ".v_warm" + std::to_string(i));
   }
-  if (cal_.vector_windows(clipping()))
+  if (cal_.vector_windows(clipping())) {
     for (int i = 0; i <= cal_.staleness(); ++i)
       vec_.back().acc.push_back(host_tensor(*p, p->name + ".acc" + std::to_string(i)));
+    if (z_.accumulate_on_host() && bf16_)
+      for (int i = 0; i < 2; ++i) vec_.back().down.push_back(host_tensor(*p, p->name + ".down" + std::to_string(i), 2));
+  }
 }
 
 void ZenFlowStrategy::add_matrix(Param* p) {
@@ -104,6 +107,11 @@ void ZenFlowStrategy::add_matrix(Param* p) {
     w.acc.push_back(host_tensor(*p, n + ".acc" + std::to_string(i)));
     if (bf16_) w.res.push_back(host_tensor(*p, n + ".res" + std::to_string(i), wire));
   }
+  // accumulation on the host under bf16/fp16: the gradient crosses at 2 bytes into one of two
+  // slots (so a step's crossing waits for the host's sum of the step two before, not the step
+  // before); at fp32 the host sums the device gradient itself (update.cpp, accumulate)
+  if (z_.accumulate_on_host() && bf16_)
+    for (int i = 0; i < 2; ++i) w.down.push_back(host_tensor(*p, n + ".down" + std::to_string(i), wire));
   to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
   mat_.push_back(std::move(mx));
 }

@@ -36,6 +36,9 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
   // rings of D+1: acc[s] holds a window's gradient sum, then (fp32) its job's result until merged;
   // res: the 2-byte results of precision bf16/fp16 (empty otherwise)
   std::vector<HostTensor> acc, res;
+  // zenflow.accumulate_on "host" under bf16/fp16: the two slots (by update parity) the gradient
+  // crosses into every step at 2 bytes, before a host task adds it into acc (empty otherwise)
+  std::vector<HostTensor> down;
   double A = 0.0, N = 0.0;                   // auto rule
   double mass_host[2] = {0, 0};
   std::vector<std::vector<int32_t>> selections;  // read back at every selection (metrics)
@@ -55,6 +58,7 @@ struct Vector {  // a 1-D parameter: device AdamW every step
   // semantics deepspeed with gradient_clipping: the window sums of g/K on the host, a ring of D+1
   // like the 2-D accumulators (DeepSpeed's clip norm counts them; docs/zenflow.md)
   std::vector<HostTensor> acc;
+  std::vector<HostTensor> down;  // as Matrix::down, for acc
 };
 
 // Staleness of the merged host results (metrics and the trainer's summary).
@@ -84,6 +88,17 @@ class ZenFlowStrategy final : public Strategy {
     for (const Vector& v : vec_) n += (int64_t)(v.m.bytes() + v.v.bytes() + v.master.bytes());
     return n;
   }
+  // zenflow.accumulate_on "device": the interval's fp32 accumulator, which the device's accumulate
+  // tasks read-write (on a CUDA worker StarPU keeps its replica on the GPU until the host AdamW
+  // reads it); 0 with "host"
+  int64_t device_accumulator_bytes() const override {
+    if (z_.accumulate_on_host()) return 0;
+    int64_t n = 0;
+    for (const auto& w : mat_) n += (int64_t)w->acc[0].bytes();
+    for (const Vector& v : vec_)
+      if (!v.acc.empty()) n += (int64_t)v.acc[0].bytes();
+    return n;
+  }
   std::vector<TraceEvent> trace_events(const std::vector<TaskRecord>& recs) const override;  // metrics.cpp
   void save_state(StateWriter& w) const override;                                     // state.cpp
   void load_state(const StateReader& r) override;                                     // state.cpp
@@ -97,7 +112,8 @@ class ZenFlowStrategy final : public Strategy {
   void allreduce_selected(int64_t t);
   // update.cpp: the parts of submit_update, in their order
   void prepare_gradients(const UpdateStep& u);
-  void accumulate(int64_t t, const Param& p, const HostTensor& acc);
+  void cross_gradients(int64_t t, int64_t o);
+  void accumulate(const UpdateStep& u, const Param& p, const HostTensor& acc, const std::vector<HostTensor>& down);
   void host_update(int64_t t, int64_t o);
   float clip_host(int64_t t, int64_t due, int64_t slot, float scale);
   void host_adam(int64_t t, int64_t o, int64_t due, int64_t slot, float scale);

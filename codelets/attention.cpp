@@ -1,8 +1,9 @@
 // Causal multi-head self-attention forward (saving the attention probabilities) and backward
 // (kernels/cpu/attention.cpp): the GPT's on a fused qkv, and grouped-query attention (Llama,
 // Qwen2: docs/llama.md) on q, k, v held apart with n_kv_head <= n_head KV heads. Under precision
-// bf16 (Runtime::matmul_bf16) the GPT's CPU kernels multiply bf16 operands where the CPU has native
-// bf16, as the matmul codelets; grouped-query attention and CUDA stay fp32.
+// bf16 (Runtime::matmul_bf16) the products multiply bf16 operands, as the matmul codelets': the
+// GPT's CPU kernels where the CPU has native bf16 (the CPU's grouped-query attention stays fp32),
+// both CUDA kernels on the tensor cores (kernels/cuda/attention.cu).
 #include <starpu.h>
 
 #include <cstdlib>
@@ -19,7 +20,7 @@ namespace {
 struct AttentionArgs {
   int B, T, C, NH;
   StepStatus* status;
-  bool bf16;  // bf16 operands (CPU)
+  bool bf16;  // bf16 operands
 };
 
 void attention_fwd_cpu(void* b[], void* a) noexcept {
@@ -41,18 +42,19 @@ void attention_bwd_cpu(void* b[], void* a) noexcept {
 void attention_fwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<AttentionArgs*>(a);
   cuda_check(kernels::cuda::attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->NH,
-                                          cublas_handle(), cuda_stream()));
+                                          cublas_handle(), cuda_stream(), p->bf16));
 }
 void attention_bwd_cuda(void* b[], void* a) noexcept {  // (B, T, T) scratch from the stream's pool
   auto* p = static_cast<AttentionArgs*>(a);
   cuda_check(kernels::cuda::attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), p->B, p->T,
-                                          p->C, p->NH, cublas_handle(), cuda_stream()));
+                                          p->C, p->NH, cublas_handle(), cuda_stream(), p->bf16));
 }
 #endif
 
 struct GqaArgs {
   int B, T, H, Hkv, hs;
   StepStatus* status;
+  bool bf16;  // bf16 operands (CUDA; the CPU kernel multiplies fp32)
 };
 
 void gqa_attention_fwd_cpu(void* b[], void* a) noexcept {  // q, k, v, out, att
@@ -77,13 +79,13 @@ void gqa_attention_fwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<GqaArgs*>(a);
   cuda_check(kernels::cuda::gqa_attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]),
                                               vec_ptr(b[4]), p->B, p->T, p->H, p->Hkv, p->hs, cublas_handle(),
-                                              cuda_stream()));
+                                              cuda_stream(), p->bf16));
 }
 void gqa_attention_bwd_cuda(void* b[], void* a) noexcept {  // (B, T, T) scratch from the stream's pool
   auto* p = static_cast<GqaArgs*>(a);
   cuda_check(kernels::cuda::gqa_attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]),
                                               vec_ptr(b[4]), vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), p->B, p->T,
-                                              p->H, p->Hkv, p->hs, cublas_handle(), cuda_stream()));
+                                              p->H, p->Hkv, p->hs, cublas_handle(), cuda_stream(), p->bf16));
 }
 #endif
 
@@ -99,17 +101,39 @@ double gqa_fwd_flops(const void* a) {
   return 4.0 * p->B * p->T * p->T * p->H * p->hs;
 }
 double gqa_bwd_flops(const void* a) { return 2 * gqa_fwd_flops(a); }
+// The elements a CUDA worker rounds to bf16 before bf16 products (0: fp32), for the roofline:
+// forward q, k, v and att; backward q, k, v, dout, att and each head's dS
+double attention_fwd_bf16_operands(const void* a) {
+  auto* p = static_cast<const AttentionArgs*>(a);
+  return p->bf16 ? 3.0 * p->B * p->T * p->C + (double)p->B * p->NH * p->T * p->T : 0.0;
+}
+double attention_bwd_bf16_operands(const void* a) {
+  auto* p = static_cast<const AttentionArgs*>(a);
+  return p->bf16 ? 4.0 * p->B * p->T * p->C + 2.0 * p->B * p->NH * p->T * p->T : 0.0;
+}
+double gqa_fwd_bf16_operands(const void* a) {
+  auto* p = static_cast<const GqaArgs*>(a);
+  return p->bf16 ? (double)p->B * p->T * (p->H + 2.0 * p->Hkv) * p->hs + (double)p->B * p->H * p->T * p->T : 0.0;
+}
+double gqa_bwd_bf16_operands(const void* a) {
+  auto* p = static_cast<const GqaArgs*>(a);
+  return p->bf16 ? (double)p->B * p->T * (2.0 * p->H + 2.0 * p->Hkv) * p->hs + 2.0 * p->B * p->H * p->T * p->T
+                 : 0.0;
+}
 
 starpu_codelet& attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3, {STARPU_R, STARPU_W, STARPU_W}, attention_fwd_flops}, &m);
+      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3, {STARPU_R, STARPU_W, STARPU_W},
+       attention_fwd_flops, Collective::None, 0, nullptr, nullptr, attention_fwd_bf16_operands},
+      &m);
   return c;
 }
 starpu_codelet& attention_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(attention_bwd_cuda), 4,
-                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}, attention_bwd_flops},
+                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}, attention_bwd_flops,
+                                          Collective::None, 0, nullptr, nullptr, attention_bwd_bf16_operands},
                                          &m);
   return c;
 }
@@ -131,7 +155,8 @@ starpu_codelet& gqa_attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_gqa_attention_fwd", gqa_attention_fwd_cpu, ZF_CUDA_FUNC(gqa_attention_fwd_cuda), 5,
-                    {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}, gqa_fwd_flops},
+                    {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}, gqa_fwd_flops, Collective::None, 0,
+                    nullptr, nullptr, gqa_fwd_bf16_operands},
                    &m);
   return c;
 }
@@ -139,7 +164,8 @@ starpu_codelet& gqa_attention_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_gqa_attention_bwd", gqa_attention_bwd_cpu, ZF_CUDA_FUNC(gqa_attention_bwd_cuda), 8,
-                    {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}, gqa_bwd_flops},
+                    {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}, gqa_bwd_flops,
+                    Collective::None, 0, nullptr, nullptr, gqa_bwd_bf16_operands},
                    &m);
   return c;
 }
@@ -160,7 +186,7 @@ GqaArgs gqa_dims(const SubmitOptions& opt, const Tensor& q, const Tensor& k, con
          shape_str(k) + " and " + shape_str(v) + " must be (" + std::to_string(kv[0]) + "," + std::to_string(kv[1]) +
              ") = (B*T, n_kv_head*hs)");
   expect(out.shape() == q.shape(), opt, shape_str(out) + " must be shaped as " + shape_str(q));
-  return {B, T, H, n_kv_head, hs, status};
+  return {B, T, H, n_kv_head, hs, status, opt.rt && opt.rt->matmul_bf16()};
 }
 
 }  // namespace

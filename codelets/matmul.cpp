@@ -1,10 +1,11 @@
 // Matmul codelets: forward y = x w^T, backward dw = dy^T x and dx = dy w (kernels/cpu/matmul.cpp);
 // a weight stored (in, out) (in_out) is passed through to the kernels' transpose flags. Under
-// precision bf16 (Runtime::matmul_bf16) the CPU kernels multiply bf16 operands where the CPU has
-// native bf16 (kernels/cpu/kernels.hpp); the CUDA ones stay fp32 (cuBLAS SGEMM). There, from
-// kMatmulBf16Rows rows, a model can have each activation and output gradient converted once instead
-// of in each of the two tasks that multiply it (insert_matmul_*_kept, CPU-only codelets): the
-// forward keeps x's bf16 copy and the data gradient dy's, which the weight gradient multiplies.
+// precision bf16 (Runtime::matmul_bf16) the kernels multiply bf16 operands: the CPU ones where the
+// CPU has native bf16 (kernels/cpu/kernels.hpp), the CUDA ones on the tensor cores (cublasGemmEx,
+// kernels/cuda/matmul.cu). On a CPU device, from kMatmulBf16Rows rows, a model can have each
+// activation and output gradient converted once instead of in each of the two tasks that multiply
+// it (insert_matmul_*_kept, CPU-only codelets): the forward keeps x's bf16 copy and the data
+// gradient dy's, which the weight gradient multiplies.
 #include <starpu.h>
 
 
@@ -19,7 +20,7 @@ namespace {
 struct MatmulArgs {
   int B, K, N;
   bool in_out;  // w / dw stored (K, N)
-  bool bf16;    // bf16 operands (CPU)
+  bool bf16;    // bf16 operands
 };
 
 void matmul_fwd_cpu(void* b[], void* a) noexcept {
@@ -57,17 +58,17 @@ void matmul_bwd_weight_kept_cpu(void* b[], void* a) noexcept {
 void matmul_fwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   cuda_check(kernels::cuda::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                       cublas_handle(), cuda_stream(), p->in_out));
+                                       cublas_handle(), cuda_stream(), p->in_out, p->bf16));
 }
 void matmul_bwd_weight_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   cuda_check(kernels::cuda::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                              false, cublas_handle(), cuda_stream(), p->in_out));
+                                              false, cublas_handle(), cuda_stream(), p->in_out, p->bf16));
 }
 void matmul_bwd_data_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   cuda_check(kernels::cuda::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                            cublas_handle(), cuda_stream(), p->in_out));
+                                            cublas_handle(), cuda_stream(), p->in_out, p->bf16));
 }
 #endif
 
@@ -76,24 +77,44 @@ double matmul_flops(const void* a) {
   auto* p = static_cast<const MatmulArgs*>(a);
   return 2.0 * p->B * p->K * p->N;
 }
+// The elements a CUDA worker rounds to bf16 before a bf16 product (0: fp32), for the roofline: the
+// two operands, x and w (forward), dy and x (weight gradient), dy and w (data gradient)
+double fwd_bf16_operands(const void* a) {
+  auto* p = static_cast<const MatmulArgs*>(a);
+  return p->bf16 ? (double)p->B * p->K + (double)p->N * p->K : 0.0;
+}
+double bwd_weight_bf16_operands(const void* a) {
+  auto* p = static_cast<const MatmulArgs*>(a);
+  return p->bf16 ? (double)p->B * p->N + (double)p->B * p->K : 0.0;
+}
+double bwd_data_bf16_operands(const void* a) {
+  auto* p = static_cast<const MatmulArgs*>(a);
+  return p->bf16 ? (double)p->B * p->N + (double)p->N * p->K : 0.0;
+}
 
 starpu_codelet& matmul_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet(
-      {"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}, matmul_flops}, &m);
+  static starpu_codelet c = make_codelet({"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3,
+                                          {STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0,
+                                          nullptr, nullptr, fwd_bf16_operands},
+                                         &m);
   return c;
 }
 starpu_codelet& matmul_bwd_weight_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight", matmul_bwd_weight_cpu,
-                                          ZF_CUDA_FUNC(matmul_bwd_weight_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}, matmul_flops},
+                                          ZF_CUDA_FUNC(matmul_bwd_weight_cuda), 3, {STARPU_R, STARPU_R, STARPU_W},
+                                          matmul_flops, Collective::None, 0, nullptr, nullptr,
+                                          bwd_weight_bf16_operands},
                                          &m);
   return c;
 }
 starpu_codelet& matmul_bwd_data_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
-                                          ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}, matmul_flops},
+                                          ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W},
+                                          matmul_flops, Collective::None, 0, nullptr, nullptr,
+                                          bwd_data_bf16_operands},
                                          &m);
   return c;
 }
@@ -140,8 +161,8 @@ void expect_bf16_copy(const SubmitOptions& opt, const Tensor& copy, const Tensor
   expect(copy.bytes() == of.numel() * 2, opt, "bf16 copy " + shape_str(copy) + " must hold " + shape_str(of));
 }
 }  // namespace
-bool matmul_keeps_bf16_operands(const SubmitOptions& opt, int64_t rows) {
-  return opt.rt && opt.rt->matmul_bf16() && opt.rt->matmul_keep_bf16_operands() &&
+bool matmul_keeps_bf16_operands(const SubmitOptions& opt, int64_t rows) {  // CPU devices only
+  return opt.rt && opt.rt->matmul_bf16() && !opt.rt->device_is_cuda() && opt.rt->matmul_keep_bf16_operands() &&
          rows >= kernels::cpu::kMatmulBf16Rows;
 }
 

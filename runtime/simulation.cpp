@@ -19,10 +19,11 @@ namespace {
 
 // Effective rates (peak x the stated efficiency, tools/sim_machine.py) of one worker.
 struct Rates {
-  double flops = 0;                  // FLOP/s (fp32: the CUDA matmuls are cuBLAS SGEMM at any precision)
+  double flops = 0;                  // FLOP/s, fp32 (a CPU worker's at any precision)
+  double bf16_flops = 0;             // FLOP/s of bf16 products (cuda only: tensor cores)
   double bytes = 0;                  // B/s
   double overhead_us = 0;            // per task
-  double peak_flops = 0, peak_bytes = 0;  // the peaks the rates above are a fraction of
+  double peak_flops = 0, peak_bytes = 0, peak_bf16_flops = 0;  // the peaks the rates above are a fraction of
   // the share of a tiled kernel's tiles one idle helper runs (cpu only; 0.5: an even split)
   double helper_share = 0.5;
   // per codelet (its symbol "zf_<op>"): the efficiency that replaces the generic ones for both of
@@ -48,6 +49,7 @@ struct Model {
   int coll_buffer = 0;
   FlopsFn coll_bytes = nullptr;
   FlopsFn bytes = nullptr;           // traffic from the args (a range of its buffers); null: sizes
+  FlopsFn bf16_operands = nullptr;   // elements rounded to bf16 for bf16 products (CUDA); null: fp32
 };
 std::mutex mu;
 std::unordered_map<const starpu_perfmodel*, Model> models;
@@ -106,6 +108,10 @@ void sim_load_roofline(const std::string& sched) {
       rates->overhead_us = positive(kv, path, per_sched);
     rates->peak_flops = positive(kv, path, d + ".peak.flops");
     rates->peak_bytes = positive(kv, path, d + ".peak.bytes");
+    if (d == "cuda") {
+      rates->bf16_flops = positive(kv, path, "cuda.bf16_flops");
+      rates->peak_bf16_flops = positive(kv, path, "cuda.peak.bf16_flops");
+    }
     if (auto it = kv.find(d + ".helper_share"); it != kv.end()) {
       if (!(it->second > 0 && it->second < 1))
         throw InputError(std::string(path) + ": " + d + ".helper_share", "expected a share in (0, 1)");
@@ -126,7 +132,7 @@ void sim_load_roofline(const std::string& sched) {
 }
 
 void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective collective, int coll_buffer,
-                  FlopsFn coll_bytes, FlopsFn bytes) {
+                  FlopsFn coll_bytes, FlopsFn bytes, FlopsFn bf16_operands) {
   std::lock_guard<std::mutex> lk(mu);
   Model m;
   m.symbol = model->symbol;
@@ -136,6 +142,7 @@ void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective colle
   m.coll_buffer = coll_buffer;
   m.coll_bytes = coll_bytes;
   m.bytes = bytes;
+  m.bf16_operands = bf16_operands;
   models[model] = m;
 }
 
@@ -193,11 +200,16 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
       bytes += size * (((mode & STARPU_R) ? 1 : 0) + ((mode & STARPU_W) ? 1 : 0));
     }
   const double flops = md.flops && task->cl_arg ? md.flops(task->cl_arg) : 0.0;
+  // bf16 products on a CUDA worker (precision bf16): the operands' conversions first (memory-bound
+  // kernels: read 4 bytes, write 2 per element), then the products at the bf16 rate
+  const double converted = cuda && md.bf16_operands && task->cl_arg ? md.bf16_operands(task->cl_arg) : 0.0;
   // a calibrated codelet: both rates are the peaks x its efficiency
   const double eff = cuda ? md.cuda_eff : md.cpu_eff;
-  const double f_rate = eff > 0 ? r.peak_flops * eff : r.flops, b_rate = eff > 0 ? r.peak_bytes * eff : r.bytes;
+  double f_rate = eff > 0 ? r.peak_flops * eff : r.flops;
+  if (converted > 0) f_rate = eff > 0 ? r.peak_bf16_flops * eff : r.bf16_flops;
+  const double b_rate = eff > 0 ? r.peak_bytes * eff : r.bytes;
   const double t_flops = f_rate > 0 ? flops / f_rate : 0, t_bytes = b_rate > 0 ? bytes / b_rate : 0;
-  double t = std::max(t_flops, t_bytes);
+  double t = std::max(t_flops, t_bytes) + (b_rate > 0 ? 6.0 * converted / b_rate : 0);
   // zf-deadline's helpers (CPU device only): each helper idle when a tiled kernel starts runs the
   // measured share s of its tiles (one helper: the kernel takes 1 - s of its time), so h helpers
   // speed it up 1 + h s / (1 - s) (docs/simulation.md, "Helpers")

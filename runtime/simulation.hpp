@@ -4,6 +4,7 @@
 // worker's per-task overhead is idle time between tasks: sim_dispatch_gap), with the rates of the
 // simulated machine read from the file tools/sim_machine.py writes ($ZF_SIM_ROOFLINE). A codelet
 // reports its FLOPs from its argument block (CodeletDef::flops); its bytes are its buffers' sizes.
+// A CUDA worker's bf16 products (precision bf16: the matmuls and attentions) run at its bf16 rate.
 #pragma once
 #include <mutex>
 #include <string>
@@ -59,8 +60,12 @@ void sim_load_roofline(const std::string& sched);
 // The codelet whose perfmodel is `model` reports its FLOPs with `flops` (null: memory-bound only);
 // a collective (CodeletDef::collective) its bytes with coll_bytes (null: buffer coll_buffer's size).
 // `bytes` (null: the buffers' sizes) its memory traffic where it works on a range of its buffers.
+// `bf16_operands` (CodeletDef::bf16_operands; null: fp32): the elements a task rounds to bf16
+// before bf16 products on a CUDA worker; such a task takes 6 bytes per element (read 4, write 2)
+// at the GPU's bandwidth, then its roofline with the GPU's bf16 FLOP/s (cuda.bf16_flops).
 void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective collective = Collective::None,
-                  int coll_buffer = 0, FlopsFn coll_bytes = nullptr, FlopsFn bytes = nullptr);
+                  int coll_buffer = 0, FlopsFn coll_bytes = nullptr, FlopsFn bytes = nullptr,
+                  FlopsFn bf16_operands = nullptr);
 // The simulated data-parallel world: this process is one rank of `ranks` (ZF_SIM_RANKS, set by
 // tools/zf simulate --ranks); its collectives take the ring formula's time over the machine's links.
 void sim_set_ranks(int ranks);

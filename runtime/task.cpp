@@ -188,7 +188,7 @@ starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
   if (def.cuda) c.cuda_funcs[0] = def.cuda;
   model->type = STARPU_PER_ARCH;
   model->arch_cost_function = sim_task_cost_us;
-  sim_register(model, def.flops, def.collective, def.coll_buffer, def.coll_bytes, def.bytes);
+  sim_register(model, def.flops, def.collective, def.coll_buffer, def.coll_bytes, def.bytes, def.bf16_operands);
 #endif
   if (def.collective != Collective::None) {
     std::lock_guard<std::mutex> lk(collective_mu);

@@ -65,6 +65,11 @@ struct CodeletDef {
   // sizes (a codelet that works on a range of its buffers: the copies, accumulations, AdamW on a
   // slice); null: each buffer's size, once per read and once per write.
   FlopsFn bytes = nullptr;
+  // Products in bf16 on a CUDA worker (precision bf16: tensor cores, docs/simulation.md): the
+  // elements the task rounds to bf16 before its products, from its args (0: fp32 products); the
+  // simulation prices such a task's FLOPs at the GPU's bf16 rate after the conversions' traffic.
+  // null: fp32 products, or none.
+  FlopsFn bf16_operands = nullptr;
 };
 starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
 

@@ -3,7 +3,8 @@
 # (StarPU with SimGrid, build-sim/zenflow-run-sim), then short simulated runs: gpt-kjv under
 # zenflow on h200-pcie5-x1 (a simulated CUDA worker and 8 host workers) twice, which must agree
 # to the microsecond (SimGrid is deterministic), device-adam on this-machine (CPU workers only),
-# rank 0 of 2 simulated data-parallel ranks (the collectives' ring formula), and the refusals
+# rank 0 of 2 simulated data-parallel ranks (the collectives' ring formula), the CUDA matmuls and
+# attentions priced at the GPU's fp32 or bf16 rate by the run's precision, and the refusals
 # (exit 2) of what needs real values. Prints "FAIL: ..." and exits 1 on a
 # failure; exits 77 (ctest: skipped) with the reason where StarPU's own build cannot run here.
 # Usage: sim_test.sh SOURCE_DIR
@@ -90,6 +91,63 @@ sys.exit(0 if mm and other and not bad else 1)
 PY
   fail "a codelet's calibrated efficiency does not set its tasks' time"
 echo "ok: per-codelet efficiency"
+
+# Precision (docs/simulation.md, "Precision and the GPU's rate"): device-adam on h200-pcie5-x1 in
+# fp32 and in bf16. Every matmul and attention task on the CUDA worker takes its roofline time:
+# fp32 max(FLOPs / (fp32_flops x e), bytes / B) + overhead; bf16 first 6 bytes per converted operand
+# element at B, then the FLOPs at bf16_flops x e. Shapes from gpt-kjv.json (B x T rows, n_embd C,
+# the byte-level vocabulary 256, 4 heads); the rates from the machine file.
+for p in fp32 bf16; do
+  sim h200-pcie5-x1 "$TMP/p$p.json" --strategy device-adam --set precision="\"$p\"" --trace-csv "$TMP/p$p.csv" ||
+    { tail -30 "$TMP/log"; fail "device-adam $p on h200-pcie5-x1 exited $?"; }
+done
+python3 - "$SPEC" "$SRC/graphs/machines/h200-pcie5-x1.json" "$TMP/pfp32.csv" "$TMP/pbf16.csv" <<'PY' ||
+import csv, json, sys
+spec, mach = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+g, e = mach["gpus"], mach["efficiency"]
+bw, over = g["memory_bandwidth"] * e["gpu_bytes"], e["gpu_task_overhead_us"] * 1e-6
+rate = {"fp32": g["fp32_flops"] * e["gpu_flops"], "bf16": g["bf16_flops"] * e["gpu_flops"]}
+Bs, T, C, NH, V = spec["train"]["batch_size"], spec["model"]["context"], spec["model"]["n_embd"], spec["model"]["n_head"], 256
+R = Bs * T
+KN = {"c_attn": (C, 3 * C), "attn.c_proj": (C, C), "c_fc": (C, 4 * C), "mlp.c_proj": (4 * C, C), "lm_head": (C, V)}
+def want(name, codelet, prec):  # seconds, or None for a task this check does not know
+    if codelet.startswith("zf_attention_"):
+        fwd = codelet == "zf_attention_fwd"
+        flops = 4.0 * Bs * T * T * C * (1 if fwd else 2)
+        att, qkv = Bs * NH * T * T, R * 3 * C
+        byts = 4 * (qkv + R * C + att) if fwd else 4 * (R * C + qkv + att + qkv)
+        conv = (qkv + att) if fwd else (qkv + R * C + 2 * att)
+    else:
+        base = name[:-3] if name.endswith((".dw", ".dx")) else name  # bwd.h3.c_fc.dw -> bwd.h3.c_fc
+        key = next((k for k in KN if base.endswith("." + k)), None)
+        if key is None:
+            return None
+        K, N = KN[key]
+        flops, byts = 2.0 * R * K * N, 4 * (R * K + N * K + R * N)
+        conv = {"zf_matmul_fwd": R * K + N * K, "zf_matmul_bwd_weight": R * N + R * K,
+                "zf_matmul_bwd_data": R * N + N * K}[codelet]
+    if prec == "fp32":
+        return max(flops / rate["fp32"], byts / bw) + over
+    return 6 * conv / bw + max(flops / rate["bf16"], byts / bw) + over
+checked, bad, total = 0, [], {"fp32": 0.0, "bf16": 0.0}
+for prec, path in (("fp32", sys.argv[3]), ("bf16", sys.argv[4])):
+    for r in csv.DictReader(open(path)):
+        if not (r["codelet"].startswith("zf_matmul_") or r["codelet"].startswith("zf_attention_")):
+            continue
+        w = want(r["name"], r["codelet"], prec)
+        if w is None:
+            continue
+        t = (float(r["end_us"]) - float(r["start_us"])) * 1e-6
+        checked += 1
+        total[prec] += t
+        if abs(t - w) > 6e-9:  # start and end are printed with 3 decimals (us)
+            bad.append((prec, r["name"], t, w))
+print(f"{checked} matmul and attention tasks at their precision's roofline, {len(bad)} not "
+      f"(e.g. {bad[:2]}); their time {total['fp32'] * 1e3:.3f} ms in fp32, {total['bf16'] * 1e3:.3f} ms in bf16")
+sys.exit(0 if checked >= 100 and not bad and total["bf16"] < total["fp32"] else 1)
+PY
+  fail "a bf16 run's CUDA matmuls and attentions are not priced at the bf16 rate (fp32 at fp32's)"
+echo "ok: precision's FLOP rate"
 
 # The CPU worker's per-task overhead is idle time before each task (docs/simulation.md, "The
 # runtime's time between tasks"): this-machine with it at 0 and at 100 us. The device's busy time

@@ -5,8 +5,8 @@ writes, under OUT (StarPU's STARPU_PERF_MODEL_DIR for the run, with STARPU_HOSTN
                              link per direction between RAM and each GPU and between GPUs
   bus/NAME.bandwidth, .latency   the same links as StarPU's schedulers read them (MB/s, us)
   NAME.roofline              the codelets' roofline (runtime/simulation.cpp): effective FLOP/s,
-                             B/s and per-task overhead of a CPU worker and of a CUDA worker, their
-                             peaks, the calibrated per-codelet efficiencies (efficiency.host_codelets,
+                             B/s and per-task overhead of a CPU worker and of a CUDA worker (its
+                             fp32 and its bf16 FLOP/s: precision bf16's products), their peaks, the calibrated per-codelet efficiencies (efficiency.host_codelets,
                              efficiency.gpu_codelets: codelet symbol -> efficiency, replacing the
                              generic ones for that codelet), and the links the collectives' ring
                              formula uses (GPU-GPU, host MPI)
@@ -68,7 +68,7 @@ def rates(m):
         "cpu.flops": num(h, "host", "core_flops") * num(e, "efficiency", "host_flops"),
         "cpu.bytes": core_bytes * num(e, "efficiency", "host_bytes"),
         "cpu.overhead_us": num(e, "efficiency", "cpu_task_overhead_us"),
-        "cuda.flops": 0.0, "cuda.bytes": 0.0, "cuda.overhead_us": 0.0,
+        "cuda.flops": 0.0, "cuda.bf16_flops": 0.0, "cuda.bytes": 0.0, "cuda.overhead_us": 0.0,
     }
     # per StarPU policy where measured (calibrate.py): its runtime's time between two tasks
     by_sched = e.get("cpu_task_overhead_us_by_sched", {})
@@ -85,9 +85,12 @@ def rates(m):
         r["cpu.helper_share"] = num(e, "efficiency", "helper_share", 1e-9)
         if not r["cpu.helper_share"] < 1:
             raise BadMachine(f"efficiency.helper_share: expected a share in (0, 1), got {r['cpu.helper_share']}")
-    r["cuda.peak.flops"], r["cuda.peak.bytes"] = 0.0, 0.0
+    r["cuda.peak.flops"], r["cuda.peak.bf16_flops"], r["cuda.peak.bytes"] = 0.0, 0.0, 0.0
     if int(num(g, "gpus", "count")) > 0:
+        # fp32 products (cuBLAS SGEMM) and precision bf16's (cublasGemmEx on the tensor cores)
         r["cuda.flops"] = num(g, "gpus", "fp32_flops") * num(e, "efficiency", "gpu_flops")
+        r["cuda.bf16_flops"] = num(g, "gpus", "bf16_flops") * num(e, "efficiency", "gpu_flops")
+        r["cuda.peak.bf16_flops"] = num(g, "gpus", "bf16_flops")
         r["cuda.bytes"] = num(g, "gpus", "memory_bandwidth") * num(e, "efficiency", "gpu_bytes")
         r["cuda.overhead_us"] = num(e, "efficiency", "gpu_task_overhead_us")
         r["cuda.peak.flops"] = num(g, "gpus", "fp32_flops")

@@ -24,8 +24,9 @@ Precision::Precision(const Spec& spec, Runtime& rt, Workload& wl)
       overflow_(fp16_ ? Tensor::home({1}, "fp16.overflow") : Tensor()),
       param_overflow_(fp16_ ? Tensor::home({1}, "fp16.param_overflow") : Tensor()),
       scaler_(spec.fp16) {
-  // bf16 matmuls on the CPU device where it multiplies bf16 natively; a GPU device keeps cuBLAS's fp32
-  native_matmuls_ = bf16_ && !rt.device_is_cuda() && cpu_native_bf16();
+  // bf16 matmuls on CUDA workers (tensor cores from sm_80: the CUDA build's default architectures,
+  // 80 and 90, docs/gpu.md) and on a CPU device where the CPU multiplies bf16 natively
+  native_matmuls_ = bf16_ && (rt.device_is_cuda() || cpu_native_bf16());
   rt.set_matmul_bf16(native_matmuls_);
   if (bf16_ && !rt.device_is_cuda() && !native_matmuls_)
     std::fprintf(stderr,
@@ -34,7 +35,8 @@ Precision::Precision(const Spec& spec, Runtime& rt, Workload& wl)
 }
 
 std::string Precision::describe() const {
-  if (bf16_ && !rt_.device_is_cuda())
+  if (bf16_ && rt_.device_is_cuda()) return " (bf16, matmuls in bf16 on tensor cores)";
+  if (bf16_)
     return native_matmuls_ ? " (bf16, matmuls in bf16)" : " (bf16, matmuls in fp32: no native bf16 on this CPU)";
   return std::string(bf16_ ? " (bf16)" : "") +
          (fp16_ ? (scaler_.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "");

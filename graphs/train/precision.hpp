@@ -1,6 +1,7 @@
 // Precision "bf16" / "fp16" in the training loop (docs/spec.md): device parameters and gradients
-// hold bf16 (fp16) values, rounded after every update and after every backward; under bf16 a CPU
-// device's matmuls multiply bf16 operands where the CPU has native bf16 (Runtime::matmul_bf16) (the fp32 masters
+// hold bf16 (fp16) values, rounded after every update and after every backward; under bf16 the
+// device's matmuls and attention products multiply bf16 operands (Runtime::matmul_bf16): on CUDA
+// workers on the tensor cores, on a CPU device where the CPU has native bf16 (the fp32 masters
 // are the strategies': host-side for the offloading ones, device-side for device-adam). Under fp16
 // also the loss scale (graphs/train/loss_scaler.hpp), the overflow check that skips a step, the
 // updates applied so far and their checkpoint state (trainer.fp16.*). fp32: nothing is rounded
@@ -75,7 +76,7 @@ class Precision {
   Runtime& rt_;
   Workload& wl_;
   bool bf16_, fp16_;
-  bool native_matmuls_ = false;  // bf16 on a CPU device that multiplies bf16 natively
+  bool native_matmuls_ = false;  // bf16 on CUDA workers, or on a CPU device that multiplies bf16 natively
   // fp16: one flag word the gradient rounding raises on an inf or NaN (the overflow check)
   // (parameters that round to inf raise their own flag, which nobody reads: their next gradients
   // are then inf or NaN)

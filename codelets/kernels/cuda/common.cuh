@@ -1,5 +1,5 @@
-// Internal helpers of the CUDA kernels: launch geometry, error texts, stream-ordered scratch and
-// a deterministic column sum (fixed row chunks, then the chunks in order).
+// Internal helpers of the CUDA kernels: launch geometry, error texts, the bf16 GEMMs, stream-ordered
+// scratch and a deterministic column sum (fixed row chunks, then the chunks in order).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,6 +28,16 @@ inline Status launched() {
 }
 inline Status check(cudaError_t e) { return e == cudaSuccess ? nullptr : cudaGetErrorString(e); }
 Status check(cublasStatus_t st);
+
+// Precision bf16's products (matmul.cu, attention.cu): C (m, n) col-major (fp32) = alpha op(A) op(B)
+// + beta C on bf16 operands (bits as kernels/bf16.hpp's), products summed in fp32 (cublasGemmEx /
+// cublasGemmStridedBatchedEx, CUDA_R_16BF operands, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT: the
+// tensor cores of sm_80 and later). On the handle's stream.
+Status gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                 const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
+Status gemm_strided_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                         float alpha, const uint16_t* A, int lda, long long sa, const uint16_t* B, int ldb,
+                         long long sb, float beta, float* C, int ldc, long long sc, int batch);
 
 // Scratch from the stream's pool; freed in stream order with scratch_free.
 inline Status scratch_alloc(void** p, size_t bytes, cudaStream_t s) {

@@ -8,7 +8,10 @@
 // selective AdamW, accumulate, copy, gather/scatter, merge, embedding, mean, max and last pooling) and, for at most 64 rows, the column sums
 // (bias grad, column importance, LayerNorm dw/db). Matmuls (cuBLAS), attention, softmax and the
 // row statistics differ by rounding only. Scratch memory comes from the stream-ordered pool
-// (cudaMallocAsync).
+// (cudaMallocAsync). bf16 (the matmuls and attentions, precision bf16): the products' operands are
+// rounded to bf16 (kernels/bf16.hpp) into scratch and multiplied on the tensor cores with fp32 sums
+// into the fp32 outputs, what the CPU kernels' bf16 flag computes (products of bf16 values are
+// exact in fp32), up to the order of the sums.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -24,13 +27,14 @@ using cpu::AdamParams;
 using Status = const char*;  // nullptr: launched
 
 // ---- dense layers: y (B, N) = x (B, K) w (N, K)^T; dw (N, K) = dy^T x; dx (B, K) = dy w
-// w_in_out / dw_in_out: the weight stored (K, N), as kernels::cpu::matmul_*
+// w_in_out / dw_in_out: the weight stored (K, N), as kernels::cpu::matmul_*. bf16: both operands
+// rounded to bf16 (scratch of 2 bytes per operand element), cublasGemmEx; else cublasSgemm.
 Status matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, cublasHandle_t h,
-                  cudaStream_t s, bool w_in_out = false);
+                  cudaStream_t s, bool w_in_out = false, bool bf16 = false);
 Status matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int K, int N, bool accumulate,
-                         cublasHandle_t h, cudaStream_t s, bool dw_in_out = false);
+                         cublasHandle_t h, cudaStream_t s, bool dw_in_out = false, bool bf16 = false);
 Status matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, cublasHandle_t h,
-                       cudaStream_t s, bool w_in_out = false);
+                       cudaStream_t s, bool w_in_out = false, bool bf16 = false);
 Status bias_add(float* y, const float* b, int B, int N, cudaStream_t s);
 Status bias_grad(const float* dy, float* db, int B, int N, cudaStream_t s);
 
@@ -134,11 +138,13 @@ Status layernorm_fwd(const float* x, const float* w, const float* b, float* y, f
                      int C, float eps, cudaStream_t s);
 Status layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
                      float* dx, float* dw, float* db, int N, int C, cudaStream_t s);
-// Scratch (B*T*T floats) comes from the stream-ordered pool.
+// Scratch (B*T*T floats) comes from the stream-ordered pool. bf16: the products' operands rounded to
+// bf16 as cpu::attention_*'s bf16 (q, k, v and dout; att and dS after the fp32 softmax and its
+// backward; att stays fp32), from the same pool: 2 bytes per element of qkv, dout and att.
 Status attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, cublasHandle_t h,
-                     cudaStream_t s);
+                     cudaStream_t s, bool bf16 = false);
 Status attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, int B, int T, int C,
-                     int NH, cublasHandle_t h, cudaStream_t s);
+                     int NH, cublasHandle_t h, cudaStream_t s, bool bf16 = false);
 Status mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
 Status mean_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C, cudaStream_t s);
 Status max_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
@@ -159,11 +165,12 @@ Status rope_bwd(float* dx, const float* cos, const float* sin, int B, int T, int
 Status swiglu_fwd(const float* gate, const float* up, float* out, size_t n, cudaStream_t s);
 Status swiglu_bwd(const float* gate, const float* up, const float* dout, float* dgate, float* dup, size_t n,
                   cudaStream_t s);
-// Scratch (B*T*T floats) for the backward from the stream-ordered pool.
+// Scratch (B*T*T floats) for the backward from the stream-ordered pool. bf16: as attention_*'s
+// (the CPU kernels have no bf16 grouped-query attention: with H == Hkv it is attention_*'s bf16).
 Status gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
-                         int Hkv, int hs, cublasHandle_t h, cudaStream_t s);
+                         int Hkv, int hs, cublasHandle_t h, cudaStream_t s, bool bf16 = false);
 Status gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
                          float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int hs, cublasHandle_t h,
-                         cudaStream_t s);
+                         cudaStream_t s, bool bf16 = false);
 
 }  // namespace zf::kernels::cuda

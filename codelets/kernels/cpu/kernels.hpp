@@ -14,9 +14,10 @@ namespace zf::kernels::cpu {
 // operands' layouts differ), below OpenBLAS or our own loops: the two layouts round differently,
 // both within rounding of the exact result (MatmulInOut.*), bitwise equal only for the weight
 // gradient of at most 4 rows, which is our own loop in both.
-// bf16: from 64 rows, where the CPU has native bf16 (native_bf16() in kernels/cpu/gemm.hpp), the
-// two operands are rounded to bf16 and multiplied with fp32 sums into the fp32 output (what
-// PyTorch's autocast to bf16 does); elsewhere, and on other CPUs, fp32 as without it.
+// bf16, where the CPU has native bf16 (native_bf16() in kernels/cpu/gemm.hpp): the two operands
+// are rounded to bf16 and multiplied with fp32 sums into the fp32 output (what PyTorch's autocast
+// to bf16 does): from 64 rows by oneDNN's bf16 primitives, below by the fp32 paths on the rounded
+// operands (a product of two bf16 values is exact in fp32). On other CPUs fp32 as without it.
 void matmul_fwd(const float* x, const float* w, float* y, int B, int K, int N, bool w_in_out = false,
                 bool bf16 = false);
 // dw (N, K) = dy (B, N)^T * x (B, K)   (accumulate: dw += ...); dw_in_out: dw (K, N) = x^T dy

@@ -108,7 +108,7 @@ void insert_adam_group(const SubmitOptions& opt, const AdamParams& hp, int64_t s
 void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, const Tensor& g,
                        Slice gs, float scale);
 // ZenFlow's accumulation on the host: acc = s2 * (s1 * src) (first) or acc += s2 * (s1 * src), each
-// product rounded to fp32 as insert_scale's; src is what crossed (fp32, bf16 or fp16, whole, acc's
+// product rounded to fp32 as insert_scale's; src is what crossed (bf16 or fp16, whole, acc's
 // length). A CPU task (submit it to the host context); bitwise what insert_scale twice then
 // insert_copy / insert_accumulate give on the fp32 gradient.
 void insert_accumulate_host(const SubmitOptions& opt, const Tensor& acc, const Tensor& src, float s1, float s2,

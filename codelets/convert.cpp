@@ -105,42 +105,34 @@ void accumulate_cpu(void* b[], void* a) noexcept {
   parallel_ranges(p->n, 16, kCrossingRange,
                   [&](size_t lo, size_t hi) { kernels::cpu::accumulate(acc + lo, g + lo, hi - lo, p->scale); });
 }
-// ZenFlow's accumulation on the host (zenflow.accumulate_on "host"): the gradient that crossed (fp32,
-// or 2-byte of format H) times s1 then s2, each an fp32 product as insert_scale's, then stored
-// (first) or added into the fp32 accumulator: the values the device's scale, scale and
-// accumulate tasks give, bitwise.
+// ZenFlow's accumulation on the host (zenflow.accumulate_on "host" under bf16/fp16): the gradient
+// that crossed (2-byte, of format H) unpacked, times s1 then s2, each an fp32 product as
+// insert_scale's, then stored (first) or added into the fp32 accumulator: the values the device's
+// scale, scale and accumulate tasks give, bitwise.
 struct WireArgs {
-  size_t dst_off, src_off, n;
+  size_t n;
   float s1, s2;
-  int es;  // the source's element size
   bool first;
 };
 double wire_bytes(const void* a) {  // the source read, the accumulator written (and read unless first)
   const auto* p = static_cast<const WireArgs*>(a);
-  return (double)p->n * (p->es + (p->first ? 4.0 : 8.0));
+  return (double)p->n * (p->first ? 6.0 : 10.0);
 }
-template <int ES, Half H>
-void accumulate_wire_cpu(void* b[], void* a) noexcept {  // buffers: acc (fp32), src (ES bytes)
+template <Half H>
+void accumulate_wire_cpu(void* b[], void* a) noexcept {  // buffers: acc (fp32), src (2-byte)
   auto* p = static_cast<WireArgs*>(a);
-  float* acc = vec_ptr(b[0]) + p->dst_off;
-  const char* src = reinterpret_cast<const char*>(STARPU_VECTOR_GET_PTR(b[1])) + p->src_off * ES;
+  float* acc = vec_ptr(b[0]);
+  const uint16_t* src = vec_as<uint16_t>(b[1]);
   parallel_ranges(p->n, 16, kCrossingRange, [&](size_t lo, size_t hi) {
-    float buf[1024];
+    float g[1024];
     for (size_t i = lo; i < hi; i += 1024) {
       const size_t m = std::min<size_t>(1024, hi - i);
-      const float* g = buf;
-      if constexpr (ES == 4) {
-        if (p->s1 == 1.0f && p->s2 == 1.0f)
-          g = reinterpret_cast<const float*>(src) + i;
-        else
-          std::memcpy(buf, reinterpret_cast<const float*>(src) + i, m * sizeof(float));
-      } else if constexpr (H == Half::Bf16) {
-        kernels::cpu::unpack_bf16(reinterpret_cast<const uint16_t*>(src) + i, buf, m);
-      } else {
-        kernels::cpu::unpack_fp16(reinterpret_cast<const uint16_t*>(src) + i, buf, m);
-      }
-      if (p->s1 != 1.0f) kernels::cpu::scale(buf, m, p->s1);
-      if (p->s2 != 1.0f) kernels::cpu::scale(buf, m, p->s2);
+      if constexpr (H == Half::Bf16)
+        kernels::cpu::unpack_bf16(src + i, g, m);
+      else
+        kernels::cpu::unpack_fp16(src + i, g, m);
+      if (p->s1 != 1.0f) kernels::cpu::scale(g, m, p->s1);
+      if (p->s2 != 1.0f) kernels::cpu::scale(g, m, p->s2);
       if (p->first)
         kernels::cpu::copy(acc + i, g, m);
       else
@@ -194,23 +186,21 @@ starpu_codelet& accumulate_cl() {
        nullptr, Collective::None, 0, nullptr, accumulate_bytes}, &m);
   return c;
 }
-// first: W (the accumulator's whole slice is stored), else RW. CPU only: a host task.
-starpu_codelet& accumulate_wire_cl(int es, Half h, bool first) {
-  static starpu_perfmodel m[6]{};
+// first: W (the accumulator is stored whole), else RW. CPU only: a host task.
+starpu_codelet& accumulate_wire_cl(Half h, bool first) {
+  static starpu_perfmodel m[4]{};
   auto make = [&](int i, starpu_cpu_func_t f, const char* name) {
     return make_codelet({name, f, nullptr, 2, {(i & 1) ? STARPU_W : STARPU_RW, STARPU_R}, nullptr, Collective::None,
                          0, nullptr, wire_bytes},
                         &m[i]);
   };
-  static starpu_codelet c[6] = {
-      make(0, accumulate_wire_cpu<4, Half::Bf16>, "zf_accumulate_host"),
-      make(1, accumulate_wire_cpu<4, Half::Bf16>, "zf_accumulate_host_first"),
-      make(2, accumulate_wire_cpu<2, Half::Bf16>, "zf_accumulate_host_bf16"),
-      make(3, accumulate_wire_cpu<2, Half::Bf16>, "zf_accumulate_host_bf16_first"),
-      make(4, accumulate_wire_cpu<2, Half::Fp16>, "zf_accumulate_host_fp16"),
-      make(5, accumulate_wire_cpu<2, Half::Fp16>, "zf_accumulate_host_fp16_first"),
+  static starpu_codelet c[4] = {
+      make(0, accumulate_wire_cpu<Half::Bf16>, "zf_accumulate_host_bf16"),
+      make(1, accumulate_wire_cpu<Half::Bf16>, "zf_accumulate_host_bf16_first"),
+      make(2, accumulate_wire_cpu<Half::Fp16>, "zf_accumulate_host_fp16"),
+      make(3, accumulate_wire_cpu<Half::Fp16>, "zf_accumulate_host_fp16_first"),
   };
-  return c[(es == 4 ? 0 : h == Half::Bf16 ? 2 : 4) + (first ? 1 : 0)];
+  return c[(h == Half::Bf16 ? 0 : 2) + (first ? 1 : 0)];
 }
 // whole_dst: a W copy over the whole destination; else RW, into a slice of it
 starpu_codelet& copy_cl(bool whole_dst) {
@@ -259,12 +249,12 @@ void insert_accumulate(const SubmitOptions& opt, const Tensor& acc, Slice as, co
 void insert_accumulate_host(const SubmitOptions& opt, const Tensor& acc, const Tensor& src, float s1, float s2,
                             bool first) {
   expect(acc.elem_size() == 4, opt, "accumulate_host: the accumulator " + shape_str(acc) + " is not fp32");
-  expect(src.elem_size() == 4 || src.elem_size() == 2, opt, "accumulate_host: fp32, bf16 or fp16 source only");
+  expect(src.elem_size() == 2, opt, "accumulate_host: the source " + shape_str(src) + " is not bf16 or fp16");
   expect(acc.numel() == src.numel(), opt, "accumulate_host: the accumulator and the source differ in length");
-  TaskBuilder(accumulate_wire_cl((int)src.elem_size(), src.half(), first), opt)
+  TaskBuilder(accumulate_wire_cl(src.half(), first), opt)
       .add(acc, first ? STARPU_W : STARPU_RW)
       .r(src)
-      .args(WireArgs{0, 0, acc.numel(), s1, s2, (int)src.elem_size(), first})
+      .args(WireArgs{acc.numel(), s1, s2, first})
       .submit();
 }
 

@@ -129,7 +129,7 @@ void insert_adam_group(const SubmitOptions& opt, const AdamParams& hp, int64_t s
     const size_t n = q.x->numel();
     expect(q.grad->numel() == n && q.m->numel() == n && q.v->numel() == n && (fp32 || q.param->numel() == n), opt,
            "adam_group: " + q.x->name() + ": weights, gradient, moments (and parameter) must have the same length");
-    expect(q.x->elem_size() == 4 && q.grad->elem_size() == 4 && (fp32 || q.param->elem_size() == 4), opt,
+    expect(fp32_values(*q.x) && fp32_values(*q.grad) && (fp32 || fp32_values(*q.param)), opt,
            "adam_group: " + q.x->name() + ": fp32 tensors expected");
     expect(fp32 || (q.param->handle() != q.x->handle() && q.param->handle() != q.grad->handle()), opt,
            "adam_group: " + q.x->name() + ": the master and the parameter must be separate tensors");

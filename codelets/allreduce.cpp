@@ -207,7 +207,7 @@ starpu_codelet& allreduce_partials_cl() {
 }
 
 void check_bounds(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm) {
-  expect(x.elem_size() == sizeof(float), opt, shape_str(x) + " must hold fp32 values");
+  expect(fp32_values(x), opt, shape_str(x) + " must hold fp32 values");
   expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
   expect(bounds.size() == (size_t)comm.size() + 1 && bounds.front() == 0 && bounds.back() == x.numel(), opt,
          "partition bounds do not cover " + shape_str(x) + " over " + std::to_string(comm.size()) + " ranks");

@@ -6,6 +6,7 @@
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/simulation.hpp"
+#include "runtime/task.hpp"
 
 // The CUDA implementation of an operation, or null when built without CUDA (then the codelet
 // has only its CPU implementation and StarPU never places it on a CUDA worker).
@@ -36,6 +37,14 @@ inline void cuda_check(kernels::cuda::Status st) noexcept {
 #endif
 
 namespace zf {
+
+// The StarPU codelet of `def` (runtime/task.hpp's make_starpu_codelet) with precision bf16/fp16's
+// 2-byte storage handled for it unless def.native_half: its stored-half buffers widened to fp32
+// for its kernels and its writes rounded back (codelets/half_storage.cpp).
+starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
+
+// A tensor whose values the codelets see as fp32: fp32, or stored in 2 bytes (Tensor::store_half).
+inline bool fp32_values(const Tensor& t) { return t.elem_size() == 4 || t.stored_half(); }
 
 // AdamW's memory traffic per fp32 element, for the simulation's roofline (CodeletDef::bytes): the
 // parameter read and written, the gradient read, the two moments read and written (7 x 4 bytes).

@@ -88,7 +88,7 @@ starpu_codelet& convert_cl(bool pack, bool whole_dst) {
     return make_codelet({names[i].c_str(), packs ? pack_cpu<H> : unpack_cpu<H>,
                          packs ? ZF_CUDA_FUNC(pack_cuda<H>) : ZF_CUDA_FUNC(unpack_cuda<H>), 2,
                          {STARPU_R, (i & 1) ? STARPU_W : STARPU_RW}, nullptr, Collective::None, 0, nullptr,
-                         packs ? move_bytes<4, 2> : move_bytes<2, 4>},
+                         packs ? move_bytes<4, 2> : move_bytes<2, 4>, nullptr, true},
                         &m[i]);
   };
   static starpu_codelet c[4] = {make(0), make(1), make(2), make(3)};
@@ -144,6 +144,11 @@ void copy_cpu(void* b[], void* a) noexcept {  // buffers: src, dst
   auto* p = static_cast<MoveArgs*>(a);
   kernels::cpu::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n);
 }
+// Between two 2-byte buffers of one format (a stored-half tensor and a crossing buffer): the bits.
+void copy_half_cpu(void* b[], void* a) noexcept {  // buffers: src, dst
+  auto* p = static_cast<MoveArgs*>(a);
+  std::memcpy(vec_as<uint16_t>(b[1]) + p->dst_off, vec_as<uint16_t>(b[0]) + p->src_off, p->n * sizeof(uint16_t));
+}
 void round_bf16_cpu(void* b[], void*) noexcept { kernels::cpu::round_bf16(vec_ptr(b[0]), vec_n(b[0])); }
 void round_fp16_cpu(void* b[], void*) noexcept {  // buffers: x, overflow flag (uint32)
   if (kernels::cpu::round_fp16(vec_ptr(b[0]), vec_n(b[0])) != 0) vec_as<uint32_t>(b[1])[0] = 1;
@@ -163,6 +168,12 @@ void accumulate_cuda(void* b[], void* a) noexcept {
 void copy_cuda(void* b[], void* a) noexcept {  // buffers: src, dst
   auto* p = static_cast<MoveArgs*>(a);
   cuda_check(kernels::cuda::copy(vec_ptr(b[1]) + p->dst_off, vec_ptr(b[0]) + p->src_off, p->n, cuda_stream()));
+}
+void copy_half_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MoveArgs*>(a);
+  if (cudaMemcpyAsync(vec_as<uint16_t>(b[1]) + p->dst_off, vec_as<uint16_t>(b[0]) + p->src_off,
+                      p->n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, cuda_stream()) != cudaSuccess)
+    record_task_failure("cudaMemcpyAsync of a 2-byte copy failed");
 }
 void round_bf16_cuda(void* b[], void*) noexcept {
   cuda_check(kernels::cuda::round_bf16(vec_ptr(b[0]), vec_n(b[0]), cuda_stream()));
@@ -191,7 +202,7 @@ starpu_codelet& accumulate_wire_cl(Half h, bool first) {
   static starpu_perfmodel m[4]{};
   auto make = [&](int i, starpu_cpu_func_t f, const char* name) {
     return make_codelet({name, f, nullptr, 2, {(i & 1) ? STARPU_W : STARPU_RW, STARPU_R}, nullptr, Collective::None,
-                         0, nullptr, wire_bytes},
+                         0, nullptr, wire_bytes, nullptr, true},
                         &m[i]);
   };
   static starpu_codelet c[4] = {
@@ -213,6 +224,17 @@ starpu_codelet& copy_cl(bool whole_dst) {
   };
   return c[whole_dst ? 1 : 0];
 }
+starpu_codelet& copy_half_cl(bool whole_dst) {
+  static starpu_perfmodel m[2]{};
+  auto make = [&](int i) {
+    return make_codelet({i ? "zf_copy_half" : "zf_copy_half_into", copy_half_cpu, ZF_CUDA_FUNC(copy_half_cuda), 2,
+                         {STARPU_R, i ? STARPU_W : STARPU_RW}, nullptr, Collective::None, 0, nullptr,
+                         move_bytes<2, 2>, nullptr, true},
+                        &m[i]);
+  };
+  static starpu_codelet c[2] = {make(0), make(1)};
+  return c[whole_dst ? 1 : 0];
+}
 starpu_codelet& round_fp16_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
@@ -232,7 +254,9 @@ starpu_codelet& round_bf16_cl() {
 }
 starpu_codelet& zero_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_zero", zero_cpu, ZF_CUDA_FUNC(zero_cuda), 1, {STARPU_W}}, &m);
+  static starpu_codelet c = make_codelet({"zf_zero", zero_cpu, ZF_CUDA_FUNC(zero_cuda), 1, {STARPU_W}, nullptr,
+                                          Collective::None, 0, nullptr, nullptr, nullptr, true},
+                                         &m);
   return c;
 }
 
@@ -265,9 +289,12 @@ void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Te
   const bool whole_dst = ds.offset == 0 && ds.n == dst.numel();
   const size_t es = src.elem_size(), ed = dst.elem_size();
   expect((es == 4 || es == 2) && (ed == 4 || ed == 2), opt, "copy: fp32, bf16 or fp16 tensors only");
-  expect(es == 4 || ed == 4, opt, "copy: between two 2-byte tensors is not a conversion this engine needs");
+  // two 2-byte tensors: one of them stored-half (a parameter to or from its crossing buffer), one format
+  expect(es == 4 || ed == 4 || ((src.stored_half() || dst.stored_half()) && src.half() == dst.half()), opt,
+         "copy: between two 2-byte tensors only of one format, one of them a stored-half tensor");
   const Half half = es == 2 ? src.half() : dst.half();
-  starpu_codelet& cl = es == ed                ? copy_cl(whole_dst)
+  starpu_codelet& cl = es == 2 && ed == 2      ? copy_half_cl(whole_dst)
+                       : es == ed              ? copy_cl(whole_dst)
                        : half == Half::Fp16 ? convert_cl<Half::Fp16>(ed == 2, whole_dst)
                                             : convert_cl<Half::Bf16>(ed == 2, whole_dst);
   TaskBuilder(cl, opt)

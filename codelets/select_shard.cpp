@@ -120,7 +120,7 @@ starpu_codelet& selective_adam_shard_master_cl() {
 ShardColArgs shard_args(const SubmitOptions& opt, const Tensor& x, const WeightShard& s) {
   expect(s.R >= 1 && s.C >= 1 && s.base + s.n <= (size_t)s.R * (size_t)s.C, opt,
          "the shard [" + std::to_string(s.base) + ", +" + std::to_string(s.n) + ") is outside its weight");
-  expect(x.elem_size() == sizeof(float) && x.numel() >= s.n, opt, shape_str(x) + " is shorter than its shard");
+  expect(fp32_values(x) && x.numel() >= s.n, opt, shape_str(x) + " is shorter than its shard");
   ShardColArgs a{};
   a.lo = s.base;
   a.hi = s.base + s.n;

@@ -95,7 +95,7 @@ starpu_codelet& reduce_scatter_shard_cl() {
 
 void check(const SubmitOptions& opt, const Tensor& x, const Tensor& shard, const std::vector<size_t>& bd,
            const Comm& comm) {
-  expect(x.elem_size() == sizeof(float) && shard.elem_size() == sizeof(float), opt,
+  expect(fp32_values(x) && fp32_values(shard), opt,
          shape_str(x) + " and its shard must hold fp32 values");
   expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
   expect(bd.size() == (size_t)comm.size() + 1 && bd.front() == 0 && bd.back() == x.numel(), opt,

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "codelets/kernels/bf16.hpp"
+#include "codelets/kernels/fp16.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf {
@@ -34,25 +36,46 @@ inline void transpose(const float* src, int64_t rows, int64_t cols, float* dst) 
         for (int64_t j = j0; j < std::min(cols, j0 + kB); ++j) dst[j * rows + i] = src[i * cols + j];
 }
 
-// The parameter's values in the logical layout (weights (N, K) row-major), waiting for its writers.
-inline std::vector<float> logical_values(const Param& p) {
-  std::vector<float> v(p.value.numel());
-  p.value.acquire_read();
-  if (p.in_out)
-    transpose(p.value.data(), p.cols(), p.rows(), v.data());
-  else
-    std::copy(p.value.data(), p.value.data() + v.size(), v.begin());
-  p.value.release();
+// The values of a parameter's buffer in its storage layout: fp32, or widened from its 2-byte
+// storage (Tensor::store_half). The caller holds it acquired.
+inline std::vector<float> stored_values(const Tensor& t) {
+  if (!t.stored_half()) return std::vector<float>(t.data(), t.data() + t.numel());
+  std::vector<float> v(t.numel());
+  const uint16_t* h = t.as<uint16_t>();
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = t.half() == Half::Bf16 ? kernels::bf16::to_float(h[i]) : kernels::fp16::to_float(h[i]);
   return v;
 }
 
-// Sets the parameter from values in the logical layout (numel() of them).
+// The parameter's values in the logical layout (weights (N, K) row-major), waiting for its writers.
+inline std::vector<float> logical_values(const Param& p) {
+  p.value.acquire_read();
+  std::vector<float> s = stored_values(p.value);
+  p.value.release();
+  if (!p.in_out) return s;
+  std::vector<float> v(s.size());
+  transpose(s.data(), p.cols(), p.rows(), v.data());
+  return v;
+}
+
+// Sets the parameter from values in the logical layout (numel() of them); 2-byte storage rounds
+// them (round to nearest even).
 inline void set_logical_values(Param& p, const float* v) {
+  std::vector<float> s;
+  const float* src = v;
+  if (p.in_out) {
+    s.resize(p.value.numel());
+    transpose(v, p.rows(), p.cols(), s.data());
+    src = s.data();
+  }
   p.value.acquire_write();
-  if (p.in_out)
-    transpose(v, p.rows(), p.cols(), p.value.data());
-  else
-    std::copy(v, v + p.value.numel(), p.value.data());
+  if (p.value.stored_half()) {
+    uint16_t* h = p.value.as<uint16_t>();
+    for (size_t i = 0; i < p.value.numel(); ++i)
+      h[i] = p.value.half() == Half::Bf16 ? kernels::bf16::from_float(src[i]) : kernels::fp16::from_float(src[i]);
+  } else {
+    std::copy(src, src + p.value.numel(), p.value.data());
+  }
   p.value.release();
 }
 

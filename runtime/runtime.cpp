@@ -73,6 +73,23 @@ Tensor Tensor::lazy(std::vector<int64_t> shape, const std::string& name, size_t 
   return t;
 }
 
+namespace {
+const Half kStoredBf16 = Half::Bf16, kStoredFp16 = Half::Fp16;
+}
+
+void Tensor::store_half(Half h) {
+  if (elem_size_ != 2 || !handle_) throw Error("Tensor::store_half: " + name_ + " is not a registered 2-byte tensor");
+  half_ = h;
+  stored_half_ = true;
+  starpu_data_set_user_data(handle_, const_cast<Half*>(h == Half::Bf16 ? &kStoredBf16 : &kStoredFp16));
+}
+
+const Half* stored_half_of(starpu_data_handle_t h) noexcept {
+  if (!h) return nullptr;
+  const void* u = starpu_data_get_user_data(h);
+  return u == &kStoredBf16 || u == &kStoredFp16 ? static_cast<const Half*>(u) : nullptr;
+}
+
 void Tensor::discard() const {
   if (handle_) starpu_data_invalidate_submit(handle_);
 }
@@ -84,6 +101,7 @@ void Tensor::wont_use() const {
 void Tensor::reset() {
   if (handle_) starpu_data_unregister(handle_);
   handle_ = nullptr;
+  stored_half_ = false;
   if (pinned_) starpu_memory_unpin(ptr_, numel_ * elem_size_);
   pinned_ = false;
 #ifdef ZF_SIMGRID
@@ -109,9 +127,11 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     half_ = o.half_;
     name_ = std::move(o.name_);
     pinned_ = o.pinned_;
+    stored_half_ = o.stored_half_;
     o.handle_ = nullptr;
     o.ptr_ = nullptr;
     o.pinned_ = false;
+    o.stored_half_ = false;
   }
   return *this;
 }

@@ -115,6 +115,12 @@ class Tensor {
   size_t elem_size() const { return elem_size_; }
   Half half() const { return half_; }  // meaningful when elem_size() == 2
   void set_half(Half h) { half_ = h; }
+  // Precision bf16/fp16's 2-byte storage of a tensor the codelets see as fp32 (a parameter,
+  // docs/spec.md "precision: bf16"): elem_size() 2, values in the format half(); a codelet without
+  // its own 2-byte path reads it widened to fp32 and its writes are rounded back
+  // (codelets/half_storage.cpp). Marks the handle (stored_half_of). Call once, before any task.
+  void store_half(Half h);
+  bool stored_half() const { return stored_half_; }
   const std::string& name() const { return name_; }
   bool valid() const { return handle_ != nullptr; }
 
@@ -147,7 +153,11 @@ class Tensor {
   Half half_ = Half::Bf16;
   std::string name_;
   bool pinned_ = false;  // page-locked for DMA (home tensors when CUDA workers run)
+  bool stored_half_ = false;
 };
+
+// The 2-byte format of a handle marked by Tensor::store_half, or null: a plain buffer.
+const Half* stored_half_of(starpu_data_handle_t h) noexcept;
 
 class Runtime {
  public:

@@ -23,7 +23,7 @@ struct CallbackArg {
 
 std::atomic<uint64_t> submitted{0};
 
-// the symbols of the collective codelets (make_codelet), for codelet_is_collective
+// the symbols of the collective codelets (make_starpu_codelet), for codelet_is_collective
 std::mutex collective_mu;
 std::set<std::string>& collective_symbols() {
   static std::set<std::string> s;
@@ -168,7 +168,7 @@ void TaskBuilder::submit() {
   }
 }
 
-starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
+starpu_codelet make_starpu_codelet(const CodeletDef& def, starpu_perfmodel* model) {
   starpu_codelet c{};
   c.cpu_funcs[0] = def.cpu;
 #ifdef ZF_USE_CUDA

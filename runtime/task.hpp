@@ -70,8 +70,13 @@ struct CodeletDef {
   // simulation prices such a task's FLOPs at the GPU's bf16 rate after the conversions' traffic.
   // null: fp32 products, or none.
   FlopsFn bf16_operands = nullptr;
+  // Reads and writes buffers stored in 2 bytes (Tensor::store_half) itself: the codelets layer's
+  // make_codelet (codelets/codelet_util.hpp) then leaves it as it is instead of widening them.
+  bool native_half = false;
 };
-starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
+// The StarPU codelet of `def` with its performance model. Codelets go through the codelets
+// layer's make_codelet, which adds the 2-byte storage's conversions (codelets/half_storage.cpp).
+starpu_codelet make_starpu_codelet(const CodeletDef& def, starpu_perfmodel* model);
 
 // The deadline (SubmitOptions::deadline()) and submission number of a task submitted by
 // TaskBuilder: false for any other task (StarPU's own). For the zf-deadline policy

@@ -219,16 +219,20 @@ def stage3(m2_path, m3_path, w_path, tile):
     d2, d3 = m2["data_parallel"], m3["data_parallel"]
     w = read_safetensors(w_path)
     R = d3["ranks"]
-    total = 4 * sum(len(v) for _, v in w.values())
-    layers = {}  # fcN -> bytes of fcN.weight and fcN.bias
+    # a parameter's bytes on the device: 2 under bf16/fp16 (its 2-byte storage), else 4; the
+    # collectives move fp32 either way (the all-gathers widen a 2-byte parameter's shards)
+    eb = 2 if m3.get("precision") in ("bf16", "fp16") else 4
+    n = sum(len(v) for _, v in w.values())
+    total, total4 = eb * n, 4 * n
+    layers = {}  # fcN -> elements of fcN.weight and fcN.bias
     for name, (_, v) in w.items():
-        layers[name.split(".")[0]] = layers.get(name.split(".")[0], 0) + 4 * len(v)
-    two = sum(sorted(layers.values())[-2:])
-    one = max(layers.values())
+        layers[name.split(".")[0]] = layers.get(name.split(".")[0], 0) + len(v)
+    two = eb * sum(sorted(layers.values())[-2:])
+    one = eb * max(layers.values())
     live = d3["stage3_max_live_parameters"]
-    bound = one if 4 * live <= one else two  # whole layers at once: one within the default budget
-    last = layers[sorted(layers, key=lambda n: int(n[2:]))[-1]]
-    slack = 4 * tile + 4 * len(w)  # whole host tiles per rank; a one-element shard where a rank owns none
+    bound = one if eb * live <= one else two  # whole layers at once: one within the default budget
+    last4 = 4 * layers[sorted(layers, key=lambda n: int(n[2:]))[-1]]
+    slack = eb * tile + eb * len(w)  # whole host tiles per rank; a one-element shard where a rank owns none
     p2, p3 = d2["device_param_bytes_per_rank"], d3["device_param_bytes_per_rank"]
     b3 = m3["device_state_bytes"]
     print("stage 3, %d ranks: device parameter bytes per rank %s (stage 2: %s, ratio %.3f); rank 0: shards %d, "
@@ -252,11 +256,11 @@ def stage3(m2_path, m3_path, w_path, tile):
     if d3["host_state_bytes_per_rank"] != d2["host_state_bytes_per_rank"]:
         fail("host state %s, stage 2 has %s" % (d3["host_state_bytes_per_rank"], d2["host_state_bytes_per_rank"]))
     # every layer gathered for its forward, again for its backward except the last (kept)
-    if d3["allgather_bytes_per_step"] != 2 * total - last:
-        fail("all-gather bytes per step %g, expected %d" % (d3["allgather_bytes_per_step"], 2 * total - last))
-    if d3["reduce_scatter_bytes_per_step"] != total or d3["allreduce_bytes_per_step"]["gradients"] != 0:
+    if d3["allgather_bytes_per_step"] != 2 * total4 - last4:
+        fail("all-gather bytes per step %g, expected %d" % (d3["allgather_bytes_per_step"], 2 * total4 - last4))
+    if d3["reduce_scatter_bytes_per_step"] != total4 or d3["allreduce_bytes_per_step"]["gradients"] != 0:
         fail("reduce-scatter %g, all-reduce %g gradient bytes per step, expected %d and 0"
-             % (d3["reduce_scatter_bytes_per_step"], d3["allreduce_bytes_per_step"]["gradients"], total))
+             % (d3["reduce_scatter_bytes_per_step"], d3["allreduce_bytes_per_step"]["gradients"], total4))
 
 
 def zenflow3(m2_path, m3_path):

@@ -51,6 +51,14 @@ std::vector<LiveGroups::Item> LiveGroups::drop(int g) {
 }
 
 namespace {
+// A buffer for (part of) parameter value v: fp32, or 2-byte storage as v's (Tensor::store_half).
+Tensor value_like(const Tensor& v, std::vector<int64_t> shape, const std::string& name, bool home) {
+  const size_t es = v.stored_half() ? 2 : 4;
+  Tensor t = home ? Tensor::home(std::move(shape), name, es) : Tensor::lazy(std::move(shape), name, es);
+  if (v.stored_half()) t.store_half(v.half());
+  return t;
+}
+
 std::vector<std::vector<int64_t>> numels(Workload& wl) {
   std::vector<std::vector<int64_t>> n;
   for (const std::vector<Param*>& g : wl.layer_groups()) {
@@ -72,7 +80,7 @@ Stage3::Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const
       auto it = bounds.find(p);
       if (it == bounds.end()) throw Error("ZeRO stage 3: parameter " + p->name + " is not partitioned");
       const size_t len = std::max<size_t>(1, it->second[r + 1] - it->second[r]);
-      es.push_back({p, &it->second, (int)r, Tensor::lazy({(int64_t)len}, p->name + ".shard"),
+      es.push_back({p, &it->second, (int)r, value_like(p->value, {(int64_t)len}, p->name + ".shard", false),
                     Tensor::lazy({(int64_t)len}, p->name + ".grad.shard"),
                     A_ > 1 ? Tensor::lazy({(int64_t)len}, p->name + ".grad_acc.shard") : Tensor()});
     }
@@ -98,7 +106,7 @@ void Stage3::shard() {
         insert_copy(o, e.p->value, {e.base(), e.len()}, e.value, {0, e.len()});
       else
         insert_zero(o, e.value);  // a rank without elements of p: a placeholder the gathers read
-      Tensor whole_value = Tensor::lazy(e.p->value.shape(), e.p->value.name());
+      Tensor whole_value = value_like(e.p->value, e.p->value.shape(), e.p->value.name(), false);
       std::swap(e.p->value, whole_value);
       whole_value.reset();  // the home tensor, once the copy has read it
       e.p->grad.discard();
@@ -113,7 +121,7 @@ void Stage3::unshard() {
   std::vector<Tensor> old;
   for (auto& g : groups_)
     for (Entry& e : g) {
-      Tensor home = Tensor::home(e.p->value.shape(), e.p->value.name());
+      Tensor home = value_like(e.p->value, e.p->value.shape(), e.p->value.name(), true);
       insert_gather_shards(rt_.device(-1).named("stage3.unshard." + e.p->name), e.value, home, *e.b, comm_);
       std::swap(e.p->value, home);
       old.push_back(std::move(home));
@@ -153,7 +161,8 @@ void Stage3::gather(int64_t step, const std::vector<LiveGroups::Item>& items) {
   for (const auto& [g, i] : items) {
     const Entry& e = groups_[(size_t)g][(size_t)i];
     insert_gather_shards(rt_.device(step).named("stage3.gather." + e.p->name), e.value, e.p->value, *e.b, comm_);
-    *allgather_ += (int64_t)e.p->value.bytes();
+    // the collectives move fp32 (a 2-byte parameter's shards widened: codelets/half_storage.cpp)
+    *allgather_ += (int64_t)e.p->value.numel() * (int64_t)sizeof(float);
     live_bytes_ += (int64_t)e.p->value.bytes();
   }
   param_peak_ = std::max(param_peak_, live_bytes_);

@@ -8,9 +8,11 @@
 #include <stdexcept>
 
 #include "codelets/codelets.hpp"
+#include "codelets/kernels/cpu/kernels.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "models/workload.hpp"
 #include "runtime/comm.hpp"
+#include "runtime/simulation.hpp"
 
 namespace zf {
 
@@ -42,8 +44,33 @@ std::string Precision::describe() const {
          (fp16_ ? (scaler_.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "");
 }
 
+void Precision::store_params(bool two_bytes) {
+  if (!bf16_ && !fp16_) return;
+  if (!two_bytes) {
+    round_params(-1, nullptr);
+    return;
+  }
+  const Half h = bf16_ ? Half::Bf16 : Half::Fp16;
+  for (Param* p : wl_.params()) {
+    if (p->value.stored_half()) continue;
+    Tensor s = Tensor::home(p->value.shape(), p->value.name(), 2);
+    if (!kSimulated) {  // no value is real in simulation
+      p->value.acquire_read();
+      if (bf16_)
+        kernels::cpu::pack_bf16(p->value.data(), s.as<uint16_t>(), p->value.numel());
+      else
+        kernels::cpu::pack_fp16(p->value.data(), s.as<uint16_t>(), p->value.numel());
+      p->value.release();
+    }
+    s.store_half(h);
+    std::swap(p->value, s);  // s, the fp32 buffer, is freed here
+  }
+  stored_ = true;
+}
+
 // Rounding is elementwise: rounding the shards of stage 3 rounds what their gathers make whole.
 void Precision::round_params(int64_t step, const Strategy* strat) const {
+  if (stored_) return;  // every write to 2-byte storage rounds
   if (bf16_ && strat && strat->rounds_bf16_params()) return;  // its update wrote them rounded
   for (Param* p : wl_.params()) {
     const Tensor& v = strat ? strat->device_tensor(p->value) : p->value;

@@ -33,8 +33,15 @@ class Precision {
   // The run header's words for it: " (bf16)", " (fp16, dynamic loss scale)", or "".
   std::string describe() const;
 
-  // Rounds the device parameters after step's update (-1: the initial values). strat: where they
-  // are (ZeRO stage 3: this rank's shards; Strategy::device_tensor); null: the workload's, whole.
+  // bf16/fp16, before the strategy is made: each parameter's device value becomes 2-byte storage
+  // (Tensor::store_half: 2 bytes per parameter on the device; every write to it rounded), its
+  // values rounded into it. two_bytes false (RunOptions::half_storage, for tests): the values are
+  // rounded in their 4-byte words, and again after every update (round_params).
+  void store_params(bool two_bytes);
+  bool params_stored_half() const { return stored_; }
+  // Rounds the device parameters after step's update (-1: the initial values) where they are kept
+  // in 4-byte words (not stored in 2 bytes). strat: where they are (ZeRO stage 3: this rank's
+  // shards; Strategy::device_tensor); null: the workload's, whole.
   void round_params(int64_t step, const Strategy* strat) const;
   // Room for the loss scale of each of the run's T steps (the progress lines read it).
   void reserve_steps(int64_t T) { scale_of_.assign((size_t)T, 0.0); }
@@ -76,6 +83,7 @@ class Precision {
   Runtime& rt_;
   Workload& wl_;
   bool bf16_, fp16_;
+  bool stored_ = false;  // the parameters are stored in 2 bytes (store_params)
   bool native_matmuls_ = false;  // bf16 on CUDA workers, or on a CPU device that multiplies bf16 natively
   // fp16: one flag word the gradient rounding raises on an inf or NaN (the overflow check)
   // (parameters that round to inf raise their own flag, which nobody reads: their next gradients

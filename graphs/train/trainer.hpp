@@ -37,6 +37,9 @@ struct RunOptions {
   // false: precision bf16's matmuls convert their operands in every call instead of keeping a
   // step's bf16 copies (the same bits; tests compare the two paths)
   bool matmul_keep_bf16_operands = true;
+  // false: precision bf16/fp16 keeps the device parameters' 2-byte values in 4-byte words, rounded
+  // after every update, instead of 2-byte storage (the same bits; tests compare the two)
+  bool half_storage = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
   // The ranks of a data-parallel run (zenflow-run under mpirun, docs/data-parallel.md); null or one
   // rank: a single process. Other ranks than 0 print nothing and write no file.

@@ -1,7 +1,7 @@
 // Precision (docs/spec.md: precision, fp16): bf16 and fp16 runs of every strategy against the naive reference
 // (tests/reference/zenflow_ref.hpp), bitwise; DeepSpeed's dynamic loss scaler (graphs/train/
 // loss_scaler.hpp) on hand-checked and random sequences; forced overflows skip exactly their step;
-// crossings carry two bytes per value.
+// crossings carry two bytes per value; 2-byte parameters train the 4-byte words' weights bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 
 #include "codelets/codelets.hpp"
 #include "graphs/train/loss_scaler.hpp"
+#include "graphs/train/memory_estimate.hpp"
 #include "test_helpers.hpp"
 #include "tests/graphs/zenflow_helpers.hpp"
 #include "tests/reference/fp16_ref.hpp"
@@ -209,6 +210,59 @@ TEST(ZenFlowAccumulateOn, HostAndDeviceTrainTheSameWeights) {
     if (std::string(c.precision) == "fp16") {
       EXPECT_FALSE(skipped_at(mh).empty()) << "no overflow exercised the skip";
       EXPECT_EQ(skipped_at(mh), skipped_at(md));
+    }
+  }
+}
+
+// Issue 43, 2-byte storage: under bf16 and fp16 every device parameter is a 2-byte buffer
+// (Tensor::store_half; device_state_bytes.params 2 bytes per parameter) and every strategy trains
+// bitwise the weights of the 4-byte words it replaces (RunOptions::half_storage false: the values
+// rounded in fp32 words after every update), with the same losses: the codelets read the 2-byte
+// values widened (exact) and every write is rounded as the words' rounding did. Device-adam,
+// zero-offload, zero-offload-dpu and zenflow (semantics zenflow, staleness 1; semantics deepspeed
+// with clipping), fp16 with skipped overflow steps, gradient accumulation.
+TEST(HalfStorage, TwoByteParametersTrainTheWordsWeightsBitwise) {
+  struct Case {
+    const char* strategy;
+    const char* precision;
+    const char* variant;
+  };
+  for (const Case c : {Case{"device-adam", "bf16", ""}, Case{"zero-offload", "bf16", ""},
+                       Case{"zero-offload-dpu", "bf16", ""}, Case{"zenflow", "bf16", ""},
+                       Case{"zenflow", "bf16", "deepspeed"}, Case{"device-adam", "fp16", ""},
+                       Case{"zenflow", "fp16", ""}, Case{"zero-offload", "bf16", "accumulation"}}) {
+    SCOPED_TRACE(std::string(c.strategy) + " " + c.precision + " " + c.variant);
+    Spec s = std::string(c.strategy) == "zenflow" ? zen_spec(12, 1, 4, 2) : tiny_spec(12, c.strategy);
+    s.precision = c.precision;
+    if (std::string(c.precision) == "fp16") {  // overflows in the first steps: skipped updates
+      s.fp16.initial_scale_power = 24;
+      s.fp16.loss_scale_window = 5;
+    }
+    if (std::string(c.variant) == "deepspeed") {
+      s.zenflow.semantics = "deepspeed";
+      s.gradient_clipping = 0.05;
+    }
+    if (std::string(c.variant) == "accumulation") s.train.gradient_accumulation_steps = 2;
+    auto run = [&](bool half, nlohmann::json& m) {
+      RunOptions o;
+      o.evaluate = false;
+      o.half_storage = half;
+      return run_capturing(s, o, &m);
+    };
+    nlohmann::json mh, mw;
+    const Weights wh = run(true, mh), ww = run(false, mw);
+    EXPECT_EQ(first_difference(wh, ww), "");
+    EXPECT_EQ(mh["loss_history"], mw["loss_history"]);
+    EXPECT_TRUE(std::string(c.precision) == "bf16" ? all_bf16(wh) : true);
+    const double numel = 784 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10;  // tiny_spec's MLP
+    EXPECT_EQ(mh["device_state_bytes"]["params"].get<double>(), 2 * numel) << "2 bytes per parameter";
+    EXPECT_EQ(mw["device_state_bytes"]["params"].get<double>(), 4 * numel);
+    // the memory estimate counts the 2-byte values, the fp32 gradients (and their micro-batch sum)
+    const double grads = s.train.gradient_accumulation_steps > 1 ? 8 : 4;
+    EXPECT_EQ(estimate_memory(s, -1).params, (2 + grads) * numel);
+    if (std::string(c.precision) == "fp16") {
+      EXPECT_FALSE(skipped_at(mh).empty()) << "no overflow exercised the skip";
+      EXPECT_EQ(skipped_at(mh), skipped_at(mw));
     }
   }
 }

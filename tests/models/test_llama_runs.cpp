@@ -1,6 +1,6 @@
 // The Llama workload (models/nets/llama.hpp) through the trainer (graphs/train/trainer.hpp): every
-// strategy, precision bf16, gradient clipping and accumulation on a tiny GQA model learning a
-// repeating token sequence; a checkpoint resume bitwise; --save-hf's directory (models/hf/hf_model.hpp)
+// strategy, precision bf16 (its 2-byte parameters bitwise its 4-byte words), gradient clipping and
+// accumulation on a tiny GQA model learning a repeating token sequence; a checkpoint resume bitwise; --save-hf's directory (models/hf/hf_model.hpp)
 // bitwise the input's tensors and config.json.
 #include <gtest/gtest.h>
 
@@ -104,6 +104,35 @@ TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
   train_and_capture(c, &m, false);
   ASSERT_TRUE(m.contains("gradient_clipping")) << m.dump();
   EXPECT_GT(m["gradient_clipping"]["clipped_steps"].get<int64_t>(), 0) << m["gradient_clipping"].dump();
+}
+
+// Issue 43, 2-byte storage on the Llama (embedding, RMSNorm, rotary attention, SwiGLU, the untied
+// head): under bf16 every parameter is a 2-byte buffer and device-adam and zenflow train bitwise
+// the weights and losses of the 4-byte words (RunOptions::half_storage false), with 2 bytes per
+// parameter on the device.
+TEST(LlamaRuns, Bf16TwoByteParametersTrainTheWordsWeightsBitwise) {
+  Fixture f;
+  for (const char* strategy : {"device-adam", "zenflow"}) {
+    SCOPED_TRACE(strategy);
+    Spec s = f.spec;
+    s.strategy = strategy;
+    s.precision = "bf16";
+    s.train.steps = 6;
+    auto run = [&](bool half, json& m) {
+      RunOptions o;
+      o.evaluate = false;
+      o.half_storage = half;
+      return run_capturing(s, o, &m);
+    };
+    json mh, mw;
+    const Weights wh = run(true, mh), ww = run(false, mw);
+    EXPECT_EQ(first_difference(wh, ww), "");
+    EXPECT_EQ(mh["loss_history"], mw["loss_history"]);
+    double numel = 0;
+    for (auto& [n, v] : wh) numel += (double)v.size();
+    EXPECT_EQ(mh["device_state_bytes"]["params"].get<double>(), 2 * numel);
+    EXPECT_EQ(mw["device_state_bytes"]["params"].get<double>(), 4 * numel);
+  }
 }
 
 // A Llama whose matmuls and attention are cut into tiles (hidden 64, MLP 256, 256 positions a

@@ -1,0 +1,190 @@
+// Precision bf16/fp16's 2-byte storage (Tensor::store_half) for every codelet: make_codelet wraps
+// a codelet's implementations, unless it reads and writes 2-byte buffers itself
+// (CodeletDef::native_half), in one that gives the kernel each stored-half buffer of the task
+// widened to fp32 (exact) in scratch, and rounds what the kernel wrote back into the 2-byte buffer
+// (round to nearest even: the bits of kernels/bf16.hpp's and fp16.hpp's rounding). A task without
+// such a buffer calls the kernel directly: fp32 runs are unchanged. The kernels thus compute in
+// fp32 on values stored in 2 bytes; the price is a widening and a rounding pass over each such
+// buffer per task (a parameter's, for a kernel that reads it).
+#include <starpu.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "codelets/codelet_util.hpp"
+#include "codelets/kernels/cpu/kernels.hpp"
+
+namespace zf {
+namespace {
+
+struct Impl {
+  starpu_cpu_func_t cpu = nullptr;
+  starpu_cuda_func_t cuda = nullptr;
+};
+std::mutex impls_mu;
+// the wrapped codelets' own implementations, by their performance model (one per codelet)
+std::unordered_map<const starpu_perfmodel*, Impl>& impls() {
+  static std::unordered_map<const starpu_perfmodel*, Impl> m;
+  return m;
+}
+Impl impl_of(const starpu_task* t) {
+  std::lock_guard<std::mutex> lk(impls_mu);
+  auto it = impls().find(t->cl->model);
+  return it == impls().end() ? Impl{} : it->second;
+}
+
+// The task's stored-half buffers: index and format.
+struct HalfBuf {
+  unsigned i;
+  Half h;
+  bool written;
+};
+std::vector<HalfBuf> half_buffers(const starpu_task* t) {
+  std::vector<HalfBuf> out;
+  const unsigned n = STARPU_TASK_GET_NBUFFERS(t);
+  for (unsigned i = 0; i < n; ++i)
+    if (const Half* h = stored_half_of(STARPU_TASK_GET_HANDLE(t, i)))
+      out.push_back({i, *h, (STARPU_TASK_GET_MODE(t, i) & STARPU_W) != 0});
+  return out;
+}
+
+void half_cpu(void* buffers[], void* arg) noexcept {
+  const starpu_task* t = starpu_task_get_current();
+  const Impl im = impl_of(t);
+  if (!im.cpu) {
+    record_task_failure("2-byte storage: a wrapped codelet without its CPU implementation");
+    return;
+  }
+  std::vector<HalfBuf> hb;
+  try {
+    hb = half_buffers(t);
+  } catch (const std::bad_alloc&) {
+    record_task_failure("2-byte storage: out of memory");
+    return;
+  }
+  if (hb.empty()) {
+    im.cpu(buffers, arg);
+    return;
+  }
+  try {
+    const unsigned n = STARPU_TASK_GET_NBUFFERS(t);
+    std::vector<void*> b(buffers, buffers + n);
+    std::vector<starpu_vector_interface> wide(hb.size());
+    std::vector<std::unique_ptr<float[]>> scratch(hb.size());
+    for (size_t k = 0; k < hb.size(); ++k) {
+      auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
+      scratch[k].reset(new float[v->nx ? v->nx : 1]);
+      // every mode: a kernel may write a slice of a W buffer, the rest must round-trip unchanged
+      const auto* src = reinterpret_cast<const uint16_t*>(v->ptr);
+      if (hb[k].h == Half::Bf16)
+        kernels::cpu::unpack_bf16(src, scratch[k].get(), v->nx);
+      else
+        kernels::cpu::unpack_fp16(src, scratch[k].get(), v->nx);
+      wide[k] = *v;
+      wide[k].ptr = reinterpret_cast<uintptr_t>(scratch[k].get());
+      wide[k].elemsize = sizeof(float);
+      b[hb[k].i] = &wide[k];
+    }
+    im.cpu(b.data(), arg);
+    for (size_t k = 0; k < hb.size(); ++k) {
+      if (!hb[k].written) continue;
+      auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
+      auto* dst = reinterpret_cast<uint16_t*>(v->ptr);
+      if (hb[k].h == Half::Bf16)
+        kernels::cpu::pack_bf16(scratch[k].get(), dst, v->nx);
+      else
+        kernels::cpu::pack_fp16(scratch[k].get(), dst, v->nx);
+    }
+  } catch (const std::bad_alloc&) {
+    record_task_failure("2-byte storage: out of memory for a buffer's fp32 copy");
+  }
+}
+
+#ifdef ZF_USE_CUDA
+// The same on a CUDA worker: the fp32 copies in stream-ordered scratch, the conversions and the
+// kernel queued on the worker's stream, the scratch freed in stream order after them.
+void half_cuda(void* buffers[], void* arg) noexcept {
+  const starpu_task* t = starpu_task_get_current();
+  const Impl im = impl_of(t);
+  if (!im.cuda) {
+    record_task_failure("2-byte storage: a wrapped codelet without its CUDA implementation");
+    return;
+  }
+  std::vector<HalfBuf> hb;
+  try {
+    hb = half_buffers(t);
+  } catch (const std::bad_alloc&) {
+    record_task_failure("2-byte storage: out of memory");
+    return;
+  }
+  if (hb.empty()) {
+    im.cuda(buffers, arg);
+    return;
+  }
+  const cudaStream_t s = cuda_stream();
+  try {
+    const unsigned n = STARPU_TASK_GET_NBUFFERS(t);
+    std::vector<void*> b(buffers, buffers + n);
+    std::vector<starpu_vector_interface> wide(hb.size());
+    std::vector<float*> scratch(hb.size(), nullptr);
+    bool ok = true;
+    for (size_t k = 0; k < hb.size() && ok; ++k) {
+      auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
+      void* p = nullptr;
+      if (cudaMallocAsync(&p, (v->nx ? v->nx : 1) * sizeof(float), s) != cudaSuccess) {
+        record_task_failure("2-byte storage: cudaMallocAsync of a buffer's fp32 copy failed");
+        ok = false;
+        break;
+      }
+      scratch[k] = static_cast<float*>(p);
+      const auto* src = reinterpret_cast<const uint16_t*>(v->ptr);
+      cuda_check(hb[k].h == Half::Bf16 ? kernels::cuda::unpack_bf16(src, scratch[k], v->nx, s)
+                                       : kernels::cuda::unpack_fp16(src, scratch[k], v->nx, s));
+      wide[k] = *v;
+      wide[k].ptr = reinterpret_cast<uintptr_t>(scratch[k]);
+      wide[k].elemsize = sizeof(float);
+      b[hb[k].i] = &wide[k];
+    }
+    if (ok) {
+      im.cuda(b.data(), arg);
+      for (size_t k = 0; k < hb.size(); ++k) {
+        if (!hb[k].written) continue;
+        auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
+        auto* dst = reinterpret_cast<uint16_t*>(v->ptr);
+        cuda_check(hb[k].h == Half::Bf16 ? kernels::cuda::pack_bf16(scratch[k], dst, v->nx, s)
+                                         : kernels::cuda::pack_fp16(scratch[k], dst, v->nx, s));
+      }
+    }
+    for (float* p : scratch)
+      if (p) cudaFreeAsync(p, s);
+  } catch (const std::bad_alloc&) {
+    record_task_failure("2-byte storage: out of memory");
+  }
+}
+#endif
+
+}  // namespace
+
+starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
+  starpu_codelet c = make_starpu_codelet(def, model);
+#ifndef ZF_SIMGRID  // simulated tasks run no kernel (docs/simulation.md)
+  if (!def.native_half) {
+    {
+      std::lock_guard<std::mutex> lk(impls_mu);
+      impls()[model] = Impl{c.cpu_funcs[0], c.cuda_funcs[0]};
+    }
+    if (c.cpu_funcs[0]) c.cpu_funcs[0] = half_cpu;
+#ifdef ZF_USE_CUDA
+    if (c.cuda_funcs[0]) c.cuda_funcs[0] = half_cuda;
+#endif
+  }
+#endif
+  return c;
+}
+
+}  // namespace zf

@@ -39,12 +39,12 @@ inline constexpr double kFp32LossTol = 1e-5;
 inline double loss_bound(double loss, double S) { return (1.0 + 1.0 / 8) * kU * S + kFp32LossTol * std::fabs(loss); }
 
 // The bf16 engine's gradient against the double reference's at the same (bf16) parameters, per
-// tensor: |g - ref| <= sites u max|ref|. Not a proof but a count: a gradient element is the end
-// of chains of products whose operands are rounded (the forward's inputs of each product a chain
-// passes, then the backward's output gradients, then the weight gradient's own two operands;
-// `sites`, the longest chain's count, is 2x that count, the 2 for the cancellation in the sums,
-// whose terms exceed the result). An error of relative size u per site; a missing or wrong term
-// is off by a good part of max|ref|.
+// tensor: |g - ref| <= sites u max|ref|. A count, not a proof: an element of a gradient is reached
+// through a chain of products whose operands are rounded (on the forward's longest chain, each
+// product's input; back, each product's output gradient; then the weight gradient's own two
+// operands), each rounding an error of up to u relative to the magnitudes it carries; `sites` is
+// twice the longest chain's count, the factor 2 for the cancellation in the sums (their terms'
+// magnitudes exceed the result's). A missing or wrong term is off by a good part of max|ref|.
 inline void expect_grads_within(const Weights& got, const std::map<std::string, std::vector<double>>& want,
                                 double sites) {
   ASSERT_EQ(got.size(), want.size());

@@ -1,8 +1,10 @@
 // Training a Hugging Face GPT-2 directory (models/hf/gpt2_hf.hpp) with the engine's strategies: three
 // AdamW steps (device-adam) equal the double reference's (tests/reference/gpt_ref.hpp and
-// reference.hpp's adam_step); ZenFlow with the tied wte as one 2-D parameter: at topk 1 and update
-// interval 1 bitwise device-adam, at topk 0.25 with a host interval and overlap bitwise the same
-// under two scheduling policies; --save-hf after 0 steps gives back the input's tensors bitwise.
+// reference.hpp's adam_step), and under precision bf16 each step's loss, gradient and device-adam's
+// bf16 update against it (tests/models/bf16_helpers.hpp); ZenFlow with the tied wte as one 2-D
+// parameter: at topk 1 and update interval 1 bitwise device-adam, at topk 0.25 with a host interval
+// and overlap bitwise the same under two scheduling policies; --save-hf after 0 steps gives back
+// the input's tensors bitwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,8 +112,11 @@ TEST(Gpt2HfTrain, AdamWStepsMatchDoubleReference) {
 // tied and the untied model), each step on its own as LlamaModel's
 // Bf16ThreeAdamWStepsWithinBf16OfReference checks them: the loss against the double reference at
 // the parameters the engine's forward read (bf16::loss_bound), the gradient against the
-// reference's there (bf16::kGradRel), and the parameters after each step device-adam's bf16
-// update of the engine's own gradients (bf16::RoundedAdamRef).
+// reference's there (bf16::expect_grads_within, 52 sites: on the forward's longest chain per block
+// c_attn's input, q or k, the probabilities, c_proj's, c_fc's and mlp.c_proj's inputs, 5, and the
+// head's, 11; back the head's and per block the 4 linear layers' output gradients and the
+// attention's dout and dS, 13; the weight gradient's 2 operands: 26, doubled), and the parameters
+// after each step device-adam's bf16 update of the engine's own gradients (bf16::RoundedAdamRef).
 TEST(Gpt2HfTrain, Bf16ThreeAdamWStepsWithinBf16OfReference) {
   for (bool tied : {true, false}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
@@ -130,13 +135,15 @@ TEST(Gpt2HfTrain, Bf16ThreeAdamWStepsWithinBf16OfReference) {
     bf16::RoundedAdamRef adam(c.params[0], bf16::adam_params(s));
     for (int64_t step = 0; step < 3; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));
-      if (step > 0) adam.expect_rounded_masters(c.params[(size_t)step], "the parameters step " + std::to_string(step) + " read");
+      if (step > 0)
+        adam.expect_rounded_masters(c.params[(size_t)step], "the parameters step " + std::to_string(step) + " read");
       ref::GptRef::Params p;
       for (auto& [n, v] : c.params[(size_t)step]) p[n].assign(v.begin(), v.end());
       ref::GptRef model(ref_config(tied), p);
       std::vector<int32_t> tok, tgt;
-      for (int64_t u = 3 * step; u < 3 * step + 3; ++u)
-        for (int i = 0; i < kContext; ++i) tok.push_back(ids[(size_t)(u * kContext + i)]), tgt.push_back(ids[(size_t)(u * kContext + i + 1)]);
+      for (int64_t u = 3 * step; u < 3 * step + 3; ++u)  // sequential order: step t reads windows 3t .. 3t + 2
+        for (int64_t i = u * kContext; i < (u + 1) * kContext; ++i)
+          tok.push_back(ids[(size_t)i]), tgt.push_back(ids[(size_t)i + 1]);
       ref::GptRef::Params g;
       const double loss = model.lm_loss(tok, tgt, 3, kContext, &g);
       EXPECT_LE(std::fabs(c.losses[(size_t)step] - loss), bf16::loss_bound(loss, model.operand_sensitivity()));

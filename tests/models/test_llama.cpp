@@ -1,8 +1,11 @@
 // The Llama / Qwen2 workload (models/nets/llama.hpp) against the double-precision whole model
 // (tests/models/llama_model_ref.hpp) for a GQA Llama with an untied head, a tied one and a Qwen2
 // with q/k/v biases: the weights read from the directory (F32, BF16, sharded), one step's loss and
-// every gradient, the evaluation loss, and three AdamW steps of zenflow-run's trainer; the spec's
-// bad inputs (model.path, model.context, a bert config) refused naming the field.
+// every gradient, the evaluation loss, and three AdamW steps of zenflow-run's trainer; under
+// precision bf16 the losses within a bound from bf16's rounding of the products' operands, and
+// each of three AdamW steps (loss, gradient, device-adam's bf16 update) against the reference
+// (tests/models/bf16_helpers.hpp); the spec's bad inputs (model.path, model.context, a bert
+// config) refused naming the field.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -2,9 +2,10 @@
 // sizes, the tied head, n_positions rows of wpe, n_inner, layer_norm_epsilon; weights written by
 // models/hf/save.hpp in F32, BF16 and F16, one file and shards, read into both weight layouts: the
 // parameters equal the checkpoint's tensors bitwise, one step's loss and every gradient and the
-// eval loss equal the double reference (tests/reference/gpt_ref.hpp); fixed rows with masked
-// targets; a directory without weights initialised as Hugging Face does. AdamW steps, ZenFlow and
-// --save-hf: test_gpt2_hf_train.cpp.
+// eval loss equal the double reference (tests/reference/gpt_ref.hpp), and under precision bf16 are
+// within a bound from bf16's rounding of the products' operands (tests/models/bf16_helpers.hpp);
+// fixed rows with masked targets; a directory without weights initialised as Hugging Face does.
+// AdamW steps, ZenFlow and --save-hf: test_gpt2_hf_train.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "codelets/codelets.hpp"
+#include "graphs/train/precision.hpp"
 #include "models/hf/gpt2_hf.hpp"
 #include "runtime/error.hpp"
+#include "tests/models/bf16_helpers.hpp"
 #include "tests/models/gpt2_hf_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"
 
@@ -162,6 +166,63 @@ INSTANTIATE_TEST_SUITE_P(
       return k.dtype + (k.shard_bytes ? "Sharded" : "OneFile") + (k.in_out ? "InOut" : "OutIn") +
              (k.tied ? "Tied" : "Untied");
     });
+
+// Precision bf16 (docs/spec.md) on a BF16 directory, so that the parameters are its values exactly:
+// one step's loss and the evaluation loss against the double reference within bf16::loss_bound (u
+// times the reference's sensitivity to the products' operands: the linear layers' and the head's
+// inputs, the attention's q, k, v and probabilities); where the CPU multiplies bf16 natively also
+// more than the fp32 tolerance away from it (the bf16 products ran; the fp32 engine is within
+// 1e-5), elsewhere (fp32 products on the same values) bitwise the fp32 engine's losses.
+TEST(Gpt2HfStep, Bf16StepAndEvalWithinBf16OfDoubleReference) {
+  for (bool tied : {true, false})
+    for (bool in_out : {true, false}) {
+      SCOPED_TRACE(std::string(tied ? "tied " : "untied ") + (in_out ? "in_out" : "out_in"));
+      TempDir d;
+      const Tensors t = write_dir(d, "m", config(tied), "BF16");
+      const hf::Config c = hf::read_config(d.path("m/config.json"));
+      const TokenSplit data = token_split();
+      const std::vector<int32_t> idx = {0, 17, 5};
+      std::vector<int32_t> tok, tgt, etok, etgt, all;
+      windows(data.train, idx, tok, tgt);
+      const int W = (int)((data.val.u16.size() - 1) / kContext);
+      for (int w = 0; w < W; ++w) all.push_back(w);
+      windows(data.val, all, etok, etgt);
+      ref::GptRef model(ref_config(tied), ref_params(t));
+      ref::GptRef::Params g;
+      const double loss = model.lm_loss(tok, tgt, 3, kContext, &g);
+      const double S = model.operand_sensitivity();
+      const double eloss = model.lm_loss(etok, etgt, W, kContext, &g);
+      const double eS = model.operand_sensitivity();
+      double got[2][2];  // [fp32, bf16][step, eval]
+      for (int bf : {0, 1}) {
+        Runtime rt(rt_config());
+        Gpt2HfModel wl(c, d.path("m"), run_config(in_out), data, &rt.tracker().status());
+        Spec s;
+        s.precision = bf ? "bf16" : "fp32";
+        Precision prec(s, rt, wl);  // what run_training sets up: the bf16 products, the rounded parameters
+        prec.round_params(-1, nullptr);
+        for (Param* p : wl.params()) {
+          const std::vector<double>& want = model.params().at(p->name);
+          ASSERT_EQ(logical_values(*p), std::vector<float>(want.begin(), want.end())) << p->name;
+        }
+        Tensor stats = Tensor::home({3}, "stats", sizeof(double));
+        wl.submit_step(rt, 0, idx, stats);
+        rt.wait_all();
+        got[bf][0] = stats.as<double>()[0] / stats.as<double>()[2];
+        got[bf][1] = wl.evaluate(rt).loss;
+      }
+      const double sd = std::fabs(got[1][0] - loss), ed = std::fabs(got[1][1] - eloss);
+      EXPECT_LE(sd, bf16::loss_bound(loss, S)) << "step loss " << got[1][0] << " vs " << loss;
+      EXPECT_LE(ed, bf16::loss_bound(eloss, eS)) << "eval loss " << got[1][1] << " vs " << eloss;
+      if (cpu_native_bf16()) {
+        EXPECT_GT(sd, bf16::kFp32LossTol * loss) << "the bf16 products did not run";
+        EXPECT_GT(ed, bf16::kFp32LossTol * eloss) << "the bf16 products did not run";
+      } else {
+        EXPECT_EQ(got[1][0], got[0][0]);
+        EXPECT_EQ(got[1][1], got[0][1]);
+      }
+    }
+}
 
 // GPT-2's own vocabulary (50257 rows of wte, ids up to 50256) and n_positions (1024 rows of wpe):
 // one step's loss and every gradient equal the double reference.

@@ -1,8 +1,10 @@
 // Training a Hugging Face GPT-2 directory (models/hf/gpt2_hf.hpp) with the engine's strategies: three
 // AdamW steps (device-adam) equal the double reference's (tests/reference/gpt_ref.hpp and
-// reference.hpp's adam_step); ZenFlow with the tied wte as one 2-D parameter: at topk 1 and update
-// interval 1 bitwise device-adam, at topk 0.25 with a host interval and overlap bitwise the same
-// under two scheduling policies; --save-hf after 0 steps gives back the input's tensors bitwise.
+// reference.hpp's adam_step), and under precision bf16 each step's loss, gradient and device-adam's
+// bf16 update against it (tests/models/bf16_helpers.hpp); ZenFlow with the tied wte as one 2-D
+// parameter: at topk 1 and update interval 1 bitwise device-adam, at topk 0.25 with a host interval
+// and overlap bitwise the same under two scheduling policies; --save-hf after 0 steps gives back
+// the input's tensors bitwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,8 +14,10 @@
 #include "graphs/strategies/strategy.hpp"
 #include "models/hf/gpt2_hf.hpp"
 #include "models/hf/load.hpp"
+#include "tests/models/bf16_helpers.hpp"
 #include "tests/models/gpt2_hf_helpers.hpp"
 #include "tests/models/gpt_helpers.hpp"
+#include "tests/models/llama_helpers.hpp"
 
 namespace zf::test {
 namespace {
@@ -100,6 +104,57 @@ TEST(Gpt2HfTrain, AdamWStepsMatchDoubleReference) {
       }
       EXPECT_LE(diff, 1e-5);
       EXPECT_GT(moved, 1e-3) << "the steps moved the weights";
+    }
+  }
+}
+
+// Three AdamW steps of zenflow-run's trainer on the directory (device-adam, precision bf16, the
+// tied and the untied model), each step on its own as LlamaModel's
+// Bf16ThreeAdamWStepsWithinBf16OfReference checks them: the loss against the double reference at
+// the parameters the engine's forward read (bf16::loss_bound), the gradient against the
+// reference's there (bf16::expect_grads_within, 52 sites: on the forward's longest chain per block
+// c_attn's input, q or k, the probabilities, c_proj's, c_fc's and mlp.c_proj's inputs, 5, and the
+// head's, 11; back the head's and per block the 4 linear layers' output gradients and the
+// attention's dout and dS, 13; the weight gradient's 2 operands: 26, doubled), and the parameters
+// after each step device-adam's bf16 update of the engine's own gradients (bf16::RoundedAdamRef).
+TEST(Gpt2HfTrain, Bf16ThreeAdamWStepsWithinBf16OfReference) {
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    TempDir d;
+    const Tensors t = write_dir(d, "m", config(tied), "BF16");
+    const std::vector<int32_t> ids = llama::write_tokens(d.path("train.bin"), 200, kVocab, 1);
+    llama::write_tokens(d.path("eval.bin"), 41, kVocab, 2);
+    Spec s = llama::hf_spec(d.path("m"), d.path("train.bin"), d.path("eval.bin"));
+    s.precision = "bf16";
+    s.train.steps = 3;
+    const bf16::Capture c = bf16::run_capturing_steps(s);
+    ASSERT_EQ(c.params.size(), 3u);
+    ASSERT_EQ(c.losses.size(), 3u);
+    const ref::GptRef::Params start = ref_params(t);
+    for (auto& [n, v] : c.params[0]) EXPECT_EQ(std::vector<double>(v.begin(), v.end()), start.at(n)) << n;
+    bf16::RoundedAdamRef adam(c.params[0], bf16::adam_params(s));
+    for (int64_t step = 0; step < 3; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      if (step > 0)
+        adam.expect_rounded_masters(c.params[(size_t)step], "the parameters step " + std::to_string(step) + " read");
+      ref::GptRef::Params p;
+      for (auto& [n, v] : c.params[(size_t)step]) p[n].assign(v.begin(), v.end());
+      ref::GptRef model(ref_config(tied), p);
+      std::vector<int32_t> tok, tgt;
+      for (int64_t u = 3 * step; u < 3 * step + 3; ++u)  // sequential order: step t reads windows 3t .. 3t + 2
+        for (int64_t i = u * kContext; i < (u + 1) * kContext; ++i)
+          tok.push_back(ids[(size_t)i]), tgt.push_back(ids[(size_t)i + 1]);
+      ref::GptRef::Params g;
+      const double loss = model.lm_loss(tok, tgt, 3, kContext, &g);
+      EXPECT_LE(std::fabs(c.losses[(size_t)step] - loss), bf16::loss_bound(loss, model.operand_sensitivity()));
+      bf16::expect_grads_within(c.grads[(size_t)step], g, 52);
+      adam.step(c.grads[(size_t)step], step);
+    }
+    adam.expect_rounded_masters(c.final, "the final parameters");
+    for (auto& [n, v] : c.final) {
+      double moved = 0;
+      for (size_t i = 0; i < v.size(); ++i) moved = std::max(moved, std::fabs((double)v[i] - c.params[0].at(n)[i]));
+      EXPECT_GT(moved, s.optimizer.lr) << n << ": the steps moved the weights";
     }
   }
 }

@@ -242,6 +242,11 @@ class GptRef {
   using Params = std::map<std::string, Vec>;
   GptRef(const GptRefConfig& c, Params p) : c_(c), p_(std::move(p)) {}
   Params& params() { return p_; }
+  // After lm_loss() with grads: the sum over the operands of every product (the inputs of the
+  // linear layers and the head; the attention's q, k, v and probabilities) of |x| |dL/dx|
+  // (reference.hpp's abs_dot). A bf16 forward that rounds those operands (relative error <= 2^-8
+  // each) is within 2^-8 of this of the loss, to first order.
+  double operand_sensitivity() const { return sens_; }
 
   // Mean next-token cross-entropy over (B, T) tokens and the targets >= 0 (on fixed rows,
   // models/data/lm_rows.hpp, a target of -1 carries no loss); fills grads (same keys). The head is
@@ -431,6 +436,7 @@ class GptRef {
                   eps);
     const double loss = head(lnf, dlnf, g);
     if (!g) return loss;
+    sens_ = abs_dot(lnf.data(), dlnf.data(), NC);
     auto G = [&](const std::string& n) -> Vec& {
       Vec& v = (*g)[n];
       v.assign(P(n).size(), 0.0);
@@ -446,10 +452,12 @@ class GptRef {
       matmul_bwd_weight(dr.data(), Y.fcg.data(), G(h + "mlp.c_proj.weight").data(), N, I, C, false);
       bias_grad(dr.data(), G(h + "mlp.c_proj.bias").data(), N, C);
       matmul_bwd_data(dr.data(), P(h + "mlp.c_proj.weight").data(), dfcg.data(), N, I, C);
+      sens_ += abs_dot(Y.fcg.data(), dfcg.data(), NI);
       gelu_bwd(Y.fch.data(), dfcg.data(), dfch.data(), NI);
       matmul_bwd_weight(dfch.data(), Y.ln2.data(), G(h + "mlp.c_fc.weight").data(), N, C, I, false);
       bias_grad(dfch.data(), G(h + "mlp.c_fc.bias").data(), N, I);
       matmul_bwd_data(dfch.data(), P(h + "mlp.c_fc.weight").data(), dln.data(), N, C, I);
+      sens_ += abs_dot(Y.ln2.data(), dln.data(), NC);
       layernorm_bwd(dln.data(), Y.res1.data(), Y.m2.data(), Y.r2.data(), P(h + "ln_2.weight").data(), dres1.data(),
                     G(h + "ln_2.weight").data(), G(h + "ln_2.bias").data(), N, C);
       for (size_t i = 0; i < NC; ++i) dres1[i] += dr[i];
@@ -457,9 +465,12 @@ class GptRef {
       bias_grad(dres1.data(), G(h + "attn.c_proj.bias").data(), N, C);
       matmul_bwd_data(dres1.data(), P(h + "attn.c_proj.weight").data(), datty.data(), N, C, C);
       attention_bwd(datty.data(), Y.qkv.data(), Y.att.data(), dqkv.data(), B, T, C, NH);
+      sens_ += abs_dot(Y.atty.data(), datty.data(), NC) + abs_dot(Y.qkv.data(), dqkv.data(), 3 * NC) +
+               attention_prob_sensitivity(datty, Y, B, T);
       matmul_bwd_weight(dqkv.data(), Y.ln1.data(), G(h + "attn.c_attn.weight").data(), N, C, 3 * C, false);
       bias_grad(dqkv.data(), G(h + "attn.c_attn.bias").data(), N, 3 * C);
       matmul_bwd_data(dqkv.data(), P(h + "attn.c_attn.weight").data(), dln.data(), N, C, 3 * C);
+      sens_ += abs_dot(Y.ln1.data(), dln.data(), NC);
       layernorm_bwd(dln.data(), Y.in.data(), Y.m1.data(), Y.r1.data(), P(h + "ln_1.weight").data(), din.data(),
                     G(h + "ln_1.weight").data(), G(h + "ln_1.bias").data(), N, C);
       for (size_t i = 0; i < NC; ++i) dr[i] = din[i] + dres1[i];
@@ -483,8 +494,26 @@ class GptRef {
     return loss;
   }
 
+  // sum over b, h, i, j <= i of |att_ij| |dL/datt_ij|, dL/datt_ij = dout_i . v_j (attention_bwd)
+  template <class Layer>
+  double attention_prob_sensitivity(const Vec& dout, const Layer& Y, int B, int T) const {
+    const int C = c_.n_embd, NH = c_.n_head, hs = C / NH;
+    double s = 0.0;
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < T; ++i)
+          for (int j = 0; j <= i; ++j) {
+            double d = 0.0;
+            for (int e = 0; e < hs; ++e)
+              d += dout[((size_t)b * T + i) * C + h * hs + e] * Y.qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + e];
+            s += std::fabs(Y.att[(((size_t)b * NH + h) * T + i) * T + j] * d);
+          }
+    return s;
+  }
+
   GptRefConfig c_;
   Params p_;
+  double sens_ = 0.0;
   const std::vector<int32_t>* cls_ = nullptr;  // gen_loss's classes, read by the next run()
 };
 

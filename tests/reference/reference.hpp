@@ -43,6 +43,14 @@ inline void matmul_bwd_data(const double* dy, const double* w, double* dx, int B
     }
 }
 
+// sum_i |a_i b_i|: with a an operand and b the loss's gradient with respect to it, what rounding the
+// operand to a relative error <= u can change the loss by, to first order, is u times this
+inline double abs_dot(const double* a, const double* b, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; ++i) s += std::fabs(a[i] * b[i]);
+  return s;
+}
+
 // y (B, N) += b (N)
 inline void bias_add(double* y, const double* b, int B, int N) {
   for (int i = 0; i < B; ++i)

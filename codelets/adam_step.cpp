@@ -150,7 +150,7 @@ void insert_adam_step_result(const SubmitOptions& opt, const AdamParams& hp, int
                              const Tensor& v) {
   check_adam(opt, "adam_result", step, param, ps, grad, gs, m, v);
   expect(grad.handle() != param.handle(), opt, "adam_result: the gradient must be its own tensor");
-  expect(grad.elem_size() == 4, opt, "adam_result: the gradient (and result) buffer must be fp32");
+  expect(fp32_values(grad), opt, "adam_result: the gradient (and result) buffer must be fp32");
   expect(opt.side == Side::Host, opt, "adam_result: host side only (no CUDA implementation)");
   TaskBuilder(adam_result_cl(), opt)
       .rw(param).rw(grad).rw(m).rw(v)

@@ -225,7 +225,7 @@ void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scal
 void insert_allreduce_columns(const SubmitOptions& opt, const Tensor& x, const Tensor& sel, const Comm& comm,
                               bool in_out) {
   expect(opt.rt != nullptr, opt, "a collective needs the runtime's comm token");
-  expect(x.elem_size() == sizeof(float) && x.shape().size() == 2 && sel.elem_size() == sizeof(int32_t), opt,
+  expect(fp32_values(x) && x.shape().size() == 2 && sel.elem_size() == sizeof(int32_t), opt,
          "selected columns' all-reduce: " + shape_str(x) + " must be 2-D fp32, the selection int32");
   SegmentArgs a{&comm, nullptr, 1.0f, x.shape()[in_out ? 1 : 0], x.shape()[in_out ? 0 : 1], (int64_t)sel.numel(),
                 in_out ? 1 : 0};
@@ -259,7 +259,7 @@ void insert_allreduce_flag(const SubmitOptions& opt, const Tensor& flag, const C
 }
 
 void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm) {
-  expect(x.elem_size() == sizeof(float), opt, shape_str(x) + " must hold fp32 values");
+  expect(fp32_values(x), opt, shape_str(x) + " must hold fp32 values");
   expect(opt.rt != nullptr, opt, "all-reduce needs the runtime's comm token");
   AllreduceArgs a{&comm, scale};
   TaskBuilder(allreduce_cl(), opt).rw(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();

@@ -98,7 +98,7 @@ std::vector<ClipRecord> ClipLog::records() const {
 }
 
 void insert_sumsq(const SubmitOptions& opt, const Tensor& x, Slice xs, const Tensor& partial, size_t slot) {
-  expect(x.elem_size() == 4, opt, "sumsq: " + shape_str(x) + " is not fp32");
+  expect(fp32_values(x), opt, "sumsq: " + shape_str(x) + " is not fp32");
   expect(xs.offset + xs.n <= x.numel(), opt, "sumsq: slice outside " + shape_str(x));
   expect(partial.elem_size() == sizeof(double) && slot < partial.numel(), opt,
          "sumsq: slot " + std::to_string(slot) + " outside the doubles of " + shape_str(partial));
@@ -118,7 +118,7 @@ void insert_clip_factor(const SubmitOptions& opt, const std::vector<const Tensor
 }
 
 void insert_scale_by(const SubmitOptions& opt, const Tensor& x, Slice xs, const Tensor& factor) {
-  expect(x.elem_size() == 4, opt, "scale_by: " + shape_str(x) + " is not fp32");
+  expect(fp32_values(x), opt, "scale_by: " + shape_str(x) + " is not fp32");
   expect(xs.offset + xs.n <= x.numel(), opt, "scale_by: slice outside " + shape_str(x));
   TaskBuilder(scale_by_cl(), opt).rw(x).r(factor).args(ScaleArgs{xs.offset, xs.n}).submit();
 }

@@ -305,18 +305,18 @@ void insert_copy(const SubmitOptions& opt, const Tensor& src, Slice ss, const Te
 }
 
 void insert_round_bf16(const SubmitOptions& opt, const Tensor& x) {
-  expect(x.elem_size() == 4, opt, "round_bf16: " + shape_str(x) + " is not fp32");
+  expect(fp32_values(x), opt, "round_bf16: " + shape_str(x) + " is not fp32");
   TaskBuilder(round_bf16_cl(), opt).rw(x).submit();
 }
 
 void insert_round_fp16(const SubmitOptions& opt, const Tensor& x, const Tensor& overflow) {
-  expect(x.elem_size() == 4, opt, "round_fp16: " + shape_str(x) + " is not fp32");
+  expect(fp32_values(x), opt, "round_fp16: " + shape_str(x) + " is not fp32");
   expect(overflow.elem_size() == 4 && overflow.numel() == 1, opt, "round_fp16: the flag is one 4-byte word");
   TaskBuilder(round_fp16_cl(), opt).rw(x).rw(overflow).submit();
 }
 
 void insert_scale(const SubmitOptions& opt, const Tensor& x, float s) {
-  expect(x.elem_size() == 4, opt, "scale: " + shape_str(x) + " is not fp32");
+  expect(fp32_values(x), opt, "scale: " + shape_str(x) + " is not fp32");
   TaskBuilder(scale_cl(), opt).rw(x).args(MoveArgs{0, 0, x.numel(), s}).submit();
 }
 

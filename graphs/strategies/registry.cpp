@@ -171,4 +171,14 @@ std::string strategy_names(const char* sep) {
   return out;
 }
 
+bool two_byte_gradients(const Spec& s, int ranks) {
+  if (s.precision != "bf16" || ranks > 1 || s.train.gradient_accumulation_steps > 1) return false;
+  const bool clip = s.gradient_clipping > 0;
+  if (s.strategy == "device-adam") return !clip;
+  if (s.strategy == "zero-offload") return !(clip && s.offload_ratio < 1.0);
+  if (s.strategy == "zero-offload-dpu") return true;
+  if (s.strategy == "zenflow") return !s.zenflow.deepspeed_rules();
+  return false;
+}
+
 }  // namespace zf

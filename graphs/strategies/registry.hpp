@@ -47,6 +47,15 @@ const std::vector<StrategyDef>& strategy_defs();
 const StrategyDef& strategy_def(const std::string& name);
 // The entry of `name`, or null (a name read from a file, not validated yet).
 const StrategyDef* find_strategy(const std::string& name);
+
+// Precision bf16 keeps the device gradients in 2 bytes too (Tensor::store_half: every backward
+// write to one rounded, as every write to a parameter) where nothing scales them in place on the
+// device before they are read and every gradient is one micro-batch's on one process: bf16 (fp16's
+// loss scale is unscaled in place), one rank, no gradient accumulation, and the strategy's
+// in-place steps absent (device-adam's clipping, Twin-Flow's clipping of its device part, ZenFlow's
+// semantics "deepspeed": the 1/K scale and the warm-up clip). Elsewhere they stay fp32 words
+// rounded to bf16 once per step. docs/spec.md, "precision: bf16".
+bool two_byte_gradients(const Spec& s, int ranks);
 // "device-adam | zero-offload | ..." (--help, messages)
 std::string strategy_names(const char* sep = " | ");
 

@@ -101,10 +101,11 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
                                         : 3.0 * (s.data.dataset == "text" ? file_size(s.data.path) : 5.0 * 1024 * 1024);
   }
   e.param_count = (int64_t)P;
-  // values (2-byte storage under bf16/fp16, Precision::store_params) and gradients, fp32, and with
-  // gradient accumulation one more gradient-sized buffer (grad_acc: the micro-batches' sum)
+  // values (2-byte storage under bf16/fp16, Precision::store_params) and gradients (fp32, or 2
+  // bytes where two_byte_gradients holds), and with gradient accumulation one more fp32
+  // gradient-sized buffer (grad_acc: the micro-batches' sum)
   const bool half = s.precision == "bf16" || s.precision == "fp16";
-  e.params = ((half ? 2 : 4) + (A > 1 ? 2 : 1) * 4) * P;
+  e.params = ((half ? 2 : 4) + (two_byte_gradients(s, ranks) ? 2 : 4) + (A > 1 ? 4 : 0)) * P;
   // optimizer state beyond the device's values and gradients, in floats per parameter and rank,
   // as the strategy allocates it (its entry in graphs/strategies/registry.cpp; docs/spec.md
   // "Size"). The 1-D parameters' few extra buffers are not counted (they are a small share of any

@@ -9,6 +9,7 @@
 
 #include "codelets/codelets.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "graphs/strategies/registry.hpp"
 #include "graphs/strategies/strategy.hpp"
 #include "models/workload.hpp"
 #include "runtime/comm.hpp"
@@ -23,6 +24,7 @@ Precision::Precision(const Spec& spec, Runtime& rt, Workload& wl)
       wl_(wl),
       bf16_(spec.precision == "bf16"),
       fp16_(spec.precision == "fp16"),
+      two_byte_grads_(two_byte_gradients(spec, 1)),
       overflow_(fp16_ ? Tensor::home({1}, "fp16.overflow") : Tensor()),
       param_overflow_(fp16_ ? Tensor::home({1}, "fp16.param_overflow") : Tensor()),
       scaler_(spec.fp16) {
@@ -44,7 +46,7 @@ std::string Precision::describe() const {
          (fp16_ ? (scaler_.dynamic() ? " (fp16, dynamic loss scale)" : " (fp16, static loss scale)") : "");
 }
 
-void Precision::store_params(bool two_bytes) {
+void Precision::store_params(bool two_bytes, int ranks) {
   if (!bf16_ && !fp16_) return;
   if (!two_bytes) {
     round_params(-1, nullptr);
@@ -66,6 +68,14 @@ void Precision::store_params(bool two_bytes) {
     std::swap(p->value, s);  // s, the fp32 buffer, is freed here
   }
   stored_ = true;
+  if (!two_byte_grads_ || ranks > 1) return;
+  for (Param* p : wl_.params()) {  // lazy: nothing written yet
+    if (p->grad.stored_half()) continue;
+    Tensor g = Tensor::lazy(p->grad.shape(), p->grad.name(), 2);
+    g.store_half(h);
+    std::swap(p->grad, g);
+  }
+  grads_stored_ = true;
 }
 
 // Rounding is elementwise: rounding the shards of stage 3 rounds what their gathers make whole.
@@ -88,7 +98,8 @@ void Precision::begin_step(int64_t t) {
 }
 
 bool Precision::finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u) {
-  if (bf16_ && !strat.rounds_bf16_grads())  // else the update rounds them as it reads them
+  // (2-byte gradients: every write rounded them already)
+  if (bf16_ && !grads_stored_ && !strat.rounds_bf16_grads())  // else the update rounds them as it reads them
     for (Param* p : wl_.params())
       insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), strat.device_tensor(p->grad));
   if (!fp16_) return true;

@@ -37,8 +37,10 @@ class Precision {
   // (Tensor::store_half: 2 bytes per parameter on the device; every write to it rounded), its
   // values rounded into it. two_bytes false (RunOptions::half_storage, for tests): the values are
   // rounded in their 4-byte words, and again after every update (round_params).
-  void store_params(bool two_bytes);
+  // The gradients too where two_byte_gradients(spec, ranks) holds (graphs/strategies/registry.hpp).
+  void store_params(bool two_bytes, int ranks = 1);
   bool params_stored_half() const { return stored_; }
+  bool grads_stored_half() const { return grads_stored_; }
   // Rounds the device parameters after step's update (-1: the initial values) where they are kept
   // in 4-byte words (not stored in 2 bytes). strat: where they are (ZeRO stage 3: this rank's
   // shards; Strategy::device_tensor); null: the workload's, whole.
@@ -84,6 +86,8 @@ class Precision {
   Workload& wl_;
   bool bf16_, fp16_;
   bool stored_ = false;  // the parameters are stored in 2 bytes (store_params)
+  bool grads_stored_ = false;  // and the gradients
+  bool two_byte_grads_;        // two_byte_gradients(spec, 1): the spec allows them on one rank
   bool native_matmuls_ = false;  // bf16 on CUDA workers, or on a CPU device that multiplies bf16 natively
   // fp16: one flag word the gradient rounding raises on an inf or NaN (the overflow check)
   // (parameters that round to inf raise their own flag, which nobody reads: their next gradients

@@ -215,22 +215,27 @@ TEST(ZenFlowAccumulateOn, HostAndDeviceTrainTheSameWeights) {
 }
 
 // Issue 43, 2-byte storage: under bf16 and fp16 every device parameter is a 2-byte buffer
-// (Tensor::store_half; device_state_bytes.params 2 bytes per parameter) and every strategy trains
-// bitwise the weights of the 4-byte words it replaces (RunOptions::half_storage false: the values
-// rounded in fp32 words after every update), with the same losses: the codelets read the 2-byte
-// values widened (exact) and every write is rounded as the words' rounding did. Device-adam,
-// zero-offload, zero-offload-dpu and zenflow (semantics zenflow, staleness 1; semantics deepspeed
-// with clipping), fp16 with skipped overflow steps, gradient accumulation.
+// (Tensor::store_half; device_state_bytes.params 2 bytes per parameter), under bf16 the gradients
+// too where two_byte_gradients allows (graphs/strategies/registry.hpp: not where the device scales
+// them in place, fp16, accumulation), and every strategy trains bitwise the weights of the 4-byte
+// words they replace (RunOptions::half_storage false: the values rounded in fp32 words after every
+// update and every backward), with the same losses: the codelets read the 2-byte values widened
+// (exact) and every write is rounded as the words' rounding did (each gradient of the MLP has one
+// writer a step). Device-adam, zero-offload, zero-offload-dpu and zenflow (semantics zenflow,
+// staleness 1; semantics deepspeed with clipping), clipping on the host and on the device, fp16
+// with skipped overflow steps, gradient accumulation.
 TEST(HalfStorage, TwoByteParametersTrainTheWordsWeightsBitwise) {
   struct Case {
     const char* strategy;
     const char* precision;
     const char* variant;
+    int grad_bytes;  // the gradients' bytes per value on the device
   };
-  for (const Case c : {Case{"device-adam", "bf16", ""}, Case{"zero-offload", "bf16", ""},
-                       Case{"zero-offload-dpu", "bf16", ""}, Case{"zenflow", "bf16", ""},
-                       Case{"zenflow", "bf16", "deepspeed"}, Case{"device-adam", "fp16", ""},
-                       Case{"zenflow", "fp16", ""}, Case{"zero-offload", "bf16", "accumulation"}}) {
+  for (const Case c : {Case{"device-adam", "bf16", "", 2}, Case{"zero-offload", "bf16", "", 2},
+                       Case{"zero-offload-dpu", "bf16", "", 2}, Case{"zenflow", "bf16", "", 2},
+                       Case{"zero-offload", "bf16", "clipping", 2}, Case{"device-adam", "bf16", "clipping", 4},
+                       Case{"zenflow", "bf16", "deepspeed", 4}, Case{"device-adam", "fp16", "", 4},
+                       Case{"zenflow", "fp16", "", 4}, Case{"zero-offload", "bf16", "accumulation", 4}}) {
     SCOPED_TRACE(std::string(c.strategy) + " " + c.precision + " " + c.variant);
     Spec s = std::string(c.strategy) == "zenflow" ? zen_spec(12, 1, 4, 2) : tiny_spec(12, c.strategy);
     s.precision = c.precision;
@@ -243,6 +248,7 @@ TEST(HalfStorage, TwoByteParametersTrainTheWordsWeightsBitwise) {
       s.gradient_clipping = 0.05;
     }
     if (std::string(c.variant) == "accumulation") s.train.gradient_accumulation_steps = 2;
+    if (std::string(c.variant) == "clipping") s.gradient_clipping = 0.05;
     auto run = [&](bool half, nlohmann::json& m) {
       RunOptions o;
       o.evaluate = false;
@@ -257,9 +263,14 @@ TEST(HalfStorage, TwoByteParametersTrainTheWordsWeightsBitwise) {
     const double numel = 784 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10;  // tiny_spec's MLP
     EXPECT_EQ(mh["device_state_bytes"]["params"].get<double>(), 2 * numel) << "2 bytes per parameter";
     EXPECT_EQ(mw["device_state_bytes"]["params"].get<double>(), 4 * numel);
-    // the memory estimate counts the 2-byte values, the fp32 gradients (and their micro-batch sum)
-    const double grads = s.train.gradient_accumulation_steps > 1 ? 8 : 4;
-    EXPECT_EQ(estimate_memory(s, -1).params, (2 + grads) * numel);
+    EXPECT_EQ(mh["device_state_bytes"]["grads"].get<double>(), c.grad_bytes * numel);
+    EXPECT_EQ(mw["device_state_bytes"]["grads"].get<double>(), 4 * numel);
+    if (std::string(c.variant) == "clipping") {
+      EXPECT_GT(mh["gradient_clipping"]["clipped_steps"].get<int64_t>(), 0) << "the clip did not clip";
+    }
+    // the memory estimate counts the 2-byte values, the gradients (and their fp32 micro-batch sum)
+    const double acc = s.train.gradient_accumulation_steps > 1 ? 4 : 0;
+    EXPECT_EQ(estimate_memory(s, -1).params, (2 + c.grad_bytes + acc) * numel);
     if (std::string(c.precision) == "fp16") {
       EXPECT_FALSE(skipped_at(mh).empty()) << "no overflow exercised the skip";
       EXPECT_EQ(skipped_at(mh), skipped_at(mw));

@@ -203,7 +203,7 @@ TEST_P(LlamaModel, Bf16StepAndEvalWithinBf16OfDoubleReference) {
       Runtime rt(rt_config());
       auto wl = make_workload(s, &rt.tracker().status());
       Precision prec(s, rt, *wl);  // what run_training sets up: the bf16 products, the rounded parameters
-      prec.round_params(-1, nullptr);
+      prec.store_params(true);  // run_training's: bf16 parameters in 2-byte storage
       if (!bf) bf16::set_values(*wl, rounded);  // the fp32 engine on the same values
       EXPECT_EQ(values(*wl), rounded);
       Tensor stats = Tensor::home({3}, "stats", sizeof(double));

@@ -107,9 +107,9 @@ TEST(LlamaRuns, StrategiesPrecisionClippingAccumulation) {
 }
 
 // Issue 43, 2-byte storage on the Llama (embedding, RMSNorm, rotary attention, SwiGLU, the untied
-// head): under bf16 every parameter is a 2-byte buffer and device-adam and zenflow train bitwise
-// the weights and losses of the 4-byte words (RunOptions::half_storage false), with 2 bytes per
-// parameter on the device.
+// head): under bf16 every parameter and its gradient is a 2-byte buffer and device-adam and zenflow
+// train bitwise the weights and losses of the 4-byte words (RunOptions::half_storage false), with 2
+// bytes per parameter and per gradient value on the device.
 TEST(LlamaRuns, Bf16TwoByteParametersTrainTheWordsWeightsBitwise) {
   Fixture f;
   for (const char* strategy : {"device-adam", "zenflow"}) {
@@ -132,6 +132,8 @@ TEST(LlamaRuns, Bf16TwoByteParametersTrainTheWordsWeightsBitwise) {
     for (auto& [n, v] : wh) numel += (double)v.size();
     EXPECT_EQ(mh["device_state_bytes"]["params"].get<double>(), 2 * numel);
     EXPECT_EQ(mw["device_state_bytes"]["params"].get<double>(), 4 * numel);
+    EXPECT_EQ(mh["device_state_bytes"]["grads"].get<double>(), 2 * numel);
+    EXPECT_EQ(mw["device_state_bytes"]["grads"].get<double>(), 4 * numel);
   }
 }
 

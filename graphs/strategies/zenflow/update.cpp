@@ -93,7 +93,8 @@ void ZenFlowStrategy::accumulate(const UpdateStep& u, const Param& p, const Host
     else
       insert_accumulate(where.named(name(i)), acc.tiles[i], whole(acc.tiles[i]), g, gs, 1.0f);
   }
-  for (const Slice& sl : acc.slices) d2h_ += (int64_t)(sl.n * p.grad.elem_size());  // this rank's tiles
+  // this rank's tiles, the fp32 gradient (a 2-byte one is widened: codelets/half_storage.cpp)
+  for (const Slice& sl : acc.slices) d2h_ += (int64_t)(sl.n * sizeof(float));
 }
 
 void ZenFlowStrategy::host_update(int64_t t, int64_t o) {

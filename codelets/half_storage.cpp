@@ -5,9 +5,12 @@
 // (round to nearest even: the bits of kernels/bf16.hpp's and fp16.hpp's rounding). A task without
 // such a buffer calls the kernel directly: fp32 runs are unchanged. The kernels thus compute in
 // fp32 on values stored in 2 bytes; the price is a widening and a rounding pass over each such
-// buffer per task (a parameter's, for a kernel that reads it).
+// buffer per task (a parameter's, for a kernel that reads it), and on a CPU worker its fp32 copy
+// (kept by the worker thread for its next tasks up to 16 MB a buffer slot). The kept-operand bf16
+// matmuls (codelets/matmul.cpp) read a bf16 weight as it is.
 #include <starpu.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -26,16 +29,28 @@ struct Impl {
   starpu_cpu_func_t cpu = nullptr;
   starpu_cuda_func_t cuda = nullptr;
 };
+// The wrapped codelets' own implementations, by their performance model (one per codelet): a
+// map that is only ever replaced whole (copy on write, under impls_mu, as codelets are made), so
+// that every task reads it without a lock. The replaced maps are kept (a few dozen, once each).
+using ImplMap = std::unordered_map<const starpu_perfmodel*, Impl>;
 std::mutex impls_mu;
-// the wrapped codelets' own implementations, by their performance model (one per codelet)
-std::unordered_map<const starpu_perfmodel*, Impl>& impls() {
-  static std::unordered_map<const starpu_perfmodel*, Impl> m;
-  return m;
+std::atomic<const ImplMap*> impls{new ImplMap()};
+std::vector<std::unique_ptr<const ImplMap>>& retired() {
+  static std::vector<std::unique_ptr<const ImplMap>> r;
+  return r;
+}
+void add_impl(const starpu_perfmodel* m, Impl im) {
+  std::lock_guard<std::mutex> lk(impls_mu);
+  const ImplMap* old = impls.load(std::memory_order_acquire);
+  auto* next = new ImplMap(*old);
+  (*next)[m] = im;
+  impls.store(next, std::memory_order_release);
+  retired().emplace_back(old);
 }
 Impl impl_of(const starpu_task* t) {
-  std::lock_guard<std::mutex> lk(impls_mu);
-  auto it = impls().find(t->cl->model);
-  return it == impls().end() ? Impl{} : it->second;
+  const ImplMap* m = impls.load(std::memory_order_acquire);
+  auto it = m->find(t->cl->model);
+  return it == m->end() ? Impl{} : it->second;
 }
 
 // The task's stored-half buffers: index and format.
@@ -51,6 +66,30 @@ std::vector<HalfBuf> half_buffers(const starpu_task* t) {
     if (const Half* h = stored_half_of(STARPU_TASK_GET_HANDLE(t, i)))
       out.push_back({i, *h, (STARPU_TASK_GET_MODE(t, i) & STARPU_W) != 0});
   return out;
+}
+
+// The fp32 copy of a task's k-th stored-half buffer of n values: the worker thread's buffer for
+// slot k, kept for its next tasks up to kKeepBytes; a larger one is the task's own (`own`), freed
+// after it.
+constexpr size_t kKeepBytes = size_t{16} << 20;
+float* fp32_scratch(size_t k, size_t n, std::unique_ptr<float[]>& own) {
+  struct Slot {
+    std::unique_ptr<float[]> p;
+    size_t cap = 0;
+  };
+  thread_local std::vector<Slot> slots;
+  if (n == 0) n = 1;
+  if (n * sizeof(float) > kKeepBytes) {
+    own.reset(new float[n]);
+    return own.get();
+  }
+  if (slots.size() <= k) slots.resize(k + 1);
+  Slot& s = slots[k];
+  if (s.cap < n) {
+    s.p.reset(new float[n]);
+    s.cap = n;
+  }
+  return s.p.get();
 }
 
 void half_cpu(void* buffers[], void* arg) noexcept {
@@ -75,18 +114,19 @@ void half_cpu(void* buffers[], void* arg) noexcept {
     const unsigned n = STARPU_TASK_GET_NBUFFERS(t);
     std::vector<void*> b(buffers, buffers + n);
     std::vector<starpu_vector_interface> wide(hb.size());
-    std::vector<std::unique_ptr<float[]>> scratch(hb.size());
+    std::vector<std::unique_ptr<float[]>> own(hb.size());
+    std::vector<float*> scratch(hb.size());
     for (size_t k = 0; k < hb.size(); ++k) {
       auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
-      scratch[k].reset(new float[v->nx ? v->nx : 1]);
+      scratch[k] = fp32_scratch(k, v->nx, own[k]);
       // every mode: a kernel may write a slice of a W buffer, the rest must round-trip unchanged
       const auto* src = reinterpret_cast<const uint16_t*>(v->ptr);
       if (hb[k].h == Half::Bf16)
-        kernels::cpu::unpack_bf16(src, scratch[k].get(), v->nx);
+        kernels::cpu::unpack_bf16(src, scratch[k], v->nx);
       else
-        kernels::cpu::unpack_fp16(src, scratch[k].get(), v->nx);
+        kernels::cpu::unpack_fp16(src, scratch[k], v->nx);
       wide[k] = *v;
-      wide[k].ptr = reinterpret_cast<uintptr_t>(scratch[k].get());
+      wide[k].ptr = reinterpret_cast<uintptr_t>(scratch[k]);
       wide[k].elemsize = sizeof(float);
       b[hb[k].i] = &wide[k];
     }
@@ -96,9 +136,9 @@ void half_cpu(void* buffers[], void* arg) noexcept {
       auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
       auto* dst = reinterpret_cast<uint16_t*>(v->ptr);
       if (hb[k].h == Half::Bf16)
-        kernels::cpu::pack_bf16(scratch[k].get(), dst, v->nx);
+        kernels::cpu::pack_bf16(scratch[k], dst, v->nx);
       else
-        kernels::cpu::pack_fp16(scratch[k].get(), dst, v->nx);
+        kernels::cpu::pack_fp16(scratch[k], dst, v->nx);
     }
   } catch (const std::bad_alloc&) {
     record_task_failure("2-byte storage: out of memory for a buffer's fp32 copy");
@@ -174,10 +214,7 @@ starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
   starpu_codelet c = make_starpu_codelet(def, model);
 #ifndef ZF_SIMGRID  // simulated tasks run no kernel (docs/simulation.md)
   if (!def.native_half) {
-    {
-      std::lock_guard<std::mutex> lk(impls_mu);
-      impls()[model] = Impl{c.cpu_funcs[0], c.cuda_funcs[0]};
-    }
+    add_impl(model, Impl{c.cpu_funcs[0], c.cuda_funcs[0]});
     if (c.cpu_funcs[0]) c.cpu_funcs[0] = half_cpu;
 #ifdef ZF_USE_CUDA
     if (c.cuda_funcs[0]) c.cuda_funcs[0] = half_cuda;

@@ -39,15 +39,27 @@ void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
 }
 // the kept-operand variants (bf16 copies in buffers of uint16_t bf16 bits)
 uint16_t* bf16_ptr(void* buf) { return reinterpret_cast<uint16_t*>(STARPU_VECTOR_GET_PTR(buf)); }
+// The weight (buffer 1) as it is stored: a bf16 parameter's 2 bytes multiplied as they are (these
+// two codelets are native_half: only the weight can be a stored-half tensor among their buffers),
+// an fp32 one converted in the call.
+bool weight_is_bf16(void* buf) { return STARPU_VECTOR_GET_ELEMSIZE(buf) == sizeof(uint16_t); }
 void matmul_fwd_keep_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_fwd_keep_x(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B, p->K, p->N,
-                                  p->in_out);
+  if (weight_is_bf16(b[1]))
+    kernels::cpu::matmul_fwd_keep_x_wh(vec_ptr(b[0]), bf16_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B, p->K,
+                                       p->N, p->in_out);
+  else
+    kernels::cpu::matmul_fwd_keep_x(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B, p->K, p->N,
+                                    p->in_out);
 }
 void matmul_bwd_data_keep_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_bwd_data_keep_dy(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B, p->K,
-                                        p->N, p->in_out);
+  if (weight_is_bf16(b[1]))
+    kernels::cpu::matmul_bwd_data_keep_dy_wh(vec_ptr(b[0]), bf16_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B,
+                                             p->K, p->N, p->in_out);
+  else
+    kernels::cpu::matmul_bwd_data_keep_dy(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), bf16_ptr(b[3]), p->B, p->K,
+                                          p->N, p->in_out);
 }
 void matmul_bwd_weight_kept_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
@@ -122,14 +134,16 @@ starpu_codelet& matmul_bwd_data_cl() {
 starpu_codelet& matmul_fwd_keep_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_matmul_fwd_keep", matmul_fwd_keep_cpu, nullptr, 4, {STARPU_R, STARPU_R, STARPU_W, STARPU_W}, matmul_flops},
+      {"zf_matmul_fwd_keep", matmul_fwd_keep_cpu, nullptr, 4, {STARPU_R, STARPU_R, STARPU_W, STARPU_W}, matmul_flops,
+       Collective::None, 0, nullptr, nullptr, nullptr, true},
       &m);
   return c;
 }
 starpu_codelet& matmul_bwd_data_keep_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_data_keep", matmul_bwd_data_keep_cpu, nullptr, 4,
-                                          {STARPU_R, STARPU_R, STARPU_W, STARPU_W}, matmul_flops},
+                                          {STARPU_R, STARPU_R, STARPU_W, STARPU_W}, matmul_flops, Collective::None, 0,
+                                          nullptr, nullptr, nullptr, true},
                                          &m);
   return c;
 }
@@ -171,6 +185,8 @@ void insert_matmul_fwd_kept(const SubmitOptions& opt, const Tensor& x, const Ten
   const MatmulArgs a = dims(opt, x, w, y, in_out);
   expect(a.bf16 && a.B >= kernels::cpu::kMatmulBf16Rows, opt, "kept bf16 operands need bf16 matmuls of 64+ rows");
   expect_bf16_copy(opt, xh, x);
+  expect(!x.stored_half() && !y.stored_half() && (!w.stored_half() || w.half() == Half::Bf16), opt,
+         "kept bf16 operands: only the weight may be stored in 2 bytes, in bf16");
   TaskBuilder(matmul_fwd_keep_cl(), opt).r(x).r(w).w(y).w(xh).args(a).submit();
 }
 
@@ -179,6 +195,8 @@ void insert_matmul_bwd_data_kept(const SubmitOptions& opt, const Tensor& dy, con
   const MatmulArgs a = dims(opt, dx, w, dy, in_out);
   expect(a.bf16 && a.B >= kernels::cpu::kMatmulBf16Rows, opt, "kept bf16 operands need bf16 matmuls of 64+ rows");
   expect_bf16_copy(opt, dyh, dy);
+  expect(!dy.stored_half() && !dx.stored_half() && (!w.stored_half() || w.half() == Half::Bf16), opt,
+         "kept bf16 operands: only the weight may be stored in 2 bytes, in bf16");
   TaskBuilder(matmul_bwd_data_keep_cl(), opt).r(dy).r(w).w(dx).w(dyh).args(a).submit();
 }
 

@@ -95,7 +95,8 @@ echo "ok: per-codelet efficiency"
 # Precision (docs/simulation.md, "Precision and the GPU's rate"): device-adam on h200-pcie5-x1 in
 # fp32 and in bf16. Every matmul and attention task on the CUDA worker takes its roofline time:
 # fp32 max(FLOPs / (fp32_flops x e), bytes / B) + overhead; bf16 first 6 bytes per converted operand
-# element at B, then the FLOPs at bf16_flops x e, the bytes with the weight at 2 bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
+# element at B, then the FLOPs at bf16_flops x e, the bytes with the weight (and its gradient) at 2
+# bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
 # the byte-level vocabulary 256, 4 heads); the rates from the machine file.
 for p in fp32 bf16; do
   sim h200-pcie5-x1 "$TMP/p$p.json" --strategy device-adam --set precision="\"$p\"" --trace-csv "$TMP/p$p.csv" ||
@@ -123,9 +124,10 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         if key is None:
             return None
         K, N = KN[key]
-        # the weight (N x K) is a 2-byte buffer under bf16 (the parameters' storage), read by the
-        # forward and the data gradient; the weight gradient writes the fp32 gradient
-        wb = 2 if prec == "bf16" and codelet != "zf_matmul_bwd_weight" else 4
+        # the weight (N x K), read by the forward and the data gradient, and its gradient, written by
+        # the weight gradient, are 2-byte buffers under bf16 (the parameters' storage; the
+        # gradients' too: device-adam without clipping on one rank, two_byte_gradients)
+        wb = 2 if prec == "bf16" else 4
         flops, byts = 2.0 * R * K * N, 4 * (R * K + R * N) + wb * N * K
         conv = {"zf_matmul_fwd": R * K + N * K, "zf_matmul_bwd_weight": R * N + R * K,
                 "zf_matmul_bwd_data": R * N + N * K}[codelet]

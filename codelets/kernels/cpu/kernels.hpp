@@ -39,7 +39,14 @@ void matmul_bwd_data_keep_dy(const float* dy, const float* w, float* dx, uint16_
                              bool w_in_out);
 void matmul_bwd_weight_bf16(const uint16_t* dyh, const uint16_t* xh, float* dw, int B, int K, int N, bool accumulate,
                             bool dw_in_out);
-// Calls of the three above since the process started (the tests check that the kept path ran).
+// The forward and the data gradient with the weight given in bf16 (its bits: a parameter stored
+// in 2 bytes, Tensor::store_half) instead of converted in the call: the same bits.
+void matmul_fwd_keep_x_wh(const float* x, const uint16_t* wh, float* y, uint16_t* xh, int B, int K, int N,
+                          bool w_in_out);
+void matmul_bwd_data_keep_dy_wh(const float* dy, const uint16_t* wh, float* dx, uint16_t* dyh, int B, int K, int N,
+                                bool w_in_out);
+// Calls of the kept-operand products above since the process started (the tests check that the
+// kept path ran).
 uint64_t matmul_kept_bf16_calls();
 
 // y (B, N) += b (N)

@@ -351,17 +351,25 @@ void matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, i
 std::atomic<uint64_t> kept_bf16_calls{0};
 uint64_t matmul_kept_bf16_calls() { return kept_bf16_calls.load(std::memory_order_relaxed); }
 
-void matmul_fwd_keep_x(const float* x, const float* w, float* y, uint16_t* xh, int B, int K, int N, bool w_in_out) {
+void matmul_fwd_keep_x_wh(const float* x, const uint16_t* wh, float* y, uint16_t* xh, int B, int K, int N,
+                          bool w_in_out) {
   // x's rows converted by the tile that multiplies them (the same values as one pass over x)
-  fwd_coarse(xh, packed(w, (size_t)N * K), true, y, B, K, N, w_in_out,
+  fwd_coarse(xh, wh, true, y, B, K, N, w_in_out,
              [&](int b0, int bb) { pack_bf16(x + (size_t)b0 * K, xh + (size_t)b0 * K, (size_t)bb * K); });
+  kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
+}
+void matmul_fwd_keep_x(const float* x, const float* w, float* y, uint16_t* xh, int B, int K, int N, bool w_in_out) {
+  matmul_fwd_keep_x_wh(x, packed(w, (size_t)N * K), y, xh, B, K, N, w_in_out);
+}
+void matmul_bwd_data_keep_dy_wh(const float* dy, const uint16_t* wh, float* dx, uint16_t* dyh, int B, int K, int N,
+                                bool w_in_out) {
+  bwd_data_coarse(dyh, wh, true, dx, B, K, N, w_in_out,
+                  [&](int b0, int bb) { pack_bf16(dy + (size_t)b0 * N, dyh + (size_t)b0 * N, (size_t)bb * N); });
   kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
 }
 void matmul_bwd_data_keep_dy(const float* dy, const float* w, float* dx, uint16_t* dyh, int B, int K, int N,
                              bool w_in_out) {
-  bwd_data_coarse(dyh, packed(w, (size_t)N * K), true, dx, B, K, N, w_in_out,
-                  [&](int b0, int bb) { pack_bf16(dy + (size_t)b0 * N, dyh + (size_t)b0 * N, (size_t)bb * N); });
-  kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
+  matmul_bwd_data_keep_dy_wh(dy, packed(w, (size_t)N * K), dx, dyh, B, K, N, w_in_out);
 }
 void matmul_bwd_weight_bf16(const uint16_t* dyh, const uint16_t* xh, float* dw, int B, int K, int N, bool accumulate,
                             bool dw_in_out) {

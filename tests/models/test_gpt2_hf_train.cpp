@@ -75,12 +75,7 @@ TEST(Gpt2HfTrain, AdamWStepsMatchDoubleReference) {
     ref::GptRef model(ref_config(), ref_params(t));
     const TokenSplit data = token_split();
     const int64_t units = (int64_t)(data.train.u16.size() - 1) / kContext;
-    ref::AdamParams hp;
-    hp.lr = (float)s.optimizer.lr;
-    hp.beta1 = (float)s.optimizer.beta1;
-    hp.beta2 = (float)s.optimizer.beta2;
-    hp.eps = (float)s.optimizer.eps;
-    hp.weight_decay = (float)s.optimizer.weight_decay;
+    const ref::AdamParams hp = bf16::adam_params(s);
     ref::GptRef::Params m, v;
     for (int64_t step = 0; step < 3; ++step) {
       std::vector<int32_t> tok, tgt;

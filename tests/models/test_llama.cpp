@@ -48,26 +48,6 @@ std::map<std::string, std::vector<float>> as_stored(std::map<std::string, std::v
   return v;
 }
 
-// |got - want| <= tol * max |want| per tensor (tol: kGradTol's reasoning, tests/models/gpt_helpers.hpp:
-// the float path's relative error stays near 1e-6 through 2 blocks; a wrong term is off at 1e-1)
-void expect_close(const std::map<std::string, std::vector<float>>& got, const ref::LlamaModelRef::Params& want,
-                  double tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (auto& [name, r] : want) {
-    SCOPED_TRACE(name);
-    ASSERT_TRUE(got.count(name));
-    const std::vector<float>& g = got.at(name);
-    ASSERT_EQ(g.size(), r.size());
-    double scale = 0.0, diff = 0.0;
-    for (size_t i = 0; i < r.size(); ++i) {
-      scale = std::max(scale, std::fabs(r[i]));
-      diff = std::max(diff, std::fabs((double)g[i] - r[i]));
-    }
-    EXPECT_GT(scale, 0.0) << "all zero tests nothing";
-    EXPECT_LE(diff, tol * scale) << "max |diff| " << diff << " vs max |ref| " << scale;
-  }
-}
-
 class LlamaModel : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -123,7 +103,7 @@ TEST_P(LlamaModel, StepAndEvalMatchDoubleReference) {
     const double loss = model.loss(tok, tgt, 3, 8, &g);
     EXPECT_EQ(stats.as<double>()[2], 24.0) << "the loss is per token";
     EXPECT_NEAR(stats.as<double>()[0] / 24.0, loss, 1e-5 * loss);
-    expect_close(grads, g, kGradTol);
+    expect_grads_match(grads, g);
     const EvalResult e = wl->evaluate(rt);
     windows(eval_, {0, 1, 2, 3, 4}, tok, tgt);
     EXPECT_EQ(e.count, 40);
@@ -312,7 +292,7 @@ TEST(LlamaRows, MaskedTargetsMatchDoubleReference) {
   const double loss = model.loss(pick(rows.train.tokens, {2, 0}), pick(rows.train.targets, {2, 0}), 2, 8, &g);
   EXPECT_EQ(stats.as<double>()[2], 8.0) << "4 counted targets per row";
   EXPECT_NEAR(stats.as<double>()[0] / 8.0, loss, 1e-5 * loss);
-  expect_close(grads, g, kGradTol);
+  expect_grads_match(grads, g);
   const EvalResult e = wl.evaluate(rt);
   EXPECT_EQ(e.count, 16);
   EXPECT_NEAR(e.loss, model.loss(rows.eval.tokens, rows.eval.targets, 4, 8, nullptr), 1e-5 * e.loss);

@@ -124,8 +124,10 @@ double gqa_bwd_bf16_operands(const void* a) {
 starpu_codelet& attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3, {STARPU_R, STARPU_W, STARPU_W},
-       attention_fwd_flops, Collective::None, 0, nullptr, nullptr, attention_fwd_bf16_operands},
+      writes_whole({"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3,
+                    {STARPU_R, STARPU_W, STARPU_W}, attention_fwd_flops, Collective::None, 0, nullptr, nullptr,
+                    attention_fwd_bf16_operands},
+                   0b010),  // out (att is not written above the diagonal)
       &m);
   return c;
 }
@@ -154,9 +156,11 @@ AttentionArgs dims(const SubmitOptions& opt, const Tensor& qkv, const Tensor& ou
 starpu_codelet& gqa_attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_gqa_attention_fwd", gqa_attention_fwd_cpu, ZF_CUDA_FUNC(gqa_attention_fwd_cuda), 5,
-                    {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}, gqa_fwd_flops, Collective::None, 0,
-                    nullptr, nullptr, gqa_fwd_bf16_operands},
+      make_codelet(writes_whole({"zf_gqa_attention_fwd", gqa_attention_fwd_cpu,
+                                 ZF_CUDA_FUNC(gqa_attention_fwd_cuda), 5,
+                                 {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}, gqa_fwd_flops, Collective::None,
+                                 0, nullptr, nullptr, gqa_fwd_bf16_operands},
+                                0b01000),  // atty
                    &m);
   return c;
 }

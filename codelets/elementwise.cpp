@@ -77,7 +77,7 @@ starpu_codelet& bias_grad_cl() {
 starpu_codelet& act_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_act_fwd", act_fwd_cpu, ZF_CUDA_FUNC(act_fwd_cuda), 2, {STARPU_R, STARPU_W}}, &m);
+      writes_whole({"zf_act_fwd", act_fwd_cpu, ZF_CUDA_FUNC(act_fwd_cuda), 2, {STARPU_R, STARPU_W}}, 0b10), &m);
   return c;
 }
 starpu_codelet& act_bwd_cl() {

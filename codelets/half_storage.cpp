@@ -7,7 +7,8 @@
 // fp32 on values stored in 2 bytes; the price is a widening and a rounding pass over each such
 // buffer per task (a parameter's, for a kernel that reads it), and on a CPU worker its fp32 copy
 // (kept by the worker thread for its next tasks up to 16 MB a buffer slot). The kept-operand bf16
-// matmuls (codelets/matmul.cpp) read a bf16 weight as it is.
+// matmuls (codelets/matmul.cpp) read a bf16 weight as it is; the matmuls' CPU implementations
+// read their stored bf16 operands as they are (CodeletDef::bf16_as_is).
 #include <starpu.h>
 
 #include <atomic>
@@ -21,6 +22,7 @@
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/parallel.hpp"
 
 namespace zf {
 namespace {
@@ -28,6 +30,8 @@ namespace {
 struct Impl {
   starpu_cpu_func_t cpu = nullptr;
   starpu_cuda_func_t cuda = nullptr;
+  unsigned bf16_as_is = 0;    // CodeletDef::bf16_as_is: the CPU implementation's own bf16 buffers
+  unsigned writes_whole = 0;  // CodeletDef::writes_whole: W buffers written in full
 };
 // The wrapped codelets' own implementations, by their performance model (one per codelet): a
 // map that is only ever replaced whole (copy on write, under impls_mu, as codelets are made), so
@@ -53,19 +57,46 @@ Impl impl_of(const starpu_task* t) {
   return it == m->end() ? Impl{} : it->second;
 }
 
-// The task's stored-half buffers: index and format.
+// The task's stored-half buffers to widen: index and format; those in as_is (bit i: buffer i)
+// stored in bf16 are left to the kernel.
 struct HalfBuf {
   unsigned i;
   Half h;
   bool written;
+  bool read;  // its old values are widened (not a W buffer the kernel writes in full)
 };
-std::vector<HalfBuf> half_buffers(const starpu_task* t) {
+bool bit(unsigned mask, unsigned i) { return i < 32 && (mask >> i & 1u); }
+std::vector<HalfBuf> half_buffers(const starpu_task* t, unsigned as_is, unsigned whole) {
   std::vector<HalfBuf> out;
   const unsigned n = STARPU_TASK_GET_NBUFFERS(t);
   for (unsigned i = 0; i < n; ++i)
     if (const Half* h = stored_half_of(STARPU_TASK_GET_HANDLE(t, i)))
-      out.push_back({i, *h, (STARPU_TASK_GET_MODE(t, i) & STARPU_W) != 0});
+      if (!(*h == Half::Bf16 && bit(as_is, i))) {
+        const starpu_data_access_mode m = STARPU_TASK_GET_MODE(t, i);
+        const bool w = (m & STARPU_W) != 0;
+        out.push_back({i, *h, w, !(w && !(m & STARPU_R) && bit(whole, i))});
+      }
   return out;
+}
+
+// The CPU conversions in ranges of the device's tiles (runtime/parallel.hpp: the same values
+// however many threads help)
+constexpr size_t kConvertRange = size_t{1} << 16;
+void widen(Half h, const uint16_t* src, float* dst, size_t n) {
+  parallel_ranges(n, 16, kConvertRange, [&](size_t b, size_t e) {
+    if (h == Half::Bf16)
+      kernels::cpu::unpack_bf16(src + b, dst + b, e - b);
+    else
+      kernels::cpu::unpack_fp16(src + b, dst + b, e - b);
+  });
+}
+void narrow(Half h, const float* src, uint16_t* dst, size_t n) {
+  parallel_ranges(n, 16, kConvertRange, [&](size_t b, size_t e) {
+    if (h == Half::Bf16)
+      kernels::cpu::pack_bf16(src + b, dst + b, e - b);
+    else
+      kernels::cpu::pack_fp16(src + b, dst + b, e - b);
+  });
 }
 
 // The fp32 copy of a task's k-th stored-half buffer of n values: the worker thread's buffer for
@@ -101,7 +132,7 @@ void half_cpu(void* buffers[], void* arg) noexcept {
   }
   std::vector<HalfBuf> hb;
   try {
-    hb = half_buffers(t);
+    hb = half_buffers(t, im.bf16_as_is, im.writes_whole);
   } catch (const std::bad_alloc&) {
     record_task_failure("2-byte storage: out of memory");
     return;
@@ -119,12 +150,9 @@ void half_cpu(void* buffers[], void* arg) noexcept {
     for (size_t k = 0; k < hb.size(); ++k) {
       auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
       scratch[k] = fp32_scratch(k, v->nx, own[k]);
-      // every mode: a kernel may write a slice of a W buffer, the rest must round-trip unchanged
-      const auto* src = reinterpret_cast<const uint16_t*>(v->ptr);
-      if (hb[k].h == Half::Bf16)
-        kernels::cpu::unpack_bf16(src, scratch[k], v->nx);
-      else
-        kernels::cpu::unpack_fp16(src, scratch[k], v->nx);
+      // every mode but a W buffer written in full: a kernel may write a slice of a W buffer, the
+      // rest must round-trip unchanged
+      if (hb[k].read) widen(hb[k].h, reinterpret_cast<const uint16_t*>(v->ptr), scratch[k], v->nx);
       wide[k] = *v;
       wide[k].ptr = reinterpret_cast<uintptr_t>(scratch[k]);
       wide[k].elemsize = sizeof(float);
@@ -134,11 +162,7 @@ void half_cpu(void* buffers[], void* arg) noexcept {
     for (size_t k = 0; k < hb.size(); ++k) {
       if (!hb[k].written) continue;
       auto* v = static_cast<starpu_vector_interface*>(buffers[hb[k].i]);
-      auto* dst = reinterpret_cast<uint16_t*>(v->ptr);
-      if (hb[k].h == Half::Bf16)
-        kernels::cpu::pack_bf16(scratch[k], dst, v->nx);
-      else
-        kernels::cpu::pack_fp16(scratch[k], dst, v->nx);
+      narrow(hb[k].h, scratch[k], reinterpret_cast<uint16_t*>(v->ptr), v->nx);
     }
   } catch (const std::bad_alloc&) {
     record_task_failure("2-byte storage: out of memory for a buffer's fp32 copy");
@@ -157,7 +181,7 @@ void half_cuda(void* buffers[], void* arg) noexcept {
   }
   std::vector<HalfBuf> hb;
   try {
-    hb = half_buffers(t);
+    hb = half_buffers(t, 0, im.writes_whole);
   } catch (const std::bad_alloc&) {
     record_task_failure("2-byte storage: out of memory");
     return;
@@ -183,8 +207,9 @@ void half_cuda(void* buffers[], void* arg) noexcept {
       }
       scratch[k] = static_cast<float*>(p);
       const auto* src = reinterpret_cast<const uint16_t*>(v->ptr);
-      cuda_check(hb[k].h == Half::Bf16 ? kernels::cuda::unpack_bf16(src, scratch[k], v->nx, s)
-                                       : kernels::cuda::unpack_fp16(src, scratch[k], v->nx, s));
+      if (hb[k].read)
+        cuda_check(hb[k].h == Half::Bf16 ? kernels::cuda::unpack_bf16(src, scratch[k], v->nx, s)
+                                         : kernels::cuda::unpack_fp16(src, scratch[k], v->nx, s));
       wide[k] = *v;
       wide[k].ptr = reinterpret_cast<uintptr_t>(scratch[k]);
       wide[k].elemsize = sizeof(float);
@@ -214,7 +239,7 @@ starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
   starpu_codelet c = make_starpu_codelet(def, model);
 #ifndef ZF_SIMGRID  // simulated tasks run no kernel (docs/simulation.md)
   if (!def.native_half) {
-    add_impl(model, Impl{c.cpu_funcs[0], c.cuda_funcs[0]});
+    add_impl(model, Impl{c.cpu_funcs[0], c.cuda_funcs[0], def.bf16_as_is, def.writes_whole});
     if (c.cpu_funcs[0]) c.cpu_funcs[0] = half_cpu;
 #ifdef ZF_USE_CUDA
     if (c.cuda_funcs[0]) c.cuda_funcs[0] = half_cuda;

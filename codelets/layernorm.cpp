@@ -41,8 +41,10 @@ void layernorm_bwd_cuda(void* b[], void* a) noexcept {
 
 starpu_codelet& layernorm_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_layernorm_fwd", layernorm_fwd_cpu, ZF_CUDA_FUNC(layernorm_fwd_cuda), 6,
-                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
+  static starpu_codelet c = make_codelet(writes_whole({"zf_layernorm_fwd", layernorm_fwd_cpu,
+                                                       ZF_CUDA_FUNC(layernorm_fwd_cuda), 6,
+                                                       {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
+                                                      0b111000),
                                          &m);
   return c;
 }

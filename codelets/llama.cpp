@@ -78,8 +78,10 @@ void swiglu_bwd_cuda(void* b[], void*) noexcept {
 
 starpu_codelet& rmsnorm_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_rmsnorm_fwd", rmsnorm_fwd_cpu, ZF_CUDA_FUNC(rmsnorm_fwd_cuda), 4,
-                                          {STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+  static starpu_codelet c = make_codelet(writes_whole({"zf_rmsnorm_fwd", rmsnorm_fwd_cpu,
+                                                       ZF_CUDA_FUNC(rmsnorm_fwd_cuda), 4,
+                                                       {STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+                                                      0b1100),
                                          &m);
   return c;
 }
@@ -101,7 +103,9 @@ starpu_codelet& rope_cl(bool fwd) {
 starpu_codelet& swiglu_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_swiglu_fwd", swiglu_fwd_cpu, ZF_CUDA_FUNC(swiglu_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      writes_whole({"zf_swiglu_fwd", swiglu_fwd_cpu, ZF_CUDA_FUNC(swiglu_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                   0b100),
+      &m);
   return c;
 }
 starpu_codelet& swiglu_bwd_cl() {

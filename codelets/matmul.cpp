@@ -23,19 +23,28 @@ struct MatmulArgs {
   bool bf16;    // bf16 operands
 };
 
+// An operand buffer as stored: fp32, or a stored bf16 tensor's 2 bytes (CodeletDef::bf16_as_is:
+// the plain products read precision bf16's weights and the activations only a matmul reads as
+// they are, kernels/cpu/kernels.hpp's *_mixed)
+kernels::cpu::MatOperand operand(void* buf) {
+  return {reinterpret_cast<const void*>(STARPU_VECTOR_GET_PTR(buf)),
+          STARPU_VECTOR_GET_ELEMSIZE(buf) == sizeof(uint16_t)};
+}
+constexpr unsigned kOperandsAsIs = 0b011;  // buffers 0 and 1
+
 void matmul_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out, p->bf16);
+  kernels::cpu::matmul_fwd_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out, p->bf16);
 }
 void matmul_bwd_weight_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                  false, p->in_out, p->bf16);
+  kernels::cpu::matmul_bwd_weight_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, false,
+                                        p->in_out, p->bf16);
 }
 void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out,
-                                p->bf16);
+  kernels::cpu::matmul_bwd_data_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out,
+                                      p->bf16);
 }
 // the kept-operand variants (bf16 copies in buffers of uint16_t bf16 bits)
 uint16_t* bf16_ptr(void* buf) { return reinterpret_cast<uint16_t*>(STARPU_VECTOR_GET_PTR(buf)); }
@@ -108,7 +117,7 @@ starpu_codelet& matmul_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet({"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3,
                                           {STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0,
-                                          nullptr, nullptr, fwd_bf16_operands},
+                                          nullptr, nullptr, fwd_bf16_operands, false, kOperandsAsIs},
                                          &m);
   return c;
 }
@@ -117,7 +126,7 @@ starpu_codelet& matmul_bwd_weight_cl() {
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight", matmul_bwd_weight_cpu,
                                           ZF_CUDA_FUNC(matmul_bwd_weight_cuda), 3, {STARPU_R, STARPU_R, STARPU_W},
                                           matmul_flops, Collective::None, 0, nullptr, nullptr,
-                                          bwd_weight_bf16_operands},
+                                          bwd_weight_bf16_operands, false, kOperandsAsIs},
                                          &m);
   return c;
 }
@@ -126,7 +135,7 @@ starpu_codelet& matmul_bwd_data_cl() {
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
                                           ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W},
                                           matmul_flops, Collective::None, 0, nullptr, nullptr,
-                                          bwd_data_bf16_operands},
+                                          bwd_data_bf16_operands, false, kOperandsAsIs},
                                          &m);
   return c;
 }
@@ -149,8 +158,10 @@ starpu_codelet& matmul_bwd_data_keep_cl() {
 }
 starpu_codelet& matmul_bwd_weight_kept_cl() {
   static starpu_perfmodel m{};
+  // xh (buffer 1) is a stored bf16 activation where the model keeps the matmul's input in bf16
   static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight_kept", matmul_bwd_weight_kept_cpu, nullptr, 3,
-                                          {STARPU_R, STARPU_R, STARPU_W}, matmul_flops},
+                                          {STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0, nullptr,
+                                          nullptr, nullptr, false, 0b010},
                                          &m);
   return c;
 }

@@ -208,6 +208,11 @@ class Runtime {
   // matmul_keeps_bf16_operands); false: each call converts them (RunOptions, for the tests' A/B).
   void set_matmul_keep_bf16_operands(bool on) { matmul_keep_bf16_ = on; }
   bool matmul_keep_bf16_operands() const { return matmul_keep_bf16_; }
+  // Precision bf16 with bf16 matmuls and 2-byte storage: the activations that only matmuls read
+  // (a linear layer's input) are stored in bf16 (models/nets/gpt.cpp, llama.cpp), the same bits as
+  // the fp32 ones the matmuls round; false: fp32 (RunOptions::half_storage, for the tests' A/B).
+  void set_matmul_inputs_bf16(bool on) { matmul_inputs_bf16_ = on; }
+  bool matmul_inputs_bf16() const { return matmul_inputs_bf16_; }
   const std::vector<int>& device_workers() const { return device_workers_; }
   const std::vector<int>& host_workers() const { return host_workers_; }
   std::string worker_name(int id) const;
@@ -243,6 +248,7 @@ class Runtime {
  private:
   bool matmul_bf16_ = false;
   bool matmul_keep_bf16_ = true;
+  bool matmul_inputs_bf16_ = false;
   // The constructor's phases, in order: the configuration checked (returns the CUDA workers to
   // start), StarPU started, its workers split between the contexts, the contexts created.
   int check_config() const;

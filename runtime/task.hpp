@@ -73,7 +73,19 @@ struct CodeletDef {
   // Reads and writes buffers stored in 2 bytes (Tensor::store_half) itself: the codelets layer's
   // make_codelet (codelets/codelet_util.hpp) then leaves it as it is instead of widening them.
   bool native_half = false;
+  // Buffers (bit i: buffer i) whose stored bf16 values the CPU implementation reads as they are
+  // (2-byte elements, STARPU_VECTOR_GET_ELEMSIZE 2): make_codelet's wrapper passes them through and
+  // still widens the task's other stored-half buffers. The CUDA implementation gets them widened.
+  unsigned bf16_as_is = 0;
+  // W buffers (bit i: buffer i) the implementations write in full: the wrapper does not widen a
+  // stored-half one's old values before the kernel (the others it does: a kernel may write a slice).
+  unsigned writes_whole = 0;
 };
+// def with writes_whole = mask (codelet tables: `make_codelet(writes_whole({...}, 0b100), &m)`)
+inline CodeletDef writes_whole(CodeletDef def, unsigned mask) {
+  def.writes_whole = mask;
+  return def;
+}
 // The StarPU codelet of `def` with its performance model. Codelets go through the codelets
 // layer's make_codelet, which adds the 2-byte storage's conversions (codelets/half_storage.cpp).
 starpu_codelet make_starpu_codelet(const CodeletDef& def, starpu_perfmodel* model);

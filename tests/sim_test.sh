@@ -95,8 +95,8 @@ echo "ok: per-codelet efficiency"
 # Precision (docs/simulation.md, "Precision and the GPU's rate"): device-adam on h200-pcie5-x1 in
 # fp32 and in bf16. Every matmul and attention task on the CUDA worker takes its roofline time:
 # fp32 max(FLOPs / (fp32_flops x e), bytes / B) + overhead; bf16 first 6 bytes per converted operand
-# element at B, then the FLOPs at bf16_flops x e, the bytes with the weight (and its gradient) at 2
-# bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
+# element at B, then the FLOPs at bf16_flops x e, the bytes with the weight (and its gradient) and the
+# linear layers' inputs (ln1, atty, ln2, fcg: Runtime::matmul_inputs_bf16) at 2 bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
 # the byte-level vocabulary 256, 4 heads); the rates from the machine file.
 for p in fp32 bf16; do
   sim h200-pcie5-x1 "$TMP/p$p.json" --strategy device-adam --set precision="\"$p\"" --trace-csv "$TMP/p$p.csv" ||
@@ -116,7 +116,8 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         fwd = codelet == "zf_attention_fwd"
         flops = 4.0 * Bs * T * T * C * (1 if fwd else 2)
         att, qkv = Bs * NH * T * T, R * 3 * C
-        byts = 4 * (qkv + R * C + att) if fwd else 4 * (R * C + qkv + att + qkv)
+        # the forward's output atty is the attention projection's input: 2 bytes under bf16
+        byts = 4 * (qkv + att) + (2 if prec == "bf16" else 4) * R * C if fwd else 4 * (R * C + qkv + att + qkv)
         conv = (qkv + att) if fwd else (qkv + R * C + 2 * att)
     else:
         base = name[:-3] if name.endswith((".dw", ".dx")) else name  # bwd.h3.c_fc.dw -> bwd.h3.c_fc
@@ -128,7 +129,9 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         # the weight gradient, are 2-byte buffers under bf16 (the parameters' storage; the
         # gradients' too: device-adam without clipping on one rank, two_byte_gradients)
         wb = 2 if prec == "bf16" else 4
-        flops, byts = 2.0 * R * K * N, 4 * (R * K + R * N) + wb * N * K
+        # x, read by the forward and the weight gradient: 2 bytes under bf16 but the head's (lnf)
+        xb = 2 if prec == "bf16" and key != "lm_head" and codelet != "zf_matmul_bwd_data" else 4
+        flops, byts = 2.0 * R * K * N, xb * R * K + 4 * R * N + wb * N * K
         conv = {"zf_matmul_fwd": R * K + N * K, "zf_matmul_bwd_weight": R * N + R * K,
                 "zf_matmul_bwd_data": R * N + N * K}[codelet]
     if prec == "fp32":

@@ -10,12 +10,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "codelets/codelets.hpp"
 #include "graphs/schema/spec.hpp"
 #include "graphs/strategies/registry.hpp"
 #include "models/hf/config.hpp"
 #include "models/hf/tensors.hpp"
-#include "runtime/simulation.hpp"
 #include "runtime/error.hpp"
+#include "runtime/runtime.hpp"
+#include "runtime/simulation.hpp"
 
 namespace zf {
 namespace {
@@ -34,10 +36,19 @@ double file_size(const std::string& path) {
   return ec ? 0.0 : (double)n;
 }
 
+// Precision bf16 with bf16 matmuls (Precision: a CUDA device, or a CPU with native bf16; every
+// device in simulation): the linear layers' inputs are stored in 2 bytes (Runtime::
+// matmul_inputs_bf16), and on a CPU device the GPT's output gradients' bf16 copies are kept too.
+bool cuda_device(const Spec& s) { return s.runtime.cuda_workers >= 0 && Runtime::cuda_devices() > 0; }
+bool matmul_inputs_bf16(const Spec& s) {
+  return s.precision == "bf16" && (kSimulated || cpu_native_bf16() || cuda_device(s));
+}
+
 // model.type hf (models/nets/llama.cpp's buffers): parameters from config.json's tensor list; per
 // position and layer xn1, res1, xn2, res2 (C each), q and atty (H hs), k and v (Hkv hs), gate, up
 // and h (F), two rstd and the attention probabilities (H T); then the shared gradients and the
-// head. Nothing when the directory has no config.json (the workload reports it).
+// head; in floats, the matmuls' inputs xn1, atty, xn2, h (and the final norm's xf) at half a float
+// under matmul_inputs_bf16. Nothing when the directory has no config.json (the workload reports it).
 void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row) {
   const std::string path = (std::filesystem::path(s.model.path) / "config.json").string();
   std::error_code ec;
@@ -51,6 +62,7 @@ void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row)
   const double Q = (double)(c.num_heads * c.head_dim), KV = (double)(c.num_kv_heads * c.head_dim);
   const double H = (double)c.num_heads, L = (double)c.num_layers, V = (double)c.vocab_size;
   act_per_row = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H * T) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V);
+  if (matmul_inputs_bf16(s)) act_per_row -= T * (L * (2 * C + Q + F) + C) / 2;
 }
 
 }  // namespace
@@ -93,8 +105,12 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head
     tensors = 3 + 12 * L + 2;
     // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
-    // the attention probabilities H x T per position; then the shared gradients and the head
-    act_per_row = T * (L * (16 * C + H * T + 4) + 18 * C + 3 * V);
+    // the attention probabilities H x T per position; then the shared gradients and the head.
+    // Under matmul_inputs_bf16 ln1, atty, ln2 and fcg (7 C) in 2 bytes, and on a CPU device the
+    // output gradients' bf16 copies dqkv, dres1, dfch, dres2 (9 C in 2 bytes, models/nets/gpt.cpp).
+    const bool cpu_device = !kSimulated && !cuda_device(s);
+    const double in16 = matmul_inputs_bf16(s) ? 7 * C / 2 - (cpu_device ? 9 * C / 2 : 0) : 0;
+    act_per_row = T * (L * (16 * C - in16 + H * T + 4) + 18 * C + 3 * V);
     // text: the file and its split copies; kjv: about 4 MB of verses, parsed; tokens: the two
     // files' ids at their width (about the files' sizes)
     e.data = s.data.dataset == "tokens" ? file_size(s.data.path) + file_size(s.data.eval_path)

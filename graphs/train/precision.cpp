@@ -32,6 +32,7 @@ Precision::Precision(const Spec& spec, Runtime& rt, Workload& wl)
   // 80 and 90, docs/gpu.md) and on a CPU device where the CPU multiplies bf16 natively
   native_matmuls_ = bf16_ && (rt.device_is_cuda() || cpu_native_bf16());
   rt.set_matmul_bf16(native_matmuls_);
+  rt.set_matmul_inputs_bf16(native_matmuls_);  // store_params(false) turns it off
   if (bf16_ && !rt.device_is_cuda() && !native_matmuls_)
     std::fprintf(stderr,
                  "zenflow-run: note: precision bf16: this CPU has no native bf16 (AVX512_BF16 or AMX, as oneDNN "
@@ -49,6 +50,7 @@ std::string Precision::describe() const {
 void Precision::store_params(bool two_bytes, int ranks) {
   if (!bf16_ && !fp16_) return;
   if (!two_bytes) {
+    rt_.set_matmul_inputs_bf16(false);  // the 4-byte words throughout (the tests' A/B)
     round_params(-1, nullptr);
     return;
   }

@@ -32,10 +32,13 @@ struct GptBody::Acts {
     Tensor ln2, ln2_mean, ln2_rstd;  // (BT, C), (BT), (BT)
     Tensor fch, fcg;                 // (BT, I) before / after GELU (I = 4C unless n_inner)
     Tensor res2;                     // (BT, C) residual after the MLP
-    // Precision bf16 where the matmuls keep their operands (matmul_keeps_bf16_operands): the bf16
-    // copies (2-byte elements) of each linear layer's input, written by its forward, and of its
-    // output gradient, written by its data gradient, both read by its weight gradient. Scratch:
-    // lazy, never allocated in fp32, not state.
+    // Precision bf16 with bf16 matmuls (Runtime::matmul_inputs_bf16): each linear layer's input,
+    // which only its matmuls read, stored in bf16 (Tensor::store_half) instead of ln1, atty, ln2
+    // and fcg, by the LayerNorm, attention and GELU that write it (rounded as the matmuls would
+    // round it). Where the matmuls keep their operands (matmul_keeps_bf16_operands) the bf16
+    // copies of each linear layer's output gradient, written by its data gradient and read by
+    // its weight gradient; without 2-byte storage also the inputs' bf16 copies, written by the
+    // forward. Lazy: a tensor a run does not use is never allocated.
     Tensor ln1_h, atty_h, ln2_h, fcg_h;     // (BT, C), (BT, C), (BT, C), (BT, I)
     Tensor dqkv_h, dres1_h, dfch_h, dres2_h;  // (BT, 3C), (BT, C), (BT, I), (BT, C)
   };
@@ -126,6 +129,7 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
     L.atty_h = half(h + "atty", {N, C});
     L.ln2_h = half(h + "ln2", {N, C});
     L.fcg_h = half(h + "fcg", {N, I});
+    for (Tensor* x : {&L.ln1_h, &L.atty_h, &L.ln2_h, &L.fcg_h}) x->store_half(Half::Bf16);
     L.dqkv_h = half(h + "dqkv", {N, 3 * C});
     L.dres1_h = half(h + "dres1", {N, C});
     L.dfch_h = half(h + "dfch", {N, I});
@@ -168,29 +172,35 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
   if (hook) hook->after_forward(o.step, 0);
   const Tensor* r = &a.x0;
   const bool keep = matmul_keeps_bf16_operands(o, (int64_t)a.B * a.T);
+  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     if (hook) hook->before_forward(o.step, l + 1);
     Acts::Layer& L = a.layers[l];
     const std::string n = "fwd.h" + std::to_string(l) + ".";
     auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
     auto io = [&](int k) { return blk(l, k).in_out; };
+    // a linear layer's input: its bf16 tensor (h16), which the matmul reads as it is, or fp32 (and
+    // its bf16 copy written by the matmul where operands are kept)
+    auto in = [&](const Tensor& x, const Tensor& xh) -> const Tensor& { return h16 ? xh : x; };
     auto matmul = [&](const std::string& name, const Tensor& x, int k, const Tensor& y, const Tensor& xh) {
-      if (keep)
+      if (keep && !h16)
         insert_matmul_fwd_kept(o.named(n + name), x, v(k), y, xh, io(k));
       else
-        insert_matmul_fwd(o.named(n + name), x, v(k), y, io(k));
+        insert_matmul_fwd(o.named(n + name), in(x, xh), v(k), y, io(k));
     };
-    insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), L.ln1, L.ln1_mean, L.ln1_rstd, cfg_.ln_eps);
+    insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), in(L.ln1, L.ln1_h), L.ln1_mean, L.ln1_rstd,
+                         cfg_.ln_eps);
     matmul("c_attn", L.ln1, kAttnW, L.qkv, L.ln1_h);
     insert_bias_add(o.named(n + "c_attn.bias"), L.qkv, v(kAttnB));
-    insert_attention_fwd(o.named(n + "attention"), L.qkv, L.atty, L.att, nullptr);
+    insert_attention_fwd(o.named(n + "attention"), L.qkv, in(L.atty, L.atty_h), L.att, nullptr);
     matmul("attn.c_proj", L.atty, kAttnProjW, L.res1, L.atty_h);
     insert_bias_add(o.named(n + "attn.c_proj.bias"), L.res1, v(kAttnProjB));
     insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), *r, whole(*r), 1.0f);
-    insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), L.ln2, L.ln2_mean, L.ln2_rstd, cfg_.ln_eps);
+    insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), in(L.ln2, L.ln2_h), L.ln2_mean, L.ln2_rstd,
+                         cfg_.ln_eps);
     matmul("c_fc", L.ln2, kFcW, L.fch, L.ln2_h);
     insert_bias_add(o.named(n + "c_fc.bias"), L.fch, v(kFcB));
-    insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, L.fcg);
+    insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, in(L.fcg, L.fcg_h));
     matmul("mlp.c_proj", L.fcg, kMlpProjW, L.res2, L.fcg_h);
     insert_bias_add(o.named(n + "mlp.c_proj.bias"), L.res2, v(kMlpProjB));
     insert_accumulate(o.named(n + "residual_2"), L.res2, whole(L.res2), L.res1, whole(L.res1), 1.0f);
@@ -211,6 +221,7 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
   Tensor* dA = &a.dres_a;
   Tensor* dB = &a.dres_b;
   const bool keep = matmul_keeps_bf16_operands(o, (int64_t)a.B * a.T);
+  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();  // the linear layers' inputs in bf16 (forward)
   insert_layernorm_bwd(o.named("bwd.ln_f"), d_out, last, a.lnf_mean, a.lnf_rstd, p(F).value, *dA, p(F).grad,
                        p(F + 1).grad);
   if (hook) hook->after_backward(o.step, Lc + 1);
@@ -225,13 +236,14 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     auto linear = [&](const std::string& name, int kw, const Tensor& dy, const Tensor& x, const Tensor& dx,
                       const Tensor& xh, const Tensor& dyh) {
       Param& W = P(kw);
+      const Tensor& xin = h16 ? xh : x;
       if (keep) {
         insert_matmul_bwd_data_kept(o.named(n + name + ".dx"), dy, W.value, dx, dyh, W.in_out);
-        insert_matmul_bwd_weight_kept(o.named(n + name + ".dw"), dyh, xh, dy, x, W.grad, W.in_out);
+        insert_matmul_bwd_weight_kept(o.named(n + name + ".dw"), dyh, xh, dy, xin, W.grad, W.in_out);
         insert_bias_grad(o.named(n + name + ".db"), dy, P(kw + 1).grad);
         return;
       }
-      insert_matmul_bwd_weight(o.named(n + name + ".dw"), dy, x, W.grad, W.in_out);
+      insert_matmul_bwd_weight(o.named(n + name + ".dw"), dy, xin, W.grad, W.in_out);
       insert_bias_grad(o.named(n + name + ".db"), dy, P(kw + 1).grad);
       insert_matmul_bwd_data(o.named(n + name + ".dx"), dy, W.value, dx, W.in_out);
     };

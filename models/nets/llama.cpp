@@ -111,6 +111,11 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B) {
   const int64_t Q = cfg_.num_heads * cfg_.head_dim, KV = cfg_.num_kv_heads * cfg_.head_dim, V = cfg_.vocab_size;
   const std::string tag = ".b" + std::to_string(B);
   auto t = [&](const std::string& name, std::vector<int64_t> shape) { return Tensor::lazy(shape, name + tag); };
+  auto half = [&](const std::string& name, std::vector<int64_t> shape) {  // a bf16 matmul input (Acts::L)
+    Tensor x = Tensor::lazy(shape, name + tag + ".bf16", 2);
+    x.store_half(Half::Bf16);
+    return x;
+  };
   for (int s = 0; s < 2; ++s) {
     a->tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
     a->targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
@@ -121,10 +126,12 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B) {
     Acts::L L{t(h + "xn1", {N, C}), t(h + "rstd1", {N}), t(h + "q", {N, Q}), t(h + "k", {N, KV}),
               t(h + "v", {N, KV}), t(h + "atty", {N, Q}), t(h + "att", {B, cfg_.num_heads, T, T}),
               t(h + "res1", {N, C}), t(h + "xn2", {N, C}), t(h + "rstd2", {N}), t(h + "gate", {N, F}),
-              t(h + "up", {N, F}), t(h + "h", {N, F}), t(h + "res2", {N, C})};
+              t(h + "up", {N, F}), t(h + "h", {N, F}), t(h + "res2", {N, C}),
+              half(h + "xn1", {N, C}), half(h + "atty", {N, Q}), half(h + "xn2", {N, C}), half(h + "h", {N, F})};
     a->layers.push_back(std::move(L));
   }
   a->xf = t("xf", {N, C});
+  a->xf_h = half("xf", {N, C});
   a->rstdf = t("rstdf", {N});
   a->logits = t("logits", {N, V});
   a->probs = t("probs", {N, V});
@@ -148,20 +155,24 @@ void LlamaLanguageModel::block_forward(const SubmitOptions& o, Acts& a, int l, c
     insert_matmul_fwd(o.named(n + name), x, w->value, y, w->in_out);
     if (b) insert_bias_add(o.named(n + name + ".bias"), y, b->value);
   };
-  insert_rmsnorm_fwd(o.named(n + "input_layernorm"), in, P.in_norm->value, A.xn1, A.rstd1, eps);
-  linear("q_proj", A.xn1, P.q, P.qb, A.q);
-  linear("k_proj", A.xn1, P.k, P.kb, A.k);
-  linear("v_proj", A.xn1, P.v, P.vb, A.v);
+  // the linear layers' inputs, in bf16 where the matmuls multiply bf16 (acts_for)
+  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();
+  const Tensor &xn1 = A.in(A.xn1, A.xn1_h, h16), &atty = A.in(A.atty, A.atty_h, h16);
+  const Tensor &xn2 = A.in(A.xn2, A.xn2_h, h16), &hh = A.in(A.h, A.h_h, h16);
+  insert_rmsnorm_fwd(o.named(n + "input_layernorm"), in, P.in_norm->value, xn1, A.rstd1, eps);
+  linear("q_proj", xn1, P.q, P.qb, A.q);
+  linear("k_proj", xn1, P.k, P.kb, A.k);
+  linear("v_proj", xn1, P.v, P.vb, A.v);
   insert_rope_fwd(o.named(n + "rope_q"), A.q, rope_, T, H);
   insert_rope_fwd(o.named(n + "rope_k"), A.k, rope_, T, Hkv);
-  insert_gqa_attention_fwd(o.named(n + "attention"), A.q, A.k, A.v, A.atty, A.att, Hkv, status_);
-  linear("o_proj", A.atty, P.o, P.ob, A.res1);
+  insert_gqa_attention_fwd(o.named(n + "attention"), A.q, A.k, A.v, atty, A.att, Hkv, status_);
+  linear("o_proj", atty, P.o, P.ob, A.res1);
   insert_accumulate(o.named(n + "residual_1"), A.res1, whole(A.res1), in, whole(in), 1.0f);
-  insert_rmsnorm_fwd(o.named(n + "post_attention_layernorm"), A.res1, P.post_norm->value, A.xn2, A.rstd2, eps);
-  linear("gate_proj", A.xn2, P.gate, nullptr, A.gate);
-  linear("up_proj", A.xn2, P.up, nullptr, A.up);
-  insert_swiglu_fwd(o.named(n + "swiglu"), A.gate, A.up, A.h);
-  linear("down_proj", A.h, P.down, nullptr, A.res2);
+  insert_rmsnorm_fwd(o.named(n + "post_attention_layernorm"), A.res1, P.post_norm->value, xn2, A.rstd2, eps);
+  linear("gate_proj", xn2, P.gate, nullptr, A.gate);
+  linear("up_proj", xn2, P.up, nullptr, A.up);
+  insert_swiglu_fwd(o.named(n + "swiglu"), A.gate, A.up, hh);
+  linear("down_proj", hh, P.down, nullptr, A.res2);
   insert_accumulate(o.named(n + "residual_2"), A.res2, whole(A.res2), A.res1, whole(A.res1), 1.0f);
 }
 
@@ -180,22 +191,25 @@ void LlamaLanguageModel::block_backward(const SubmitOptions& o, Acts& a, int l, 
     insert_matmul_bwd_data(o.named(n + name + ".dx"), dy, w->value, add ? a.dxn_b : dx, w->in_out);
     if (add) insert_accumulate(o.named(n + name + ".dx_add"), dx, whole(dx), a.dxn_b, whole(a.dxn_b), 1.0f);
   };
+  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();  // as block_forward
+  const Tensor &xn1 = A.in(A.xn1, A.xn1_h, h16), &atty = A.in(A.atty, A.atty_h, h16);
+  const Tensor &xn2 = A.in(A.xn2, A.xn2_h, h16), &hh = A.in(A.h, A.h_h, h16);
   // MLP: r2 = r1 + swiglu(xn2 Wg^T, xn2 Wu^T) Wd^T
-  linear_bwd("down_proj", dA, A.h, P.down, nullptr, a.dh, false);
+  linear_bwd("down_proj", dA, hh, P.down, nullptr, a.dh, false);
   insert_swiglu_bwd(o.named(n + "swiglu"), A.gate, A.up, a.dh, a.dgate, a.dup);
-  linear_bwd("gate_proj", a.dgate, A.xn2, P.gate, nullptr, a.dxn, false);
-  linear_bwd("up_proj", a.dup, A.xn2, P.up, nullptr, a.dxn, true);
+  linear_bwd("gate_proj", a.dgate, xn2, P.gate, nullptr, a.dxn, false);
+  linear_bwd("up_proj", a.dup, xn2, P.up, nullptr, a.dxn, true);
   insert_rmsnorm_bwd(o.named(n + "post_attention_layernorm"), a.dxn, A.res1, A.rstd2, P.post_norm->value, dB,
                      P.post_norm->grad);
   insert_accumulate(o.named(n + "residual_2"), dB, whole(dB), dA, whole(dA), 1.0f);
   // attention: r1 = r + attn(rope(xn1 Wq^T + bq), rope(xn1 Wk^T + bk), xn1 Wv^T + bv) Wo^T + bo
-  linear_bwd("o_proj", dB, A.atty, P.o, P.ob, a.datty, false);
+  linear_bwd("o_proj", dB, atty, P.o, P.ob, a.datty, false);
   insert_gqa_attention_bwd(o.named(n + "attention"), a.datty, A.q, A.k, A.v, A.att, a.dq, a.dk, a.dv, Hkv, status_);
   insert_rope_bwd(o.named(n + "rope_q"), a.dq, rope_, T, H);
   insert_rope_bwd(o.named(n + "rope_k"), a.dk, rope_, T, Hkv);
-  linear_bwd("q_proj", a.dq, A.xn1, P.q, P.qb, a.dxn, false);
-  linear_bwd("k_proj", a.dk, A.xn1, P.k, P.kb, a.dxn, true);
-  linear_bwd("v_proj", a.dv, A.xn1, P.v, P.vb, a.dxn, true);
+  linear_bwd("q_proj", a.dq, xn1, P.q, P.qb, a.dxn, false);
+  linear_bwd("k_proj", a.dk, xn1, P.k, P.kb, a.dxn, true);
+  linear_bwd("v_proj", a.dv, xn1, P.v, P.vb, a.dxn, true);
   insert_rmsnorm_bwd(o.named(n + "input_layernorm"), a.dxn, in, A.rstd1, P.in_norm->value, dA, P.in_norm->grad);
   insert_accumulate(o.named(n + "residual_1"), dA, whole(dA), dB, whole(dB), 1.0f);
 }
@@ -215,8 +229,9 @@ void LlamaLanguageModel::forward(const SubmitOptions& o, Acts& a, const Tensor& 
     if (hook) hook->after_forward(o.step, l + 1);
   }
   if (hook) hook->before_forward(o.step, Lc + 1);
-  insert_rmsnorm_fwd(o.named("fwd.norm"), *r, norm_->value, a.xf, a.rstdf, (float)cfg_.norm_eps);
-  insert_matmul_fwd(o.named("fwd.lm_head"), a.xf, head_->value, a.logits);
+  const Tensor& xf = o.rt && o.rt->matmul_inputs_bf16() ? a.xf_h : a.xf;  // as block_forward's inputs
+  insert_rmsnorm_fwd(o.named("fwd.norm"), *r, norm_->value, xf, a.rstdf, (float)cfg_.norm_eps);
+  insert_matmul_fwd(o.named("fwd.lm_head"), xf, head_->value, a.logits);
   if (hook) hook->after_forward(o.step, Lc + 1);
 }
 
@@ -226,7 +241,8 @@ void LlamaLanguageModel::backward(const SubmitOptions& o, Acts& a, const Tensor&
   const bool tied = cfg_.tie_word_embeddings;
   const Tensor& last = Lc ? a.layers[(size_t)Lc - 1].res2 : a.x0;
   if (hook) hook->before_backward(o.step, Lc + 1);
-  insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), a.dlogits, a.xf, tied ? a.head_dw : head_->grad);
+  const Tensor& xf = o.rt && o.rt->matmul_inputs_bf16() ? a.xf_h : a.xf;
+  insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), a.dlogits, xf, tied ? a.head_dw : head_->grad);
   insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), a.dlogits, head_->value, a.dxf);
   insert_rmsnorm_bwd(o.named("bwd.norm"), a.dxf, last, a.rstdf, norm_->value, a.dres_a, norm_->grad);
   if (hook) hook->after_backward(o.step, Lc + 1);

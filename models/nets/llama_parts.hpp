@@ -31,9 +31,15 @@ struct LlamaLanguageModel::Acts {
     Tensor xn2, rstd2;     // (N, C), (N) post_attention_layernorm
     Tensor gate, up, h;    // (N, F) each: h = silu(gate) * up
     Tensor res2;           // (N, C) residual after the MLP
+    // Precision bf16 with bf16 matmuls (Runtime::matmul_inputs_bf16): the linear layers' inputs,
+    // which only matmuls read, stored in bf16 (Tensor::store_half) instead of xn1, atty, xn2, h.
+    // Lazy: the variant a run does not use is never allocated.
+    Tensor xn1_h, atty_h, xn2_h, h_h;
+    const Tensor& in(const Tensor& x, const Tensor& xh, bool h16) const { return h16 ? xh : x; }
   };
   std::vector<L> layers;
   Tensor xf, rstdf;                 // (N, C), (N) the final norm
+  Tensor xf_h;                      // xf in bf16, as the layers' inputs above (the head's input)
   Tensor logits, probs, dlogits;    // (N, V)
   Tensor head_dw;                   // (V, C) tied head: its weight gradient, added to the embedding's
   Tensor dres_a, dres_b, dxn, dxn_b, dxf;  // (N, C)

@@ -133,6 +133,55 @@ TEST(MatmulBf16, KeptOperandsBitwiseSameAsPerCall) {
   }
 }
 
+// The products with operands given as bf16 bits (a stored bf16 weight or activation read as it
+// is, codelets/matmul.cpp): bitwise what the fp32-operand functions give on the widened values, for
+// each operand in fp32 or bf16, with bf16 products and without, below kMatmulBf16Rows rows (the
+// fp32 paths) and above (oneDNN's tiles, a head wider than the batch), in both weight layouts.
+TEST(MatmulBf16, MixedOperandsBitwiseSameAsWidened) {
+  for (auto [B, K, N] : std::vector<std::tuple<int, int, int>>{
+           {3, 40, 300}, {16, 64, 96}, {64, 55, 22}, {256, 64, 512}, {1024, 128, 384}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+    std::vector<float> x = normal((size_t)B * K, 7), w = normal((size_t)N * K, 8), dy = normal((size_t)B * N, 9);
+    std::vector<uint16_t> xh(x.size()), wh(w.size()), dyh(dy.size());
+    cpu::pack_bf16(x.data(), xh.data(), xh.size());
+    cpu::pack_bf16(w.data(), wh.data(), wh.size());
+    cpu::pack_bf16(dy.data(), dyh.data(), dyh.size());
+    std::vector<float> xr(x.size()), wr(w.size()), dyr(dy.size());  // the widened bf16 values
+    cpu::unpack_bf16(xh.data(), xr.data(), xr.size());
+    cpu::unpack_bf16(wh.data(), wr.data(), wr.size());
+    cpu::unpack_bf16(dyh.data(), dyr.data(), dyr.size());
+    for (bool bf16 : {false, true})
+      for (bool io : {false, true})
+        for (int mask = 0; mask < 4; ++mask) {  // bit 0: the first operand in bf16, bit 1: the second
+          SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (io ? " (in, out)" : " (out, in)") + " mask " +
+                       std::to_string(mask));
+          const bool a16 = mask & 1, b16 = mask & 2;
+          // the weight's layout: (N, K), or (K, N) for in_out (the bf16 bits transposed as the values)
+          std::vector<float> wl = io ? transposed(w, N, K) : w, wlr = io ? transposed(wr, N, K) : wr;
+          std::vector<uint16_t> whl((size_t)N * K);
+          cpu::pack_bf16(wlr.data(), whl.data(), whl.size());
+          const cpu::MatOperand X{a16 ? (const void*)xh.data() : x.data(), a16};
+          const cpu::MatOperand W{b16 ? (const void*)whl.data() : wl.data(), b16};
+          const cpu::MatOperand DY{a16 ? (const void*)dyh.data() : dy.data(), a16};
+          const cpu::MatOperand Xb{b16 ? (const void*)xh.data() : x.data(), b16};
+          const float* xw = a16 ? xr.data() : x.data();   // what the reference multiplies
+          const float* ww = b16 ? wlr.data() : wl.data();
+          const float* dyw = a16 ? dyr.data() : dy.data();
+          const float* xbw = b16 ? xr.data() : x.data();
+          std::vector<float> y((size_t)B * N), y2 = y, dx((size_t)B * K), dx2 = dx, dw((size_t)N * K, 0.5f), dw2 = dw;
+          cpu::matmul_fwd(xw, ww, y.data(), B, K, N, io, bf16);
+          cpu::matmul_fwd_mixed(X, W, y2.data(), B, K, N, io, bf16);
+          EXPECT_TRUE(bits_equal(y, y2)) << "forward";
+          cpu::matmul_bwd_data(dyw, ww, dx.data(), B, K, N, io, bf16);
+          cpu::matmul_bwd_data_mixed(DY, W, dx2.data(), B, K, N, io, bf16);
+          EXPECT_TRUE(bits_equal(dx, dx2)) << "data gradient";
+          cpu::matmul_bwd_weight(dyw, xbw, dw.data(), B, K, N, true, io, bf16);
+          cpu::matmul_bwd_weight_mixed(DY, Xb, dw2.data(), B, K, N, true, io, bf16);
+          EXPECT_TRUE(bits_equal(dw, dw2)) << "weight gradient, accumulated";
+        }
+  }
+}
+
 TEST(MatmulBf16, WithinBf16RoundingOfTheExactProduct) {
   // bf16 keeps 8 significant bits: each input is within u = 2^-8 of itself relative, a product of
   // two within 2u + u^2; products of two bf16 values are exact in fp32 and summed in fp32

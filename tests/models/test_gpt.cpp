@@ -260,11 +260,13 @@ TEST(GptEngine, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
   }
 }
 
-// Precision bf16 with each linear layer's input and output gradient converted to bf16 once
-// (the forward keeps x's copy, the data gradient dy's, the weight gradient multiplies the copies;
-// models/nets/gpt.cpp) trains to bitwise the same weights as the matmuls converting both operands in
-// every call, in both weight layouts (out_in under device-adam, in_out under zenflow), and the
-// kept path did run.
+// Precision bf16 with each linear layer's input stored in bf16 by the layer before it (2-byte
+// storage: LayerNorm, attention and GELU write bf16, the matmuls read it as it is) and each output
+// gradient converted to bf16 once (the data gradient keeps dy's copy, the weight gradient
+// multiplies the copies; models/nets/gpt.cpp) trains to bitwise the same weights as the matmuls
+// converting both operands in every call, and as the 4-byte words (fp32 activations, which the
+// forward's kept-operand matmul converts), in both weight layouts (out_in under device-adam,
+// in_out under zenflow), and the kept path did run.
 TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
   if (!cpu_native_bf16()) GTEST_SKIP() << "no native bf16 on this CPU: bf16's matmuls run in fp32";
   for (const char* strategy : {"device-adam", "zenflow"}) {
@@ -284,10 +286,18 @@ TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
     const Weights per_call = run_capturing(s, off, nullptr);
     ASSERT_EQ(kernels::cpu::matmul_kept_bf16_calls(), calls0) << "turned off, the kept path ran";
     const Weights kept = train_and_capture(s);
-    // 2 layers x 4 linear layers x 3 products x 4 steps (and the evaluation's forwards)
-    EXPECT_GE(kernels::cpu::matmul_kept_bf16_calls() - calls0, 2u * 4u * 3u * 4u) << "the kept path did not run";
+    // 2 layers x 4 linear layers x 2 products (data and weight gradient) x 4 steps
+    EXPECT_GE(kernels::cpu::matmul_kept_bf16_calls() - calls0, 2u * 4u * 2u * 4u) << "the kept path did not run";
+    RunOptions words;
+    words.evaluate = false;
+    words.half_storage = false;
+    const uint64_t calls1 = kernels::cpu::matmul_kept_bf16_calls();
+    const Weights in_words = run_capturing(s, words, nullptr);
+    // and the forward's too, on the fp32 inputs
+    EXPECT_GE(kernels::cpu::matmul_kept_bf16_calls() - calls1, 2u * 4u * 3u * 4u) << "the words' kept path";
     ASSERT_FALSE(per_call.empty());
     EXPECT_EQ(first_difference(kept, per_call), "");
+    EXPECT_EQ(first_difference(kept, in_words), "");
   }
 }
 

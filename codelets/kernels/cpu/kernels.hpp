@@ -49,6 +49,21 @@ void matmul_bwd_data_keep_dy_wh(const float* dy, const uint16_t* wh, float* dx, 
 // kept path ran).
 uint64_t matmul_kept_bf16_calls();
 
+// The three products with each operand given either as fp32 or as bf16 bits (a tensor stored in
+// 2 bytes, Tensor::store_half, read as it is: precision bf16's weights and the activations that
+// only a matmul reads, models/nets/gpt.cpp and llama.cpp). bf16 from kMatmulBf16Rows rows on a
+// native-bf16 CPU: the fp32 operand is converted in the call and the product runs on the two bf16
+// operands; otherwise the bf16 operands are widened (exact) and the fp32 functions above run.
+// Either way bitwise what those give on the widened operands (a bf16 value rounds to itself).
+struct MatOperand {
+  const void* p;  // const float*, or const uint16_t* (bf16 bits)
+  bool bf16;
+};
+void matmul_fwd_mixed(MatOperand x, MatOperand w, float* y, int B, int K, int N, bool w_in_out, bool bf16);
+void matmul_bwd_weight_mixed(MatOperand dy, MatOperand x, float* dw, int B, int K, int N, bool accumulate,
+                             bool dw_in_out, bool bf16);
+void matmul_bwd_data_mixed(MatOperand dy, MatOperand w, float* dx, int B, int K, int N, bool w_in_out, bool bf16);
+
 // y (B, N) += b (N)
 void bias_add(float* y, const float* b, int B, int N);
 // db (N) = sum_i dy (B, N)[i, :]

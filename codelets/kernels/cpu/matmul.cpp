@@ -377,4 +377,47 @@ void matmul_bwd_weight_bf16(const uint16_t* dyh, const uint16_t* xh, float* dw, 
   kept_bf16_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Mixed fp32 / bf16 operands (kernels.hpp): slot 0 and 1 are the calling thread's buffers for the
+// first and the second operand.
+namespace {
+const float* widened(MatOperand a, size_t n, int slot) {
+  if (!a.bf16) return static_cast<const float*>(a.p);
+  thread_local std::vector<float> buf[2];
+  buf[slot].resize(n);
+  unpack_bf16(static_cast<const uint16_t*>(a.p), buf[slot].data(), n);
+  return buf[slot].data();
+}
+const uint16_t* as_bf16(MatOperand a, size_t n, int slot) {
+  if (a.bf16) return static_cast<const uint16_t*>(a.p);
+  thread_local std::vector<uint16_t> buf[2];
+  buf[slot].resize(n);
+  pack_bf16(static_cast<const float*>(a.p), buf[slot].data(), n);
+  return buf[slot].data();
+}
+bool bf16_products(bool bf16, int B) { return bf16 && native_bf16() && B >= kMatmulBf16Rows; }
+}  // namespace
+
+void matmul_fwd_mixed(MatOperand x, MatOperand w, float* y, int B, int K, int N, bool w_in_out, bool bf16) {
+  const size_t nx = (size_t)B * K, nw = (size_t)N * K;
+  if (bf16_products(bf16, B))
+    fwd_coarse(as_bf16(x, nx, 0), as_bf16(w, nw, 1), true, y, B, K, N, w_in_out);
+  else
+    matmul_fwd(widened(x, nx, 0), widened(w, nw, 1), y, B, K, N, w_in_out, bf16);
+}
+void matmul_bwd_weight_mixed(MatOperand dy, MatOperand x, float* dw, int B, int K, int N, bool accumulate,
+                             bool dw_in_out, bool bf16) {
+  const size_t ndy = (size_t)B * N, nx = (size_t)B * K;
+  if (bf16_products(bf16, B))
+    bwd_weight_coarse(as_bf16(dy, ndy, 0), as_bf16(x, nx, 1), true, dw, B, K, N, accumulate, dw_in_out);
+  else
+    matmul_bwd_weight(widened(dy, ndy, 0), widened(x, nx, 1), dw, B, K, N, accumulate, dw_in_out, bf16);
+}
+void matmul_bwd_data_mixed(MatOperand dy, MatOperand w, float* dx, int B, int K, int N, bool w_in_out, bool bf16) {
+  const size_t ndy = (size_t)B * N, nw = (size_t)N * K;
+  if (bf16_products(bf16, B))
+    bwd_data_coarse(as_bf16(dy, ndy, 0), as_bf16(w, nw, 1), true, dx, B, K, N, w_in_out);
+  else
+    matmul_bwd_data(widened(dy, ndy, 0), widened(w, nw, 1), dx, B, K, N, w_in_out, bf16);
+}
+
 }  // namespace zf::kernels::cpu

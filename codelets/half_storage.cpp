@@ -82,21 +82,15 @@ std::vector<HalfBuf> half_buffers(const starpu_task* t, unsigned as_is, unsigned
 // The CPU conversions in ranges of the device's tiles (runtime/parallel.hpp: the same values
 // however many threads help)
 constexpr size_t kConvertRange = size_t{1} << 16;
+template <class S, class D>
+void convert(const S* src, D* dst, size_t n, void (*f)(const S*, D*, size_t)) {
+  parallel_ranges(n, 16, kConvertRange, [&](size_t b, size_t e) { f(src + b, dst + b, e - b); });
+}
 void widen(Half h, const uint16_t* src, float* dst, size_t n) {
-  parallel_ranges(n, 16, kConvertRange, [&](size_t b, size_t e) {
-    if (h == Half::Bf16)
-      kernels::cpu::unpack_bf16(src + b, dst + b, e - b);
-    else
-      kernels::cpu::unpack_fp16(src + b, dst + b, e - b);
-  });
+  convert(src, dst, n, h == Half::Bf16 ? kernels::cpu::unpack_bf16 : kernels::cpu::unpack_fp16);
 }
 void narrow(Half h, const float* src, uint16_t* dst, size_t n) {
-  parallel_ranges(n, 16, kConvertRange, [&](size_t b, size_t e) {
-    if (h == Half::Bf16)
-      kernels::cpu::pack_bf16(src + b, dst + b, e - b);
-    else
-      kernels::cpu::pack_fp16(src + b, dst + b, e - b);
-  });
+  convert(src, dst, n, h == Half::Bf16 ? kernels::cpu::pack_bf16 : kernels::cpu::pack_fp16);
 }
 
 // The fp32 copy of a task's k-th stored-half buffer of n values: the worker thread's buffer for

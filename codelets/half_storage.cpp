@@ -175,7 +175,7 @@ void half_cuda(void* buffers[], void* arg) noexcept {
   }
   std::vector<HalfBuf> hb;
   try {
-    hb = half_buffers(t, 0, im.writes_whole);
+    hb = half_buffers(t, im.bf16_as_is, im.writes_whole);
   } catch (const std::bad_alloc&) {
     record_task_failure("2-byte storage: out of memory");
     return;

@@ -24,8 +24,8 @@ struct MatmulArgs {
 };
 
 // An operand buffer as stored: fp32, or a stored bf16 tensor's 2 bytes (CodeletDef::bf16_as_is:
-// the plain products read precision bf16's weights and the activations only a matmul reads as
-// they are, kernels/cpu/kernels.hpp's *_mixed)
+// the plain products, CPU and CUDA, read precision bf16's weights and the activations only a
+// matmul reads as they are: kernels::cpu and kernels::cuda's *_mixed)
 kernels::cpu::MatOperand operand(void* buf) {
   return {reinterpret_cast<const void*>(STARPU_VECTOR_GET_PTR(buf)),
           STARPU_VECTOR_GET_ELEMSIZE(buf) == sizeof(uint16_t)};
@@ -78,18 +78,18 @@ void matmul_bwd_weight_kept_cpu(void* b[], void* a) noexcept {
 #ifdef ZF_USE_CUDA
 void matmul_fwd_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  cuda_check(kernels::cuda::matmul_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                       cublas_handle(), cuda_stream(), p->in_out, p->bf16));
+  cuda_check(kernels::cuda::matmul_fwd_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
+                                             cublas_handle(), cuda_stream(), p->in_out, p->bf16));
 }
 void matmul_bwd_weight_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  cuda_check(kernels::cuda::matmul_bwd_weight(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                              false, cublas_handle(), cuda_stream(), p->in_out, p->bf16));
+  cuda_check(kernels::cuda::matmul_bwd_weight_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
+                                                    false, cublas_handle(), cuda_stream(), p->in_out, p->bf16));
 }
 void matmul_bwd_data_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  cuda_check(kernels::cuda::matmul_bwd_data(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
-                                            cublas_handle(), cuda_stream(), p->in_out, p->bf16));
+  cuda_check(kernels::cuda::matmul_bwd_data_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
+                                                  cublas_handle(), cuda_stream(), p->in_out, p->bf16));
 }
 #endif
 

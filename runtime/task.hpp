@@ -73,9 +73,9 @@ struct CodeletDef {
   // Reads and writes buffers stored in 2 bytes (Tensor::store_half) itself: the codelets layer's
   // make_codelet (codelets/codelet_util.hpp) then leaves it as it is instead of widening them.
   bool native_half = false;
-  // Buffers (bit i: buffer i) whose stored bf16 values the CPU implementation reads as they are
-  // (2-byte elements, STARPU_VECTOR_GET_ELEMSIZE 2): make_codelet's wrapper passes them through and
-  // still widens the task's other stored-half buffers. The CUDA implementation gets them widened.
+  // Buffers (bit i: buffer i) whose stored bf16 values the implementations (CPU and CUDA) read as
+  // they are (2-byte elements, STARPU_VECTOR_GET_ELEMSIZE 2): make_codelet's wrapper passes them
+  // through and still widens the task's other stored-half buffers.
   unsigned bf16_as_is = 0;
   // W buffers (bit i: buffer i) the implementations write in full: the wrapper does not widen a
   // stored-half one's old values before the kernel (the others it does: a kernel may write a slice).

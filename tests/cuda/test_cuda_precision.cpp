@@ -188,6 +188,42 @@ TEST_F(Matmul, Bf16CudaMatchesCpu) {
     }
 }
 
+// The products with operands stored in bf16 and read as they are (a parameter's or a linear
+// layer's input under 2-byte storage, codelets/matmul.cpp): bitwise the fp32-operand launchers'
+// results on the same values widened (both hand cuBLAS the same bf16 operands, or the same fp32
+// ones), for each operand in fp32 or bf16, bf16 products and fp32, both weight layouts.
+TEST_F(Matmul, MixedOperandsBitwiseSameAsWidened) {
+  for (auto [B, K, N] : std::vector<std::array<int, 3>>{{1, 1, 1}, {22, 55, 64}, {128, 256, 96}, {55, 64, 1000}})
+    for (bool io : {false, true})
+      for (bool bf16 : {false, true})
+        for (int mask = 0; mask < 4; ++mask) {  // bit 0: the first operand in bf16, bit 1: the second
+          SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(K) + "x" + std::to_string(N) + (io ? " in_out" : "") +
+                       (bf16 ? " bf16" : " fp32") + " mask " + std::to_string(mask));
+          const bool a16 = mask & 1, b16 = mask & 2;
+          const auto x = rounded(randv((size_t)B * K, 81)), w = rounded(randv((size_t)N * K, 82)),
+                     dy = rounded(randv((size_t)B * N, 83));
+          auto bits = [](const std::vector<float>& v) {
+            std::vector<uint16_t> h(v.size());
+            cpu::pack_bf16(v.data(), h.data(), v.size());
+            return h;
+          };
+          Dev<float> gx(x), gw(w), gdy(dy);
+          Dev<uint16_t> hx(bits(x)), hw(bits(w)), hdy(bits(dy));
+          const cpu::MatOperand X{a16 ? (const void*)hx.p() : gx.p(), a16}, W{b16 ? (const void*)hw.p() : gw.p(), b16},
+              DY{a16 ? (const void*)hdy.p() : gdy.p(), a16}, Xb{b16 ? (const void*)hx.p() : gx.p(), b16};
+          Dev<float> y(B * N), y2(B * N), dx(B * K), dx2(B * K), dw(randv((size_t)N * K, 84)), dw2(dw.get());
+          ok(gpu::matmul_fwd(gx.p(), gw.p(), y.p(), B, K, N, h, s, io, bf16));
+          ok(gpu::matmul_fwd_mixed(X, W, y2.p(), B, K, N, h, s, io, bf16));
+          ok(gpu::matmul_bwd_data(gdy.p(), gw.p(), dx.p(), B, K, N, h, s, io, bf16));
+          ok(gpu::matmul_bwd_data_mixed(DY, W, dx2.p(), B, K, N, h, s, io, bf16));
+          ok(gpu::matmul_bwd_weight(gdy.p(), gx.p(), dw.p(), B, K, N, true, h, s, io, bf16));
+          ok(gpu::matmul_bwd_weight_mixed(DY, Xb, dw2.p(), B, K, N, true, h, s, io, bf16));
+          EXPECT_TRUE(bitwise(y2.get(), y.get())) << "fwd";
+          EXPECT_TRUE(bitwise(dx2.get(), dx.get())) << "bwd_data";
+          EXPECT_TRUE(bitwise(dw2.get(), dw.get())) << "bwd_weight accumulate";
+        }
+}
+
 // Grouped-query causal attention in double, rounding where the bf16 kernels round (the GPT's is
 // the case Hkv = H on q, k, v held apart): q, k, v and dout rounded to bf16 first, att after the
 // softmax (as an fp32) for the product att v and for dv, dS after the softmax's backward for dq

@@ -35,6 +35,14 @@ Status matmul_bwd_weight(const float* dy, const float* x, float* dw, int B, int 
                          cublasHandle_t h, cudaStream_t s, bool dw_in_out = false, bool bf16 = false);
 Status matmul_bwd_data(const float* dy, const float* w, float* dx, int B, int K, int N, cublasHandle_t h,
                        cudaStream_t s, bool w_in_out = false, bool bf16 = false);
+// The same with each operand fp32 or bf16 bits (cpu::MatOperand: a stored bf16 tensor read as it
+// is): bf16 products convert only the fp32 operands; fp32 products widen the bf16 ones.
+Status matmul_fwd_mixed(cpu::MatOperand x, cpu::MatOperand w, float* y, int B, int K, int N, cublasHandle_t h,
+                        cudaStream_t s, bool w_in_out, bool bf16);
+Status matmul_bwd_weight_mixed(cpu::MatOperand dy, cpu::MatOperand x, float* dw, int B, int K, int N, bool accumulate,
+                               cublasHandle_t h, cudaStream_t s, bool dw_in_out, bool bf16);
+Status matmul_bwd_data_mixed(cpu::MatOperand dy, cpu::MatOperand w, float* dx, int B, int K, int N, cublasHandle_t h,
+                             cudaStream_t s, bool w_in_out, bool bf16);
 Status bias_add(float* y, const float* b, int B, int N, cudaStream_t s);
 Status bias_grad(const float* dy, float* db, int B, int N, cudaStream_t s);
 

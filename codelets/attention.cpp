@@ -105,20 +105,20 @@ double gqa_bwd_flops(const void* a) { return 2 * gqa_fwd_flops(a); }
 // forward q, k, v and att; backward q, k, v, dout, att and each head's dS
 double attention_fwd_bf16_operands(const void* a) {
   auto* p = static_cast<const AttentionArgs*>(a);
-  return p->bf16 ? 3.0 * p->B * p->T * p->C + (double)p->B * p->NH * p->T * p->T : 0.0;
+  return p->bf16 ? 3.0 * p->B * p->T * p->C + (double)p->B * p->NH * p->T * p->T : -1.0;
 }
 double attention_bwd_bf16_operands(const void* a) {
   auto* p = static_cast<const AttentionArgs*>(a);
-  return p->bf16 ? 4.0 * p->B * p->T * p->C + 2.0 * p->B * p->NH * p->T * p->T : 0.0;
+  return p->bf16 ? 4.0 * p->B * p->T * p->C + 2.0 * p->B * p->NH * p->T * p->T : -1.0;
 }
 double gqa_fwd_bf16_operands(const void* a) {
   auto* p = static_cast<const GqaArgs*>(a);
-  return p->bf16 ? (double)p->B * p->T * (p->H + 2.0 * p->Hkv) * p->hs + (double)p->B * p->H * p->T * p->T : 0.0;
+  return p->bf16 ? (double)p->B * p->T * (p->H + 2.0 * p->Hkv) * p->hs + (double)p->B * p->H * p->T * p->T : -1.0;
 }
 double gqa_bwd_bf16_operands(const void* a) {
   auto* p = static_cast<const GqaArgs*>(a);
   return p->bf16 ? (double)p->B * p->T * (2.0 * p->H + 2.0 * p->Hkv) * p->hs + 2.0 * p->B * p->H * p->T * p->T
-                 : 0.0;
+                 : -1.0;
 }
 
 starpu_codelet& attention_fwd_cl() {

@@ -21,6 +21,9 @@ struct MatmulArgs {
   int B, K, N;
   bool in_out;  // w / dw stored (K, N)
   bool bf16;    // bf16 operands
+  // the first and the second operand stored in bf16 (read as they are, not converted: the
+  // simulation's conversion count; the kernels see it in the buffers' element size)
+  bool a16 = false, b16 = false;
 };
 
 // An operand buffer as stored: fp32, or a stored bf16 tensor's 2 bytes (CodeletDef::bf16_as_is:
@@ -98,19 +101,23 @@ double matmul_flops(const void* a) {
   auto* p = static_cast<const MatmulArgs*>(a);
   return 2.0 * p->B * p->K * p->N;
 }
-// The elements a CUDA worker rounds to bf16 before a bf16 product (0: fp32), for the roofline: the
-// two operands, x and w (forward), dy and x (weight gradient), dy and w (data gradient)
+// The elements a CUDA worker rounds to bf16 before a bf16 product (negative: fp32 products), for
+// the roofline: the two operands, x and w (forward), dy and x (weight gradient), dy and w (data
+// gradient), but those stored in bf16 (a16, b16)
+double converted(const MatmulArgs* p, double first, double second) {
+  return p->bf16 ? (p->a16 ? 0.0 : first) + (p->b16 ? 0.0 : second) : -1.0;
+}
 double fwd_bf16_operands(const void* a) {
   auto* p = static_cast<const MatmulArgs*>(a);
-  return p->bf16 ? (double)p->B * p->K + (double)p->N * p->K : 0.0;
+  return converted(p, (double)p->B * p->K, (double)p->N * p->K);
 }
 double bwd_weight_bf16_operands(const void* a) {
   auto* p = static_cast<const MatmulArgs*>(a);
-  return p->bf16 ? (double)p->B * p->N + (double)p->B * p->K : 0.0;
+  return converted(p, (double)p->B * p->N, (double)p->B * p->K);
 }
 double bwd_data_bf16_operands(const void* a) {
   auto* p = static_cast<const MatmulArgs*>(a);
-  return p->bf16 ? (double)p->B * p->N + (double)p->N * p->K : 0.0;
+  return converted(p, (double)p->B * p->N, (double)p->N * p->K);
 }
 
 starpu_codelet& matmul_fwd_cl() {
@@ -176,6 +183,13 @@ MatmulArgs dims(const SubmitOptions& opt, const Tensor& x, const Tensor& w, cons
                                               std::to_string(N));
   return {B, K, N, in_out, opt.rt && opt.rt->matmul_bf16()};
 }
+// ... with the operands a and b's storage (MatmulArgs::a16, b16)
+MatmulArgs with_operands(MatmulArgs m, const Tensor& a, const Tensor& b) {
+  auto bf16 = [](const Tensor& t) { return t.stored_half() && t.half() == Half::Bf16; };
+  m.a16 = bf16(a);
+  m.b16 = bf16(b);
+  return m;
+}
 
 }  // namespace
 
@@ -221,17 +235,20 @@ void insert_matmul_bwd_weight_kept(const SubmitOptions& opt, const Tensor& dyh, 
 }
 
 void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y, bool in_out) {
-  TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(dims(opt, x, w, y, in_out)).submit();
+  const MatmulArgs a = with_operands(dims(opt, x, w, y, in_out), x, w);
+  TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(a).submit();
 }
 
 void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const Tensor& x,
                               const Tensor& dw, bool in_out) {
-  TaskBuilder(matmul_bwd_weight_cl(), opt).r(dy).r(x).w(dw).args(dims(opt, x, dw, dy, in_out)).submit();
+  const MatmulArgs a = with_operands(dims(opt, x, dw, dy, in_out), dy, x);
+  TaskBuilder(matmul_bwd_weight_cl(), opt).r(dy).r(x).w(dw).args(a).submit();
 }
 
 void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,
                             const Tensor& dx, bool in_out) {
-  TaskBuilder(matmul_bwd_data_cl(), opt).r(dy).r(w).w(dx).args(dims(opt, dx, w, dy, in_out)).submit();
+  const MatmulArgs a = with_operands(dims(opt, dx, w, dy, in_out), dy, w);
+  TaskBuilder(matmul_bwd_data_cl(), opt).r(dy).r(w).w(dx).args(a).submit();
 }
 
 }  // namespace zf

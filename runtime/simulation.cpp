@@ -49,7 +49,7 @@ struct Model {
   int coll_buffer = 0;
   FlopsFn coll_bytes = nullptr;
   FlopsFn bytes = nullptr;           // traffic from the args (a range of its buffers); null: sizes
-  FlopsFn bf16_operands = nullptr;   // elements rounded to bf16 for bf16 products (CUDA); null: fp32
+  FlopsFn bf16_operands = nullptr;   // elements rounded to bf16 for bf16 products (CUDA); null, < 0: fp32
 };
 std::mutex mu;
 std::unordered_map<const starpu_perfmodel*, Model> models;
@@ -202,14 +202,15 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
   const double flops = md.flops && task->cl_arg ? md.flops(task->cl_arg) : 0.0;
   // bf16 products on a CUDA worker (precision bf16): the operands' conversions first (memory-bound
   // kernels: read 4 bytes, write 2 per element), then the products at the bf16 rate
-  const double converted = cuda && md.bf16_operands && task->cl_arg ? md.bf16_operands(task->cl_arg) : 0.0;
+  // (negative: fp32 products)
+  const double converted = cuda && md.bf16_operands && task->cl_arg ? md.bf16_operands(task->cl_arg) : -1.0;
   // a calibrated codelet: both rates are the peaks x its efficiency
   const double eff = cuda ? md.cuda_eff : md.cpu_eff;
   double f_rate = eff > 0 ? r.peak_flops * eff : r.flops;
-  if (converted > 0) f_rate = eff > 0 ? r.peak_bf16_flops * eff : r.bf16_flops;
+  if (converted >= 0) f_rate = eff > 0 ? r.peak_bf16_flops * eff : r.bf16_flops;
   const double b_rate = eff > 0 ? r.peak_bytes * eff : r.bytes;
   const double t_flops = f_rate > 0 ? flops / f_rate : 0, t_bytes = b_rate > 0 ? bytes / b_rate : 0;
-  double t = std::max(t_flops, t_bytes) + (b_rate > 0 ? 6.0 * converted / b_rate : 0);
+  double t = std::max(t_flops, t_bytes) + (b_rate > 0 && converted > 0 ? 6.0 * converted / b_rate : 0);
   // zf-deadline's helpers (CPU device only): each helper idle when a tiled kernel starts runs the
   // measured share s of its tiles (one helper: the kernel takes 1 - s of its time), so h helpers
   // speed it up 1 + h s / (1 - s) (docs/simulation.md, "Helpers")

@@ -60,9 +60,9 @@ void sim_load_roofline(const std::string& sched);
 // The codelet whose perfmodel is `model` reports its FLOPs with `flops` (null: memory-bound only);
 // a collective (CodeletDef::collective) its bytes with coll_bytes (null: buffer coll_buffer's size).
 // `bytes` (null: the buffers' sizes) its memory traffic where it works on a range of its buffers.
-// `bf16_operands` (CodeletDef::bf16_operands; null: fp32): the elements a task rounds to bf16
-// before bf16 products on a CUDA worker; such a task takes 6 bytes per element (read 4, write 2)
-// at the GPU's bandwidth, then its roofline with the GPU's bf16 FLOP/s (cuda.bf16_flops).
+// `bf16_operands` (CodeletDef::bf16_operands; null or negative: fp32): the elements a task rounds
+// to bf16 before bf16 products on a CUDA worker; such a task takes 6 bytes per element (read 4,
+// write 2) at the GPU's bandwidth, then its roofline with the GPU's bf16 FLOP/s (cuda.bf16_flops).
 void sim_register(const starpu_perfmodel* model, FlopsFn flops, Collective collective = Collective::None,
                   int coll_buffer = 0, FlopsFn coll_bytes = nullptr, FlopsFn bytes = nullptr,
                   FlopsFn bf16_operands = nullptr);

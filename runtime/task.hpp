@@ -66,9 +66,9 @@ struct CodeletDef {
   // slice); null: each buffer's size, once per read and once per write.
   FlopsFn bytes = nullptr;
   // Products in bf16 on a CUDA worker (precision bf16: tensor cores, docs/simulation.md): the
-  // elements the task rounds to bf16 before its products, from its args (0: fp32 products); the
-  // simulation prices such a task's FLOPs at the GPU's bf16 rate after the conversions' traffic.
-  // null: fp32 products, or none.
+  // elements the task rounds to bf16 before its products, from its args (0: bf16 products on
+  // operands stored in bf16; negative: fp32 products); the simulation prices such a task's FLOPs
+  // at the GPU's bf16 rate after the conversions' traffic. null: fp32 products, or none.
   FlopsFn bf16_operands = nullptr;
   // Reads and writes buffers stored in 2 bytes (Tensor::store_half) itself: the codelets layer's
   // make_codelet (codelets/codelet_util.hpp) then leaves it as it is instead of widening them.

@@ -95,7 +95,7 @@ echo "ok: per-codelet efficiency"
 # Precision (docs/simulation.md, "Precision and the GPU's rate"): device-adam on h200-pcie5-x1 in
 # fp32 and in bf16. Every matmul and attention task on the CUDA worker takes its roofline time:
 # fp32 max(FLOPs / (fp32_flops x e), bytes / B) + overhead; bf16 first 6 bytes per converted operand
-# element at B, then the FLOPs at bf16_flops x e, the bytes with the weight (and its gradient) and the
+# element (the operands not stored in bf16) at B, then the FLOPs at bf16_flops x e, the bytes with the weight (and its gradient) and the
 # linear layers' inputs (ln1, atty, ln2, fcg: Runtime::matmul_inputs_bf16) at 2 bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
 # the byte-level vocabulary 256, 4 heads); the rates from the machine file.
 for p in fp32 bf16; do
@@ -132,8 +132,10 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         # x, read by the forward and the weight gradient: 2 bytes under bf16 but the head's (lnf)
         xb = 2 if prec == "bf16" and key != "lm_head" and codelet != "zf_matmul_bwd_data" else 4
         flops, byts = 2.0 * R * K * N, xb * R * K + 4 * R * N + wb * N * K
-        conv = {"zf_matmul_fwd": R * K + N * K, "zf_matmul_bwd_weight": R * N + R * K,
-                "zf_matmul_bwd_data": R * N + N * K}[codelet]
+        # converted: the fp32 operands only (the weight and, but for the head, x are stored in bf16
+        # and multiplied as they are: kernels::cuda::matmul_*_mixed)
+        xc = R * K if key == "lm_head" else 0
+        conv = {"zf_matmul_fwd": xc, "zf_matmul_bwd_weight": R * N + xc, "zf_matmul_bwd_data": R * N}[codelet]
     if prec == "fp32":
         return max(flops / rate["fp32"], byts / bw) + over
     return 6 * conv / bw + max(flops / rate["bf16"], byts / bw) + over

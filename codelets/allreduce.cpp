@@ -108,9 +108,13 @@ void allreduce_columns_cpu(void* b[], void* a) noexcept {
   for (int64_t r = 0; r < p->rows; ++r)
     for (int64_t j = 0; j < p->k; ++j) x[p->at(r, sel[j])] = cols[(size_t)(r * p->k + j)];
 }
-void allgather_cpu(void* b[], void* a) noexcept {  // buffers: x, comm token
+// buffers: x, comm token. A parameter stored in 2 bytes (bf16/fp16) is gathered as its bits.
+void allgather_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<SegmentArgs*>(a);
-  if (p->comm->allgather(vec_ptr(b[0]), *p->bounds) != 0) record_task_failure("MPI_Allgatherv failed");
+  const int rc = STARPU_VECTOR_GET_ELEMSIZE(b[0]) == sizeof(uint16_t)
+                     ? p->comm->allgather(reinterpret_cast<uint16_t*>(STARPU_VECTOR_GET_PTR(b[0])), *p->bounds)
+                     : p->comm->allgather(vec_ptr(b[0]), *p->bounds);
+  if (rc != 0) record_task_failure("MPI_Allgatherv failed");
 }
 // buffers: the partial sums (doubles) of this rank, total (one double), comm token: total <- the
 // sum over the ranks of every partial (the global gradient norm's square under a partition)
@@ -155,8 +159,12 @@ void allreduce_columns_cuda(void* b[], void* a) noexcept {  // buffers: x, sel, 
 void allgather_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<SegmentArgs*>(a);
 #ifdef ZF_USE_NCCL
-  cuda_check(kernels::cuda::allgather(vec_ptr(b[0]), *p->bounds, static_cast<ncclComm_t>(p->comm->nccl()),
-                                      cuda_stream()));
+  const auto comm = static_cast<ncclComm_t>(p->comm->nccl());
+  if (STARPU_VECTOR_GET_ELEMSIZE(b[0]) == sizeof(uint16_t))
+    cuda_check(kernels::cuda::allgather_2byte(reinterpret_cast<uint16_t*>(STARPU_VECTOR_GET_PTR(b[0])), *p->bounds,
+                                              comm, cuda_stream()));
+  else
+    cuda_check(kernels::cuda::allgather(vec_ptr(b[0]), *p->bounds, comm, cuda_stream()));
 #else
   (void)p;
   record_task_failure("all-gather on a CUDA worker: this build has no NCCL");
@@ -190,7 +198,8 @@ starpu_codelet& allgather_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
       make_codelet({"zf_allgather", allgather_cpu, ZF_CUDA_FUNC(allgather_cuda), 2, {STARPU_RW, STARPU_RW}, nullptr,
-                    Collective::AllGather}, &m);
+                    Collective::AllGather, 0, nullptr, nullptr, nullptr, true /* moves 2-byte bits as they are */},
+                   &m);
   return c;
 }
 starpu_codelet& allreduce_flag_cl() {  // CPU workers (a 4-byte word: StarPU moves it)

@@ -25,15 +25,24 @@ struct ShardArgs {
   float scale;
 };
 
-// buffers: shard (R), x (W), comm token
-void gather_shards_cpu(void* b[], void* a) noexcept {
-  auto* p = static_cast<ShardArgs*>(a);
+// buffers: shard (R), x (W), comm token. A parameter stored in 2 bytes (bf16/fp16, shard and x
+// alike) is gathered as its 2-byte bits: half the bytes of its fp32 widening, the same values.
+template <class T>
+void gather_shards_as(void* b[], const ShardArgs* p) noexcept {
   const std::vector<size_t>& bd = *p->bounds;
   const size_t r = (size_t)p->comm->rank();
-  const float* s = vec_ptr(b[0]);
-  float* x = vec_ptr(b[1]);
+  const T* s = reinterpret_cast<const T*>(STARPU_VECTOR_GET_PTR(b[0]));
+  T* x = reinterpret_cast<T*>(STARPU_VECTOR_GET_PTR(b[1]));
   std::copy(s, s + (bd[r + 1] - bd[r]), x + bd[r]);
   if (p->comm->allgather(x, bd) != 0) record_task_failure("MPI_Allgatherv of a parameter's shards failed");
+}
+bool two_bytes(void* buf) { return STARPU_VECTOR_GET_ELEMSIZE(buf) == sizeof(uint16_t); }
+void gather_shards_cpu(void* b[], void* a) noexcept {
+  auto* p = static_cast<ShardArgs*>(a);
+  if (two_bytes(b[1]))
+    gather_shards_as<uint16_t>(b, p);
+  else
+    gather_shards_as<float>(b, p);
 }
 
 // buffers: x (RW), shard (W), comm token. The same reduction and scaling as stage 2's
@@ -58,8 +67,14 @@ void reduce_scatter_shard_cpu(void* b[], void* a) noexcept {
 void gather_shards_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<ShardArgs*>(a);
 #ifdef ZF_USE_NCCL
-  cuda_check(kernels::cuda::gather_shards(vec_ptr(b[0]), vec_ptr(b[1]), *p->bounds, p->comm->rank(),
-                                          static_cast<ncclComm_t>(p->comm->nccl()), cuda_stream()));
+  const auto comm = static_cast<ncclComm_t>(p->comm->nccl());
+  if (two_bytes(b[1]))
+    cuda_check(kernels::cuda::gather_shards_2byte(reinterpret_cast<const uint16_t*>(STARPU_VECTOR_GET_PTR(b[0])),
+                                                  reinterpret_cast<uint16_t*>(STARPU_VECTOR_GET_PTR(b[1])),
+                                                  *p->bounds, p->comm->rank(), comm, cuda_stream()));
+  else
+    cuda_check(kernels::cuda::gather_shards(vec_ptr(b[0]), vec_ptr(b[1]), *p->bounds, p->comm->rank(), comm,
+                                            cuda_stream()));
 #else
   (void)p;
   record_task_failure("a stage-3 gather on a CUDA worker: this build has no NCCL");
@@ -82,7 +97,9 @@ starpu_codelet& gather_shards_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
       {"zf_gather_shards", gather_shards_cpu, ZF_CUDA_FUNC(gather_shards_cuda), 3, {STARPU_R, STARPU_W, STARPU_RW},
-       nullptr, Collective::AllGather, 1 /* x, the whole parameter */}, &m);
+       nullptr, Collective::AllGather, 1 /* x, the whole parameter */, nullptr, nullptr, nullptr,
+       true /* moves 2-byte bits as they are */},
+      &m);
   return c;
 }
 starpu_codelet& reduce_scatter_shard_cl() {
@@ -109,6 +126,9 @@ void check(const SubmitOptions& opt, const Tensor& x, const Tensor& shard, const
 void insert_gather_shards(const SubmitOptions& opt, const Tensor& shard, const Tensor& x,
                           const std::vector<size_t>& bounds, const Comm& comm) {
   check(opt, x, shard, bounds, comm);
+  expect(x.elem_size() == shard.elem_size() && x.stored_half() == shard.stored_half() &&
+             (!x.stored_half() || x.half() == shard.half()),
+         opt, shape_str(x) + " and its shard must be stored alike (fp32, or the same 2-byte format)");
   ShardArgs a{&comm, &bounds, 1.0f};
   TaskBuilder(gather_shards_cl(), opt).r(shard).w(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
 }

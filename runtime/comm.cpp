@@ -125,13 +125,30 @@ int Comm::reduce_scatter_sum(float* x, const std::vector<size_t>& bounds) const 
   return 0;
 }
 
-int Comm::allgather(float* x, const std::vector<size_t>& bounds) const {
-  if (simulated_) return 0;
+namespace {
 #ifdef ZF_USE_MPI
-  if (size_ == 1) return 0;
+int allgather_in_place(void* x, MPI_Datatype type, const std::vector<size_t>& bounds, int size) {
   std::vector<int> counts, displs;
-  if (bounds.size() != (size_t)size_ + 1 || !int_counts(bounds, counts, displs)) return MPI_ERR_COUNT;
-  return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x, counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+  if (bounds.size() != (size_t)size + 1 || !int_counts(bounds, counts, displs)) return MPI_ERR_COUNT;
+  return MPI_Allgatherv(MPI_IN_PLACE, 0, type, x, counts.data(), displs.data(), type, MPI_COMM_WORLD);
+}
+#endif
+}  // namespace
+
+int Comm::allgather(float* x, const std::vector<size_t>& bounds) const {
+  if (simulated_ || size_ == 1) return 0;
+#ifdef ZF_USE_MPI
+  return allgather_in_place(x, MPI_FLOAT, bounds, size_);
+#else
+  (void)x, (void)bounds;
+  return 0;
+#endif
+}
+
+int Comm::allgather(uint16_t* x, const std::vector<size_t>& bounds) const {
+  if (simulated_ || size_ == 1) return 0;
+#ifdef ZF_USE_MPI
+  return allgather_in_place(x, MPI_UINT16_T, bounds, size_);
 #else
   (void)x, (void)bounds;
   return 0;

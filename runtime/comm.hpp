@@ -54,6 +54,8 @@ class Comm {
   // receives every rank's `mine` (its segment) at its offset; the others pass null.
   int reduce_scatter_sum(float* x, const std::vector<size_t>& bounds) const;
   int allgather(float* x, const std::vector<size_t>& bounds) const;
+  // The same on 2-byte elements (a parameter stored in bf16/fp16: its bits, moved as they are)
+  int allgather(uint16_t* x, const std::vector<size_t>& bounds) const;
   int gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const;
   // Rank 0 receives every rank's value (index = rank); the others get an empty vector.
   std::vector<uint64_t> gather(uint64_t v) const;

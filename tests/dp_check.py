@@ -180,10 +180,13 @@ def zero(m0_path, m_path, stage, w_path, parts, slack):
         fail("host_state_bytes %d, rank 0 has %d" % (m["host_state_bytes"], s[0]))
     if len(d["host_adam_s_per_step_per_rank"]) != ranks or min(d["host_adam_s_per_step_per_rank"]) <= 0:
         fail("host_adam_s_per_step_per_rank %s" % d["host_adam_s_per_step_per_rank"])
-    if m["strategy"] != "zenflow" and d["allgather_bytes_per_step"] != 4 * part:  # zenflow: at merges only
-        fail("all-gather bytes per step %g, expected %d" % (d["allgather_bytes_per_step"], 4 * part))
-    if m["strategy"] == "zenflow" and not 0 < d["allgather_bytes_per_step"] <= 4 * part:
-        fail("all-gather bytes per step %g, expected in (0, %d]" % (d["allgather_bytes_per_step"], 4 * part))
+    # the parameters are gathered at their stored bytes (2 a value under bf16/fp16), the gradients
+    # reduced in fp32
+    pb = 2 if m.get("precision") in ("bf16", "fp16") else 4
+    if m["strategy"] != "zenflow" and d["allgather_bytes_per_step"] != pb * part:  # zenflow: at merges only
+        fail("all-gather bytes per step %g, expected %d" % (d["allgather_bytes_per_step"], pb * part))
+    if m["strategy"] == "zenflow" and not 0 < d["allgather_bytes_per_step"] <= pb * part:
+        fail("all-gather bytes per step %g, expected in (0, %d]" % (d["allgather_bytes_per_step"], pb * part))
     rs = d["reduce_scatter_bytes_per_step"]
     if stage == 2 and rs != 4 * part:
         fail("reduce-scatter bytes per step %g, expected %d" % (rs, 4 * part))
@@ -231,7 +234,7 @@ def stage3(m2_path, m3_path, w_path, tile):
     one = eb * max(layers.values())
     live = d3["stage3_max_live_parameters"]
     bound = one if eb * live <= one else two  # whole layers at once: one within the default budget
-    last4 = 4 * layers[sorted(layers, key=lambda n: int(n[2:]))[-1]]
+    last = eb * layers[sorted(layers, key=lambda n: int(n[2:]))[-1]]
     slack = eb * tile + eb * len(w)  # whole host tiles per rank; a one-element shard where a rank owns none
     p2, p3 = d2["device_param_bytes_per_rank"], d3["device_param_bytes_per_rank"]
     b3 = m3["device_state_bytes"]
@@ -255,9 +258,10 @@ def stage3(m2_path, m3_path, w_path, tile):
         fail("device_state_bytes %s disagrees with the per-rank lists" % b3)
     if d3["host_state_bytes_per_rank"] != d2["host_state_bytes_per_rank"]:
         fail("host state %s, stage 2 has %s" % (d3["host_state_bytes_per_rank"], d2["host_state_bytes_per_rank"]))
-    # every layer gathered for its forward, again for its backward except the last (kept)
-    if d3["allgather_bytes_per_step"] != 2 * total4 - last4:
-        fail("all-gather bytes per step %g, expected %d" % (d3["allgather_bytes_per_step"], 2 * total4 - last4))
+    # every layer gathered for its forward, again for its backward except the last (kept), at its
+    # stored bytes (2 a value under bf16/fp16: the 2-byte bits move as they are)
+    if d3["allgather_bytes_per_step"] != 2 * total - last:
+        fail("all-gather bytes per step %g, expected %d" % (d3["allgather_bytes_per_step"], 2 * total - last))
     if d3["reduce_scatter_bytes_per_step"] != total4 or d3["allreduce_bytes_per_step"]["gradients"] != 0:
         fail("reduce-scatter %g, all-reduce %g gradient bytes per step, expected %d and 0"
              % (d3["reduce_scatter_bytes_per_step"], d3["allreduce_bytes_per_step"]["gradients"], total4))

@@ -161,8 +161,8 @@ void Stage3::gather(int64_t step, const std::vector<LiveGroups::Item>& items) {
   for (const auto& [g, i] : items) {
     const Entry& e = groups_[(size_t)g][(size_t)i];
     insert_gather_shards(rt_.device(step).named("stage3.gather." + e.p->name), e.value, e.p->value, *e.b, comm_);
-    // the collectives move fp32 (a 2-byte parameter's shards widened: codelets/half_storage.cpp)
-    *allgather_ += (int64_t)e.p->value.numel() * (int64_t)sizeof(float);
+    // the gather moves the parameter's stored bytes (2 a value under bf16/fp16: codelets/shard.cpp)
+    *allgather_ += (int64_t)e.p->value.bytes();
     live_bytes_ += (int64_t)e.p->value.bytes();
   }
   param_peak_ = std::max(param_peak_, live_bytes_);

@@ -61,7 +61,7 @@ void Strategy::allgather_param(int64_t t, const Param& p) {
   const std::vector<size_t>* b = bounds(p);
   if (!b || s3_) return;  // stage 3: the next forward gathers the shards
   insert_allgather(rt_.device(t).named("allgather.param." + p.name), p.value, *b, *comm_);
-  allgather_ += (int64_t)p.value.numel() * (int64_t)sizeof(float);  // fp32 on the wire, stored half or not
+  allgather_ += (int64_t)p.value.bytes();  // its stored bytes on the wire (2 a value under bf16/fp16)
 }
 
 void Strategy::submit_gradient_collectives(const UpdateStep& u, const Comm& comm) {

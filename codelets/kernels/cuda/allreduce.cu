@@ -82,18 +82,43 @@ Status reduce_scatter_scale(float* x, const std::vector<size_t>& bounds, int ran
   return launched();
 }
 
-Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s) {
+namespace {
+// each segment of x broadcast from its owner, in place (elements of T moved as NCCL's `type`, bit
+// for bit)
+template <class T>
+Status allgather_as(T* x, const std::vector<size_t>& bounds, ncclDataType_t type, ncclComm_t comm, cudaStream_t s) {
   return per_segment(bounds, comm, [&](const NcclApi& nc, int root, size_t off, size_t n) {
-    return nc.broadcast(x + off, x + off, n, ncclFloat32, root, comm, s);
+    return nc.broadcast(x + off, x + off, n, type, root, comm, s);
   });
 }
+}  // namespace
+
+Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s) {
+  return allgather_as(x, bounds, ncclFloat32, comm, s);
+}
+Status allgather_2byte(uint16_t* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s) {
+  return allgather_as(x, bounds, ncclFloat16, comm, s);  // any 2-byte type: a broadcast moves bits
+}
+
+namespace {
+// this rank's shard into its segment of x, then x all-gathered as allgather_as does
+template <class T>
+Status gather_segments(const T* shard, T* x, const std::vector<size_t>& bounds, int rank, ncclDataType_t type,
+                       ncclComm_t comm, cudaStream_t s) {
+  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off;
+  if (n && cudaMemcpyAsync(x + off, shard, n * sizeof(T), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    return "cudaMemcpyAsync failed";
+  return allgather_as(x, bounds, type, comm, s);
+}
+}  // namespace
 
 Status gather_shards(const float* shard, float* x, const std::vector<size_t>& bounds, int rank, ncclComm_t comm,
                      cudaStream_t s) {
-  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off;
-  if (n && cudaMemcpyAsync(x + off, shard, n * sizeof(float), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
-    return "cudaMemcpyAsync failed";
-  return allgather(x, bounds, comm, s);
+  return gather_segments(shard, x, bounds, rank, ncclFloat32, comm, s);
+}
+Status gather_shards_2byte(const uint16_t* shard, uint16_t* x, const std::vector<size_t>& bounds, int rank,
+                           ncclComm_t comm, cudaStream_t s) {
+  return gather_segments(shard, x, bounds, rank, ncclFloat16, comm, s);  // any 2-byte type: a broadcast
 }
 
 Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::vector<size_t>& bounds, int rank,

@@ -32,6 +32,7 @@ Status allreduce_columns(float* x, int rows, int cols, const int32_t* sel, int k
 Status reduce_scatter_scale(float* x, const std::vector<size_t>& bounds, int rank, float scale, ncclComm_t comm,
                             cudaStream_t s);
 Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s);
+Status allgather_2byte(uint16_t* x, const std::vector<size_t>& bounds, ncclComm_t comm, cudaStream_t s);
 
 // ZeRO stage 3 (codelets/shard.cpp): gather_shards copies this rank's shard (its segment's
 // elements) into its segment of x, then all-gathers x as above; reduce_scatter_shard reduce-scatters
@@ -39,6 +40,9 @@ Status allgather(float* x, const std::vector<size_t>& bounds, ncclComm_t comm, c
 // segment's elements; the rest of the shard, a placeholder, <- 0).
 Status gather_shards(const float* shard, float* x, const std::vector<size_t>& bounds, int rank, ncclComm_t comm,
                      cudaStream_t s);
+// The same for a parameter stored in 2 bytes (bf16 or fp16 bits, moved as they are)
+Status gather_shards_2byte(const uint16_t* shard, uint16_t* x, const std::vector<size_t>& bounds, int rank,
+                           ncclComm_t comm, cudaStream_t s);
 Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::vector<size_t>& bounds, int rank,
                             float scale, ncclComm_t comm, cudaStream_t s);
 

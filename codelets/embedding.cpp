@@ -61,8 +61,9 @@ void token_embedding_bwd_cuda(void* b[], void* a) noexcept {
 #endif
 starpu_codelet& token_embedding_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_token_embedding_fwd", token_embedding_fwd_cpu,
+  static starpu_codelet c = make_codelet(writes_whole({"zf_token_embedding_fwd", token_embedding_fwd_cpu,
                                           ZF_CUDA_FUNC(token_embedding_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                                      0b100),
                                          &m);
   return c;
 }
@@ -129,8 +130,10 @@ ClassEmbArgs class_dims(const SubmitOptions& opt, const Tensor& x, const Tensor&
 
 starpu_codelet& embedding_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_embedding_fwd", embedding_fwd_cpu, ZF_CUDA_FUNC(embedding_fwd_cuda), 4,
-                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
+  static starpu_codelet c = make_codelet(writes_whole({"zf_embedding_fwd", embedding_fwd_cpu,
+                                                       ZF_CUDA_FUNC(embedding_fwd_cuda), 4,
+                                                       {STARPU_R, STARPU_R, STARPU_R, STARPU_W}},
+                                                      0b1000),
                                          &m);
   return c;
 }

@@ -34,6 +34,7 @@ kernels::cpu::MatOperand operand(void* buf) {
           STARPU_VECTOR_GET_ELEMSIZE(buf) == sizeof(uint16_t)};
 }
 constexpr unsigned kOperandsAsIs = 0b011;  // buffers 0 and 1
+// (each plain product writes its whole output, buffer 2: CodeletDef::writes_whole 0b100)
 
 void matmul_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
@@ -122,27 +123,27 @@ double bwd_data_bf16_operands(const void* a) {
 
 starpu_codelet& matmul_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3,
+  static starpu_codelet c = make_codelet(writes_whole({"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3,
                                           {STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0,
-                                          nullptr, nullptr, fwd_bf16_operands, false, kOperandsAsIs},
+                                          nullptr, nullptr, fwd_bf16_operands, false, kOperandsAsIs}, 0b100),
                                          &m);
   return c;
 }
 starpu_codelet& matmul_bwd_weight_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_matmul_bwd_weight", matmul_bwd_weight_cpu,
+  static starpu_codelet c = make_codelet(writes_whole({"zf_matmul_bwd_weight", matmul_bwd_weight_cpu,
                                           ZF_CUDA_FUNC(matmul_bwd_weight_cuda), 3, {STARPU_R, STARPU_R, STARPU_W},
                                           matmul_flops, Collective::None, 0, nullptr, nullptr,
-                                          bwd_weight_bf16_operands, false, kOperandsAsIs},
+                                          bwd_weight_bf16_operands, false, kOperandsAsIs}, 0b100),
                                          &m);
   return c;
 }
 starpu_codelet& matmul_bwd_data_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
+  static starpu_codelet c = make_codelet(writes_whole({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
                                           ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W},
                                           matmul_flops, Collective::None, 0, nullptr, nullptr,
-                                          bwd_data_bf16_operands, false, kOperandsAsIs},
+                                          bwd_data_bf16_operands, false, kOperandsAsIs}, 0b100),
                                          &m);
   return c;
 }

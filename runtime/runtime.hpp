@@ -213,6 +213,13 @@ class Runtime {
   // the fp32 ones the matmuls round; false: fp32 (RunOptions::half_storage, for the tests' A/B).
   void set_matmul_inputs_bf16(bool on) { matmul_inputs_bf16_ = on; }
   bool matmul_inputs_bf16() const { return matmul_inputs_bf16_; }
+  // Precision bf16: the activations the backward reads that are not a linear layer's input (the
+  // residual stream, the matmuls' outputs: models/nets/gpt.cpp, llama.cpp) are stored in bf16,
+  // rounded where they are written, as a bf16 model keeps them (docs/spec.md, "precision: bf16");
+  // false: fp32 (RunOptions::bf16_activations, for the tests' A/B). Read when a batch size's
+  // activations are first made.
+  void set_activations_bf16(bool on) { activations_bf16_ = on; }
+  bool activations_bf16() const { return activations_bf16_; }
   const std::vector<int>& device_workers() const { return device_workers_; }
   const std::vector<int>& host_workers() const { return host_workers_; }
   std::string worker_name(int id) const;
@@ -249,6 +256,7 @@ class Runtime {
   bool matmul_bf16_ = false;
   bool matmul_keep_bf16_ = true;
   bool matmul_inputs_bf16_ = false;
+  bool activations_bf16_ = false;
   // The constructor's phases, in order: the configuration checked (returns the CUDA workers to
   // start), StarPU started, its workers split between the contexts, the contexts created.
   int check_config() const;

@@ -96,7 +96,8 @@ echo "ok: per-codelet efficiency"
 # fp32 and in bf16. Every matmul and attention task on the CUDA worker takes its roofline time:
 # fp32 max(FLOPs / (fp32_flops x e), bytes / B) + overhead; bf16 first 6 bytes per converted operand
 # element (the operands not stored in bf16) at B, then the FLOPs at bf16_flops x e, the bytes with the weight (and its gradient) and the
-# linear layers' inputs (ln1, atty, ln2, fcg: Runtime::matmul_inputs_bf16) at 2 bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
+# linear layers' inputs (ln1, atty, ln2, fcg: Runtime::matmul_inputs_bf16) and the matmuls' outputs but the head's (qkv, res1, fch,
+# res2: Runtime::activations_bf16) at 2 bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
 # the byte-level vocabulary 256, 4 heads); the rates from the machine file.
 for p in fp32 bf16; do
   sim h200-pcie5-x1 "$TMP/p$p.json" --strategy device-adam --set precision="\"$p\"" --trace-csv "$TMP/p$p.csv" ||
@@ -116,8 +117,10 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         fwd = codelet == "zf_attention_fwd"
         flops = 4.0 * Bs * T * T * C * (1 if fwd else 2)
         att, qkv = Bs * NH * T * T, R * 3 * C
-        # the forward's output atty is the attention projection's input: 2 bytes under bf16
-        byts = 4 * (qkv + att) + (2 if prec == "bf16" else 4) * R * C if fwd else 4 * (R * C + qkv + att + qkv)
+        # qkv (a matmul's output) and the forward's output atty (the attention projection's input): 2
+        # bytes under bf16
+        hb = 2 if prec == "bf16" else 4
+        byts = hb * qkv + 4 * att + hb * R * C if fwd else 4 * (R * C + att + qkv) + hb * qkv
         conv = (qkv + att) if fwd else (qkv + R * C + 2 * att)
     else:
         base = name[:-3] if name.endswith((".dw", ".dx")) else name  # bwd.h3.c_fc.dw -> bwd.h3.c_fc
@@ -131,7 +134,9 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         wb = 2 if prec == "bf16" else 4
         # x, read by the forward and the weight gradient: 2 bytes under bf16 but the head's (lnf)
         xb = 2 if prec == "bf16" and key != "lm_head" and codelet != "zf_matmul_bwd_data" else 4
-        flops, byts = 2.0 * R * K * N, xb * R * K + 4 * R * N + wb * N * K
+        # y, written by the forward: 2 bytes under bf16 but the head's (the logits)
+        yb = 2 if prec == "bf16" and key != "lm_head" and codelet == "zf_matmul_fwd" else 4
+        flops, byts = 2.0 * R * K * N, xb * R * K + yb * R * N + wb * N * K
         # converted: the fp32 operands only (the weight and, but for the head, x are stored in bf16
         # and multiplied as they are: kernels::cuda::matmul_*_mixed)
         xc = R * K if key == "lm_head" else 0

@@ -43,12 +43,15 @@ bool cuda_device(const Spec& s) { return s.runtime.cuda_workers >= 0 && Runtime:
 bool matmul_inputs_bf16(const Spec& s) {
   return s.precision == "bf16" && (kSimulated || cpu_native_bf16() || cuda_device(s));
 }
+// Precision bf16 on every device: the residual stream and the matmuls' outputs in 2 bytes
+// (Runtime::activations_bf16)
+bool activations_bf16(const Spec& s) { return s.precision == "bf16"; }
 
 // model.type hf (models/nets/llama.cpp's buffers): parameters from config.json's tensor list; per
 // position and layer xn1, res1, xn2, res2 (C each), q and atty (H hs), k and v (Hkv hs), gate, up
 // and h (F), two rstd and the attention probabilities (H T); then the shared gradients and the
 // head; in floats, the matmuls' inputs xn1, atty, xn2, h (and the final norm's xf) at half a float
-// under matmul_inputs_bf16. Nothing when the directory has no config.json (the workload reports it).
+// under matmul_inputs_bf16, and x0, q, k, v, res1, gate, up and res2 under activations_bf16. Nothing when the directory has no config.json (the workload reports it).
 void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row) {
   const std::string path = (std::filesystem::path(s.model.path) / "config.json").string();
   std::error_code ec;
@@ -63,6 +66,7 @@ void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row)
   const double H = (double)c.num_heads, L = (double)c.num_layers, V = (double)c.vocab_size;
   act_per_row = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H * T) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V);
   if (matmul_inputs_bf16(s)) act_per_row -= T * (L * (2 * C + Q + F) + C) / 2;
+  if (activations_bf16(s)) act_per_row -= T * (L * (2 * C + Q + 2 * KV + 2 * F) + C) / 2;
 }
 
 }  // namespace
@@ -107,10 +111,12 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
     // the attention probabilities H x T per position; then the shared gradients and the head.
     // Under matmul_inputs_bf16 ln1, atty, ln2 and fcg (7 C) in 2 bytes, and on a CPU device the
-    // output gradients' bf16 copies dqkv, dres1, dfch, dres2 (9 C in 2 bytes, models/nets/gpt.cpp).
+    // output gradients' bf16 copies dqkv, dres1, dfch, dres2 (9 C in 2 bytes, models/nets/gpt.cpp);
+    // under activations_bf16 qkv, res1, fch and res2 (9 C) and x0 (C) in 2 bytes.
     const bool cpu_device = !kSimulated && !cuda_device(s);
     const double in16 = matmul_inputs_bf16(s) ? 7 * C / 2 - (cpu_device ? 9 * C / 2 : 0) : 0;
-    act_per_row = T * (L * (16 * C - in16 + H * T + 4) + 18 * C + 3 * V);
+    const double act16 = activations_bf16(s) ? 9 * C / 2 : 0;
+    act_per_row = T * (L * (16 * C - in16 - act16 + H * T + 4) + 18 * C - (act16 ? C / 2 : 0) + 3 * V);
     // text: the file and its split copies; kjv: about 4 MB of verses, parsed; tokens: the two
     // files' ids at their width (about the files' sizes)
     e.data = s.data.dataset == "tokens" ? file_size(s.data.path) + file_size(s.data.eval_path)

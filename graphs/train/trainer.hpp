@@ -40,6 +40,9 @@ struct RunOptions {
   // false: precision bf16/fp16 keeps the device parameters' 2-byte values in 4-byte words, rounded
   // after every update, instead of 2-byte storage (the same bits; tests compare the two)
   bool half_storage = true;
+  // false: precision bf16 keeps the residual stream and the matmuls' outputs in fp32 instead of
+  // bf16 (Runtime::activations_bf16; tests compare where the two differ)
+  bool bf16_activations = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
   // The ranks of a data-parallel run (zenflow-run under mpirun, docs/data-parallel.md); null or one
   // rank: a single process. Other ranks than 0 print nothing and write no file.

@@ -22,6 +22,9 @@ enum Blk {
 
 struct GptBody::Acts {
   int B, T;
+  // x0, qkv, res1, fch and res2 (the residual stream and the matmuls' outputs): 2-byte bf16
+  // tensors under Runtime::activations_bf16 (acts_for), written rounded, read widened by the
+  // codelets (codelets/half_storage.cpp)
   Tensor x0;  // (BT, C) embedding output
   struct Layer {
     Tensor ln1, ln1_mean, ln1_rstd;  // (BT, C), (BT), (BT)
@@ -96,7 +99,7 @@ size_t GptBody::numel() const {
   return n;
 }
 
-GptBody::Acts& GptBody::acts_for(int B, int T) {
+GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts) {
   for (auto& a : acts_)
     if (a->B == B && a->T == T) return *a;
   auto a = std::make_unique<Acts>();
@@ -105,23 +108,30 @@ GptBody::Acts& GptBody::acts_for(int B, int T) {
   const int64_t N = (int64_t)B * T, C = cfg_.n_embd, I = cfg_.inner();
   const std::string tag = ".b" + std::to_string(B) + "t" + std::to_string(T);
   auto t = [&](const std::string& name, std::vector<int64_t> shape) { return Tensor::lazy(shape, name + tag); };
-  a->x0 = t("x0", {N, C});
+  // the residual stream and the matmuls' outputs: bf16 under Runtime::activations_bf16
+  auto act = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (!bf16_acts) return t(name, shape);
+    Tensor x = Tensor::lazy(shape, name + tag, 2);
+    x.store_half(Half::Bf16);
+    return x;
+  };
+  a->x0 = act("x0", {N, C});
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const std::string h = "h" + std::to_string(l) + ".";
     Acts::Layer L;
     L.ln1 = t(h + "ln1", {N, C});
     L.ln1_mean = t(h + "ln1.mean", {N});
     L.ln1_rstd = t(h + "ln1.rstd", {N});
-    L.qkv = t(h + "qkv", {N, 3 * C});
+    L.qkv = act(h + "qkv", {N, 3 * C});
     L.atty = t(h + "atty", {N, C});
     L.att = t(h + "att", {B, cfg_.n_head, T, T});
-    L.res1 = t(h + "res1", {N, C});
+    L.res1 = act(h + "res1", {N, C});
     L.ln2 = t(h + "ln2", {N, C});
     L.ln2_mean = t(h + "ln2.mean", {N});
     L.ln2_rstd = t(h + "ln2.rstd", {N});
-    L.fch = t(h + "fch", {N, I});
+    L.fch = act(h + "fch", {N, I});
     L.fcg = t(h + "fcg", {N, I});
-    L.res2 = t(h + "res2", {N, C});
+    L.res2 = act(h + "res2", {N, C});
     auto half = [&](const std::string& name, std::vector<int64_t> shape) {
       return Tensor::lazy(shape, name + tag + ".bf16", 2);
     };
@@ -182,8 +192,11 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
     // a linear layer's input: its bf16 tensor (h16), which the matmul reads as it is, or fp32 (and
     // its bf16 copy written by the matmul where operands are kept)
     auto in = [&](const Tensor& x, const Tensor& xh) -> const Tensor& { return h16 ? xh : x; };
+    // (the forward's kept path writes an fp32 y: not with bf16 activations, where every linear
+    // layer's output is one)
+    const bool keep_fwd = keep && !h16 && !L.qkv.stored_half();
     auto matmul = [&](const std::string& name, const Tensor& x, int k, const Tensor& y, const Tensor& xh) {
-      if (keep && !h16)
+      if (keep_fwd)
         insert_matmul_fwd_kept(o.named(n + name), x, v(k), y, xh, io(k));
       else
         insert_matmul_fwd(o.named(n + name), in(x, xh), v(k), y, io(k));
@@ -233,11 +246,13 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     auto P = [&](int k) -> Param& { return blk(l, k); };
     // a linear layer's weight, bias and data gradients; with kept bf16 operands the data gradient
     // first (it writes dy's bf16 copy dyh), then the weight gradient on the copies
+    // (the kept products need xh: the stored input, or the copy the forward's kept path wrote)
+    const bool kept = keep && (h16 || !L.qkv.stored_half());
     auto linear = [&](const std::string& name, int kw, const Tensor& dy, const Tensor& x, const Tensor& dx,
                       const Tensor& xh, const Tensor& dyh) {
       Param& W = P(kw);
       const Tensor& xin = h16 ? xh : x;
-      if (keep) {
+      if (kept) {
         insert_matmul_bwd_data_kept(o.named(n + name + ".dx"), dy, W.value, dx, dyh, W.in_out);
         insert_matmul_bwd_weight_kept(o.named(n + name + ".dw"), dyh, xh, dy, xin, W.grad, W.in_out);
         insert_bias_grad(o.named(n + name + ".db"), dy, P(kw + 1).grad);
@@ -375,7 +390,7 @@ void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, int B, const 
                                  const Tensor& stats, bool accumulate, bool backward) {
   const int T = cfg_.context;
   Head& h = head_for(B);
-  GptBody::Acts& a = body_->acts_for(B, T);
+  GptBody::Acts& a = body_->acts_for(B, T, o.rt && o.rt->activations_bf16());
   const std::string pre = backward ? "" : "eval.";
   load(o, pre, h, slot);
   LayerHook* hook = backward ? hook_ : nullptr;  // evaluation: the weights are whole

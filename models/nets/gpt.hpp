@@ -52,7 +52,9 @@ class GptBody {
   GptBody(const GptConfig& cfg, Rng& rng);
   ~GptBody();
   struct Acts;  // activations and gradient buffers of one (B, T)
-  Acts& acts_for(int B, int T);
+  // ... made on first use: with bf16_acts (Runtime::activations_bf16) the residual stream and the
+  // matmuls' outputs are 2-byte bf16 tensors (Tensor::store_half)
+  Acts& acts_for(int B, int T, bool bf16_acts);
   // Optional conditioning: row ids[b] of table (K, C) added to the embedding of every position of
   // sequence b (the generative classifier's class embedding); its gradient goes to grad.
   struct Conditioning {

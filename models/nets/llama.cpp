@@ -102,7 +102,7 @@ std::vector<std::vector<Param*>> LlamaLanguageModel::layer_groups() {
   return g;
 }
 
-LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B) {
+LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts) {
   for (auto& a : acts_)
     if (a->B == B) return *a;
   auto a = std::make_unique<Acts>();
@@ -116,17 +116,24 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B) {
     x.store_half(Half::Bf16);
     return x;
   };
+  // the residual stream and the matmuls' outputs: bf16 under Runtime::activations_bf16
+  auto act = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (!bf16_acts) return t(name, shape);
+    Tensor x = Tensor::lazy(shape, name + tag, 2);
+    x.store_half(Half::Bf16);
+    return x;
+  };
   for (int s = 0; s < 2; ++s) {
     a->tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
     a->targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
   }
-  a->x0 = t("x0", {N, C});
+  a->x0 = act("x0", {N, C});
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const std::string h = "l" + std::to_string(l) + ".";
-    Acts::L L{t(h + "xn1", {N, C}), t(h + "rstd1", {N}), t(h + "q", {N, Q}), t(h + "k", {N, KV}),
-              t(h + "v", {N, KV}), t(h + "atty", {N, Q}), t(h + "att", {B, cfg_.num_heads, T, T}),
-              t(h + "res1", {N, C}), t(h + "xn2", {N, C}), t(h + "rstd2", {N}), t(h + "gate", {N, F}),
-              t(h + "up", {N, F}), t(h + "h", {N, F}), t(h + "res2", {N, C}),
+    Acts::L L{t(h + "xn1", {N, C}), t(h + "rstd1", {N}), act(h + "q", {N, Q}), act(h + "k", {N, KV}),
+              act(h + "v", {N, KV}), t(h + "atty", {N, Q}), t(h + "att", {B, cfg_.num_heads, T, T}),
+              act(h + "res1", {N, C}), t(h + "xn2", {N, C}), t(h + "rstd2", {N}), act(h + "gate", {N, F}),
+              act(h + "up", {N, F}), t(h + "h", {N, F}), act(h + "res2", {N, C}),
               half(h + "xn1", {N, C}), half(h + "atty", {N, Q}), half(h + "xn2", {N, C}), half(h + "h", {N, F})};
     a->layers.push_back(std::move(L));
   }

@@ -23,6 +23,9 @@ struct LlamaLanguageModel::Acts {
   int B;
   Tensor tokens[2], targets[2];  // (B, T), (B*T) int32, double-buffered by step slot
   Tensor x0;                     // (N, C) the embedding's output, N = B*T
+  // x0 and each layer's q, k, v, res1, gate, up and res2 (the residual stream and the matmuls'
+  // outputs): 2-byte bf16 tensors under Runtime::activations_bf16 (acts_for), written rounded,
+  // read widened by the codelets (codelets/half_storage.cpp)
   struct L {
     Tensor xn1, rstd1;     // (N, C), (N) input_layernorm
     Tensor q, k, v;        // (N, H*hs), (N, Hkv*hs), (N, Hkv*hs), q and k rotated in place

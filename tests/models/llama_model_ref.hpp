@@ -32,8 +32,11 @@ class LlamaModelRef {
   // After loss() with grads: sum over the input x of every linear layer of |x| |dL/dx| (each
   // layer's own share of dL/dx: q, k and v apart; reference.hpp's abs_dot). A bf16 forward that
   // rounds those inputs (relative error <= 2^-8 each) is within 2^-8 of this of the loss, to first
-  // order.
-  double linear_input_sensitivity() const { return sens_; }
+  // order. Precision bf16 also stores the residual stream and the matmuls' outputs in bf16
+  // (Runtime::activations_bf16), each rounded where it is written: the embedding's output, each
+  // product's output, again after its bias and after the residual add, q and k again after the
+  // rotary embedding; their |x| |dL/dx| are counted too.
+  double bf16_sensitivity() const { return sens_; }
 
   // Mean cross-entropy over the targets >= 0 of tokens (B, T); grads (when given) of every parameter.
   double loss(const std::vector<int32_t>& tok, const std::vector<int32_t>& tgt, int B, int T, Params* grads) {
@@ -146,14 +149,37 @@ class LlamaModelRef {
     linear(xf_, head_name(), "", C, (int)c_.vocab_size, logits_);
   }
 
+  // The bf16 activations' roundings (linear_input_sensitivity): |x| |dx| for x stored once
+  void stored(const std::vector<double>& x, const std::vector<double>& dx) const {
+    sens_ += abs_dot(x.data(), dx.data(), dx.size());
+  }
+  // ... and a product's output y = x W^T + b (bias b of size O) with gradient dy: rounded as the
+  // product wrote it and, with a bias, again after its add
+  void stored_product(std::vector<double> y, const std::string& b, int O, const std::vector<double>& dy) const {
+    if (has(b)) {
+      stored(y, dy);
+      for (size_t i = 0; i < y.size(); ++i) y[i] -= P(b)[i % (size_t)O];
+    }
+    stored(y, dy);
+  }
+  static std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> d(a.size());
+    for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+    return d;
+  }
+
   void block_backward(int l, std::vector<double>& dr, Params& g) {
     const int C = (int)c_.hidden_size, F = (int)c_.intermediate_size, H = (int)c_.num_heads;
     const int Hkv = (int)c_.num_kv_heads, hs = (int)c_.head_dim, Q = H * hs, KV = Hkv * hs;
     const Layer& L = layers_[(size_t)l];
     const std::string p = lp(l);
     std::vector<double> dh, dg(L.g.size()), du(L.g.size()), dxn2, dres1((size_t)N_ * C);
+    stored(L.res2, dr);
+    stored_product(minus(L.res2, L.res1), "", C, dr);
     linear_bwd(dr, L.h, p + "mlp.down_proj.weight", "", F, C, dh, g);
     swiglu_bwd(L.g.data(), L.u.data(), dh.data(), dg.data(), du.data(), dg.size());
+    stored(L.g, dg);
+    stored(L.u, du);
     linear_bwd(dg, L.xn2, p + "mlp.gate_proj.weight", "", C, F, dxn2, g);
     linear_bwd(du, L.xn2, p + "mlp.up_proj.weight", "", C, F, dxn2, g);
     std::vector<double>& dw2 = g[p + "post_attention_layernorm.weight"];
@@ -161,12 +187,19 @@ class LlamaModelRef {
     rmsnorm_bwd(dxn2.data(), L.res1.data(), L.rstd2.data(), P(p + "post_attention_layernorm.weight").data(),
                 dres1.data(), dw2.data(), N_, C);
     for (size_t i = 0; i < dres1.size(); ++i) dres1[i] += dr[i];
+    stored(L.res1, dres1);
+    stored_product(minus(L.res1, L.in), p + "self_attn.o_proj.bias", C, dres1);
     std::vector<double> datty, dqr(L.q.size()), dkr(L.k.size()), dv(L.v.size()), dq(L.q.size()), dk(L.k.size());
     linear_bwd(dres1, L.atty, p + "self_attn.o_proj.weight", p + "self_attn.o_proj.bias", Q, C, datty, g);
     gqa_attention_bwd(datty.data(), L.qr.data(), L.kr.data(), L.v.data(), L.att.data(), dqr.data(), dkr.data(),
                       dv.data(), B_, T_, H, Hkv, hs);
     rope_bwd(dqr.data(), dq.data(), inv_freq_, B_, T_, H, hs, 0);
     rope_bwd(dkr.data(), dk.data(), inv_freq_, B_, T_, Hkv, hs, 0);
+    stored(L.qr, dqr);
+    stored(L.kr, dkr);
+    stored_product(L.q, p + "self_attn.q_proj.bias", Q, dq);
+    stored_product(L.k, p + "self_attn.k_proj.bias", KV, dk);
+    stored_product(L.v, p + "self_attn.v_proj.bias", KV, dv);
     std::vector<double> dxn1;
     linear_bwd(dq, L.xn1, p + "self_attn.q_proj.weight", p + "self_attn.q_proj.bias", C, Q, dxn1, g);
     linear_bwd(dk, L.xn1, p + "self_attn.k_proj.weight", p + "self_attn.k_proj.bias", C, KV, dxn1, g);
@@ -189,6 +222,7 @@ class LlamaModelRef {
     dn.resize((size_t)C);
     rmsnorm_bwd(dxf.data(), last_.data(), rstdf_.data(), P("model.norm.weight").data(), dr.data(), dn.data(), N_, C);
     for (int l = (int)c_.num_layers - 1; l >= 0; --l) block_backward(l, dr, g);
+    if (!layers_.empty()) stored(layers_[0].in, dr);  // the embedding's output
     std::vector<double>& de = g["model.embed_tokens.weight"];
     de.assign((size_t)c_.vocab_size * C, 0.0);
     for (int n = 0; n < N_; ++n)

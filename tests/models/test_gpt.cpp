@@ -264,9 +264,11 @@ TEST(GptEngine, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
 // storage: LayerNorm, attention and GELU write bf16, the matmuls read it as it is) and each output
 // gradient converted to bf16 once (the data gradient keeps dy's copy, the weight gradient
 // multiplies the copies; models/nets/gpt.cpp) trains to bitwise the same weights as the matmuls
-// converting both operands in every call, and as the 4-byte words (fp32 activations, which the
-// forward's kept-operand matmul converts), in both weight layouts (out_in under device-adam,
-// in_out under zenflow), and the kept path did run.
+// converting both operands in every call, and as the 4-byte words (fp32 linear-layer inputs,
+// which each call converts), in both weight layouts (out_in under device-adam, in_out under
+// zenflow), and the kept path did run. With fp32 activations (RunOptions::bf16_activations off)
+// the words' forward keeps its operands too (the fp32 input's bf16 copy, written by the forward's
+// matmul), with the same bits as converting them in every call.
 TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
   if (!cpu_native_bf16()) GTEST_SKIP() << "no native bf16 on this CPU: bf16's matmuls run in fp32";
   for (const char* strategy : {"device-adam", "zenflow"}) {
@@ -279,25 +281,35 @@ TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
     s.train.steps = 4;
     s.strategy = strategy;
     s.precision = "bf16";
-    RunOptions off;
-    off.evaluate = false;
-    off.matmul_keep_bf16_operands = false;
-    const uint64_t calls0 = kernels::cpu::matmul_kept_bf16_calls();
-    const Weights per_call = run_capturing(s, off, nullptr);
-    ASSERT_EQ(kernels::cpu::matmul_kept_bf16_calls(), calls0) << "turned off, the kept path ran";
-    const Weights kept = train_and_capture(s);
+    auto run = [&](bool keep, bool half, bool bf16_acts, uint64_t* kept_calls) {
+      RunOptions o;
+      o.evaluate = false;
+      o.matmul_keep_bf16_operands = keep;
+      o.half_storage = half;
+      o.bf16_activations = bf16_acts;
+      const uint64_t c0 = kernels::cpu::matmul_kept_bf16_calls();
+      Weights w = run_capturing(s, o, nullptr);
+      *kept_calls = kernels::cpu::matmul_kept_bf16_calls() - c0;
+      return w;
+    };
+    uint64_t calls = 0;
+    const Weights per_call = run(false, true, true, &calls);
+    ASSERT_EQ(calls, 0u) << "turned off, the kept path ran";
+    const Weights kept = run(true, true, true, &calls);
     // 2 layers x 4 linear layers x 2 products (data and weight gradient) x 4 steps
-    EXPECT_GE(kernels::cpu::matmul_kept_bf16_calls() - calls0, 2u * 4u * 2u * 4u) << "the kept path did not run";
-    RunOptions words;
-    words.evaluate = false;
-    words.half_storage = false;
-    const uint64_t calls1 = kernels::cpu::matmul_kept_bf16_calls();
-    const Weights in_words = run_capturing(s, words, nullptr);
-    // and the forward's too, on the fp32 inputs
-    EXPECT_GE(kernels::cpu::matmul_kept_bf16_calls() - calls1, 2u * 4u * 3u * 4u) << "the words' kept path";
+    EXPECT_GE(calls, 2u * 4u * 2u * 4u) << "the kept path did not run";
+    const Weights in_words = run(true, false, true, &calls);
+    EXPECT_EQ(calls, 0u) << "bf16 activations: the words' forward cannot keep an fp32 output";
     ASSERT_FALSE(per_call.empty());
     EXPECT_EQ(first_difference(kept, per_call), "");
     EXPECT_EQ(first_difference(kept, in_words), "");
+    // fp32 activations: the words' kept path, forward included, against converting in every call
+    const Weights words_kept = run(true, false, false, &calls);
+    EXPECT_GE(calls, 2u * 4u * 3u * 4u) << "the words' kept path";
+    const Weights words_per_call = run(false, false, false, &calls);
+    EXPECT_EQ(calls, 0u);
+    EXPECT_EQ(first_difference(words_kept, words_per_call), "");
+    EXPECT_NE(first_difference(words_kept, kept), "") << "bf16 activations changed nothing";
   }
 }
 

@@ -170,9 +170,11 @@ INSTANTIATE_TEST_SUITE_P(
 // Precision bf16 (docs/spec.md) on a BF16 directory, so that the parameters are its values exactly:
 // one step's loss and the evaluation loss against the double reference within bf16::loss_bound (u
 // times the reference's sensitivity to the products' operands: the linear layers' and the head's
-// inputs, the attention's q, k, v and probabilities); where the CPU multiplies bf16 natively also
-// more than the fp32 tolerance away from it (the bf16 products ran; the fp32 engine is within
-// 1e-5), elsewhere (fp32 products on the same values) bitwise the fp32 engine's losses.
+// inputs, the attention's q, k, v and probabilities; and to the activations stored in bf16: the
+// residual stream, the products' outputs); also more than the fp32 tolerance away from it (the
+// roundings ran; the fp32 engine is within 1e-5). Where the CPU has no native bf16 (fp32 products
+// on the same values), with fp32 activations (Runtime::activations_bf16 off) bitwise the fp32
+// engine's losses.
 TEST(Gpt2HfStep, Bf16StepAndEvalWithinBf16OfDoubleReference) {
   for (bool tied : {true, false})
     for (bool in_out : {true, false}) {
@@ -190,17 +192,19 @@ TEST(Gpt2HfStep, Bf16StepAndEvalWithinBf16OfDoubleReference) {
       ref::GptRef model(ref_config(tied), ref_params(t));
       ref::GptRef::Params g;
       const double loss = model.lm_loss(tok, tgt, 3, kContext, &g);
-      const double S = model.operand_sensitivity();
+      const double S = model.bf16_sensitivity();
       const double eloss = model.lm_loss(etok, etgt, W, kContext, &g);
-      const double eS = model.operand_sensitivity();
-      double got[2][2];  // [fp32, bf16][step, eval]
-      for (int bf : {0, 1}) {
+      const double eS = model.bf16_sensitivity();
+      double got[3][2];  // [fp32, bf16, bf16 with fp32 activations][step, eval]
+      for (int bf : {0, 1, 2}) {
+        if (bf == 2 && cpu_native_bf16()) break;
         Runtime rt(rt_config());
         Gpt2HfModel wl(c, d.path("m"), run_config(in_out), data, &rt.tracker().status());
         Spec s;
         s.precision = bf ? "bf16" : "fp32";
         Precision prec(s, rt, wl);  // what run_training sets up: the bf16 products, the rounded parameters
         prec.store_params(true);  // run_training's: bf16 parameters in 2-byte storage
+        if (bf == 2) rt.set_activations_bf16(false);
         for (Param* p : wl.params()) {
           const std::vector<double>& want = model.params().at(p->name);
           ASSERT_EQ(logical_values(*p), std::vector<float>(want.begin(), want.end())) << p->name;
@@ -214,12 +218,11 @@ TEST(Gpt2HfStep, Bf16StepAndEvalWithinBf16OfDoubleReference) {
       const double sd = std::fabs(got[1][0] - loss), ed = std::fabs(got[1][1] - eloss);
       EXPECT_LE(sd, bf16::loss_bound(loss, S)) << "step loss " << got[1][0] << " vs " << loss;
       EXPECT_LE(ed, bf16::loss_bound(eloss, eS)) << "eval loss " << got[1][1] << " vs " << eloss;
-      if (cpu_native_bf16()) {
-        EXPECT_GT(sd, bf16::kFp32LossTol * loss) << "the bf16 products did not run";
-        EXPECT_GT(ed, bf16::kFp32LossTol * eloss) << "the bf16 products did not run";
-      } else {
-        EXPECT_EQ(got[1][0], got[0][0]);
-        EXPECT_EQ(got[1][1], got[0][1]);
+      EXPECT_GT(sd, bf16::kFp32LossTol * loss) << "the bf16 roundings did not run";
+      EXPECT_GT(ed, bf16::kFp32LossTol * eloss) << "the bf16 roundings did not run";
+      if (!cpu_native_bf16()) {
+        EXPECT_EQ(got[2][0], got[0][0]);
+        EXPECT_EQ(got[2][1], got[0][1]);
       }
     }
 }

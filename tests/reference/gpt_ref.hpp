@@ -245,8 +245,12 @@ class GptRef {
   // After lm_loss() with grads: the sum over the operands of every product (the inputs of the
   // linear layers and the head; the attention's q, k, v and probabilities) of |x| |dL/dx|
   // (reference.hpp's abs_dot). A bf16 forward that rounds those operands (relative error <= 2^-8
-  // each) is within 2^-8 of this of the loss, to first order.
-  double operand_sensitivity() const { return sens_; }
+  // each) is within 2^-8 of this of the loss, to first order. Precision bf16 also stores the
+  // residual stream and the matmuls' outputs in bf16 (Runtime::activations_bf16), each rounded
+  // where it is written: the embedding's output (and again after the class embedding's add), each
+  // product's output, again after its bias and after the residual add; their |x| |dL/dx| are
+  // counted too (the qkv stored after its bias is the attention's operand, counted once).
+  double bf16_sensitivity() const { return sens_; }
 
   // Mean next-token cross-entropy over (B, T) tokens and the targets >= 0 (on fixed rows,
   // models/data/lm_rows.hpp, a target of -1 carries no loss); fills grads (same keys). The head is
@@ -391,10 +395,12 @@ class GptRef {
     const double eps = c_.eps;
     struct Layer {
       Vec in, ln1, m1, r1, qkv, atty, att, res1, ln2, m2, r2, fch, fcg, res2;
+      Vec qkv0, o0, o, fch0, d0, d;  // the products' outputs before their bias, and after it (o, d)
     };
     std::vector<Layer> ls(L);
     Vec x0(NC);
     embedding_fwd(tok.data(), P("wte").data(), P("wpe").data(), x0.data(), B, T, C);
+    const Vec emb = x0;  // before the class embedding
     const std::vector<int32_t>* cls = cls_;
     cls_ = nullptr;
     if (cls)
@@ -411,23 +417,29 @@ class GptRef {
                     Y.r1.data(), N, C, eps);
       Y.qkv.resize(3 * NC);
       matmul_fwd(Y.ln1.data(), P(h + "attn.c_attn.weight").data(), Y.qkv.data(), N, C, 3 * C);
+      Y.qkv0 = Y.qkv;
       bias_add(Y.qkv.data(), P(h + "attn.c_attn.bias").data(), N, 3 * C);
       Y.atty.resize(NC), Y.att.resize((size_t)B * NH * T * T);
       attention_fwd(Y.qkv.data(), Y.atty.data(), Y.att.data(), B, T, C, NH);
       Y.res1.resize(NC);
       matmul_fwd(Y.atty.data(), P(h + "attn.c_proj.weight").data(), Y.res1.data(), N, C, C);
+      Y.o0 = Y.res1;
       bias_add(Y.res1.data(), P(h + "attn.c_proj.bias").data(), N, C);
+      Y.o = Y.res1;
       for (size_t i = 0; i < NC; ++i) Y.res1[i] += r[i];
       Y.ln2.resize(NC), Y.m2.resize(N), Y.r2.resize(N);
       layernorm_fwd(Y.res1.data(), P(h + "ln_2.weight").data(), P(h + "ln_2.bias").data(), Y.ln2.data(),
                     Y.m2.data(), Y.r2.data(), N, C, eps);
       Y.fch.resize(NI), Y.fcg.resize(NI);
       matmul_fwd(Y.ln2.data(), P(h + "mlp.c_fc.weight").data(), Y.fch.data(), N, C, I);
+      Y.fch0 = Y.fch;
       bias_add(Y.fch.data(), P(h + "mlp.c_fc.bias").data(), N, I);
       gelu_fwd(Y.fch.data(), Y.fcg.data(), NI);
       Y.res2.resize(NC);
       matmul_fwd(Y.fcg.data(), P(h + "mlp.c_proj.weight").data(), Y.res2.data(), N, I, C);
+      Y.d0 = Y.res2;
       bias_add(Y.res2.data(), P(h + "mlp.c_proj.bias").data(), N, C);
+      Y.d = Y.res2;
       for (size_t i = 0; i < NC; ++i) Y.res2[i] += Y.res1[i];
       r = Y.res2;
     }
@@ -445,15 +457,21 @@ class GptRef {
     Vec dr(NC);
     layernorm_bwd(dlnf.data(), r.data(), mf.data(), rf.data(), P("ln_f.weight").data(), dr.data(),
                   G("ln_f.weight").data(), G("ln_f.bias").data(), N, C);
+    // the bf16 activations' roundings: each of xs rounded once, with dx the gradient of each
+    auto stored = [&](std::initializer_list<const Vec*> xs, const Vec& dx) {
+      for (const Vec* x : xs) sens_ += abs_dot(x->data(), dx.data(), dx.size());
+    };
     for (int l = L - 1; l >= 0; --l) {
       const std::string h = "h." + std::to_string(l) + ".";
       Layer& Y = ls[l];
+      stored({&Y.d0, &Y.d, &Y.res2}, dr);
       Vec dfcg(NI), dfch(NI), dln(NC), dres1(NC), datty(NC), dqkv(3 * NC), din(NC);
       matmul_bwd_weight(dr.data(), Y.fcg.data(), G(h + "mlp.c_proj.weight").data(), N, I, C, false);
       bias_grad(dr.data(), G(h + "mlp.c_proj.bias").data(), N, C);
       matmul_bwd_data(dr.data(), P(h + "mlp.c_proj.weight").data(), dfcg.data(), N, I, C);
       sens_ += abs_dot(Y.fcg.data(), dfcg.data(), NI);
       gelu_bwd(Y.fch.data(), dfcg.data(), dfch.data(), NI);
+      stored({&Y.fch0, &Y.fch}, dfch);
       matmul_bwd_weight(dfch.data(), Y.ln2.data(), G(h + "mlp.c_fc.weight").data(), N, C, I, false);
       bias_grad(dfch.data(), G(h + "mlp.c_fc.bias").data(), N, I);
       matmul_bwd_data(dfch.data(), P(h + "mlp.c_fc.weight").data(), dln.data(), N, C, I);
@@ -461,12 +479,14 @@ class GptRef {
       layernorm_bwd(dln.data(), Y.res1.data(), Y.m2.data(), Y.r2.data(), P(h + "ln_2.weight").data(), dres1.data(),
                     G(h + "ln_2.weight").data(), G(h + "ln_2.bias").data(), N, C);
       for (size_t i = 0; i < NC; ++i) dres1[i] += dr[i];
+      stored({&Y.o0, &Y.o, &Y.res1}, dres1);
       matmul_bwd_weight(dres1.data(), Y.atty.data(), G(h + "attn.c_proj.weight").data(), N, C, C, false);
       bias_grad(dres1.data(), G(h + "attn.c_proj.bias").data(), N, C);
       matmul_bwd_data(dres1.data(), P(h + "attn.c_proj.weight").data(), datty.data(), N, C, C);
       attention_bwd(datty.data(), Y.qkv.data(), Y.att.data(), dqkv.data(), B, T, C, NH);
       sens_ += abs_dot(Y.atty.data(), datty.data(), NC) + abs_dot(Y.qkv.data(), dqkv.data(), 3 * NC) +
                attention_prob_sensitivity(datty, Y, B, T);
+      stored({&Y.qkv0}, dqkv);
       matmul_bwd_weight(dqkv.data(), Y.ln1.data(), G(h + "attn.c_attn.weight").data(), N, C, 3 * C, false);
       bias_grad(dqkv.data(), G(h + "attn.c_attn.bias").data(), N, 3 * C);
       matmul_bwd_data(dqkv.data(), P(h + "attn.c_attn.weight").data(), dln.data(), N, C, 3 * C);
@@ -475,6 +495,8 @@ class GptRef {
                     G(h + "ln_1.weight").data(), G(h + "ln_1.bias").data(), N, C);
       for (size_t i = 0; i < NC; ++i) dr[i] = din[i] + dres1[i];
     }
+    stored({&x0}, dr);
+    if (cls) stored({&emb}, dr);
     Vec dwpe(P("wpe").size(), 0.0);
     Vec dwpe_t((size_t)T * C);
     embedding_bwd(tok.data(), dr.data(), G("wte").data(), dwpe_t.data(), B, T, C, c_.vocab);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "codelets/codelets.hpp"
+#include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/error.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/simulation.hpp"
@@ -42,6 +43,13 @@ namespace zf {
 // 2-byte storage handled for it unless def.native_half: its stored-half buffers widened to fp32
 // for its kernels and its writes rounded back (codelets/half_storage.cpp).
 starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model);
+
+// A CPU implementation's buffer with CodeletDef::cpu_bf16_as_is, from element `offset`: fp32, or
+// a stored bf16 tensor's 2 bytes (the wrapper widens every other 2-byte format)
+inline kernels::cpu::Ew ew_of(void* buf, size_t offset = 0) {
+  const size_t es = STARPU_VECTOR_GET_ELEMSIZE(buf);
+  return {reinterpret_cast<char*>(STARPU_VECTOR_GET_PTR(buf)) + offset * es, es == 2};
+}
 
 // A tensor whose values the codelets see as fp32: fp32, or stored in 2 bytes (Tensor::store_half).
 inline bool fp32_values(const Tensor& t) { return t.elem_size() == 4 || t.stored_half(); }

@@ -100,6 +100,9 @@ starpu_codelet& convert_cl(bool pack, bool whole_dst) {
 // (elementwise: the same result however many run them)
 void accumulate_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MoveArgs*>(a);
+  // precision bf16's 2-byte tensors as they are (CodeletDef::cpu_bf16_as_is)
+  if (STARPU_VECTOR_GET_ELEMSIZE(b[0]) == 2 || STARPU_VECTOR_GET_ELEMSIZE(b[1]) == 2)
+    return kernels::cpu::accumulate_mixed(ew_of(b[0], p->dst_off), ew_of(b[1], p->src_off), p->n, p->scale);
   float* acc = vec_ptr(b[0]) + p->dst_off;
   const float* g = vec_ptr(b[1]) + p->src_off;
   parallel_ranges(p->n, 16, kCrossingRange,
@@ -193,8 +196,10 @@ void zero_cuda(void* b[], void*) noexcept {
 starpu_codelet& accumulate_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(accumulate_cuda), 2, {STARPU_RW, STARPU_R},
-       nullptr, Collective::None, 0, nullptr, accumulate_bytes}, &m);
+      cpu_bf16_as_is({"zf_accumulate", accumulate_cpu, ZF_CUDA_FUNC(accumulate_cuda), 2, {STARPU_RW, STARPU_R},
+                      nullptr, Collective::None, 0, nullptr, accumulate_bytes},
+                     0b11),
+      &m);
   return c;
 }
 // first: W (the accumulator is stored whole), else RW. CPU only: a host task.

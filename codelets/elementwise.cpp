@@ -15,9 +15,11 @@ struct ActArgs {
   Activation act;
 };
 
+// (the CPU implementations read and write precision bf16's 2-byte activations as they are:
+// CodeletDef::cpu_bf16_as_is, kernels::cpu's *_mixed)
 void bias_add_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<BiasArgs*>(a);
-  kernels::cpu::bias_add(vec_ptr(b[0]), vec_ptr(b[1]), p->B, p->N);
+  kernels::cpu::bias_add_mixed(ew_of(b[0]), vec_ptr(b[1]), p->B, p->N);
 }
 void bias_grad_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<BiasArgs*>(a);
@@ -25,14 +27,19 @@ void bias_grad_cpu(void* b[], void* a) noexcept {
 }
 void act_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ActArgs*>(a);
-  if (p->act == Activation::Relu)
+  if (STARPU_VECTOR_GET_ELEMSIZE(b[0]) == 2 || STARPU_VECTOR_GET_ELEMSIZE(b[1]) == 2)
+    kernels::cpu::act_fwd_mixed(p->act == Activation::Gelu, ew_of(b[0]), ew_of(b[1]), vec_n(b[0]));
+  else if (p->act == Activation::Relu)
     kernels::cpu::relu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[0]));
   else
     kernels::cpu::gelu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[0]));
 }
 void act_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ActArgs*>(a);
-  if (p->act == Activation::Relu)
+  if (STARPU_VECTOR_GET_ELEMSIZE(b[0]) == 2 || STARPU_VECTOR_GET_ELEMSIZE(b[1]) == 2 ||
+      STARPU_VECTOR_GET_ELEMSIZE(b[2]) == 2)
+    kernels::cpu::act_bwd_mixed(p->act == Activation::Gelu, ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), vec_n(b[0]));
+  else if (p->act == Activation::Relu)
     kernels::cpu::relu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));
   else
     kernels::cpu::gelu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));
@@ -65,7 +72,7 @@ void act_bwd_cuda(void* b[], void* a) noexcept {
 starpu_codelet& bias_add_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_bias_add", bias_add_cpu, ZF_CUDA_FUNC(bias_add_cuda), 2, {STARPU_RW, STARPU_R}}, &m);
+      cpu_bf16_as_is({"zf_bias_add", bias_add_cpu, ZF_CUDA_FUNC(bias_add_cuda), 2, {STARPU_RW, STARPU_R}}, 0b1), &m);
   return c;
 }
 starpu_codelet& bias_grad_cl() {
@@ -77,13 +84,16 @@ starpu_codelet& bias_grad_cl() {
 starpu_codelet& act_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      writes_whole({"zf_act_fwd", act_fwd_cpu, ZF_CUDA_FUNC(act_fwd_cuda), 2, {STARPU_R, STARPU_W}}, 0b10), &m);
+      cpu_bf16_as_is(writes_whole({"zf_act_fwd", act_fwd_cpu, ZF_CUDA_FUNC(act_fwd_cuda), 2, {STARPU_R, STARPU_W}}, 0b10),
+                     0b11),
+      &m);
   return c;
 }
 starpu_codelet& act_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_act_bwd", act_bwd_cpu, ZF_CUDA_FUNC(act_bwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, &m);
+      cpu_bf16_as_is({"zf_act_bwd", act_bwd_cpu, ZF_CUDA_FUNC(act_bwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}}, 0b111),
+      &m);
   return c;
 }
 

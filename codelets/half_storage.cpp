@@ -32,6 +32,7 @@ struct Impl {
   starpu_cuda_func_t cuda = nullptr;
   unsigned bf16_as_is = 0;    // CodeletDef::bf16_as_is: the CPU implementation's own bf16 buffers
   unsigned writes_whole = 0;  // CodeletDef::writes_whole: W buffers written in full
+  unsigned cpu_as_is = 0;     // CodeletDef::cpu_bf16_as_is: the CPU implementation's alone
 };
 // The wrapped codelets' own implementations, by their performance model (one per codelet): a
 // map that is only ever replaced whole (copy on write, under impls_mu, as codelets are made), so
@@ -126,7 +127,7 @@ void half_cpu(void* buffers[], void* arg) noexcept {
   }
   std::vector<HalfBuf> hb;
   try {
-    hb = half_buffers(t, im.bf16_as_is, im.writes_whole);
+    hb = half_buffers(t, im.bf16_as_is | im.cpu_as_is, im.writes_whole);
   } catch (const std::bad_alloc&) {
     record_task_failure("2-byte storage: out of memory");
     return;
@@ -233,7 +234,7 @@ starpu_codelet make_codelet(const CodeletDef& def, starpu_perfmodel* model) {
   starpu_codelet c = make_starpu_codelet(def, model);
 #ifndef ZF_SIMGRID  // simulated tasks run no kernel (docs/simulation.md)
   if (!def.native_half) {
-    add_impl(model, Impl{c.cpu_funcs[0], c.cuda_funcs[0], def.bf16_as_is, def.writes_whole});
+    add_impl(model, Impl{c.cpu_funcs[0], c.cuda_funcs[0], def.bf16_as_is, def.writes_whole, def.cpu_bf16_as_is});
     if (c.cpu_funcs[0]) c.cpu_funcs[0] = half_cpu;
 #ifdef ZF_USE_CUDA
     if (c.cuda_funcs[0]) c.cuda_funcs[0] = half_cuda;

@@ -41,11 +41,24 @@ void rope_cpu(void* b[], void* a, bool fwd) noexcept {  // buffers: x (RW), tabl
 }
 void rope_fwd_cpu(void* b[], void* a) noexcept { rope_cpu(b, a, true); }
 void rope_bwd_cpu(void* b[], void* a) noexcept { rope_cpu(b, a, false); }
+// (precision bf16's 2-byte activations read and written as they are: CodeletDef::cpu_bf16_as_is)
+bool any_2byte(void* b[], int n) {
+  for (int i = 0; i < n; ++i)
+    if (STARPU_VECTOR_GET_ELEMSIZE(b[i]) == 2) return true;
+  return false;
+}
 void swiglu_fwd_cpu(void* b[], void*) noexcept {
-  kernels::cpu::swiglu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));
+  if (any_2byte(b, 3))
+    kernels::cpu::swiglu_fwd_mixed(ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), vec_n(b[0]));
+  else
+    kernels::cpu::swiglu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));
 }
 void swiglu_bwd_cpu(void* b[], void*) noexcept {
-  kernels::cpu::swiglu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]), vec_n(b[0]));
+  if (any_2byte(b, 5))
+    kernels::cpu::swiglu_bwd_mixed(ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), ew_of(b[3]), ew_of(b[4]), vec_n(b[0]));
+  else
+    kernels::cpu::swiglu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
+                             vec_n(b[0]));
 }
 #ifdef ZF_USE_CUDA
 void rmsnorm_fwd_cuda(void* b[], void* a) noexcept {
@@ -103,15 +116,18 @@ starpu_codelet& rope_cl(bool fwd) {
 starpu_codelet& swiglu_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      writes_whole({"zf_swiglu_fwd", swiglu_fwd_cpu, ZF_CUDA_FUNC(swiglu_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
-                   0b100),
+      cpu_bf16_as_is(writes_whole({"zf_swiglu_fwd", swiglu_fwd_cpu, ZF_CUDA_FUNC(swiglu_fwd_cuda), 3,
+                                   {STARPU_R, STARPU_R, STARPU_W}},
+                                  0b100),
+                     0b111),
       &m);
   return c;
 }
 starpu_codelet& swiglu_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_swiglu_bwd", swiglu_bwd_cpu, ZF_CUDA_FUNC(swiglu_bwd_cuda), 5,
-                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+  static starpu_codelet c = make_codelet(cpu_bf16_as_is({"zf_swiglu_bwd", swiglu_bwd_cpu, ZF_CUDA_FUNC(swiglu_bwd_cuda),
+                                                         5, {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+                                                        0b11111),
                                          &m);
   return c;
 }

@@ -80,10 +80,19 @@ struct CodeletDef {
   // W buffers (bit i: buffer i) the implementations write in full: the wrapper does not widen a
   // stored-half one's old values before the kernel (the others it does: a kernel may write a slice).
   unsigned writes_whole = 0;
+  // Buffers (bit i: buffer i) whose stored bf16 values the CPU implementation alone reads and
+  // writes as they are (the elementwise kernels' *_mixed, kernels/cpu/kernels.hpp); the wrapper
+  // still widens them for the CUDA one.
+  unsigned cpu_bf16_as_is = 0;
 };
 // def with writes_whole = mask (codelet tables: `make_codelet(writes_whole({...}, 0b100), &m)`)
 inline CodeletDef writes_whole(CodeletDef def, unsigned mask) {
   def.writes_whole = mask;
+  return def;
+}
+// def with cpu_bf16_as_is = mask
+inline CodeletDef cpu_bf16_as_is(CodeletDef def, unsigned mask) {
+  def.cpu_bf16_as_is = mask;
   return def;
 }
 // The StarPU codelet of `def` with its performance model. Codelets go through the codelets

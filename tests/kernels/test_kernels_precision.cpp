@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -126,6 +127,109 @@ TEST(Bf16, MergeFromBf16EqualsMergeOfUnpackedValues) {
 
 // ---------------------------------------------------------------- fp16
 uint32_t bits32(float x) { return bits_of(x); }
+
+// The elementwise kernels on bf16-stored operands (cpu::*_mixed: precision bf16's 2-byte
+// activations, read and written by the CPU kernels as they are) give bitwise what the 2-byte
+// wrapper gave them: every bf16 operand widened whole, the fp32 kernel, each bf16 output rounded
+// back (cpu::pack_bf16). Every combination of fp32 and bf16 operands, at lengths that end inside a
+// block, span several blocks and several parallel chunks; the bias add on rows of 3 widths, the
+// accumulation at an offset.
+TEST(Bf16, ElementwiseOnStoredOperandsBitwiseSameAsWidened) {
+  using Fn = std::function<void(const std::vector<float*>&, size_t)>;  // the fp32 kernel on fp32 buffers
+  using Mixed = std::function<void(const std::vector<cpu::Ew>&, size_t)>;
+  struct Op {
+    const char* name;
+    int ni, no;  // inputs, then outputs (accumulate reads its output's old values)
+    Fn fp32;
+    Mixed mixed;
+  };
+  const std::vector<Op> ops = {
+      {"gelu_fwd", 1, 1, [](auto& b, size_t n) { cpu::gelu_fwd(b[0], b[1], n); },
+       [](auto& e, size_t n) { cpu::act_fwd_mixed(true, e[0], e[1], n); }},
+      {"relu_fwd", 1, 1, [](auto& b, size_t n) { cpu::relu_fwd(b[0], b[1], n); },
+       [](auto& e, size_t n) { cpu::act_fwd_mixed(false, e[0], e[1], n); }},
+      {"gelu_bwd", 2, 1, [](auto& b, size_t n) { cpu::gelu_bwd(b[0], b[1], b[2], n); },
+       [](auto& e, size_t n) { cpu::act_bwd_mixed(true, e[0], e[1], e[2], n); }},
+      {"relu_bwd", 2, 1, [](auto& b, size_t n) { cpu::relu_bwd(b[0], b[1], b[2], n); },
+       [](auto& e, size_t n) { cpu::act_bwd_mixed(false, e[0], e[1], e[2], n); }},
+      {"swiglu_fwd", 2, 1, [](auto& b, size_t n) { cpu::swiglu_fwd(b[0], b[1], b[2], n); },
+       [](auto& e, size_t n) { cpu::swiglu_fwd_mixed(e[0], e[1], e[2], n); }},
+      {"swiglu_bwd", 3, 2, [](auto& b, size_t n) { cpu::swiglu_bwd(b[0], b[1], b[2], b[3], b[4], n); },
+       [](auto& e, size_t n) { cpu::swiglu_bwd_mixed(e[0], e[1], e[2], e[3], e[4], n); }},
+      {"accumulate", 1, 1, [](auto& b, size_t n) { cpu::accumulate(b[1], b[0], n, 0.37f); },
+       [](auto& e, size_t n) { cpu::accumulate_mixed(e[1], e[0], n, 0.37f); }},
+  };
+  std::mt19937 gen(7);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  for (const Op& op : ops)
+    for (size_t n : {size_t{1000}, size_t{2048 * 3 + 5}, size_t{32768 * 3 + 77}}) {
+      const int nb = op.ni + op.no;
+      for (unsigned mask = 0; mask < (1u << nb); ++mask) {
+        SCOPED_TRACE(std::string(op.name) + " n " + std::to_string(n) + " bf16 mask " + std::to_string(mask));
+        // each buffer's values, bf16 ones rounded (as stored); the outputs' old values too
+        std::vector<std::vector<float>> v(nb, std::vector<float>(n));
+        std::vector<std::vector<uint16_t>> h(nb, std::vector<uint16_t>(n));
+        for (int k = 0; k < nb; ++k) {
+          for (float& x : v[k]) x = d(gen);
+          if (mask >> k & 1) {
+            cpu::pack_bf16(v[k].data(), h[k].data(), n);
+            cpu::unpack_bf16(h[k].data(), v[k].data(), n);
+          }
+        }
+        // the wrapper's path: fp32 copies, the fp32 kernel, the bf16 outputs rounded
+        std::vector<std::vector<float>> w = v;
+        std::vector<float*> wp;
+        for (auto& x : w) wp.push_back(x.data());
+        op.fp32(wp, n);
+        std::vector<cpu::Ew> e;
+        for (int k = 0; k < nb; ++k)
+          e.push_back(mask >> k & 1 ? cpu::Ew{h[k].data(), true} : cpu::Ew{v[k].data(), false});
+        op.mixed(e, n);
+        for (int k = op.ni; k < nb; ++k) {
+          if (mask >> k & 1) {
+            std::vector<uint16_t> want(n);
+            cpu::pack_bf16(w[k].data(), want.data(), n);
+            ASSERT_EQ(h[k], want) << "output " << k;
+          } else {
+            ASSERT_EQ(0, std::memcmp(v[k].data(), w[k].data(), n * 4)) << "output " << k;
+          }
+        }
+      }
+    }
+  // the bias add on bf16 rows (the bias fp32)
+  for (int N : {7, 384, 5000}) {
+    const int B = 70;
+    SCOPED_TRACE("bias_add N " + std::to_string(N));
+    std::vector<float> y((size_t)B * N), b((size_t)N);
+    for (float& x : y) x = d(gen);
+    for (float& x : b) x = d(gen);
+    std::vector<uint16_t> yh(y.size());
+    cpu::pack_bf16(y.data(), yh.data(), y.size());
+    cpu::unpack_bf16(yh.data(), y.data(), y.size());
+    cpu::bias_add(y.data(), b.data(), B, N);
+    std::vector<uint16_t> want(y.size());
+    cpu::pack_bf16(y.data(), want.data(), y.size());
+    cpu::bias_add_mixed({yh.data(), true}, b.data(), B, N);
+    EXPECT_EQ(yh, want);
+  }
+  // the accumulation at an offset into bf16 buffers: only the range changes
+  {
+    const size_t n = 10000, off = 333, len = 5000;
+    std::vector<float> a(n), g(n);
+    for (float& x : a) x = d(gen);
+    for (float& x : g) x = d(gen);
+    std::vector<uint16_t> ah(n), gh(n);
+    cpu::pack_bf16(a.data(), ah.data(), n);
+    cpu::pack_bf16(g.data(), gh.data(), n);
+    cpu::unpack_bf16(ah.data(), a.data(), n);
+    cpu::unpack_bf16(gh.data(), g.data(), n);
+    cpu::accumulate(a.data() + off, g.data() + off, len, 1.0f);
+    std::vector<uint16_t> want(n);
+    cpu::pack_bf16(a.data(), want.data(), n);
+    cpu::accumulate_mixed({ah.data() + off, true}, {gh.data() + off, true}, len, 1.0f);
+    EXPECT_EQ(ah, want);
+  }
+}
 
 TEST(Fp16, HandCheckedRounding) {
   struct Case {

@@ -88,6 +88,106 @@ void accumulate(float* acc, const float* g, size_t n, float scale) {
   for (size_t i = 0; i < n; ++i) acc[i] += scale * g[i];
 }
 
+// ------------------------------------------------------------------ bf16-stored operands
+
+namespace {
+constexpr size_t kBlock = 2048;  // values a block: its fp32 copies stay in L1/L2
+// f(in, out, m) on blocks of at most kBlock values of [0, n): the inputs' and (with read_out) the
+// outputs' bf16 operands widened into the thread's block buffers, the outputs' rounded back
+template <size_t NI, size_t NO, class F>
+void mixed_blocks(size_t b, size_t e, const Ew (&in)[NI], const Ew (&out)[NO], bool read_out, F&& f) {
+  thread_local float tl[NI + NO][kBlock];
+  for (size_t s = b; s < e; s += kBlock) {
+    const size_t m = std::min(kBlock, e - s);
+    const float* ip[NI];
+    float* op[NO];
+    for (size_t i = 0; i < NI; ++i) {
+      if (!in[i].bf16) {
+        ip[i] = static_cast<const float*>(in[i].p) + s;
+        continue;
+      }
+      unpack_bf16(static_cast<const uint16_t*>(in[i].p) + s, tl[i], m);
+      ip[i] = tl[i];
+    }
+    for (size_t o = 0; o < NO; ++o) {
+      if (!out[o].bf16) {
+        op[o] = static_cast<float*>(out[o].p) + s;
+        continue;
+      }
+      if (read_out) unpack_bf16(static_cast<const uint16_t*>(out[o].p) + s, tl[NI + o], m);
+      op[o] = tl[NI + o];
+    }
+    f(ip, op, m);
+    for (size_t o = 0; o < NO; ++o)
+      if (out[o].bf16) pack_bf16(op[o], static_cast<uint16_t*>(out[o].p) + s, m);
+  }
+}
+template <size_t NI, size_t NO, class F>
+void mixed(size_t n, const Ew (&in)[NI], const Ew (&out)[NO], bool read_out, F&& f) {
+  chunked(n, [&](size_t b, size_t e) { mixed_blocks(b, e, in, out, read_out, f); });
+}
+}  // namespace
+
+void bias_add_mixed(Ew y, const float* b, int B, int N) {
+  if (!y.bf16) return bias_add(static_cast<float*>(y.p), b, B, N);
+  const int rows = std::max<int>(1, (int)(kChunk / std::max(1, N)));  // rows per tile, as bias_add
+  parallel_tiles((B + rows - 1) / rows, [&](int t) {
+    thread_local float tl[kBlock];
+    for (int i = t * rows; i < std::min(B, (t + 1) * rows); ++i) {
+      uint16_t* row = static_cast<uint16_t*>(y.p) + (size_t)i * N;
+      for (size_t s = 0; s < (size_t)N; s += kBlock) {
+        const size_t m = std::min(kBlock, (size_t)N - s);
+        unpack_bf16(row + s, tl, m);
+        for (size_t j = 0; j < m; ++j) tl[j] += b[s + j];
+        pack_bf16(tl, row + s, m);
+      }
+    }
+  });
+}
+
+void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n) {
+  const Ew in[1] = {x}, out[1] = {y};
+  mixed(n, in, out, false, [&](const float* const* i, float* const* o, size_t m) {
+    if (gelu)
+      for (size_t k = 0; k < m; ++k) o[0][k] = gelu_math::gelu_fwd(i[0][k]);
+    else
+      for (size_t k = 0; k < m; ++k) o[0][k] = i[0][k] > 0.0f ? i[0][k] : 0.0f;
+  });
+}
+
+void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n) {
+  const Ew in[2] = {x, dy}, out[1] = {dx};
+  mixed(n, in, out, false, [&](const float* const* i, float* const* o, size_t m) {
+    if (gelu)
+      for (size_t k = 0; k < m; ++k) o[0][k] = gelu_math::gelu_bwd(i[0][k], i[1][k]);
+    else
+      for (size_t k = 0; k < m; ++k) o[0][k] = i[0][k] > 0.0f ? i[1][k] : 0.0f;
+  });
+}
+
+void swiglu_fwd_mixed(Ew gate, Ew up, Ew out, size_t n) {
+  const Ew in[2] = {gate, up}, o1[1] = {out};
+  mixed(n, in, o1, false, [&](const float* const* i, float* const* o, size_t m) {
+    for (size_t k = 0; k < m; ++k) o[0][k] = silu_math::swiglu_fwd(i[0][k], i[1][k]);
+  });
+}
+
+void swiglu_bwd_mixed(Ew gate, Ew up, Ew dout, Ew dgate, Ew dup, size_t n) {
+  const Ew in[3] = {gate, up, dout}, out[2] = {dgate, dup};
+  mixed(n, in, out, false, [&](const float* const* i, float* const* o, size_t m) {
+    for (size_t k = 0; k < m; ++k) silu_math::swiglu_bwd(i[0][k], i[1][k], i[2][k], o[0] + k, o[1] + k);
+  });
+}
+
+void accumulate_mixed(Ew acc, Ew g, size_t n, float scale) {
+  const Ew in[1] = {g}, out[1] = {acc};
+  parallel_ranges(n, 16, size_t{1} << 16, [&](size_t lo, size_t hi) {
+    mixed_blocks(lo, hi, in, out, true, [&](const float* const* i, float* const* o, size_t m) {
+      accumulate(o[0], i[0], m, scale);
+    });
+  });
+}
+
 void copy(float* dst, const float* src, size_t n) {
   if (n) std::memcpy(dst, src, n * sizeof(float));
 }

@@ -76,6 +76,22 @@ void relu_bwd(const float* x, const float* dy, float* dx, size_t n);
 void gelu_fwd(const float* x, float* y, size_t n);
 void gelu_bwd(const float* x, const float* dy, float* dx, size_t n);
 
+// The same elementwise kernels on buffers as stored: fp32, or bf16 (precision bf16's 2-byte
+// tensors, CodeletDef::cpu_bf16_as_is). Each bf16 operand is widened block by block (2048
+// values) in the worker's cache, the block computed in fp32 exactly as the kernels above, and
+// what is written rounded to bf16 (kernels/bf16.hpp's rounding): the bits of widening the whole
+// buffers, the fp32 kernel and rounding its output back, in one pass over memory.
+struct Ew {
+  void* p;
+  bool bf16;
+};
+void bias_add_mixed(Ew y, const float* b, int B, int N);
+void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n);            // relu_fwd or gelu_fwd
+void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n);    // relu_bwd or gelu_bwd
+void swiglu_fwd_mixed(Ew gate, Ew up, Ew out, size_t n);
+void swiglu_bwd_mixed(Ew gate, Ew up, Ew dout, Ew dgate, Ew dup, size_t n);
+void accumulate_mixed(Ew acc, Ew g, size_t n, float scale);  // acc += scale g, in parallel ranges
+
 // Row-wise softmax + cross-entropy over logits (B, C) with integer labels (B); a negative label
 // marks a row to ignore (padded language-model targets): it adds no loss and is not counted.
 // probs (B, C) receives the softmax of every row; returns the SUM of per-row losses (double

@@ -51,6 +51,14 @@ inline kernels::cpu::Ew ew_of(void* buf, size_t offset = 0) {
   return {reinterpret_cast<char*>(STARPU_VECTOR_GET_PTR(buf)) + offset * es, es == 2};
 }
 
+// Whether any of a task's first n buffers holds 2-byte elements: a CPU implementation with
+// CodeletDef::cpu_bf16_as_is then takes its mixed-precision path (kernels::cpu::*_mixed)
+inline bool any_2byte(void* b[], int n) {
+  for (int i = 0; i < n; ++i)
+    if (STARPU_VECTOR_GET_ELEMSIZE(b[i]) == 2) return true;
+  return false;
+}
+
 // A tensor whose values the codelets see as fp32: fp32, or stored in 2 bytes (Tensor::store_half).
 inline bool fp32_values(const Tensor& t) { return t.elem_size() == 4 || t.stored_half(); }
 

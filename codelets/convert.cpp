@@ -101,8 +101,7 @@ starpu_codelet& convert_cl(bool pack, bool whole_dst) {
 void accumulate_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MoveArgs*>(a);
   // precision bf16's 2-byte tensors as they are (CodeletDef::cpu_bf16_as_is)
-  if (STARPU_VECTOR_GET_ELEMSIZE(b[0]) == 2 || STARPU_VECTOR_GET_ELEMSIZE(b[1]) == 2)
-    return kernels::cpu::accumulate_mixed(ew_of(b[0], p->dst_off), ew_of(b[1], p->src_off), p->n, p->scale);
+  if (any_2byte(b, 2)) return kernels::cpu::accumulate_mixed(ew_of(b[0], p->dst_off), ew_of(b[1], p->src_off), p->n, p->scale);
   float* acc = vec_ptr(b[0]) + p->dst_off;
   const float* g = vec_ptr(b[1]) + p->src_off;
   parallel_ranges(p->n, 16, kCrossingRange,

@@ -27,7 +27,7 @@ void bias_grad_cpu(void* b[], void* a) noexcept {
 }
 void act_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ActArgs*>(a);
-  if (STARPU_VECTOR_GET_ELEMSIZE(b[0]) == 2 || STARPU_VECTOR_GET_ELEMSIZE(b[1]) == 2)
+  if (any_2byte(b, 2))
     kernels::cpu::act_fwd_mixed(p->act == Activation::Gelu, ew_of(b[0]), ew_of(b[1]), vec_n(b[0]));
   else if (p->act == Activation::Relu)
     kernels::cpu::relu_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[0]));
@@ -36,8 +36,7 @@ void act_fwd_cpu(void* b[], void* a) noexcept {
 }
 void act_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ActArgs*>(a);
-  if (STARPU_VECTOR_GET_ELEMSIZE(b[0]) == 2 || STARPU_VECTOR_GET_ELEMSIZE(b[1]) == 2 ||
-      STARPU_VECTOR_GET_ELEMSIZE(b[2]) == 2)
+  if (any_2byte(b, 3))
     kernels::cpu::act_bwd_mixed(p->act == Activation::Gelu, ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), vec_n(b[0]));
   else if (p->act == Activation::Relu)
     kernels::cpu::relu_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_n(b[0]));

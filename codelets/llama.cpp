@@ -42,11 +42,6 @@ void rope_cpu(void* b[], void* a, bool fwd) noexcept {  // buffers: x (RW), tabl
 void rope_fwd_cpu(void* b[], void* a) noexcept { rope_cpu(b, a, true); }
 void rope_bwd_cpu(void* b[], void* a) noexcept { rope_cpu(b, a, false); }
 // (precision bf16's 2-byte activations read and written as they are: CodeletDef::cpu_bf16_as_is)
-bool any_2byte(void* b[], int n) {
-  for (int i = 0; i < n; ++i)
-    if (STARPU_VECTOR_GET_ELEMSIZE(b[i]) == 2) return true;
-  return false;
-}
 void swiglu_fwd_cpu(void* b[], void*) noexcept {
   if (any_2byte(b, 3))
     kernels::cpu::swiglu_fwd_mixed(ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), vec_n(b[0]));

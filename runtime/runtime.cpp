@@ -73,6 +73,12 @@ Tensor Tensor::lazy(std::vector<int64_t> shape, const std::string& name, size_t 
   return t;
 }
 
+Tensor Tensor::lazy_half(std::vector<int64_t> shape, const std::string& name, Half h) {
+  Tensor t = lazy(std::move(shape), name, 2);
+  t.store_half(h);
+  return t;
+}
+
 namespace {
 const Half kStoredBf16 = Half::Bf16, kStoredFp16 = Half::Fp16;
 }

@@ -101,6 +101,9 @@ class Tensor {
   Tensor() = default;
   static Tensor home(std::vector<int64_t> shape, const std::string& name, size_t elem_size = 4);
   static Tensor lazy(std::vector<int64_t> shape, const std::string& name, size_t elem_size = 4);
+  // A lazy 2-byte tensor stored in format h (store_half): bf16/fp16 activations the codelets see
+  // as fp32.
+  static Tensor lazy_half(std::vector<int64_t> shape, const std::string& name, Half h);
   ~Tensor();
   Tensor(Tensor&&) noexcept;
   Tensor& operator=(Tensor&&) noexcept;

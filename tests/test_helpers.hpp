@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "codelets/kernels/cpu/kernels.hpp"
 #include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
 #include "models/workload.hpp"
@@ -143,6 +144,18 @@ inline Weights run_capturing(const Spec& s, RunOptions o, nlohmann::json* metric
   o.inspect = capture_weights(w);
   nlohmann::json m = run_training(s, o);
   if (metrics) *metrics = m;
+  return w;
+}
+
+// run_capturing without evaluation, with matmul_keep_bf16_operands = keep, counting in *kept_calls
+// the matmul calls that ran on kept bf16 operands (the tests of the kept path, bf16 on a CPU
+// device).
+inline Weights run_counting_kept(const Spec& s, RunOptions o, bool keep, uint64_t* kept_calls) {
+  o.evaluate = false;
+  o.matmul_keep_bf16_operands = keep;
+  const uint64_t c0 = kernels::cpu::matmul_kept_bf16_calls();
+  Weights w = run_capturing(s, o, nullptr);
+  *kept_calls = kernels::cpu::matmul_kept_bf16_calls() - c0;
   return w;
 }
 

@@ -237,7 +237,7 @@ json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono:
                 graph.micro_batch_rows(), r.ranks, clock, times,
                 // host AdamW time of this rank per measured step (the host optimizer's tasks)
                 host_adam_us_per_step(rt.tracker().records(), r.t0 + times.W, r.T, times.M),
-                last_steps_loss(graph, r.t0, r.T), EvalResult{}};
+                last_steps_loss(graph, r.t0, r.T), EvalResult{}, {}, {}};
   if (!kSimulated) rep.losses = step_losses(graph, r.t0, r.T);
   rep.evals = r.evals;
   if (opt.evaluate) rep.ev = r.wl->evaluate(rt);

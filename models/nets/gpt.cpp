@@ -110,10 +110,7 @@ GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts) {
   auto t = [&](const std::string& name, std::vector<int64_t> shape) { return Tensor::lazy(shape, name + tag); };
   // the residual stream and the matmuls' outputs: bf16 under Runtime::activations_bf16
   auto act = [&](const std::string& name, std::vector<int64_t> shape) {
-    if (!bf16_acts) return t(name, shape);
-    Tensor x = Tensor::lazy(shape, name + tag, 2);
-    x.store_half(Half::Bf16);
-    return x;
+    return bf16_acts ? Tensor::lazy_half(shape, name + tag, Half::Bf16) : t(name, shape);
   };
   a->x0 = act("x0", {N, C});
   for (int l = 0; l < cfg_.n_layer; ++l) {
@@ -135,11 +132,13 @@ GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts) {
     auto half = [&](const std::string& name, std::vector<int64_t> shape) {
       return Tensor::lazy(shape, name + tag + ".bf16", 2);
     };
-    L.ln1_h = half(h + "ln1", {N, C});
-    L.atty_h = half(h + "atty", {N, C});
-    L.ln2_h = half(h + "ln2", {N, C});
-    L.fcg_h = half(h + "fcg", {N, I});
-    for (Tensor* x : {&L.ln1_h, &L.atty_h, &L.ln2_h, &L.fcg_h}) x->store_half(Half::Bf16);
+    auto stored = [&](const std::string& name, std::vector<int64_t> shape) {
+      return Tensor::lazy_half(shape, name + tag + ".bf16", Half::Bf16);
+    };
+    L.ln1_h = stored(h + "ln1", {N, C});
+    L.atty_h = stored(h + "atty", {N, C});
+    L.ln2_h = stored(h + "ln2", {N, C});
+    L.fcg_h = stored(h + "fcg", {N, I});
     L.dqkv_h = half(h + "dqkv", {N, 3 * C});
     L.dres1_h = half(h + "dres1", {N, C});
     L.dfch_h = half(h + "dfch", {N, I});

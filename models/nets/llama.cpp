@@ -112,16 +112,11 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts) {
   const std::string tag = ".b" + std::to_string(B);
   auto t = [&](const std::string& name, std::vector<int64_t> shape) { return Tensor::lazy(shape, name + tag); };
   auto half = [&](const std::string& name, std::vector<int64_t> shape) {  // a bf16 matmul input (Acts::L)
-    Tensor x = Tensor::lazy(shape, name + tag + ".bf16", 2);
-    x.store_half(Half::Bf16);
-    return x;
+    return Tensor::lazy_half(shape, name + tag + ".bf16", Half::Bf16);
   };
   // the residual stream and the matmuls' outputs: bf16 under Runtime::activations_bf16
   auto act = [&](const std::string& name, std::vector<int64_t> shape) {
-    if (!bf16_acts) return t(name, shape);
-    Tensor x = Tensor::lazy(shape, name + tag, 2);
-    x.store_half(Half::Bf16);
-    return x;
+    return bf16_acts ? Tensor::lazy_half(shape, name + tag, Half::Bf16) : t(name, shape);
   };
   for (int s = 0; s < 2; ++s) {
     a->tokens[s] = Tensor::lazy({B, T}, "tokens" + tag + "." + std::to_string(s), sizeof(int32_t));
@@ -148,8 +143,21 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts) {
   a->dxn_b = t("dxn_b", {N, C}), a->dxf = t("dxf", {N, C});
   a->datty = t("datty", {N, Q}), a->dq = t("dq", {N, Q}), a->dk = t("dk", {N, KV}), a->dv = t("dv", {N, KV});
   a->dh = t("dh", {N, F}), a->dgate = t("dgate", {N, F}), a->dup = t("dup", {N, F});
+  auto copy = [&](const std::string& name, std::vector<int64_t> shape) {
+    return Tensor::lazy(shape, name + tag + ".bf16", 2);
+  };
+  a->dres_a_h = copy("dres_a", {N, C}), a->dres_b_h = copy("dres_b", {N, C});
+  a->dq_h = copy("dq", {N, Q}), a->dk_h = copy("dk", {N, KV}), a->dv_h = copy("dv", {N, KV});
+  a->dgate_h = copy("dgate", {N, F}), a->dup_h = copy("dup", {N, F}), a->dlogits_h = copy("dlogits", {N, V});
   acts_.push_back(std::move(a));
   return *acts_.back();
+}
+
+const Tensor& LlamaLanguageModel::Acts::kept(const Tensor& dy) const {
+  for (auto [g, h] : {std::pair{&dres_a, &dres_a_h}, {&dres_b, &dres_b_h}, {&dq, &dq_h}, {&dk, &dk_h},
+                      {&dv, &dv_h}, {&dgate, &dgate_h}, {&dup, &dup_h}, {&dlogits, &dlogits_h}})
+    if (g->handle() == dy.handle()) return *h;
+  throw Error("llama: no bf16 copy for the gradient " + dy.name());
 }
 
 void LlamaLanguageModel::block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in) {
@@ -190,15 +198,25 @@ void LlamaLanguageModel::block_backward(const SubmitOptions& o, Acts& a, int l, 
   const std::string n = "bwd.l" + std::to_string(l) + ".";
   const int T = opt_.context, H = (int)cfg_.num_heads, Hkv = (int)cfg_.num_kv_heads;
   Tensor &dA = a.dres_a, &dB = a.dres_b;
-  // dx (written, or added to dx with `add` through a.dxn_b) and the weight's gradients of y = x W^T + b
+  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();  // as block_forward
+  // (the kept products read the inputs' bf16 storage: h16)
+  const bool kept = h16 && matmul_keeps_bf16_operands(o, (int64_t)a.B * T);
+  // dx (written, or added to dx with `add` through a.dxn_b) and the weight's gradients of y = x W^T + b;
+  // with kept bf16 operands the data gradient first (it writes dy's bf16 copy), then the weight
+  // gradient on the copies
   auto linear_bwd = [&](const std::string& name, const Tensor& dy, const Tensor& x, const Param* w, const Param* b,
                         const Tensor& dx, bool add) {
-    insert_matmul_bwd_weight(o.named(n + name + ".dw"), dy, x, w->grad, w->in_out);
+    const Tensor& out = add ? a.dxn_b : dx;
+    if (kept) {
+      insert_matmul_bwd_data_kept(o.named(n + name + ".dx"), dy, w->value, out, a.kept(dy), w->in_out);
+      insert_matmul_bwd_weight_kept(o.named(n + name + ".dw"), a.kept(dy), x, dy, x, w->grad, w->in_out);
+    } else {
+      insert_matmul_bwd_weight(o.named(n + name + ".dw"), dy, x, w->grad, w->in_out);
+      insert_matmul_bwd_data(o.named(n + name + ".dx"), dy, w->value, out, w->in_out);
+    }
     if (b) insert_bias_grad(o.named(n + name + ".db"), dy, b->grad);
-    insert_matmul_bwd_data(o.named(n + name + ".dx"), dy, w->value, add ? a.dxn_b : dx, w->in_out);
     if (add) insert_accumulate(o.named(n + name + ".dx_add"), dx, whole(dx), a.dxn_b, whole(a.dxn_b), 1.0f);
   };
-  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();  // as block_forward
   const Tensor &xn1 = A.in(A.xn1, A.xn1_h, h16), &atty = A.in(A.atty, A.atty_h, h16);
   const Tensor &xn2 = A.in(A.xn2, A.xn2_h, h16), &hh = A.in(A.h, A.h_h, h16);
   // MLP: r2 = r1 + swiglu(xn2 Wg^T, xn2 Wu^T) Wd^T
@@ -248,9 +266,16 @@ void LlamaLanguageModel::backward(const SubmitOptions& o, Acts& a, const Tensor&
   const bool tied = cfg_.tie_word_embeddings;
   const Tensor& last = Lc ? a.layers[(size_t)Lc - 1].res2 : a.x0;
   if (hook) hook->before_backward(o.step, Lc + 1);
-  const Tensor& xf = o.rt && o.rt->matmul_inputs_bf16() ? a.xf_h : a.xf;
-  insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), a.dlogits, xf, tied ? a.head_dw : head_->grad);
-  insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), a.dlogits, head_->value, a.dxf);
+  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();
+  const Tensor& xf = h16 ? a.xf_h : a.xf;
+  const Tensor& head_dw = tied ? a.head_dw : head_->grad;
+  if (h16 && matmul_keeps_bf16_operands(o, (int64_t)a.B * opt_.context)) {  // as block_backward's
+    insert_matmul_bwd_data_kept(o.named("bwd.lm_head.dx"), a.dlogits, head_->value, a.dxf, a.dlogits_h);
+    insert_matmul_bwd_weight_kept(o.named("bwd.lm_head.dw"), a.dlogits_h, xf, a.dlogits, xf, head_dw);
+  } else {
+    insert_matmul_bwd_weight(o.named("bwd.lm_head.dw"), a.dlogits, xf, head_dw);
+    insert_matmul_bwd_data(o.named("bwd.lm_head.dx"), a.dlogits, head_->value, a.dxf);
+  }
   insert_rmsnorm_bwd(o.named("bwd.norm"), a.dxf, last, a.rstdf, norm_->value, a.dres_a, norm_->grad);
   if (hook) hook->after_backward(o.step, Lc + 1);
   for (int l = Lc - 1; l >= 0; --l) {

@@ -48,6 +48,13 @@ struct LlamaLanguageModel::Acts {
   Tensor dres_a, dres_b, dxn, dxn_b, dxf;  // (N, C)
   Tensor datty, dq, dk, dv;                // (N, H*hs), (N, H*hs), (N, Hkv*hs), (N, Hkv*hs)
   Tensor dh, dgate, dup;                   // (N, F)
+  // Where the matmuls keep their bf16 operands (matmul_keeps_bf16_operands): the output gradients'
+  // bf16 copies, written by a linear layer's data-gradient product and read by its weight-gradient
+  // product (one conversion of dy instead of one per product). Plain 2-byte buffers, shared by the
+  // layers as the gradients above; lazy, never allocated where unused.
+  Tensor dres_a_h, dres_b_h, dq_h, dk_h, dv_h, dgate_h, dup_h, dlogits_h;
+  // dy's copy, for dy one of the gradient buffers above
+  const Tensor& kept(const Tensor& dy) const;
 };
 
 }  // namespace zf

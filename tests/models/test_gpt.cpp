@@ -283,14 +283,9 @@ TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
     s.precision = "bf16";
     auto run = [&](bool keep, bool half, bool bf16_acts, uint64_t* kept_calls) {
       RunOptions o;
-      o.evaluate = false;
-      o.matmul_keep_bf16_operands = keep;
       o.half_storage = half;
       o.bf16_activations = bf16_acts;
-      const uint64_t c0 = kernels::cpu::matmul_kept_bf16_calls();
-      Weights w = run_capturing(s, o, nullptr);
-      *kept_calls = kernels::cpu::matmul_kept_bf16_calls() - c0;
-      return w;
+      return run_counting_kept(s, o, keep, kept_calls);
     };
     uint64_t calls = 0;
     const Weights per_call = run(false, true, true, &calls);

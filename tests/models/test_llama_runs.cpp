@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "codelets/codelets.hpp"
 #include "codelets/kernels/bf16.hpp"
 #include "graphs/schema/spec.hpp"
 #include "graphs/train/trainer.hpp"
@@ -38,8 +39,7 @@ std::string slurp(const std::string& path) {
 struct Fixture {
   TempDir dir{"zf_llama_runs"};
   Spec spec;
-  Fixture() {
-    const json cfg = gqa_untied();
+  explicit Fixture(const json& cfg = gqa_untied()) {
     const hf::Config c = write_config(dir.path("cfg"), cfg);
     write_model(dir.path("model"), cfg, random_values(c, 3), "F32");
     std::vector<int32_t> cycle = write_tokens(dir.path("cycle.bin"), 23, 40, 9);
@@ -134,6 +134,35 @@ TEST(LlamaRuns, Bf16TwoByteParametersTrainTheWordsWeightsBitwise) {
     EXPECT_EQ(mw["device_state_bytes"]["params"].get<double>(), 4 * numel);
     EXPECT_EQ(mh["device_state_bytes"]["grads"].get<double>(), 2 * numel);
     EXPECT_EQ(mw["device_state_bytes"]["grads"].get<double>(), 4 * numel);
+  }
+}
+
+// Precision bf16 where the CPU multiplies bf16: each output gradient of a linear layer (and the
+// head's) is converted to bf16 once, by the data-gradient product, and the weight-gradient product
+// multiplies the copies (models/nets/llama.cpp, Acts::kept); the weights are bitwise those of
+// converting dy in every call, under device-adam and zenflow, on the untied GQA model and on
+// Qwen2 (q/k/v biases, tied head), and the kept path did run (96 rows a batch: oneDNN's tiles).
+TEST(LlamaRuns, Bf16KeptGradientCopiesBitwiseSameAsPerCallConversion) {
+  if (!cpu_native_bf16()) GTEST_SKIP() << "no native bf16 on this CPU: bf16's matmuls run in fp32";
+  for (const json& cfg : {gqa_untied(), qwen2()}) {
+    Fixture f(cfg);
+    for (const char* strategy : {"device-adam", "zenflow"}) {
+      SCOPED_TRACE(cfg["model_type"].get<std::string>() + " " + strategy);
+      Spec s = f.spec;
+      s.strategy = strategy;
+      s.precision = "bf16";
+      s.model.context = 16;
+      s.train.batch_size = 6;
+      s.train.steps = 3;
+      uint64_t calls = 0;
+      const Weights per_call = run_counting_kept(s, RunOptions{}, false, &calls);
+      ASSERT_EQ(calls, 0u) << "turned off, the kept path ran";
+      const Weights kept = run_counting_kept(s, RunOptions{}, true, &calls);
+      // (2 layers x 7 linear layers + the head) x 2 products x 3 steps
+      EXPECT_GE(calls, (2u * 7u + 1u) * 2u * 3u) << "the kept path did not run";
+      ASSERT_FALSE(per_call.empty());
+      EXPECT_EQ(first_difference(kept, per_call), "");
+    }
   }
 }
 

@@ -49,14 +49,18 @@ void adam_group_cpu(void* b[], void* a) noexcept {
   const int per = p->mode == AdamGroupMode::Fp32 ? 4 : 5;
   const int nb = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
   for (int i = 0; i + per <= nb; i += per) {
-    float *x = vec_ptr(b[i]), *g = vec_ptr(b[i + 1]), *m = vec_ptr(b[i + 2]), *v = vec_ptr(b[i + 3]);
-    float* out = per == 5 ? vec_ptr(b[i + 4]) : nullptr;
-    parallel_ranges(vec_n(b[i]), 16, kAdamRange, [&](size_t lo, size_t hi) {
-      if (!out)
+    float *x = vec_ptr(b[i]), *m = vec_ptr(b[i + 2]), *v = vec_ptr(b[i + 3]);
+    if (per == 4) {
+      const float* g = vec_ptr(b[i + 1]);
+      parallel_ranges(vec_n(b[i]), 16, kAdamRange, [&](size_t lo, size_t hi) {
         kernels::cpu::adam_step(x + lo, g + lo, m + lo, v + lo, hi - lo, p->hp, p->step, p->grad_scale);
-      else
-        kernels::cpu::adam_step_bf16(x + lo, g + lo, m + lo, v + lo, out + lo, hi - lo, p->hp, p->step,
-                                     p->grad_scale, p->mode == AdamGroupMode::Bf16RoundGrad);
+      });
+      continue;
+    }
+    // bf16: the gradient and the parameter as they are stored (2-byte bf16 or fp32 words)
+    parallel_ranges(vec_n(b[i]), 16, kAdamRange, [&](size_t lo, size_t hi) {
+      kernels::cpu::adam_step_bf16_mixed(x + lo, ew_of(b[i + 1], lo), m + lo, v + lo, ew_of(b[i + 4], lo), hi - lo,
+                                         p->hp, p->step, p->grad_scale, p->mode == AdamGroupMode::Bf16RoundGrad);
     });
   }
 }
@@ -83,8 +87,16 @@ starpu_codelet& adam_cl() {
 }
 starpu_codelet& adam_group_cl() {  // CPU devices only
   static starpu_perfmodel m{};
+  // native_half: the CPU implementation reads the bf16 gradients and writes the bf16 parameters as
+  // they are stored (insert_adam_group admits no other 2-byte format)
   static starpu_codelet c = make_codelet(
-      {"zf_adam_group", adam_group_cpu, nullptr, -1, {}, nullptr, Collective::None, 0, nullptr, adam_group_bytes}, &m);
+      [] {
+        CodeletDef d{"zf_adam_group", adam_group_cpu, nullptr, -1, {}, nullptr, Collective::None, 0, nullptr,
+                     adam_group_bytes};
+        d.native_half = true;
+        return d;
+      }(),
+      &m);
   return c;
 }
 starpu_codelet& adam_result_cl() {  // host side only (a host context has no CUDA workers)
@@ -131,6 +143,11 @@ void insert_adam_group(const SubmitOptions& opt, const AdamParams& hp, int64_t s
            "adam_group: " + q.x->name() + ": weights, gradient, moments (and parameter) must have the same length");
     expect(fp32_values(*q.x) && fp32_values(*q.grad) && (fp32 || fp32_values(*q.param)), opt,
            "adam_group: " + q.x->name() + ": fp32 tensors expected");
+    // (the CPU implementation reads 2-byte bf16 as it is, adam_group_cl: no other 2-byte format)
+    auto plain_or_bf16 = [](const Tensor* t) { return !t || !t->stored_half() || t->half() == Half::Bf16; };
+    expect(!q.x->stored_half() && !q.m->stored_half() && !q.v->stored_half() && plain_or_bf16(q.grad) &&
+               plain_or_bf16(q.param) && (!fp32 || !q.grad->stored_half()),
+           opt, "adam_group: " + q.x->name() + ": only a bf16 mode's gradient and parameter may be stored in bf16");
     expect(fp32 || (q.param->handle() != q.x->handle() && q.param->handle() != q.grad->handle()), opt,
            "adam_group: " + q.x->name() + ": the master and the parameter must be separate tensors");
     tb.rw(*q.x);

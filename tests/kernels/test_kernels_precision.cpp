@@ -231,6 +231,59 @@ TEST(Bf16, ElementwiseOnStoredOperandsBitwiseSameAsWidened) {
   }
 }
 
+// Precision bf16's fused device AdamW on a bf16-stored gradient and parameter
+// (cpu::adam_step_bf16_mixed: device-adam's adam_group reads and writes them as stored) gives
+// bitwise the wrapper's result: the gradient widened whole, cpu::adam_step_bf16 into an fp32
+// parameter, the parameter packed; the master and moments the same bits. Both modes (the gradient
+// rounded first or not), every mix of fp32 and bf16 gradient and parameter, lengths inside one
+// block, across blocks and with a tail of lanes.
+TEST(Bf16, AdamOnStoredGradientAndParameterBitwiseSameAsWidened) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  cpu::AdamParams hp;
+  hp.lr = 3e-3f;
+  hp.weight_decay = 0.1f;
+  for (bool round_grad : {false, true})
+    for (size_t n : {size_t{37}, size_t{2048 * 2 + 13}, size_t{9000}})
+      for (int mask = 1; mask < 4; ++mask) {  // bit 0: the gradient in bf16, bit 1: the parameter
+        SCOPED_TRACE("round_grad " + std::to_string(round_grad) + " n " + std::to_string(n) + " mask " +
+                     std::to_string(mask));
+        std::vector<float> master(n), g(n), m(n), v(n), param(n, 0.0f);
+        for (size_t i = 0; i < n; ++i) {
+          master[i] = d(gen);
+          g[i] = 0.1f * d(gen);
+          m[i] = 0.01f * d(gen);
+          v[i] = std::fabs(1e-3f * d(gen));
+        }
+        std::vector<uint16_t> gh(n), ph(n, 0);
+        cpu::pack_bf16(g.data(), gh.data(), n);
+        if (mask & 1) cpu::unpack_bf16(gh.data(), g.data(), n);  // as stored
+        // the wrapper's path
+        std::vector<float> wm = master, wg = g, wmo = m, wv = v, wp = param;
+        cpu::adam_step_bf16(wm.data(), wg.data(), wmo.data(), wv.data(), wp.data(), n, hp, 5, 0.5f, round_grad);
+        const cpu::Ew ge = mask & 1 ? cpu::Ew{gh.data(), true} : cpu::Ew{g.data(), false};
+        const cpu::Ew pe = mask & 2 ? cpu::Ew{ph.data(), true} : cpu::Ew{param.data(), false};
+        cpu::adam_step_bf16_mixed(master.data(), ge, m.data(), v.data(), pe, n, hp, 5, 0.5f, round_grad);
+        ASSERT_EQ(0, std::memcmp(master.data(), wm.data(), n * 4)) << "master";
+        ASSERT_EQ(0, std::memcmp(m.data(), wmo.data(), n * 4)) << "m";
+        ASSERT_EQ(0, std::memcmp(v.data(), wv.data(), n * 4)) << "v";
+        if (mask & 2) {
+          std::vector<uint16_t> want(n);
+          cpu::pack_bf16(wp.data(), want.data(), n);
+          ASSERT_EQ(ph, want) << "parameter";
+        } else {
+          ASSERT_EQ(0, std::memcmp(param.data(), wp.data(), n * 4)) << "parameter";
+        }
+        if (mask & 1) {  // a stored bf16 gradient is already rounded: the same bits stay
+          std::vector<uint16_t> want(n);
+          cpu::pack_bf16(wg.data(), want.data(), n);
+          ASSERT_EQ(gh, want) << "gradient";
+        } else {
+          ASSERT_EQ(0, std::memcmp(g.data(), wg.data(), n * 4)) << "gradient";
+        }
+      }
+}
+
 TEST(Fp16, HandCheckedRounding) {
   struct Case {
     uint32_t in;

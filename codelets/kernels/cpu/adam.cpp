@@ -6,6 +6,7 @@
 // compiler fuses nothing either): results are bitwise independent of how [0, n) is tiled and of
 // which of the three paths ran. Memory-bound: 28 bytes per parameter (36 fused), see
 // docs/performance-limits.md.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -209,6 +210,24 @@ void adam_step_bf16(float* __restrict master, float* __restrict g, float* __rest
     adam_run<Mode::Bf16Grad>(a, n, hp, step, grad_scale);
   else
     adam_run<Mode::Bf16>(a, n, hp, step, grad_scale);
+}
+
+void adam_step_bf16_mixed(float* master, Ew g, float* m, float* v, Ew param, size_t n, const AdamParams& hp,
+                          int64_t step, float grad_scale, bool round_grad) {
+  if (!g.bf16 && !param.bf16)
+    return adam_step_bf16(master, static_cast<float*>(g.p), m, v, static_cast<float*>(param.p), n, hp, step,
+                          grad_scale, round_grad);
+  constexpr size_t kBlock = 2048;  // the widened gradient and the parameter in L1
+  thread_local float tg[kBlock], tp[kBlock];
+  for (size_t s = 0; s < n; s += kBlock) {
+    const size_t b = std::min(kBlock, n - s);
+    float* gp = g.bf16 ? tg : static_cast<float*>(g.p) + s;
+    float* pp = param.bf16 ? tp : static_cast<float*>(param.p) + s;
+    if (g.bf16) unpack_bf16(static_cast<const uint16_t*>(g.p) + s, tg, b);
+    // (rounding a bf16 gradient again changes nothing: its block is not stored back)
+    adam_step_bf16(master + s, gp, m + s, v + s, pp, b, hp, step, grad_scale, round_grad);
+    if (param.bf16) pack_bf16(tp, static_cast<uint16_t*>(param.p) + s, b);
+  }
 }
 
 }  // namespace zf::kernels::cpu

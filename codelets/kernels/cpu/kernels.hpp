@@ -156,6 +156,11 @@ void adam_step_result(float* p, float* g, float* m, float* v, size_t n, const Ad
 // Buffers must not overlap. Elementwise: any split of [0, n) gives the same result.
 void adam_step_bf16(float* master, float* g, float* m, float* v, float* param, size_t n, const AdamParams& hp,
                     int64_t step, float grad_scale, bool round_grad);
+// adam_step_bf16 with the gradient and the parameter each fp32 or a bf16-stored buffer (2 bytes,
+// Ew): block by block in the cache, bitwise adam_step_bf16 on the widened gradient with the
+// parameter packed after (a bf16 gradient is already rounded: round_grad leaves it as it is).
+void adam_step_bf16_mixed(float* master, Ew g, float* m, float* v, Ew param, size_t n, const AdamParams& hp,
+                          int64_t step, float grad_scale, bool round_grad);
 
 // ---- ZenFlow: column selection and selective updates. A weight g/w is (R, C) row-major;
 // column j is [:, j]; sel holds k column indices, sorted ascending. in_out: the weight (and its

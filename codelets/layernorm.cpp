@@ -16,15 +16,17 @@ struct LayerNormArgs {
   float eps;  // the forward's (the backward reads rstd)
 };
 
+// (precision bf16's 2-byte activations, weights and weight gradients read and written as they are
+// stored, tile by tile: CodeletDef::cpu_bf16_as_is; the statistics are fp32)
 void layernorm_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<LayerNormArgs*>(a);
-  kernels::cpu::layernorm_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
-                              vec_ptr(b[5]), p->N, p->C, p->eps);
+  kernels::cpu::layernorm_fwd_mixed(ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), ew_of(b[3]), vec_ptr(b[4]), vec_ptr(b[5]),
+                                    p->N, p->C, p->eps);
 }
 void layernorm_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<LayerNormArgs*>(a);
-  kernels::cpu::layernorm_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
-                              vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), p->N, p->C);
+  kernels::cpu::layernorm_bwd_mixed(ew_of(b[0]), ew_of(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), ew_of(b[4]), ew_of(b[5]),
+                                    ew_of(b[6]), ew_of(b[7]), p->N, p->C);
 }
 #ifdef ZF_USE_CUDA
 void layernorm_fwd_cuda(void* b[], void* a) noexcept {
@@ -41,18 +43,20 @@ void layernorm_bwd_cuda(void* b[], void* a) noexcept {
 
 starpu_codelet& layernorm_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet(writes_whole({"zf_layernorm_fwd", layernorm_fwd_cpu,
-                                                       ZF_CUDA_FUNC(layernorm_fwd_cuda), 6,
-                                                       {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
-                                                      0b111000),
-                                         &m);
+  static starpu_codelet c = make_codelet(
+      cpu_bf16_as_is(writes_whole({"zf_layernorm_fwd", layernorm_fwd_cpu, ZF_CUDA_FUNC(layernorm_fwd_cuda), 6,
+                                   {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
+                                  0b111000),
+                     0b1111),
+      &m);
   return c;
 }
 starpu_codelet& layernorm_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_layernorm_bwd", layernorm_bwd_cpu, ZF_CUDA_FUNC(layernorm_bwd_cuda), 8,
-       {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
+      cpu_bf16_as_is({"zf_layernorm_bwd", layernorm_bwd_cpu, ZF_CUDA_FUNC(layernorm_bwd_cuda), 8,
+                      {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}},
+                     0b11110011),
       &m);
   return c;
 }

@@ -21,23 +21,22 @@ struct RopeArgs {
   int B, T, NH, hs, pos0, Tmax;  // the table is (2, Tmax, hs/2): cos rows, then sin rows
 };
 
+// (precision bf16's 2-byte activations, weights and weight gradients read and written as they are
+// stored, tile by tile: CodeletDef::cpu_bf16_as_is; rstd and the rotary table are fp32)
 void rmsnorm_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<RmsNormArgs*>(a);
-  kernels::cpu::rmsnorm_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), p->N, p->C, p->eps);
+  kernels::cpu::rmsnorm_fwd_mixed(ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), vec_ptr(b[3]), p->N, p->C, p->eps);
 }
 void rmsnorm_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<RmsNormArgs*>(a);
-  kernels::cpu::rmsnorm_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
-                            vec_ptr(b[5]), p->N, p->C);
+  kernels::cpu::rmsnorm_bwd_mixed(ew_of(b[0]), ew_of(b[1]), vec_ptr(b[2]), ew_of(b[3]), ew_of(b[4]), ew_of(b[5]),
+                                  p->N, p->C);
 }
 void rope_cpu(void* b[], void* a, bool fwd) noexcept {  // buffers: x (RW), table (R)
   auto* p = static_cast<RopeArgs*>(a);
   const float* cs = vec_ptr(b[1]);
   const float* sn = cs + (size_t)p->Tmax * (p->hs / 2);
-  if (fwd)
-    kernels::cpu::rope_fwd(vec_ptr(b[0]), cs, sn, p->B, p->T, p->NH, p->hs, p->pos0);
-  else
-    kernels::cpu::rope_bwd(vec_ptr(b[0]), cs, sn, p->B, p->T, p->NH, p->hs, p->pos0);
+  kernels::cpu::rope_mixed(fwd, ew_of(b[0]), cs, sn, p->B, p->T, p->NH, p->hs, p->pos0);
 }
 void rope_fwd_cpu(void* b[], void* a) noexcept { rope_cpu(b, a, true); }
 void rope_bwd_cpu(void* b[], void* a) noexcept { rope_cpu(b, a, false); }
@@ -86,26 +85,29 @@ void swiglu_bwd_cuda(void* b[], void*) noexcept {
 
 starpu_codelet& rmsnorm_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet(writes_whole({"zf_rmsnorm_fwd", rmsnorm_fwd_cpu,
-                                                       ZF_CUDA_FUNC(rmsnorm_fwd_cuda), 4,
-                                                       {STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
-                                                      0b1100),
+  static starpu_codelet c = make_codelet(cpu_bf16_as_is(writes_whole({"zf_rmsnorm_fwd", rmsnorm_fwd_cpu,
+                                                                      ZF_CUDA_FUNC(rmsnorm_fwd_cuda), 4,
+                                                                      {STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+                                                                     0b1100),
+                                                        0b111),
                                          &m);
   return c;
 }
 starpu_codelet& rmsnorm_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_rmsnorm_bwd", rmsnorm_bwd_cpu, ZF_CUDA_FUNC(rmsnorm_bwd_cuda), 6,
-                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+  static starpu_codelet c = make_codelet(cpu_bf16_as_is({"zf_rmsnorm_bwd", rmsnorm_bwd_cpu,
+                                                         ZF_CUDA_FUNC(rmsnorm_bwd_cuda), 6,
+                                                         {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}},
+                                                        0b111011),
                                          &m);
   return c;
 }
 starpu_codelet& rope_cl(bool fwd) {
   static starpu_perfmodel mf{}, mb{};
   static starpu_codelet f = make_codelet(
-      {"zf_rope_fwd", rope_fwd_cpu, ZF_CUDA_FUNC(rope_fwd_cuda), 2, {STARPU_RW, STARPU_R}}, &mf);
+      cpu_bf16_as_is({"zf_rope_fwd", rope_fwd_cpu, ZF_CUDA_FUNC(rope_fwd_cuda), 2, {STARPU_RW, STARPU_R}}, 0b1), &mf);
   static starpu_codelet b = make_codelet(
-      {"zf_rope_bwd", rope_bwd_cpu, ZF_CUDA_FUNC(rope_bwd_cuda), 2, {STARPU_RW, STARPU_R}}, &mb);
+      cpu_bf16_as_is({"zf_rope_bwd", rope_bwd_cpu, ZF_CUDA_FUNC(rope_bwd_cuda), 2, {STARPU_RW, STARPU_R}}, 0b1), &mb);
   return fwd ? f : b;
 }
 starpu_codelet& swiglu_fwd_cl() {

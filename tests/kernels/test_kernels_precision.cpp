@@ -231,6 +231,111 @@ TEST(Bf16, ElementwiseOnStoredOperandsBitwiseSameAsWidened) {
   }
 }
 
+// The row kernels on bf16-stored operands (cpu::layernorm_*_mixed, rmsnorm_*_mixed, rope_mixed:
+// the activations, the norms' weights and their gradients read and written as stored, tile by
+// tile) give bitwise the wrapper's result: every bf16 operand widened whole, the fp32 kernel, each
+// bf16 output packed. Every combination of fp32 and bf16 for the operands that may be stored in
+// bf16 (the statistics and the rotary table stay fp32), widths of one tile, a few tiles and one
+// row a tile.
+TEST(Bf16, RowKernelsOnStoredOperandsBitwiseSameAsWidened) {
+  using Bufs = std::vector<float*>;
+  using Ews = std::vector<cpu::Ew>;
+  struct Op {
+    const char* name;
+    // the buffers' lengths from (N, C) (rope: N rows of C = NH * hs, hs 8), and which are outputs
+    std::vector<int> len;  // 0: N*C, 1: C, 2: N (fp32 only: statistics), 3: the rope table
+    std::vector<bool> out, ew;  // written; may be bf16
+    std::function<void(const Bufs&, int, int)> fp32;
+    std::function<void(const Ews&, const Bufs&, int, int)> mixed;  // Ews where ew, else Bufs
+  };
+  const int hs = 8;
+  auto tbl = [&](const Bufs& b, int n) { return std::pair<const float*, const float*>{b[1], b[1] + (size_t)n * hs / 2}; };
+  const std::vector<Op> ops = {
+      {"layernorm_fwd", {0, 1, 1, 0, 2, 2}, {false, false, false, true, true, true}, {true, true, true, true, false, false},
+       [](const Bufs& b, int N, int C) { cpu::layernorm_fwd(b[0], b[1], b[2], b[3], b[4], b[5], N, C, 1e-5f); },
+       [](const Ews& e, const Bufs& b, int N, int C) {
+         cpu::layernorm_fwd_mixed(e[0], e[1], e[2], e[3], b[4], b[5], N, C, 1e-5f);
+       }},
+      {"layernorm_bwd", {0, 0, 2, 2, 1, 0, 1, 1}, {false, false, false, false, false, true, true, true},
+       {true, true, false, false, true, true, true, true},
+       [](const Bufs& b, int N, int C) { cpu::layernorm_bwd(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], N, C); },
+       [](const Ews& e, const Bufs& b, int N, int C) {
+         cpu::layernorm_bwd_mixed(e[0], e[1], b[2], b[3], e[4], e[5], e[6], e[7], N, C);
+       }},
+      {"rmsnorm_fwd", {0, 1, 0, 2}, {false, false, true, true}, {true, true, true, false},
+       [](const Bufs& b, int N, int C) { cpu::rmsnorm_fwd(b[0], b[1], b[2], b[3], N, C, 1e-6f); },
+       [](const Ews& e, const Bufs& b, int N, int C) { cpu::rmsnorm_fwd_mixed(e[0], e[1], e[2], b[3], N, C, 1e-6f); }},
+      {"rmsnorm_bwd", {0, 0, 2, 1, 0, 1}, {false, false, false, false, true, true}, {true, true, false, true, true, true},
+       [](const Bufs& b, int N, int C) { cpu::rmsnorm_bwd(b[0], b[1], b[2], b[3], b[4], b[5], N, C); },
+       [](const Ews& e, const Bufs& b, int N, int C) { cpu::rmsnorm_bwd_mixed(e[0], e[1], b[2], e[3], e[4], e[5], N, C); }},
+      {"rope_fwd", {0, 3}, {true, false}, {true, false},
+       [&](const Bufs& b, int N, int C) {
+         auto [c, s] = tbl(b, N);
+         cpu::rope_fwd(b[0], c, s, 1, N, C / hs, hs, 0);
+       },
+       [&](const Ews& e, const Bufs& b, int N, int C) {
+         auto [c, s] = tbl(b, N);
+         cpu::rope_mixed(true, e[0], c, s, 1, N, C / hs, hs, 0);
+       }},
+      {"rope_bwd", {0, 3}, {true, false}, {true, false},
+       [&](const Bufs& b, int N, int C) {
+         auto [c, s] = tbl(b, N);
+         cpu::rope_bwd(b[0], c, s, 1, N, C / hs, hs, 0);
+       },
+       [&](const Ews& e, const Bufs& b, int N, int C) {
+         auto [c, s] = tbl(b, N);
+         cpu::rope_mixed(false, e[0], c, s, 1, N, C / hs, hs, 0);
+       }},
+  };
+  std::mt19937 gen(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const Op& op : ops)
+    for (int C : {8, 384, 5000}) {
+      const int N = 70;
+      const int nb = (int)op.len.size();
+      std::vector<int> ewi;  // the buffers that may be bf16
+      for (int k = 0; k < nb; ++k)
+        if (op.ew[k]) ewi.push_back(k);
+      for (unsigned mask = 0; mask < (1u << ewi.size()); ++mask) {
+        SCOPED_TRACE(std::string(op.name) + " C " + std::to_string(C) + " bf16 mask " + std::to_string(mask));
+        std::vector<bool> half(nb, false);
+        for (size_t j = 0; j < ewi.size(); ++j) half[ewi[j]] = mask >> j & 1;
+        std::vector<std::vector<float>> v(nb);
+        std::vector<std::vector<uint16_t>> h(nb);
+        for (int k = 0; k < nb; ++k) {
+          const size_t n = op.len[k] == 0 ? (size_t)N * C : op.len[k] == 1 ? (size_t)C : op.len[k] == 2 ? (size_t)N
+                                                                                                      : (size_t)N * hs;
+          v[k].resize(n);
+          // statistics as a forward leaves them: mean around 0, rstd positive
+          for (float& x : v[k]) x = op.len[k] == 2 ? 0.5f + std::fabs(d(gen)) : d(gen);
+          h[k].resize(n);
+          if (half[k]) {
+            cpu::pack_bf16(v[k].data(), h[k].data(), n);
+            cpu::unpack_bf16(h[k].data(), v[k].data(), n);
+          }
+        }
+        std::vector<std::vector<float>> w = v;  // the wrapper's path
+        Bufs wp, vp;
+        for (auto& x : w) wp.push_back(x.data());
+        for (auto& x : v) vp.push_back(x.data());
+        op.fp32(wp, N, C);
+        Ews e;
+        for (int k = 0; k < nb; ++k) e.push_back(half[k] ? cpu::Ew{h[k].data(), true} : cpu::Ew{v[k].data(), false});
+        op.mixed(e, vp, N, C);
+        for (int k = 0; k < nb; ++k) {
+          if (!op.out[k]) continue;
+          if (half[k]) {
+            std::vector<uint16_t> want(w[k].size());
+            cpu::pack_bf16(w[k].data(), want.data(), want.size());
+            ASSERT_EQ(h[k], want) << "output " << k;
+          } else {
+            ASSERT_EQ(0, std::memcmp(v[k].data(), w[k].data(), w[k].size() * 4)) << "output " << k;
+          }
+        }
+      }
+    }
+}
+
 // Precision bf16's fused device AdamW on a bf16-stored gradient and parameter
 // (cpu::adam_step_bf16_mixed: device-adam's adam_group reads and writes them as stored) gives
 // bitwise the wrapper's result: the gradient widened whole, cpu::adam_step_bf16 into an fp32

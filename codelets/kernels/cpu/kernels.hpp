@@ -91,6 +91,15 @@ void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n);    // relu_bwd or g
 void swiglu_fwd_mixed(Ew gate, Ew up, Ew out, size_t n);
 void swiglu_bwd_mixed(Ew gate, Ew up, Ew dout, Ew dgate, Ew dup, size_t n);
 void accumulate_mixed(Ew acc, Ew g, size_t n, float scale);  // acc += scale g, in parallel ranges
+// The row kernels the same way, tile by tile (their tiles of rows: the bits of the whole-buffer
+// widening, however the tiles are run): LayerNorm (layernorm.cpp) and RMSNorm, the rotary
+// embedding (llama.cpp); the weights (C) and their gradients may be bf16 too. The statistics
+// (mean, rstd) stay fp32.
+void layernorm_fwd_mixed(Ew x, Ew w, Ew b, Ew y, float* mean, float* rstd, int N, int C, float eps);
+void layernorm_bwd_mixed(Ew dy, Ew x, const float* mean, const float* rstd, Ew w, Ew dx, Ew dw, Ew db, int N, int C);
+void rmsnorm_fwd_mixed(Ew x, Ew w, Ew y, float* rstd, int N, int C, float eps);
+void rmsnorm_bwd_mixed(Ew dy, Ew x, const float* rstd, Ew w, Ew dx, Ew dw, int N, int C);
+void rope_mixed(bool fwd, Ew x, const float* cos, const float* sin, int B, int T, int NH, int hs, int pos0);
 
 // Row-wise softmax + cross-entropy over logits (B, C) with integer labels (B); a negative label
 // marks a row to ignore (padded language-model targets): it adds no loss and is not counted.

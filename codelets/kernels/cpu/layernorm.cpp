@@ -23,6 +23,7 @@
 
 #include "codelets/kernels/cpu/dnnl_ctx.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "codelets/kernels/cpu/mixed.hpp"
 #include "runtime/parallel.hpp"
 
 namespace zf::kernels::cpu {
@@ -104,45 +105,71 @@ void run(const dnnl::primitive& prim, size_t scratch, const Arg (&args)[K]) {
 
 void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                    int N, int C, float eps) {
+  layernorm_fwd_mixed({const_cast<float*>(x), false}, {const_cast<float*>(w), false}, {const_cast<float*>(b), false},
+                      {y, false}, mean, rstd, N, C, eps);
+}
+
+void layernorm_fwd_mixed(Ew x, Ew w, Ew b, Ew y, float* mean, float* rstd, int N, int C, float eps) {
   if (N <= 0 || C <= 0) return;
   const int rows = rows_per_tile(C);
+  std::vector<float> wb, bb;
+  const float* wf = view(w, 0, (size_t)C, wb, true);
+  const float* bf = view(b, 0, (size_t)C, bb, true);
   parallel_tiles((N + rows - 1) / rows, [&](int t) {
+    thread_local std::vector<float> xb, yb;
     const int i0 = t * rows, n = std::min(N, i0 + rows) - i0;
     const Prims& p = prims(n, C, eps);
-    const size_t off = (size_t)i0 * C;
+    const size_t off = (size_t)i0 * C, m = (size_t)n * C;
+    float* yv = view(y, off, m, yb, false);
     // the variance lands in rstd, then becomes rstd there
     run(p.fwd, p.fwd_scratch,
-        {{DNNL_ARG_SRC, &p.x, x + off}, {DNNL_ARG_DST, &p.x, y + off}, {DNNL_ARG_SCALE, &p.wv, w},
-         {DNNL_ARG_SHIFT, &p.wv, b}, {DNNL_ARG_MEAN, &p.stat, mean + i0}, {DNNL_ARG_VARIANCE, &p.stat, rstd + i0}});
+        {{DNNL_ARG_SRC, &p.x, view(x, off, m, xb, true)}, {DNNL_ARG_DST, &p.x, yv}, {DNNL_ARG_SCALE, &p.wv, wf},
+         {DNNL_ARG_SHIFT, &p.wv, bf}, {DNNL_ARG_MEAN, &p.stat, mean + i0}, {DNNL_ARG_VARIANCE, &p.stat, rstd + i0}});
+    store_view(y, off, m, yv);
     for (int i = i0; i < i0 + n; ++i) rstd[i] = 1.0f / std::sqrt(rstd[i] + eps);
   });
 }
 
 void layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
                    float* dx, float* dw, float* db, int N, int C) {
+  layernorm_bwd_mixed({const_cast<float*>(dy), false}, {const_cast<float*>(x), false}, mean, rstd,
+                      {const_cast<float*>(w), false}, {dx, false}, {dw, false}, {db, false}, N, C);
+}
+
+void layernorm_bwd_mixed(Ew dy, Ew x, const float* mean, const float* rstd, Ew w, Ew dx, Ew dw, Ew db, int N, int C) {
   if (C <= 0) return;
   const int rows = rows_per_tile(C), tiles = (N + rows - 1) / rows;
   std::vector<float> part((size_t)std::max(tiles, 1) * 2 * C, 0.0f);  // per tile: dw (C), db (C)
+  std::vector<float> wb, dwb, dbb;
+  const float* wf = view(w, 0, (size_t)C, wb, true);
   parallel_tiles(tiles, [&](int t) {
+    thread_local std::vector<float> dyb, xb, dxb;
     const int i0 = t * rows, n = std::min(N, i0 + rows) - i0;
     const Prims& p = prims(n, C, 0.0f);
-    const size_t off = (size_t)i0 * C;
+    const size_t off = (size_t)i0 * C, m = (size_t)n * C;
     thread_local std::vector<float> var;
     var.resize((size_t)n);
     for (int i = 0; i < n; ++i) var[i] = 1.0f / (rstd[i0 + i] * rstd[i0 + i]);
     float* pw = part.data() + (size_t)t * 2 * C;
+    float* dxv = view(dx, off, m, dxb, false);
     // the primitive reads no shift in the backward; w stands in for its (C) descriptor
     run(p.bwd, p.bwd_scratch,
-        {{DNNL_ARG_SRC, &p.x, x + off}, {DNNL_ARG_DIFF_DST, &p.x, dy + off}, {DNNL_ARG_MEAN, &p.stat, mean + i0},
-         {DNNL_ARG_VARIANCE, &p.stat, var.data()}, {DNNL_ARG_SCALE, &p.wv, w}, {DNNL_ARG_SHIFT, &p.wv, w},
-         {DNNL_ARG_DIFF_SRC, &p.x, dx + off}, {DNNL_ARG_DIFF_SCALE, &p.wv, pw}, {DNNL_ARG_DIFF_SHIFT, &p.wv, pw + C}});
+        {{DNNL_ARG_SRC, &p.x, view(x, off, m, xb, true)}, {DNNL_ARG_DIFF_DST, &p.x, view(dy, off, m, dyb, true)},
+         {DNNL_ARG_MEAN, &p.stat, mean + i0}, {DNNL_ARG_VARIANCE, &p.stat, var.data()}, {DNNL_ARG_SCALE, &p.wv, wf},
+         {DNNL_ARG_SHIFT, &p.wv, wf}, {DNNL_ARG_DIFF_SRC, &p.x, dxv}, {DNNL_ARG_DIFF_SCALE, &p.wv, pw},
+         {DNNL_ARG_DIFF_SHIFT, &p.wv, pw + C}});
+    store_view(dx, off, m, dxv);
   });
-  for (int c = 0; c < C; ++c) dw[c] = db[c] = 0.0f;
+  float* dwv = view(dw, 0, (size_t)C, dwb, false);
+  float* dbv = view(db, 0, (size_t)C, dbb, false);
+  for (int c = 0; c < C; ++c) dwv[c] = dbv[c] = 0.0f;
   for (int t = 0; t < tiles; ++t)
     for (int c = 0; c < C; ++c) {
-      dw[c] += part[(size_t)t * 2 * C + c];
-      db[c] += part[(size_t)t * 2 * C + C + c];
+      dwv[c] += part[(size_t)t * 2 * C + c];
+      dbv[c] += part[(size_t)t * 2 * C + C + c];
     }
+  store_view(dw, 0, (size_t)C, dwv);
+  store_view(db, 0, (size_t)C, dbv);
 }
 
 }  // namespace zf::kernels::cpu

@@ -50,17 +50,19 @@ void topk_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
   kernels::cpu::topk_columns(vec_ptr(b[0]), p->C, p->k, vec_as<int32_t>(b[1]));
 }
+// (w and g as stored, bf16 included: CodeletDef::cpu_bf16_as_is; the wrapper would widen the whole
+// weight and gradient for the selected columns)
 void selective_adam_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
-  kernels::cpu::selective_adam(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
-                               vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
+  kernels::cpu::selective_adam_mixed(ew_of(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, ew_of(b[2]), nullptr,
+                                     false, vec_ptr(b[3]), vec_ptr(b[4]), p->hp, p->step, p->in_out != 0);
 }
 // buffers: w (RW), sel (R), g (R), master (RW), m (RW), v (RW)
 void selective_adam_master_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
-  kernels::cpu::selective_adam_master(vec_ptr(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, vec_ptr(b[2]),
-                                      vec_ptr(b[3]), p->fill != 0, vec_ptr(b[4]), vec_ptr(b[5]), p->hp, p->step,
-                                      p->in_out != 0);
+  kernels::cpu::selective_adam_mixed(ew_of(b[0]), p->R, p->C, vec_as<int32_t>(b[1]), p->k, ew_of(b[2]),
+                                     vec_ptr(b[3]), p->fill != 0, vec_ptr(b[4]), vec_ptr(b[5]), p->hp, p->step,
+                                     p->in_out != 0);
 }
 void grad_mass_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ColArgs*>(a);
@@ -183,17 +185,22 @@ starpu_codelet& topk_cl() {
 starpu_codelet& selective_adam_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_selective_adam", selective_adam_cpu, ZF_CUDA_FUNC(selective_adam_cuda), 5,
-                    {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0, nullptr,
-                    selective_adam_bytes}, &m);
+      make_codelet(cpu_bf16_as_is({"zf_selective_adam", selective_adam_cpu, ZF_CUDA_FUNC(selective_adam_cuda), 5,
+                                   {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0,
+                                   nullptr, selective_adam_bytes},
+                                  0b101),
+                   &m);
   return c;
 }
 starpu_codelet& selective_adam_master_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_selective_adam_master", selective_adam_master_cpu, ZF_CUDA_FUNC(selective_adam_master_cuda),
-                    6, {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW, STARPU_RW}, nullptr, Collective::None, 0,
-                    nullptr, selective_adam_master_bytes}, &m);
+      make_codelet(cpu_bf16_as_is({"zf_selective_adam_master", selective_adam_master_cpu,
+                                   ZF_CUDA_FUNC(selective_adam_master_cuda), 6,
+                                   {STARPU_RW, STARPU_R, STARPU_R, STARPU_RW, STARPU_RW, STARPU_RW}, nullptr,
+                                   Collective::None, 0, nullptr, selective_adam_master_bytes},
+                                  0b101),
+                   &m);
   return c;
 }
 starpu_codelet& grad_mass_cl() {

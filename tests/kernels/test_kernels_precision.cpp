@@ -336,6 +336,60 @@ TEST(Bf16, RowKernelsOnStoredOperandsBitwiseSameAsWidened) {
     }
 }
 
+// ZenFlow's selective AdamW on a bf16-stored weight and gradient (cpu::selective_adam_mixed: the
+// selected columns read and written as stored, where the wrapper widened the whole weight and
+// gradient) gives bitwise the wrapper's result: the fp32 kernel on the widened buffers, the weight
+// packed after; master and moments the same bits. In place and with a master (filled or not), both
+// weight layouts, every mix of fp32 and bf16 weight and gradient.
+TEST(Bf16, SelectiveAdamOnStoredWeightBitwiseSameAsWidened) {
+  std::mt19937 gen(13);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  cpu::AdamParams hp;
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.01f;
+  const int R = 37, C = 300, k = 29;
+  std::vector<int32_t> sel;
+  for (int j = 0; j < k; ++j) sel.push_back(j * 10 + j % 3);
+  for (int variant = 0; variant < 3; ++variant)  // in place, master, master filled
+    for (bool in_out : {false, true})
+      for (int mask = 1; mask < 4; ++mask) {  // bit 0: the weight in bf16, bit 1: the gradient
+        SCOPED_TRACE("variant " + std::to_string(variant) + " in_out " + std::to_string(in_out) + " mask " +
+                     std::to_string(mask));
+        const size_t n = (size_t)R * C, ks = (size_t)R * k;
+        std::vector<float> w(n), g(n), x(ks), m(ks), v(ks);
+        for (float& e : w) e = d(gen);
+        for (float& e : g) e = 0.1f * d(gen);
+        for (float& e : x) e = d(gen);
+        for (float& e : m) e = 0.01f * d(gen);
+        for (float& e : v) e = std::fabs(1e-3f * d(gen));
+        std::vector<uint16_t> wh(n), gh(n);
+        cpu::pack_bf16(w.data(), wh.data(), n);
+        cpu::pack_bf16(g.data(), gh.data(), n);
+        if (mask & 1) cpu::unpack_bf16(wh.data(), w.data(), n);
+        if (mask & 2) cpu::unpack_bf16(gh.data(), g.data(), n);
+        std::vector<float> ww = w, wx = x, wm = m, wv = v;  // the wrapper's path
+        float* xp = variant ? x.data() : nullptr;
+        if (variant)
+          cpu::selective_adam_master(ww.data(), R, C, sel.data(), k, g.data(), wx.data(), variant == 2, wm.data(),
+                                     wv.data(), hp, 3, in_out);
+        else
+          cpu::selective_adam(ww.data(), R, C, sel.data(), k, g.data(), wm.data(), wv.data(), hp, 3, in_out);
+        const cpu::Ew we = mask & 1 ? cpu::Ew{wh.data(), true} : cpu::Ew{w.data(), false};
+        const cpu::Ew ge = mask & 2 ? cpu::Ew{gh.data(), true} : cpu::Ew{g.data(), false};
+        cpu::selective_adam_mixed(we, R, C, sel.data(), k, ge, xp, variant == 2, m.data(), v.data(), hp, 3, in_out);
+        if (mask & 1) {
+          std::vector<uint16_t> want(n);
+          cpu::pack_bf16(ww.data(), want.data(), n);
+          ASSERT_EQ(wh, want) << "weight";
+        } else {
+          ASSERT_EQ(0, std::memcmp(w.data(), ww.data(), n * 4)) << "weight";
+        }
+        ASSERT_EQ(0, std::memcmp(m.data(), wm.data(), ks * 4)) << "m";
+        ASSERT_EQ(0, std::memcmp(v.data(), wv.data(), ks * 4)) << "v";
+        if (variant) ASSERT_EQ(0, std::memcmp(x.data(), wx.data(), ks * 4)) << "master";
+      }
+}
+
 // Precision bf16's fused device AdamW on a bf16-stored gradient and parameter
 // (cpu::adam_step_bf16_mixed: device-adam's adam_group reads and writes them as stored) gives
 // bitwise the wrapper's result: the gradient widened whole, cpu::adam_step_bf16 into an fp32

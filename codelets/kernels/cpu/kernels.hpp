@@ -196,6 +196,11 @@ void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const flo
 // trainer rounds them). Element by element identical to adam_step on x, then a scatter of x.
 void selective_adam_master(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
                            float* m, float* v, const AdamParams& hp, int64_t step, bool in_out = false);
+// selective_adam (x null) or selective_adam_master (x non-null) on w and g as stored: fp32 or bf16
+// (Ew; precision bf16's 2-byte weights and gradients as they are), the selected elements of a bf16
+// w written rounded: bitwise the fp32 kernels on the widened buffers with w rounded back after.
+void selective_adam_mixed(Ew w, int R, int C, const int32_t* sel, int k, Ew g, float* x, bool fill, float* m,
+                          float* v, const AdamParams& hp, int64_t step, bool in_out);
 // dst (R, C) flat elements [off, off + n) = src[0, n) except where the column is selected
 // (sel may be null with k = 0: every column is merged). Returns elements written.
 // in_out_rows > 0: dst is stored (C, R) with R = in_out_rows (flat element e is in column e / R).

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
 
@@ -76,22 +77,38 @@ void scatter_columns(const float* in, int R, int C, const int32_t* sel, int k, f
 constexpr size_t kSelRange = 32768;
 
 namespace {
+// An element of a weight or gradient as stored: fp32, or bf16 (Ew: precision bf16's 2-byte
+// tensors as they are); a write to a bf16 one is rounded (kernels/bf16.hpp, the wrapper's rounding)
+inline float load(Ew e, size_t i) {
+  return e.bf16 ? bf16::to_float(static_cast<const uint16_t*>(e.p)[i]) : static_cast<const float*>(e.p)[i];
+}
+inline void store(Ew e, size_t i, float x) {
+  if (e.bf16)
+    static_cast<uint16_t*>(e.p)[i] = bf16::from_float(x);
+  else
+    static_cast<float*>(e.p)[i] = x;
+}
+
 // selective_adam and its master variant: x null, in place on w; else AdamW on x (shaped like m and
 // v; fill: x first takes the selected values of w), whose result is then written into w.
-void selective_adam_impl(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
-                         float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+void selective_adam_impl(Ew w, int R, int C, const int32_t* sel, int k, Ew g, float* x, bool fill, float* m, float* v,
+                         const AdamParams& hp, int64_t step, bool in_out) {
   if (in_out) {  // one contiguous AdamW of R elements per selected column, m and v (k, R)
     parallel_ranges((size_t)k, 1, std::max<size_t>(1, kSelRange / std::max(1, R)), [&](size_t lo, size_t hi) {
+      std::vector<float> tw(x && !w.bf16 ? 0 : R), tg(g.bf16 ? R : 0);
       for (size_t c = lo; c < hi; ++c) {
         const size_t j = (size_t)sel[c] * R;
-        if (!x) {
-          adam_step(w + j, g + j, m + c * R, v + c * R, (size_t)R, hp, step, 1.0f);
-          continue;
+        const float* gc = static_cast<const float*>(g.p) + j;
+        if (g.bf16) {
+          unpack_bf16(static_cast<const uint16_t*>(g.p) + j, tg.data(), (size_t)R);
+          gc = tg.data();
         }
-        float* xc = x + c * R;
-        if (fill) std::copy(w + j, w + j + R, xc);
-        adam_step(xc, g + j, m + c * R, v + c * R, (size_t)R, hp, step, 1.0f);
-        std::copy(xc, xc + R, w + j);
+        float* xc = x ? x + c * R : w.bf16 ? tw.data() : static_cast<float*>(w.p) + j;
+        if ((!x && w.bf16) || (x && fill))
+          for (int r = 0; r < R; ++r) xc[r] = load(w, j + r);
+        adam_step(xc, gc, m + c * R, v + c * R, (size_t)R, hp, step, 1.0f);
+        if (x || w.bf16)
+          for (int r = 0; r < R; ++r) store(w, j + r, xc[r]);
       }
     });
     return;
@@ -102,15 +119,14 @@ void selective_adam_impl(float* w, int R, int C, const int32_t* sel, int k, cons
   parallel_ranges((size_t)R, 1, std::max<size_t>(1, kSelRange / std::max(1, k)), [&](size_t lo, size_t hi) {
     std::vector<float> tw(x ? 0 : k), tg(k);
     for (size_t i = lo; i < hi; ++i) {
-      float* row = w + i * C;
-      const float* grow = g + i * C;
+      const size_t row = i * C;
       float* p = x ? x + i * k : tw.data();
       for (int c = 0; c < k; ++c) {
-        if (!x || fill) p[c] = row[sel[c]];
-        tg[c] = grow[sel[c]];
+        if (!x || fill) p[c] = load(w, row + sel[c]);
+        tg[c] = load(g, row + sel[c]);
       }
       adam_step(p, tg.data(), m + i * k, v + i * k, (size_t)k, hp, step, 1.0f);
-      for (int c = 0; c < k; ++c) row[sel[c]] = p[c];
+      for (int c = 0; c < k; ++c) store(w, row + sel[c], p[c]);
     }
   });
 }
@@ -118,11 +134,17 @@ void selective_adam_impl(float* w, int R, int C, const int32_t* sel, int k, cons
 
 void selective_adam(float* w, int R, int C, const int32_t* sel, int k, const float* g,
                     float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
-  selective_adam_impl(w, R, C, sel, k, g, nullptr, false, m, v, hp, step, in_out);
+  selective_adam_impl({w, false}, R, C, sel, k, {const_cast<float*>(g), false}, nullptr, false, m, v, hp, step,
+                      in_out);
 }
 
 void selective_adam_master(float* w, int R, int C, const int32_t* sel, int k, const float* g, float* x, bool fill,
                            float* m, float* v, const AdamParams& hp, int64_t step, bool in_out) {
+  selective_adam_impl({w, false}, R, C, sel, k, {const_cast<float*>(g), false}, x, fill, m, v, hp, step, in_out);
+}
+
+void selective_adam_mixed(Ew w, int R, int C, const int32_t* sel, int k, Ew g, float* x, bool fill, float* m,
+                          float* v, const AdamParams& hp, int64_t step, bool in_out) {
   selective_adam_impl(w, R, C, sel, k, g, x, fill, m, v, hp, step, in_out);
 }
 

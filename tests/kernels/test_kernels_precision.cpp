@@ -128,6 +128,29 @@ TEST(Bf16, MergeFromBf16EqualsMergeOfUnpackedValues) {
 // ---------------------------------------------------------------- fp16
 uint32_t bits32(float x) { return bits_of(x); }
 
+// AdamW's hyperparameters with this rate and decay (the rest PyTorch's defaults)
+cpu::AdamParams adam_params(float lr, float weight_decay) {
+  cpu::AdamParams hp;
+  hp.lr = lr;
+  hp.weight_decay = weight_decay;
+  return hp;
+}
+
+// An output of a mixed kernel (cpu::*_mixed) as stored (bf16 bits h when half, else the fp32
+// values v) against the wrapper's fp32 result want: a bf16 output must be want packed
+// (cpu::pack_bf16), an fp32 one want's bits.
+::testing::AssertionResult same_as_stored(bool half, const std::vector<uint16_t>& h, const std::vector<float>& v,
+                                          const std::vector<float>& want) {
+  if (half) {
+    std::vector<uint16_t> packed(want.size());
+    cpu::pack_bf16(want.data(), packed.data(), want.size());
+    if (h != packed) return ::testing::AssertionFailure() << "bf16 output differs from the wrapper's packed result";
+  } else if (v.size() != want.size() || std::memcmp(v.data(), want.data(), want.size() * 4) != 0) {
+    return ::testing::AssertionFailure() << "fp32 output differs from the wrapper's bits";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // The elementwise kernels on bf16-stored operands (cpu::*_mixed: precision bf16's 2-byte
 // activations, read and written by the CPU kernels as they are) give bitwise what the 2-byte
 // wrapper gave them: every bf16 operand widened whole, the fp32 kernel, each bf16 output rounded
@@ -250,6 +273,17 @@ TEST(Bf16, RowKernelsOnStoredOperandsBitwiseSameAsWidened) {
   };
   const int hs = 8;
   auto tbl = [&](const Bufs& b, int n) { return std::pair<const float*, const float*>{b[1], b[1] + (size_t)n * hs / 2}; };
+  auto rope_op = [&](bool fwd) {  // x (RW) and the table, T = N positions of one sequence
+    return Op{fwd ? "rope_fwd" : "rope_bwd", {0, 3}, {true, false}, {true, false},
+              [&, fwd](const Bufs& b, int N, int C) {
+                auto [c, s] = tbl(b, N);
+                (fwd ? cpu::rope_fwd : cpu::rope_bwd)(b[0], c, s, 1, N, C / hs, hs, 0);
+              },
+              [&, fwd](const Ews& e, const Bufs& b, int N, int C) {
+                auto [c, s] = tbl(b, N);
+                cpu::rope_mixed(fwd, e[0], c, s, 1, N, C / hs, hs, 0);
+              }};
+  };
   const std::vector<Op> ops = {
       {"layernorm_fwd", {0, 1, 1, 0, 2, 2}, {false, false, false, true, true, true}, {true, true, true, true, false, false},
        [](const Bufs& b, int N, int C) { cpu::layernorm_fwd(b[0], b[1], b[2], b[3], b[4], b[5], N, C, 1e-5f); },
@@ -268,24 +302,8 @@ TEST(Bf16, RowKernelsOnStoredOperandsBitwiseSameAsWidened) {
       {"rmsnorm_bwd", {0, 0, 2, 1, 0, 1}, {false, false, false, false, true, true}, {true, true, false, true, true, true},
        [](const Bufs& b, int N, int C) { cpu::rmsnorm_bwd(b[0], b[1], b[2], b[3], b[4], b[5], N, C); },
        [](const Ews& e, const Bufs& b, int N, int C) { cpu::rmsnorm_bwd_mixed(e[0], e[1], b[2], e[3], e[4], e[5], N, C); }},
-      {"rope_fwd", {0, 3}, {true, false}, {true, false},
-       [&](const Bufs& b, int N, int C) {
-         auto [c, s] = tbl(b, N);
-         cpu::rope_fwd(b[0], c, s, 1, N, C / hs, hs, 0);
-       },
-       [&](const Ews& e, const Bufs& b, int N, int C) {
-         auto [c, s] = tbl(b, N);
-         cpu::rope_mixed(true, e[0], c, s, 1, N, C / hs, hs, 0);
-       }},
-      {"rope_bwd", {0, 3}, {true, false}, {true, false},
-       [&](const Bufs& b, int N, int C) {
-         auto [c, s] = tbl(b, N);
-         cpu::rope_bwd(b[0], c, s, 1, N, C / hs, hs, 0);
-       },
-       [&](const Ews& e, const Bufs& b, int N, int C) {
-         auto [c, s] = tbl(b, N);
-         cpu::rope_mixed(false, e[0], c, s, 1, N, C / hs, hs, 0);
-       }},
+      rope_op(true),
+      rope_op(false),
   };
   std::mt19937 gen(5);
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -324,13 +342,7 @@ TEST(Bf16, RowKernelsOnStoredOperandsBitwiseSameAsWidened) {
         op.mixed(e, vp, N, C);
         for (int k = 0; k < nb; ++k) {
           if (!op.out[k]) continue;
-          if (half[k]) {
-            std::vector<uint16_t> want(w[k].size());
-            cpu::pack_bf16(w[k].data(), want.data(), want.size());
-            ASSERT_EQ(h[k], want) << "output " << k;
-          } else {
-            ASSERT_EQ(0, std::memcmp(v[k].data(), w[k].data(), w[k].size() * 4)) << "output " << k;
-          }
+          ASSERT_TRUE(same_as_stored(half[k], h[k], v[k], w[k])) << "output " << k;
         }
       }
     }
@@ -344,9 +356,7 @@ TEST(Bf16, RowKernelsOnStoredOperandsBitwiseSameAsWidened) {
 TEST(Bf16, SelectiveAdamOnStoredWeightBitwiseSameAsWidened) {
   std::mt19937 gen(13);
   std::normal_distribution<float> d(0.0f, 1.0f);
-  cpu::AdamParams hp;
-  hp.lr = 1e-2f;
-  hp.weight_decay = 0.01f;
+  const cpu::AdamParams hp = adam_params(1e-2f, 0.01f);
   const int R = 37, C = 300, k = 29;
   std::vector<int32_t> sel;
   for (int j = 0; j < k; ++j) sel.push_back(j * 10 + j % 3);
@@ -377,16 +387,10 @@ TEST(Bf16, SelectiveAdamOnStoredWeightBitwiseSameAsWidened) {
         const cpu::Ew we = mask & 1 ? cpu::Ew{wh.data(), true} : cpu::Ew{w.data(), false};
         const cpu::Ew ge = mask & 2 ? cpu::Ew{gh.data(), true} : cpu::Ew{g.data(), false};
         cpu::selective_adam_mixed(we, R, C, sel.data(), k, ge, xp, variant == 2, m.data(), v.data(), hp, 3, in_out);
-        if (mask & 1) {
-          std::vector<uint16_t> want(n);
-          cpu::pack_bf16(ww.data(), want.data(), n);
-          ASSERT_EQ(wh, want) << "weight";
-        } else {
-          ASSERT_EQ(0, std::memcmp(w.data(), ww.data(), n * 4)) << "weight";
-        }
-        ASSERT_EQ(0, std::memcmp(m.data(), wm.data(), ks * 4)) << "m";
-        ASSERT_EQ(0, std::memcmp(v.data(), wv.data(), ks * 4)) << "v";
-        if (variant) ASSERT_EQ(0, std::memcmp(x.data(), wx.data(), ks * 4)) << "master";
+        ASSERT_TRUE(same_as_stored(mask & 1, wh, w, ww)) << "weight";
+        ASSERT_TRUE(same_as_stored(false, {}, m, wm)) << "m";
+        ASSERT_TRUE(same_as_stored(false, {}, v, wv)) << "v";
+        ASSERT_TRUE(same_as_stored(false, {}, x, wx)) << "master";
       }
 }
 
@@ -399,9 +403,7 @@ TEST(Bf16, SelectiveAdamOnStoredWeightBitwiseSameAsWidened) {
 TEST(Bf16, AdamOnStoredGradientAndParameterBitwiseSameAsWidened) {
   std::mt19937 gen(11);
   std::normal_distribution<float> d(0.0f, 1.0f);
-  cpu::AdamParams hp;
-  hp.lr = 3e-3f;
-  hp.weight_decay = 0.1f;
+  const cpu::AdamParams hp = adam_params(3e-3f, 0.1f);
   for (bool round_grad : {false, true})
     for (size_t n : {size_t{37}, size_t{2048 * 2 + 13}, size_t{9000}})
       for (int mask = 1; mask < 4; ++mask) {  // bit 0: the gradient in bf16, bit 1: the parameter
@@ -423,23 +425,12 @@ TEST(Bf16, AdamOnStoredGradientAndParameterBitwiseSameAsWidened) {
         const cpu::Ew ge = mask & 1 ? cpu::Ew{gh.data(), true} : cpu::Ew{g.data(), false};
         const cpu::Ew pe = mask & 2 ? cpu::Ew{ph.data(), true} : cpu::Ew{param.data(), false};
         cpu::adam_step_bf16_mixed(master.data(), ge, m.data(), v.data(), pe, n, hp, 5, 0.5f, round_grad);
-        ASSERT_EQ(0, std::memcmp(master.data(), wm.data(), n * 4)) << "master";
-        ASSERT_EQ(0, std::memcmp(m.data(), wmo.data(), n * 4)) << "m";
-        ASSERT_EQ(0, std::memcmp(v.data(), wv.data(), n * 4)) << "v";
-        if (mask & 2) {
-          std::vector<uint16_t> want(n);
-          cpu::pack_bf16(wp.data(), want.data(), n);
-          ASSERT_EQ(ph, want) << "parameter";
-        } else {
-          ASSERT_EQ(0, std::memcmp(param.data(), wp.data(), n * 4)) << "parameter";
-        }
-        if (mask & 1) {  // a stored bf16 gradient is already rounded: the same bits stay
-          std::vector<uint16_t> want(n);
-          cpu::pack_bf16(wg.data(), want.data(), n);
-          ASSERT_EQ(gh, want) << "gradient";
-        } else {
-          ASSERT_EQ(0, std::memcmp(g.data(), wg.data(), n * 4)) << "gradient";
-        }
+        ASSERT_TRUE(same_as_stored(false, {}, master, wm)) << "master";
+        ASSERT_TRUE(same_as_stored(false, {}, m, wmo)) << "m";
+        ASSERT_TRUE(same_as_stored(false, {}, v, wv)) << "v";
+        ASSERT_TRUE(same_as_stored(mask & 2, ph, param, wp)) << "parameter";
+        // a stored bf16 gradient is already rounded: the same bits stay
+        ASSERT_TRUE(same_as_stored(mask & 1, gh, g, wg)) << "gradient";
       }
 }
 

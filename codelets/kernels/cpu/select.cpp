@@ -95,7 +95,7 @@ void selective_adam_impl(Ew w, int R, int C, const int32_t* sel, int k, Ew g, fl
                          const AdamParams& hp, int64_t step, bool in_out) {
   if (in_out) {  // one contiguous AdamW of R elements per selected column, m and v (k, R)
     parallel_ranges((size_t)k, 1, std::max<size_t>(1, kSelRange / std::max(1, R)), [&](size_t lo, size_t hi) {
-      std::vector<float> tw(x && !w.bf16 ? 0 : R), tg(g.bf16 ? R : 0);
+      std::vector<float> tw(!x && w.bf16 ? R : 0), tg(g.bf16 ? R : 0);  // in place on a bf16 w; a bf16 g
       for (size_t c = lo; c < hi; ++c) {
         const size_t j = (size_t)sel[c] * R;
         const float* gc = static_cast<const float*>(g.p) + j;

@@ -3,7 +3,8 @@
 // Qwen2: docs/llama.md) on q, k, v held apart with n_kv_head <= n_head KV heads. Under precision
 // bf16 (Runtime::matmul_bf16) the products multiply bf16 operands, as the matmul codelets': the
 // GPT's CPU kernels where the CPU has native bf16 (the CPU's grouped-query attention stays fp32),
-// both CUDA kernels on the tensor cores (kernels/cuda/attention.cu).
+// both CUDA kernels on the tensor cores (kernels/cuda/attention.cu). The GPT's CPU kernels read a
+// bf16-stored qkv and write a bf16-stored out as they are (kernels::cpu::attention_*_mixed).
 #include <starpu.h>
 
 #include <cstdlib>
@@ -25,7 +26,7 @@ struct AttentionArgs {
 
 void attention_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AttentionArgs*>(a);
-  kernels::cpu::attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->NH, p->bf16);
+  kernels::cpu::attention_fwd_mixed(ew_of(b[0]), ew_of(b[1]), vec_ptr(b[2]), p->B, p->T, p->C, p->NH, p->bf16);
 }
 void attention_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AttentionArgs*>(a);
@@ -34,8 +35,8 @@ void attention_bwd_cpu(void* b[], void* a) noexcept {
     if (p->status) p->status->fail("attention_bwd: out of memory for the (NH, T, T) scratch");
     return;
   }
-  kernels::cpu::attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), scratch, p->B, p->T,
-                              p->C, p->NH, p->bf16);
+  kernels::cpu::attention_bwd_mixed(vec_ptr(b[0]), ew_of(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), scratch, p->B, p->T,
+                                    p->C, p->NH, p->bf16);
   std::free(scratch);
 }
 #ifdef ZF_USE_CUDA
@@ -124,19 +125,22 @@ double gqa_bwd_bf16_operands(const void* a) {
 starpu_codelet& attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      writes_whole({"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3,
-                    {STARPU_R, STARPU_W, STARPU_W}, attention_fwd_flops, Collective::None, 0, nullptr, nullptr,
-                    attention_fwd_bf16_operands},
-                   0b010),  // out (att is not written above the diagonal)
+      cpu_bf16_as_is(writes_whole({"zf_attention_fwd", attention_fwd_cpu, ZF_CUDA_FUNC(attention_fwd_cuda), 3,
+                                   {STARPU_R, STARPU_W, STARPU_W}, attention_fwd_flops, Collective::None, 0, nullptr,
+                                   nullptr, attention_fwd_bf16_operands},
+                                  0b010),  // out (att is not written above the diagonal)
+                     0b011),               // qkv and out as stored (CPU)
       &m);
   return c;
 }
 starpu_codelet& attention_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(attention_bwd_cuda), 4,
-                                          {STARPU_R, STARPU_R, STARPU_R, STARPU_W}, attention_bwd_flops,
-                                          Collective::None, 0, nullptr, nullptr, attention_bwd_bf16_operands},
-                                         &m);
+  static starpu_codelet c = make_codelet(
+      cpu_bf16_as_is({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(attention_bwd_cuda), 4,
+                      {STARPU_R, STARPU_R, STARPU_R, STARPU_W}, attention_bwd_flops, Collective::None, 0, nullptr,
+                      nullptr, attention_bwd_bf16_operands},
+                     0b0010),  // qkv as stored (CPU)
+      &m);
   return c;
 }
 

@@ -19,6 +19,11 @@ using kernels::cpu::AdamParams;
 // tensor (Param::in_out, docs/zenflow.md), and so is dw.
 void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y,
                        bool in_out = false);
+// y = x w^T + b in one task: the bias added to the product's fp32 sums before y's one rounding
+// where y is stored in bf16 (PyTorch's addmm); bitwise insert_matmul_fwd then insert_bias_add
+// where y is fp32.
+void insert_matmul_bias_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b,
+                           const Tensor& y, bool in_out = false);
 void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const Tensor& x,
                               const Tensor& dw, bool in_out = false);
 void insert_matmul_bwd_data(const SubmitOptions& opt, const Tensor& dy, const Tensor& w,

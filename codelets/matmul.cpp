@@ -36,9 +36,17 @@ kernels::cpu::MatOperand operand(void* buf) {
 constexpr unsigned kOperandsAsIs = 0b011;  // buffers 0 and 1
 // (each plain product writes its whole output, buffer 2: CodeletDef::writes_whole 0b100)
 
+// The CPU forward writes a bf16 output as stored (CodeletDef::cpu_bf16_as_is: rounded by the
+// product's tiles, kernels::cpu::matmul_fwd_out), and the bias codelet adds its bias in the tile
 void matmul_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_fwd_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out, p->bf16);
+  kernels::cpu::matmul_fwd_out(operand(b[0]), operand(b[1]), {nullptr, false}, ew_of(b[2]), p->B, p->K, p->N,
+                               p->in_out, p->bf16);
+}
+void matmul_bias_fwd_cpu(void* b[], void* a) noexcept {  // x, w, bias, y
+  auto* p = static_cast<MatmulArgs*>(a);
+  kernels::cpu::matmul_fwd_out(operand(b[0]), operand(b[1]), operand(b[2]), ew_of(b[3]), p->B, p->K, p->N,
+                               p->in_out, p->bf16);
 }
 void matmul_bwd_weight_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
@@ -85,6 +93,13 @@ void matmul_fwd_cuda(void* b[], void* a) noexcept {
   cuda_check(kernels::cuda::matmul_fwd_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
                                              cublas_handle(), cuda_stream(), p->in_out, p->bf16));
 }
+// the product into y's fp32 copy (the wrapper's, for a bf16 y), then the bias: one rounding after both
+void matmul_bias_fwd_cuda(void* b[], void* a) noexcept {
+  auto* p = static_cast<MatmulArgs*>(a);
+  cuda_check(kernels::cuda::matmul_fwd_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[3]), p->B, p->K, p->N,
+                                             cublas_handle(), cuda_stream(), p->in_out, p->bf16));
+  cuda_check(kernels::cuda::bias_add(vec_ptr(b[3]), vec_ptr(b[2]), p->B, p->N, cuda_stream()));
+}
 void matmul_bwd_weight_cuda(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
   cuda_check(kernels::cuda::matmul_bwd_weight_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N,
@@ -123,10 +138,24 @@ double bwd_data_bf16_operands(const void* a) {
 
 starpu_codelet& matmul_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet(writes_whole({"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3,
-                                          {STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0,
-                                          nullptr, nullptr, fwd_bf16_operands, false, kOperandsAsIs}, 0b100),
-                                         &m);
+  static starpu_codelet c = make_codelet(
+      cpu_bf16_as_is(writes_whole({"zf_matmul_fwd", matmul_fwd_cpu, ZF_CUDA_FUNC(matmul_fwd_cuda), 3,
+                                   {STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0, nullptr, nullptr,
+                                   fwd_bf16_operands, false, kOperandsAsIs},
+                                  0b100),
+                     0b100),  // y (CPU)
+      &m);
+  return c;
+}
+starpu_codelet& matmul_bias_fwd_cl() {  // x, w, bias, y
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      cpu_bf16_as_is(writes_whole({"zf_matmul_bias_fwd", matmul_bias_fwd_cpu, ZF_CUDA_FUNC(matmul_bias_fwd_cuda), 4,
+                                   {STARPU_R, STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0,
+                                   nullptr, nullptr, fwd_bf16_operands, false, kOperandsAsIs},
+                                  0b1000),
+                     0b1100),  // the bias and y (CPU)
+      &m);
   return c;
 }
 starpu_codelet& matmul_bwd_weight_cl() {
@@ -238,6 +267,13 @@ void insert_matmul_bwd_weight_kept(const SubmitOptions& opt, const Tensor& dyh, 
 void insert_matmul_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& y, bool in_out) {
   const MatmulArgs a = with_operands(dims(opt, x, w, y, in_out), x, w);
   TaskBuilder(matmul_fwd_cl(), opt).r(x).r(w).w(y).args(a).submit();
+}
+
+void insert_matmul_bias_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& b,
+                           const Tensor& y, bool in_out) {
+  const MatmulArgs a = with_operands(dims(opt, x, w, y, in_out), x, w);
+  expect(b.numel() == (size_t)a.N, opt, "bias " + shape_str(b) + " must hold the " + std::to_string(a.N) + " outputs");
+  TaskBuilder(matmul_bias_fwd_cl(), opt).r(x).r(w).r(b).w(y).args(a).submit();
 }
 
 void insert_matmul_bwd_weight(const SubmitOptions& opt, const Tensor& dy, const Tensor& x,

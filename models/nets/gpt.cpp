@@ -194,27 +194,27 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
     // (the forward's kept path writes an fp32 y: not with bf16 activations, where every linear
     // layer's output is one)
     const bool keep_fwd = keep && !h16 && !L.qkv.stored_half();
-    auto matmul = [&](const std::string& name, const Tensor& x, int k, const Tensor& y, const Tensor& xh) {
-      if (keep_fwd)
+    // a linear layer, y = x w^T + b: the bias added in the product's task (one rounding of a bf16 y,
+    // as PyTorch's addmm), or by a task of its own after the kept path's fp32 y
+    auto linear = [&](const std::string& name, const Tensor& x, int k, const Tensor& y, const Tensor& xh) {
+      if (keep_fwd) {
         insert_matmul_fwd_kept(o.named(n + name), x, v(k), y, xh, io(k));
-      else
-        insert_matmul_fwd(o.named(n + name), in(x, xh), v(k), y, io(k));
+        insert_bias_add(o.named(n + name + ".bias"), y, v(k + 1));
+      } else {
+        insert_matmul_bias_fwd(o.named(n + name), in(x, xh), v(k), v(k + 1), y, io(k));
+      }
     };
     insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), in(L.ln1, L.ln1_h), L.ln1_mean, L.ln1_rstd,
                          cfg_.ln_eps);
-    matmul("c_attn", L.ln1, kAttnW, L.qkv, L.ln1_h);
-    insert_bias_add(o.named(n + "c_attn.bias"), L.qkv, v(kAttnB));
+    linear("c_attn", L.ln1, kAttnW, L.qkv, L.ln1_h);
     insert_attention_fwd(o.named(n + "attention"), L.qkv, in(L.atty, L.atty_h), L.att, nullptr);
-    matmul("attn.c_proj", L.atty, kAttnProjW, L.res1, L.atty_h);
-    insert_bias_add(o.named(n + "attn.c_proj.bias"), L.res1, v(kAttnProjB));
+    linear("attn.c_proj", L.atty, kAttnProjW, L.res1, L.atty_h);
     insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), *r, whole(*r), 1.0f);
     insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), in(L.ln2, L.ln2_h), L.ln2_mean, L.ln2_rstd,
                          cfg_.ln_eps);
-    matmul("c_fc", L.ln2, kFcW, L.fch, L.ln2_h);
-    insert_bias_add(o.named(n + "c_fc.bias"), L.fch, v(kFcB));
+    linear("c_fc", L.ln2, kFcW, L.fch, L.ln2_h);
     insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, in(L.fcg, L.fcg_h));
-    matmul("mlp.c_proj", L.fcg, kMlpProjW, L.res2, L.fcg_h);
-    insert_bias_add(o.named(n + "mlp.c_proj.bias"), L.res2, v(kMlpProjB));
+    linear("mlp.c_proj", L.fcg, kMlpProjW, L.res2, L.fcg_h);
     insert_accumulate(o.named(n + "residual_2"), L.res2, whole(L.res2), L.res1, whole(L.res1), 1.0f);
     r = &L.res2;
     if (hook) hook->after_forward(o.step, l + 1);

@@ -167,8 +167,10 @@ void LlamaLanguageModel::block_forward(const SubmitOptions& o, Acts& a, int l, c
   const int T = opt_.context, H = (int)cfg_.num_heads, Hkv = (int)cfg_.num_kv_heads;
   const float eps = (float)cfg_.norm_eps;
   auto linear = [&](const std::string& name, const Tensor& x, const Param* w, const Param* b, const Tensor& y) {
-    insert_matmul_fwd(o.named(n + name), x, w->value, y, w->in_out);
-    if (b) insert_bias_add(o.named(n + name + ".bias"), y, b->value);
+    if (b)  // the bias in the product's task: one rounding of a bf16 y (PyTorch's addmm)
+      insert_matmul_bias_fwd(o.named(n + name), x, w->value, b->value, y, w->in_out);
+    else
+      insert_matmul_fwd(o.named(n + name), x, w->value, y, w->in_out);
   };
   // the linear layers' inputs, in bf16 where the matmuls multiply bf16 (acts_for)
   const bool h16 = o.rt && o.rt->matmul_inputs_bf16();

@@ -182,6 +182,50 @@ TEST(MatmulBf16, MixedOperandsBitwiseSameAsWidened) {
   }
 }
 
+// The forward with its output as stored and the bias in the product's tiles (cpu::matmul_fwd_out,
+// the matmul codelets' CPU forward): an fp32 y is bitwise matmul_fwd_mixed then bias_add (the
+// separate tasks it replaces); a bf16 y is that fp32 result rounded once (PyTorch's addmm). Every
+// path: below kMatmulBf16Rows rows, oneDNN's tiles of rows and of output features (a head wider
+// than the batch), fp32 and bf16 products, both weight layouts, x in fp32 or bf16, no bias, an
+// fp32 bias or a bf16 one; y's old contents (NaN) never leak in.
+TEST(MatmulBf16, ForwardOutputAsStoredWithBiasInTheTile) {
+  for (auto [B, K, N] : std::vector<std::tuple<int, int, int>>{
+           {3, 40, 300}, {16, 64, 96}, {64, 55, 22}, {256, 64, 512}, {1024, 128, 384}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+    const std::vector<float> x = normal((size_t)B * K, 7), w = normal((size_t)N * K, 8), b = normal((size_t)N, 10);
+    std::vector<uint16_t> xh(x.size()), bh(b.size());
+    cpu::pack_bf16(x.data(), xh.data(), xh.size());
+    cpu::pack_bf16(b.data(), bh.data(), bh.size());
+    std::vector<float> br(b.size());  // the bf16 bias widened
+    cpu::unpack_bf16(bh.data(), br.data(), br.size());
+    for (bool bf16 : {false, true})
+      for (bool io : {false, true})
+        for (bool x16 : {false, true})
+          for (int bias = 0; bias < 3; ++bias)  // none, fp32, bf16
+            for (bool y16 : {false, true}) {
+              SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (io ? " (in, out)" : " (out, in)") +
+                           (x16 ? " x bf16" : " x fp32") + " bias " + std::to_string(bias) +
+                           (y16 ? " y bf16" : " y fp32"));
+              const std::vector<float> wl = io ? transposed(w, N, K) : w;
+              const cpu::MatOperand X{x16 ? (const void*)xh.data() : x.data(), x16}, W{wl.data(), false};
+              const cpu::MatOperand Bi{bias == 0 ? nullptr : bias == 1 ? (const void*)b.data() : bh.data(), bias == 2};
+              std::vector<float> want((size_t)B * N);  // the separate tasks: product, bias add
+              cpu::matmul_fwd_mixed(X, W, want.data(), B, K, N, io, bf16);
+              if (bias) cpu::bias_add(want.data(), bias == 1 ? b.data() : br.data(), B, N);
+              std::vector<float> y((size_t)B * N, NAN);
+              std::vector<uint16_t> yh((size_t)B * N, 0x7fc0);
+              cpu::matmul_fwd_out(X, W, Bi, {y16 ? (void*)yh.data() : y.data(), y16}, B, K, N, io, bf16);
+              if (y16) {
+                std::vector<uint16_t> packed(want.size());
+                cpu::pack_bf16(want.data(), packed.data(), packed.size());
+                EXPECT_TRUE(yh == packed) << "bf16 y is not the fp32 result rounded once";
+              } else {
+                EXPECT_TRUE(bits_equal(want, y)) << "fp32 y differs from the product and the bias add";
+              }
+            }
+  }
+}
+
 TEST(MatmulBf16, WithinBf16RoundingOfTheExactProduct) {
   // bf16 keeps 8 significant bits: each input is within u = 2^-8 of itself relative, a product of
   // two within 2u + u^2; products of two bf16 values are exact in fp32 and summed in fp32

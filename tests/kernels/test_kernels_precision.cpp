@@ -434,6 +434,40 @@ TEST(Bf16, AdamOnStoredGradientAndParameterBitwiseSameAsWidened) {
       }
 }
 
+// The GPT's attention on a bf16-stored qkv and out (cpu::attention_*_mixed: read and written as
+// stored, the bf16 products' operands copied from the stored bits) gives bitwise what the 2-byte
+// wrapper gave: qkv widened whole, attention_fwd / attention_bwd, out rounded back. fp32 and bf16
+// products, qkv and out each fp32 or bf16, one row block (T 5), a full one (64) and two (80).
+TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
+  std::mt19937 gen(13);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const int B = 3, C = 64, NH = 4;
+  for (int T : {5, 64, 80})
+    for (bool bf16 : {false, true})
+      for (int mask = 0; mask < 4; ++mask) {  // bit 0: qkv in bf16, bit 1: out
+        SCOPED_TRACE("T " + std::to_string(T) + (bf16 ? " bf16" : " fp32") + " mask " + std::to_string(mask));
+        const size_t n = (size_t)B * T * C;
+        std::vector<float> qkv(3 * n), dout(n);
+        for (float& x : qkv) x = d(gen);
+        for (float& x : dout) x = d(gen);
+        std::vector<uint16_t> qh(3 * n), oh(n, 0);
+        cpu::pack_bf16(qkv.data(), qh.data(), qh.size());
+        if (mask & 1) cpu::unpack_bf16(qh.data(), qkv.data(), qkv.size());  // as stored
+        const size_t na = (size_t)B * NH * T * T;
+        std::vector<float> wout(n), watt(na, 0.0f), wd(3 * n), scratch((size_t)NH * T * T);
+        cpu::attention_fwd(qkv.data(), wout.data(), watt.data(), B, T, C, NH, bf16);
+        cpu::attention_bwd(dout.data(), qkv.data(), watt.data(), wd.data(), scratch.data(), B, T, C, NH, bf16);
+        const cpu::Ew qe = mask & 1 ? cpu::Ew{qh.data(), true} : cpu::Ew{qkv.data(), false};
+        std::vector<float> out(n, NAN), att(na, 0.0f), dq(3 * n, NAN);
+        const cpu::Ew oe = mask & 2 ? cpu::Ew{oh.data(), true} : cpu::Ew{out.data(), false};
+        cpu::attention_fwd_mixed(qe, oe, att.data(), B, T, C, NH, bf16);
+        ASSERT_TRUE(same_as_stored(mask & 2, oh, out, wout)) << "out";
+        ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
+        cpu::attention_bwd_mixed(dout.data(), qe, att.data(), dq.data(), scratch.data(), B, T, C, NH, bf16);
+        ASSERT_TRUE(same_as_stored(false, {}, dq, wd)) << "dqkv";
+      }
+}
+
 TEST(Fp16, HandCheckedRounding) {
   struct Case {
     uint32_t in;

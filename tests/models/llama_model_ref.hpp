@@ -34,8 +34,9 @@ class LlamaModelRef {
   // rounds those inputs (relative error <= 2^-8 each) is within 2^-8 of this of the loss, to first
   // order. Precision bf16 also stores the residual stream and the matmuls' outputs in bf16
   // (Runtime::activations_bf16), each rounded where it is written: the embedding's output, each
-  // product's output, again after its bias and after the residual add, q and k again after the
-  // rotary embedding; their |x| |dL/dx| are counted too.
+  // product's output with its bias (one rounding: the bias is added in the product's task, as
+  // PyTorch's addmm), again after the residual add, q and k again after the rotary embedding;
+  // their |x| |dL/dx| are counted too.
   double bf16_sensitivity() const { return sens_; }
 
   // Mean cross-entropy over the targets >= 0 of tokens (B, T); grads (when given) of every parameter.
@@ -153,15 +154,6 @@ class LlamaModelRef {
   void stored(const std::vector<double>& x, const std::vector<double>& dx) const {
     sens_ += abs_dot(x.data(), dx.data(), dx.size());
   }
-  // ... and a product's output y = x W^T + b (bias b of size O) with gradient dy: rounded as the
-  // product wrote it and, with a bias, again after its add
-  void stored_product(std::vector<double> y, const std::string& b, int O, const std::vector<double>& dy) const {
-    if (has(b)) {
-      stored(y, dy);
-      for (size_t i = 0; i < y.size(); ++i) y[i] -= P(b)[i % (size_t)O];
-    }
-    stored(y, dy);
-  }
   static std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
     std::vector<double> d(a.size());
     for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
@@ -175,7 +167,7 @@ class LlamaModelRef {
     const std::string p = lp(l);
     std::vector<double> dh, dg(L.g.size()), du(L.g.size()), dxn2, dres1((size_t)N_ * C);
     stored(L.res2, dr);
-    stored_product(minus(L.res2, L.res1), "", C, dr);
+    stored(minus(L.res2, L.res1), dr);
     linear_bwd(dr, L.h, p + "mlp.down_proj.weight", "", F, C, dh, g);
     swiglu_bwd(L.g.data(), L.u.data(), dh.data(), dg.data(), du.data(), dg.size());
     stored(L.g, dg);
@@ -188,7 +180,7 @@ class LlamaModelRef {
                 dres1.data(), dw2.data(), N_, C);
     for (size_t i = 0; i < dres1.size(); ++i) dres1[i] += dr[i];
     stored(L.res1, dres1);
-    stored_product(minus(L.res1, L.in), p + "self_attn.o_proj.bias", C, dres1);
+    stored(minus(L.res1, L.in), dres1);
     std::vector<double> datty, dqr(L.q.size()), dkr(L.k.size()), dv(L.v.size()), dq(L.q.size()), dk(L.k.size());
     linear_bwd(dres1, L.atty, p + "self_attn.o_proj.weight", p + "self_attn.o_proj.bias", Q, C, datty, g);
     gqa_attention_bwd(datty.data(), L.qr.data(), L.kr.data(), L.v.data(), L.att.data(), dqr.data(), dkr.data(),
@@ -197,9 +189,9 @@ class LlamaModelRef {
     rope_bwd(dkr.data(), dk.data(), inv_freq_, B_, T_, Hkv, hs, 0);
     stored(L.qr, dqr);
     stored(L.kr, dkr);
-    stored_product(L.q, p + "self_attn.q_proj.bias", Q, dq);
-    stored_product(L.k, p + "self_attn.k_proj.bias", KV, dk);
-    stored_product(L.v, p + "self_attn.v_proj.bias", KV, dv);
+    stored(L.q, dq);
+    stored(L.k, dk);
+    stored(L.v, dv);
     std::vector<double> dxn1;
     linear_bwd(dq, L.xn1, p + "self_attn.q_proj.weight", p + "self_attn.q_proj.bias", C, Q, dxn1, g);
     linear_bwd(dk, L.xn1, p + "self_attn.k_proj.weight", p + "self_attn.k_proj.bias", C, KV, dxn1, g);

@@ -248,8 +248,9 @@ class GptRef {
   // each) is within 2^-8 of this of the loss, to first order. Precision bf16 also stores the
   // residual stream and the matmuls' outputs in bf16 (Runtime::activations_bf16), each rounded
   // where it is written: the embedding's output (and again after the class embedding's add), each
-  // product's output, again after its bias and after the residual add; their |x| |dL/dx| are
-  // counted too (the qkv stored after its bias is the attention's operand, counted once).
+  // product's output with its bias (one rounding: the bias is added in the product's task, as
+  // PyTorch's addmm) and again after the residual add; their |x| |dL/dx| are counted too (the qkv
+  // is the attention's operand, counted once).
   double bf16_sensitivity() const { return sens_; }
 
   // Mean next-token cross-entropy over (B, T) tokens and the targets >= 0 (on fixed rows,
@@ -395,7 +396,7 @@ class GptRef {
     const double eps = c_.eps;
     struct Layer {
       Vec in, ln1, m1, r1, qkv, atty, att, res1, ln2, m2, r2, fch, fcg, res2;
-      Vec qkv0, o0, o, fch0, d0, d;  // the products' outputs before their bias, and after it (o, d)
+      Vec o, d;  // the projections' outputs with their bias, before the residual add
     };
     std::vector<Layer> ls(L);
     Vec x0(NC);
@@ -417,13 +418,11 @@ class GptRef {
                     Y.r1.data(), N, C, eps);
       Y.qkv.resize(3 * NC);
       matmul_fwd(Y.ln1.data(), P(h + "attn.c_attn.weight").data(), Y.qkv.data(), N, C, 3 * C);
-      Y.qkv0 = Y.qkv;
       bias_add(Y.qkv.data(), P(h + "attn.c_attn.bias").data(), N, 3 * C);
       Y.atty.resize(NC), Y.att.resize((size_t)B * NH * T * T);
       attention_fwd(Y.qkv.data(), Y.atty.data(), Y.att.data(), B, T, C, NH);
       Y.res1.resize(NC);
       matmul_fwd(Y.atty.data(), P(h + "attn.c_proj.weight").data(), Y.res1.data(), N, C, C);
-      Y.o0 = Y.res1;
       bias_add(Y.res1.data(), P(h + "attn.c_proj.bias").data(), N, C);
       Y.o = Y.res1;
       for (size_t i = 0; i < NC; ++i) Y.res1[i] += r[i];
@@ -432,12 +431,10 @@ class GptRef {
                     Y.m2.data(), Y.r2.data(), N, C, eps);
       Y.fch.resize(NI), Y.fcg.resize(NI);
       matmul_fwd(Y.ln2.data(), P(h + "mlp.c_fc.weight").data(), Y.fch.data(), N, C, I);
-      Y.fch0 = Y.fch;
       bias_add(Y.fch.data(), P(h + "mlp.c_fc.bias").data(), N, I);
       gelu_fwd(Y.fch.data(), Y.fcg.data(), NI);
       Y.res2.resize(NC);
       matmul_fwd(Y.fcg.data(), P(h + "mlp.c_proj.weight").data(), Y.res2.data(), N, I, C);
-      Y.d0 = Y.res2;
       bias_add(Y.res2.data(), P(h + "mlp.c_proj.bias").data(), N, C);
       Y.d = Y.res2;
       for (size_t i = 0; i < NC; ++i) Y.res2[i] += Y.res1[i];
@@ -464,14 +461,14 @@ class GptRef {
     for (int l = L - 1; l >= 0; --l) {
       const std::string h = "h." + std::to_string(l) + ".";
       Layer& Y = ls[l];
-      stored({&Y.d0, &Y.d, &Y.res2}, dr);
+      stored({&Y.d, &Y.res2}, dr);
       Vec dfcg(NI), dfch(NI), dln(NC), dres1(NC), datty(NC), dqkv(3 * NC), din(NC);
       matmul_bwd_weight(dr.data(), Y.fcg.data(), G(h + "mlp.c_proj.weight").data(), N, I, C, false);
       bias_grad(dr.data(), G(h + "mlp.c_proj.bias").data(), N, C);
       matmul_bwd_data(dr.data(), P(h + "mlp.c_proj.weight").data(), dfcg.data(), N, I, C);
       sens_ += abs_dot(Y.fcg.data(), dfcg.data(), NI);
       gelu_bwd(Y.fch.data(), dfcg.data(), dfch.data(), NI);
-      stored({&Y.fch0, &Y.fch}, dfch);
+      stored({&Y.fch}, dfch);
       matmul_bwd_weight(dfch.data(), Y.ln2.data(), G(h + "mlp.c_fc.weight").data(), N, C, I, false);
       bias_grad(dfch.data(), G(h + "mlp.c_fc.bias").data(), N, I);
       matmul_bwd_data(dfch.data(), P(h + "mlp.c_fc.weight").data(), dln.data(), N, C, I);
@@ -479,14 +476,13 @@ class GptRef {
       layernorm_bwd(dln.data(), Y.res1.data(), Y.m2.data(), Y.r2.data(), P(h + "ln_2.weight").data(), dres1.data(),
                     G(h + "ln_2.weight").data(), G(h + "ln_2.bias").data(), N, C);
       for (size_t i = 0; i < NC; ++i) dres1[i] += dr[i];
-      stored({&Y.o0, &Y.o, &Y.res1}, dres1);
+      stored({&Y.o, &Y.res1}, dres1);
       matmul_bwd_weight(dres1.data(), Y.atty.data(), G(h + "attn.c_proj.weight").data(), N, C, C, false);
       bias_grad(dres1.data(), G(h + "attn.c_proj.bias").data(), N, C);
       matmul_bwd_data(dres1.data(), P(h + "attn.c_proj.weight").data(), datty.data(), N, C, C);
       attention_bwd(datty.data(), Y.qkv.data(), Y.att.data(), dqkv.data(), B, T, C, NH);
       sens_ += abs_dot(Y.atty.data(), datty.data(), NC) + abs_dot(Y.qkv.data(), dqkv.data(), 3 * NC) +
                attention_prob_sensitivity(datty, Y, B, T);
-      stored({&Y.qkv0}, dqkv);
       matmul_bwd_weight(dqkv.data(), Y.ln1.data(), G(h + "attn.c_attn.weight").data(), N, C, 3 * C, false);
       bias_grad(dqkv.data(), G(h + "attn.c_attn.bias").data(), N, 3 * C);
       matmul_bwd_data(dqkv.data(), P(h + "attn.c_attn.weight").data(), dln.data(), N, C, 3 * C);

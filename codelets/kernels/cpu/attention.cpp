@@ -62,6 +62,8 @@ struct Views {
   const float *q, *k, *v;
   int ldq, ldkv, ldo;
   int B, T, H, Hkv, hs;
+  const uint16_t* qkv16 = nullptr;  // the bf16 path: the GPT's fused qkv as stored in bf16 (q null)
+  uint16_t* out16 = nullptr;        // the bf16 forward: out stored in bf16 (rounded into place)
 };
 struct Grads {
   float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv as the views
@@ -137,6 +139,26 @@ void pack_heads(const float* x, int T, int ld, int n, int hs, std::vector<uint16
       to_bf16(src, dst, hs);
     }
 }
+// ... the same from bf16 bits (a stored bf16 qkv): the values as they are
+void pack_heads(const uint16_t* x, int T, int ld, int n, int hs, std::vector<uint16_t>& buf) {
+  if (buf.size() < (size_t)n * T * hs) buf.resize((size_t)n * T * hs);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < n; ++h)
+      std::copy_n(x + (size_t)t * ld + (size_t)h * hs, hs, buf.data() + ((size_t)h * T + t) * hs);
+}
+// one sequence's fused qkv (row stride ld) as 3n heads: from the stored bf16 bits, or rounded
+void pack_qkv(const Views& w, int b, int n, std::vector<uint16_t>& buf) {
+  const size_t row0 = (size_t)b * w.T * w.ldq;
+  if (w.qkv16)
+    pack_heads(w.qkv16 + row0, w.T, w.ldq, n, w.hs, buf);
+  else
+    pack_heads(w.q + row0, w.T, w.ldq, n, w.hs, buf);
+}
+// g (n, T, hs) rounded to bf16 into y16 (T rows, row stride ld, head h at column h hs)
+void unpack_heads(const float* g, int T, int ld, int n, int hs, uint16_t* y16) {
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < n; ++h) to_bf16(g + ((size_t)h * T + t) * hs, y16 + (size_t)t * ld + (size_t)h * hs, hs);
+}
 // g (n, T, hs) into y (T rows, row stride ld, head h at column h hs)
 void unpack_heads(const float* g, int T, int ld, int n, int hs, float* y) {
   for (int t = 0; t < T; ++t)
@@ -170,7 +192,7 @@ void fwd_bf16(const Views& w, float* out, float* att) {
   parallel_tiles(w.B, [&](int b) {
     thread_local std::vector<uint16_t> hqkv, hp;
     thread_local std::vector<float> o;
-    pack_heads(w.q + (size_t)b * T * w.ldq, T, w.ldq, 3 * H, hs, hqkv);
+    pack_qkv(w, b, 3 * H, hqkv);
     const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
     float* a = att + (size_t)b * H * TT;  // (H, T, T)
     dense_heads(T, T, hs, false, true, scale, H, q, k, a);
@@ -178,7 +200,10 @@ void fwd_bf16(const Views& w, float* out, float* att) {
     pack_all(a, H * TT, hp);
     if (o.size() < (size_t)H * Th) o.resize((size_t)H * Th);
     dense_heads(T, hs, T, false, false, 1.0f, H, hp.data(), v, o.data());
-    unpack_heads(o.data(), T, w.ldo, H, hs, out + (size_t)b * T * w.ldo);
+    if (w.out16)
+      unpack_heads(o.data(), T, w.ldo, H, hs, w.out16 + (size_t)b * T * w.ldo);
+    else
+      unpack_heads(o.data(), T, w.ldo, H, hs, out + (size_t)b * T * w.ldo);
   });
 }
 
@@ -189,7 +214,7 @@ void bwd_sequence_bf16(const Views& w, const float* dout, const float* att, cons
   const int T = w.T, H = w.H, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
   const size_t TT = (size_t)T * T, Th = (size_t)T * hs;
-  pack_heads(w.q + (size_t)b * T * w.ldq, T, w.ldq, 3 * H, hs, hqkv);
+  pack_qkv(w, b, 3 * H, hqkv);
   const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
   pack_heads(dout + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
   const float* a = att + (size_t)b * H * TT;  // (H, T, T)
@@ -260,6 +285,44 @@ void attention_bwd(const float* dout, const float* qkv, const float* att, float*
                    int T, int C, int NH, bool bf16) {
   bwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH}, dout, att,
       Grads{dqkv, dqkv + C, dqkv + 2 * C}, scratch, bf16 && native_bf16());
+}
+
+namespace {
+// A bf16 qkv widened whole (exact) into the calling thread's buffer: the fp32 kernels' operand
+const float* widened(Ew x, size_t n) {
+  if (!x.bf16) return static_cast<const float*>(x.p);
+  thread_local std::vector<float> buf;
+  buf.resize(n);
+  unpack_bf16(static_cast<const uint16_t*>(x.p), buf.data(), n);
+  return buf.data();
+}
+}  // namespace
+
+void attention_fwd_mixed(Ew qkv, Ew out, float* att, int B, int T, int C, int NH, bool bf16) {
+  const size_t n = (size_t)B * T * C;
+  if (bf16 && native_bf16()) {  // the products' bf16 operands: the stored bits copied as they are
+    Views w{static_cast<const float*>(qkv.p), nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
+    if (qkv.bf16) w.q = nullptr, w.qkv16 = static_cast<const uint16_t*>(qkv.p);
+    if (out.bf16) w.out16 = static_cast<uint16_t*>(out.p);
+    fwd_bf16(w, static_cast<float*>(out.p), att);
+    return;
+  }
+  const float* x = widened(qkv, 3 * n);
+  if (!out.bf16) return attention_fwd(x, static_cast<float*>(out.p), att, B, T, C, NH, bf16);
+  thread_local std::vector<float> o;
+  o.resize(n);
+  attention_fwd(x, o.data(), att, B, T, C, NH, bf16);
+  pack_bf16(o.data(), static_cast<uint16_t*>(out.p), n);
+}
+
+void attention_bwd_mixed(const float* dout, Ew qkv, const float* att, float* dqkv, float* scratch, int B, int T,
+                         int C, int NH, bool bf16) {
+  if (bf16 && native_bf16() && qkv.bf16) {
+    Views w{nullptr, nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
+    w.qkv16 = static_cast<const uint16_t*>(qkv.p);
+    return bwd(w, dout, att, Grads{dqkv, dqkv + C, dqkv + 2 * C}, scratch, true);
+  }
+  attention_bwd(dout, widened(qkv, (size_t)B * T * 3 * C), att, dqkv, scratch, B, T, C, NH, bf16);
 }
 
 void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,

@@ -64,6 +64,15 @@ void matmul_bwd_weight_mixed(MatOperand dy, MatOperand x, float* dw, int B, int 
                              bool dw_in_out, bool bf16);
 void matmul_bwd_data_mixed(MatOperand dy, MatOperand w, float* dx, int B, int K, int N, bool w_in_out, bool bf16);
 
+// y (B, N) = x w^T (+ b): the forward with its output as stored (Ew, below: fp32, or bf16 written
+// by the product's tiles, where the 2-byte wrapper would have rounded a whole fp32 copy) and an
+// optional bias (b.p null: none; fp32 or bf16 bits) added in the tile, in fp32, before the one
+// rounding: PyTorch's addmm (bias and product rounded to bf16 once), where a separate bias add on
+// a bf16 output rounds twice. Each output element is matmul_fwd_mixed's sum, plus b in fp32, then
+// rounded if y is bf16: with an fp32 y, bitwise matmul_fwd_mixed followed by bias_add.
+struct Ew;
+void matmul_fwd_out(MatOperand x, MatOperand w, MatOperand b, Ew y, int B, int K, int N, bool w_in_out, bool bf16);
+
 // y (B, N) += b (N)
 void bias_add(float* y, const float* b, int B, int N);
 // db (N) = sum_i dy (B, N)[i, :]
@@ -303,6 +312,14 @@ void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C
 // dqkv (B, T, 3C) from dout (B, T, C); scratch holds NH*T*T floats.
 void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch,
                    int B, int T, int C, int NH, bool bf16 = false);
+// The same with qkv (and the forward's out) as stored: fp32, or bf16 bits (precision bf16's 2-byte
+// activations, CodeletDef::cpu_bf16_as_is). With bf16 products on a native-bf16 CPU the bf16 qkv's
+// heads are copied as they are into the products' operands, and out is rounded as the heads are
+// copied into place; otherwise the bf16 buffers are widened whole (exact) and out is rounded after
+// the fp32 kernel. Either way the bits of widening, the kernels above and rounding out back.
+void attention_fwd_mixed(Ew qkv, Ew out, float* att, int B, int T, int C, int NH, bool bf16);
+void attention_bwd_mixed(const float* dout, Ew qkv, const float* att, float* dqkv, float* scratch, int B, int T,
+                         int C, int NH, bool bf16);
 // The attention's causal softmax on rows [r0, r1) of one head's scores a (T, T), in place: softmax
 // over j <= i, 0 for j > i; and its backward on rows [r0, r1) of ds (T, T) (datt in, dS out, for
 // j <= i; 0 for i < j < r1) from the probabilities att (T, T).

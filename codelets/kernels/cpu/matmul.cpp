@@ -420,4 +420,79 @@ void matmul_bwd_data_mixed(MatOperand dy, MatOperand w, float* dx, int B, int K,
     matmul_bwd_data(widened(dy, ndy, 0), widened(w, nw, 1), dx, B, K, N, w_in_out, bf16);
 }
 
+
+// The forward with its output as stored and the bias in the tile (kernels.hpp)
+namespace {
+struct Out {
+  Ew y;            // (B, N), fp32 or bf16
+  const float* b;  // (N) fp32, or null
+  // a tile's fp32 product t (rows x cols, leading dimension ldt) at (r0, c0) of y: the bias added
+  // and, for a bf16 y, rounded into it (for an fp32 y, t is y's own tile)
+  void finish(float* t, int ldt, int r0, int rows, int c0, int cols, int N) const {
+    for (int r = 0; r < rows; ++r) {
+      float* tr = t + (size_t)r * ldt;
+      if (b)
+        for (int j = 0; j < cols; ++j) tr[j] += b[c0 + j];
+      if (y.bf16) pack_bf16(tr, static_cast<uint16_t*>(y.p) + (size_t)(r0 + r) * N + c0, (size_t)cols);
+    }
+  }
+  float* f32() const { return static_cast<float*>(y.p); }
+};
+// A bias as fp32: as given, or widened into the calling thread's buffer (exact)
+const float* bias_f32(MatOperand b, int N) {
+  if (!b.p || !b.bf16) return static_cast<const float*>(b.p);
+  thread_local std::vector<float> w;
+  w.resize((size_t)N);
+  unpack_bf16(static_cast<const uint16_t*>(b.p), w.data(), (size_t)N);
+  return w.data();
+}
+// fwd_coarse's tiles and products, each tile finished (Out::finish) while in cache: a bf16 y's
+// tile is computed in the tile thread's scratch
+void fwd_coarse_out(const void* x, const void* w, bool bf16, const Out& out, int B, int K, int N, bool w_in_out) {
+  const double flops = 2.0 * B * K * N;
+  const Operands op{x, w, bf16};
+  auto scratch = [](size_t n) {
+    thread_local std::vector<float> t;
+    if (t.size() < n) t.resize(n);
+    return t.data();
+  };
+  if (N > B) {  // tiles of output features, as fwd_coarse
+    over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
+      float* t = out.y.bf16 ? scratch((size_t)B * nn) : out.f32() + n0;
+      const int ldt = out.y.bf16 ? nn : N;
+      op.gemm(0, w_in_out ? (size_t)n0 : (size_t)n0 * K, t, {B, nn, K, false, !w_in_out, K, w_in_out ? N : K, ldt,
+                                                               false, false});
+      out.finish(t, ldt, 0, B, n0, nn, N);
+    });
+    return;
+  }
+  over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+    float* t = out.y.bf16 ? scratch((size_t)bb * N) : out.f32() + (size_t)b0 * N;
+    op.gemm((size_t)b0 * K, 0, t, {bb, N, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
+    out.finish(t, N, b0, bb, 0, N, N);
+  });
+}
+}  // namespace
+
+void matmul_fwd_out(MatOperand x, MatOperand w, MatOperand b, Ew y, int B, int K, int N, bool w_in_out, bool bf16) {
+  const Out out{y, bias_f32(b, N)};
+  if (!out.b && !y.bf16) return matmul_fwd_mixed(x, w, out.f32(), B, K, N, w_in_out, bf16);
+  const size_t nx = (size_t)B * K, nw = (size_t)N * K;
+  if (bf16_products(bf16, B)) return fwd_coarse_out(as_bf16(x, nx, 0), as_bf16(w, nw, 1), true, out, B, K, N, w_in_out);
+  // the other paths: the whole product (into y, or the calling thread's fp32 buffer), then the
+  // bias and the rounding in tiles of rows
+  thread_local std::vector<float> t;
+  float* p = out.f32();
+  if (y.bf16) {
+    t.resize((size_t)B * N);
+    p = t.data();
+  }
+  matmul_fwd_mixed(x, w, p, B, K, N, w_in_out, bf16);
+  const int rows = std::max(1, (1 << 14) / std::max(1, N));
+  parallel_tiles((B + rows - 1) / rows, [&](int i) {
+    const int r0 = i * rows;
+    out.finish(p + (size_t)r0 * N, N, r0, std::min(rows, B - r0), 0, N, N);
+  });
+}
+
 }  // namespace zf::kernels::cpu

@@ -28,14 +28,9 @@ struct AdamGroupArgs {
   int64_t step;
   float grad_scale;
   AdamGroupMode mode;
-  size_t n;  // elements of all the parts
+  double bytes;  // the parts' traffic (insert_adam_group), for the simulation's roofline
 };
-double adam_group_bytes(const void* a) {
-  auto* p = static_cast<const AdamGroupArgs*>(a);
-  const double extra = p->mode == AdamGroupMode::Fp32 ? 0.0 : p->mode == AdamGroupMode::Bf16 ? 4.0 : 8.0;
-  const double per = kAdamBytesPerElement + extra;
-  return per * (double)p->n;
-}
+double adam_group_bytes(const void* a) { return static_cast<const AdamGroupArgs*>(a)->bytes; }
 void adam_step_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<AdamArgs*>(a);
   kernels::cpu::adam_step(vec_ptr(b[0]) + p->p_off, vec_ptr(b[1]) + p->g_off, vec_ptr(b[2]),
@@ -136,7 +131,7 @@ void insert_adam_group(const SubmitOptions& opt, const AdamParams& hp, int64_t s
   expect(step >= 1, opt, "adam_group: step counts from 1");
   expect(!(opt.rt && opt.rt->device_is_cuda()), opt, "adam_group: CPU devices only (no CUDA implementation)");
   TaskBuilder tb(adam_group_cl(), opt);
-  size_t total = 0;
+  double bytes = 0.0;
   for (const AdamGroupPart& q : parts) {
     const size_t n = q.x->numel();
     expect(q.grad->numel() == n && q.m->numel() == n && q.v->numel() == n && (fp32 || q.param->numel() == n), opt,
@@ -157,9 +152,13 @@ void insert_adam_group(const SubmitOptions& opt, const AdamParams& hp, int64_t s
       tb.r(*q.grad);
     tb.rw(*q.m).rw(*q.v);
     if (!fp32) tb.w(*q.param);
-    total += n;
+    // traffic per element: the weights (fp32, or the bf16 modes' fp32 master) and the moments read
+    // and written, the gradient read (and written when rounded), the bf16 modes' parameter written;
+    // the gradient and the parameter as stored (2 bytes in bf16)
+    bytes += 24.0 * (double)n + (double)q.grad->bytes() * (mode == AdamGroupMode::Bf16RoundGrad ? 2 : 1) +
+             (fp32 ? 0.0 : (double)q.param->bytes());
   }
-  tb.args(AdamGroupArgs{hp, step, grad_scale, mode, total}).submit();
+  tb.args(AdamGroupArgs{hp, step, grad_scale, mode, bytes}).submit();
 }
 
 void insert_adam_step_result(const SubmitOptions& opt, const AdamParams& hp, int64_t step, float grad_scale,

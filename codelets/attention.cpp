@@ -4,7 +4,8 @@
 // bf16 (Runtime::matmul_bf16) the products multiply bf16 operands, as the matmul codelets': the
 // GPT's CPU kernels where the CPU has native bf16 (the CPU's grouped-query attention stays fp32),
 // both CUDA kernels on the tensor cores (kernels/cuda/attention.cu). The GPT's CPU kernels read a
-// bf16-stored qkv and write a bf16-stored out as they are (kernels::cpu::attention_*_mixed).
+// bf16-stored qkv and write a bf16-stored out as they are (kernels::cpu::attention_*_mixed), the
+// grouped-query ones their q, k, v and out (kernels::cpu::gqa_attention_*_mixed).
 #include <starpu.h>
 
 #include <cstdlib>
@@ -60,8 +61,8 @@ struct GqaArgs {
 
 void gqa_attention_fwd_cpu(void* b[], void* a) noexcept {  // q, k, v, out, att
   auto* p = static_cast<GqaArgs*>(a);
-  kernels::cpu::gqa_attention_fwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]), p->B,
-                                  p->T, p->H, p->Hkv, p->hs);
+  kernels::cpu::gqa_attention_fwd_mixed(ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), ew_of(b[3]), vec_ptr(b[4]), p->B,
+                                        p->T, p->H, p->Hkv, p->hs);
 }
 void gqa_attention_bwd_cpu(void* b[], void* a) noexcept {  // dout, q, k, v, att, dq, dk, dv
   auto* p = static_cast<GqaArgs*>(a);
@@ -70,9 +71,9 @@ void gqa_attention_bwd_cpu(void* b[], void* a) noexcept {  // dout, q, k, v, att
     if (p->status) p->status->fail("gqa_attention_bwd: out of memory for the (H, T, T) scratch");
     return;
   }
-  kernels::cpu::gqa_attention_bwd(vec_ptr(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), vec_ptr(b[4]),
-                                  vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), scratch, p->B, p->T, p->H, p->Hkv,
-                                  p->hs);
+  kernels::cpu::gqa_attention_bwd_mixed(vec_ptr(b[0]), ew_of(b[1]), ew_of(b[2]), ew_of(b[3]), vec_ptr(b[4]),
+                                        vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), scratch, p->B, p->T, p->H,
+                                        p->Hkv, p->hs);
   std::free(scratch);
 }
 #ifdef ZF_USE_CUDA
@@ -160,20 +161,22 @@ AttentionArgs dims(const SubmitOptions& opt, const Tensor& qkv, const Tensor& ou
 starpu_codelet& gqa_attention_fwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet(writes_whole({"zf_gqa_attention_fwd", gqa_attention_fwd_cpu,
-                                 ZF_CUDA_FUNC(gqa_attention_fwd_cuda), 5,
-                                 {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}, gqa_fwd_flops, Collective::None,
-                                 0, nullptr, nullptr, gqa_fwd_bf16_operands},
-                                0b01000),  // atty
+      make_codelet(cpu_bf16_as_is(writes_whole({"zf_gqa_attention_fwd", gqa_attention_fwd_cpu,
+                                                ZF_CUDA_FUNC(gqa_attention_fwd_cuda), 5,
+                                                {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W}, gqa_fwd_flops,
+                                                Collective::None, 0, nullptr, nullptr, gqa_fwd_bf16_operands},
+                                               0b01000),  // atty
+                                  0b01111),               // q, k, v and atty as stored (CPU)
                    &m);
   return c;
 }
 starpu_codelet& gqa_attention_bwd_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c =
-      make_codelet({"zf_gqa_attention_bwd", gqa_attention_bwd_cpu, ZF_CUDA_FUNC(gqa_attention_bwd_cuda), 8,
-                    {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W}, gqa_bwd_flops,
-                    Collective::None, 0, nullptr, nullptr, gqa_bwd_bf16_operands},
+      make_codelet(cpu_bf16_as_is({"zf_gqa_attention_bwd", gqa_attention_bwd_cpu, ZF_CUDA_FUNC(gqa_attention_bwd_cuda),
+                                   8, {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W},
+                                   gqa_bwd_flops, Collective::None, 0, nullptr, nullptr, gqa_bwd_bf16_operands},
+                                  0b00001110),  // q, k, v as stored (CPU)
                    &m);
   return c;
 }

@@ -468,6 +468,49 @@ TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
       }
 }
 
+// Grouped-query attention (the Llama's) on bf16-stored q, k, v and out
+// (cpu::gqa_attention_*_mixed: each sequence widened and rounded in its tile) gives bitwise what
+// the 2-byte wrapper gave: the operands widened whole, gqa_attention_fwd / _bwd, out rounded back.
+// One, two and four KV heads for four query heads; every mix of fp32 and bf16 operands.
+TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
+  std::mt19937 gen(17);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const int B = 3, H = 4, hs = 16;
+  for (int Hkv : {1, 2, 4})
+    for (int T : {5, 80})
+      for (int mask = 0; mask < 16; ++mask) {  // bits 0-3: q, k, v, out in bf16
+        SCOPED_TRACE("Hkv " + std::to_string(Hkv) + " T " + std::to_string(T) + " mask " + std::to_string(mask));
+        const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, na = (size_t)B * H * T * T;
+        std::vector<std::vector<float>> x = {std::vector<float>(nq), std::vector<float>(nkv), std::vector<float>(nkv)};
+        std::vector<std::vector<uint16_t>> xh(3);
+        std::vector<cpu::Ew> e(3);
+        for (int i = 0; i < 3; ++i) {
+          for (float& y : x[i]) y = d(gen);
+          xh[i].resize(x[i].size());
+          cpu::pack_bf16(x[i].data(), xh[i].data(), x[i].size());
+          if (mask >> i & 1) cpu::unpack_bf16(xh[i].data(), x[i].data(), x[i].size());  // as stored
+          e[i] = mask >> i & 1 ? cpu::Ew{xh[i].data(), true} : cpu::Ew{x[i].data(), false};
+        }
+        std::vector<float> dout(nq);
+        for (float& y : dout) y = d(gen);
+        std::vector<float> wout(nq), watt(na, 0.0f), wdq(nq), wdk(nkv), wdv(nkv), scratch((size_t)H * T * T);
+        cpu::gqa_attention_fwd(x[0].data(), x[1].data(), x[2].data(), wout.data(), watt.data(), B, T, H, Hkv, hs);
+        cpu::gqa_attention_bwd(dout.data(), x[0].data(), x[1].data(), x[2].data(), watt.data(), wdq.data(), wdk.data(),
+                               wdv.data(), scratch.data(), B, T, H, Hkv, hs);
+        std::vector<float> out(nq, NAN), att(na, 0.0f), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN);
+        std::vector<uint16_t> oh(nq, 0);
+        const cpu::Ew oe = mask & 8 ? cpu::Ew{oh.data(), true} : cpu::Ew{out.data(), false};
+        cpu::gqa_attention_fwd_mixed(e[0], e[1], e[2], oe, att.data(), B, T, H, Hkv, hs);
+        ASSERT_TRUE(same_as_stored(mask & 8, oh, out, wout)) << "out";
+        ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
+        cpu::gqa_attention_bwd_mixed(dout.data(), e[0], e[1], e[2], att.data(), dq.data(), dk.data(), dv.data(),
+                                     scratch.data(), B, T, H, Hkv, hs);
+        ASSERT_TRUE(same_as_stored(false, {}, dq, wdq)) << "dq";
+        ASSERT_TRUE(same_as_stored(false, {}, dk, wdk)) << "dk";
+        ASSERT_TRUE(same_as_stored(false, {}, dv, wdv)) << "dv";
+      }
+}
+
 TEST(Fp16, HandCheckedRounding) {
   struct Case {
     uint32_t in;

@@ -63,8 +63,28 @@ struct Views {
   int ldq, ldkv, ldo;
   int B, T, H, Hkv, hs;
   const uint16_t* qkv16 = nullptr;  // the bf16 path: the GPT's fused qkv as stored in bf16 (q null)
-  uint16_t* out16 = nullptr;        // the bf16 forward: out stored in bf16 (rounded into place)
+  uint16_t* out16 = nullptr;        // the forward: out stored in bf16 (rounded into place)
+  // the fp32 path: q, k, v stored in bf16 (each sequence's rows widened in its tile; q, k, v null)
+  const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
 };
+// One sequence's rows [off, off + n) of an operand as fp32: in place, or its bf16 bits widened
+// (exact) into buf
+const float* rows_f32(const float* f, const uint16_t* h, size_t off, size_t n, std::vector<float>& buf) {
+  if (!h) return f + off;
+  if (buf.size() < n) buf.resize(n);
+  unpack_bf16(h + off, buf.data(), n);
+  return buf.data();
+}
+// The fp32 path's sequence b: q, k, v (widened where stored in bf16: the thread's buffers)
+struct Seq {
+  const float *q, *k, *v;
+};
+Seq sequence(const Views& w, int b) {
+  thread_local std::vector<float> bq, bk, bv;
+  const size_t nq = (size_t)w.T * w.ldq, nkv = (size_t)w.T * w.ldkv;
+  return {rows_f32(w.q, w.q16, (size_t)b * nq, nq, bq), rows_f32(w.k, w.k16, (size_t)b * nkv, nkv, bk),
+          rows_f32(w.v, w.v16, (size_t)b * nkv, nkv, bv)};
+}
 struct Grads {
   float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv as the views
 };
@@ -74,11 +94,12 @@ void fwd_fp32(const Views& w, float* out, float* att) {
   const float scale = 1.0f / std::sqrt((float)hs);
   const int64_t TT = (int64_t)T * T, gq = (int64_t)G * hs, gt = (int64_t)G * TT;
   parallel_tiles(w.B, [&](int b) {
-    const float* q = w.q + (size_t)b * T * w.ldq;
-    const float* k = w.k + (size_t)b * T * w.ldkv;
-    const float* v = w.v + (size_t)b * T * w.ldkv;
-    float* a = att + (size_t)b * H * TT;      // (H, T, T)
-    float* o = out + (size_t)b * T * w.ldo;  // (T, ldo), head h at column h hs
+    const Seq sq = sequence(w, b);
+    const float *q = sq.q, *k = sq.k, *v = sq.v;
+    float* a = att + (size_t)b * H * TT;  // (H, T, T)
+    thread_local std::vector<float> ob;    // a bf16 out's fp32 rows
+    if (w.out16 && ob.size() < (size_t)T * w.ldo) ob.resize((size_t)T * w.ldo);
+    float* o = w.out16 ? ob.data() : out + (size_t)b * T * w.ldo;  // (T, ldo), head h at column h hs
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
       for (int j = 0; j < G; ++j)
@@ -89,6 +110,7 @@ void fwd_fp32(const Views& w, float* out, float* att) {
         heads(m, hs, r1, false, false, T, w.ldkv, w.ldo, 1.0f, Hkv, gt, hs, gq, a + j * TT + (size_t)r0 * T, v,
               o + j * hs + (size_t)r0 * w.ldo);
     }
+    if (w.out16) to_bf16(o, w.out16 + (size_t)b * T * w.ldo, (size_t)T * w.ldo);
   });
 }
 
@@ -97,9 +119,8 @@ void bwd_sequence(const Views& w, const float* dout, const float* att, const Gra
   const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
   const int64_t TT = (int64_t)T * T, gq = (int64_t)G * hs, gt = (int64_t)G * TT;
-  const float* q = w.q + (size_t)b * T * w.ldq;
-  const float* k = w.k + (size_t)b * T * w.ldkv;
-  const float* v = w.v + (size_t)b * T * w.ldkv;
+  const Seq sq = sequence(w, b);
+  const float *q = sq.q, *k = sq.k, *v = sq.v;
   const float* dO = dout + (size_t)b * T * w.ldo;
   const float* a = att + (size_t)b * H * TT;  // (H, T, T)
   float* dq = g.dq + (size_t)b * T * w.ldq;
@@ -328,6 +349,28 @@ void attention_bwd_mixed(const float* dout, Ew qkv, const float* att, float* dqk
 void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
                        int Hkv, int hs) {
   fwd_fp32(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, out, att);
+}
+
+namespace {
+// grouped-query attention's views of q, k, v as stored (fp32, or bf16 bits)
+Views gqa_views(Ew q, Ew k, Ew v, int B, int T, int H, int Hkv, int hs) {
+  auto f = [](Ew x) { return x.bf16 ? nullptr : static_cast<const float*>(x.p); };
+  auto h = [](Ew x) { return x.bf16 ? static_cast<const uint16_t*>(x.p) : nullptr; };
+  Views w{f(q), f(k), f(v), H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs};
+  w.q16 = h(q), w.k16 = h(k), w.v16 = h(v);
+  return w;
+}
+}  // namespace
+
+void gqa_attention_fwd_mixed(Ew q, Ew k, Ew v, Ew out, float* att, int B, int T, int H, int Hkv, int hs) {
+  Views w = gqa_views(q, k, v, B, T, H, Hkv, hs);
+  if (out.bf16) w.out16 = static_cast<uint16_t*>(out.p);
+  fwd_fp32(w, static_cast<float*>(out.p), att);
+}
+
+void gqa_attention_bwd_mixed(const float* dout, Ew q, Ew k, Ew v, const float* att, float* dq, float* dk, float* dv,
+                             float* scratch, int B, int T, int H, int Hkv, int hs) {
+  bwd(gqa_views(q, k, v, B, T, H, Hkv, hs), dout, att, Grads{dq, dk, dv}, scratch, false);
 }
 
 void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,

@@ -36,8 +36,8 @@ void attention_bwd_cpu(void* b[], void* a) noexcept {
     if (p->status) p->status->fail("attention_bwd: out of memory for the (NH, T, T) scratch");
     return;
   }
-  kernels::cpu::attention_bwd_mixed(vec_ptr(b[0]), ew_of(b[1]), vec_ptr(b[2]), vec_ptr(b[3]), scratch, p->B, p->T,
-                                    p->C, p->NH, p->bf16);
+  kernels::cpu::attention_bwd_mixed(ew_of(b[0]), ew_of(b[1]), vec_ptr(b[2]), ew_of(b[3]), scratch, p->B, p->T, p->C,
+                                    p->NH, p->bf16);
   std::free(scratch);
 }
 #ifdef ZF_USE_CUDA
@@ -140,7 +140,7 @@ starpu_codelet& attention_bwd_cl() {
       cpu_bf16_as_is({"zf_attention_bwd", attention_bwd_cpu, ZF_CUDA_FUNC(attention_bwd_cuda), 4,
                       {STARPU_R, STARPU_R, STARPU_R, STARPU_W}, attention_bwd_flops, Collective::None, 0, nullptr,
                       nullptr, attention_bwd_bf16_operands},
-                     0b0010),  // qkv as stored (CPU)
+                     0b1011),  // dout, qkv and dqkv as stored (CPU)
       &m);
   return c;
 }

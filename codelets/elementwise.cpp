@@ -23,7 +23,7 @@ void bias_add_cpu(void* b[], void* a) noexcept {
 }
 void bias_grad_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<BiasArgs*>(a);
-  kernels::cpu::bias_grad(vec_ptr(b[0]), vec_ptr(b[1]), p->B, p->N);
+  kernels::cpu::bias_grad_mixed(ew_of(b[0]), vec_ptr(b[1]), p->B, p->N);
 }
 void act_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<ActArgs*>(a);
@@ -77,7 +77,8 @@ starpu_codelet& bias_add_cl() {
 starpu_codelet& bias_grad_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
-      {"zf_bias_grad", bias_grad_cpu, ZF_CUDA_FUNC(bias_grad_cuda), 2, {STARPU_R, STARPU_W}}, &m);
+      cpu_bf16_as_is({"zf_bias_grad", bias_grad_cpu, ZF_CUDA_FUNC(bias_grad_cuda), 2, {STARPU_R, STARPU_W}}, 0b01),
+      &m);  // dy as stored (CPU)
   return c;
 }
 starpu_codelet& act_fwd_cl() {

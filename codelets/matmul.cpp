@@ -55,8 +55,8 @@ void matmul_bwd_weight_cpu(void* b[], void* a) noexcept {
 }
 void matmul_bwd_data_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<MatmulArgs*>(a);
-  kernels::cpu::matmul_bwd_data_mixed(operand(b[0]), operand(b[1]), vec_ptr(b[2]), p->B, p->K, p->N, p->in_out,
-                                      p->bf16);
+  kernels::cpu::matmul_bwd_data_out(operand(b[0]), operand(b[1]), ew_of(b[2]), p->B, p->K, p->N, p->in_out,
+                                    p->bf16);
 }
 // the kept-operand variants (bf16 copies in buffers of uint16_t bf16 bits)
 uint16_t* bf16_ptr(void* buf) { return reinterpret_cast<uint16_t*>(STARPU_VECTOR_GET_PTR(buf)); }
@@ -169,11 +169,13 @@ starpu_codelet& matmul_bwd_weight_cl() {
 }
 starpu_codelet& matmul_bwd_data_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet(writes_whole({"zf_matmul_bwd_data", matmul_bwd_data_cpu,
-                                          ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3, {STARPU_R, STARPU_R, STARPU_W},
-                                          matmul_flops, Collective::None, 0, nullptr, nullptr,
-                                          bwd_data_bf16_operands, false, kOperandsAsIs}, 0b100),
-                                         &m);
+  static starpu_codelet c = make_codelet(
+      cpu_bf16_as_is(writes_whole({"zf_matmul_bwd_data", matmul_bwd_data_cpu, ZF_CUDA_FUNC(matmul_bwd_data_cuda), 3,
+                                   {STARPU_R, STARPU_R, STARPU_W}, matmul_flops, Collective::None, 0, nullptr,
+                                   nullptr, bwd_data_bf16_operands, false, kOperandsAsIs},
+                                  0b100),
+                     0b100),  // dx (CPU)
+      &m);
   return c;
 }
 

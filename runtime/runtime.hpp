@@ -223,6 +223,13 @@ class Runtime {
   // activations are first made.
   void set_activations_bf16(bool on) { activations_bf16_ = on; }
   bool activations_bf16() const { return activations_bf16_; }
+  // Precision bf16: the activation gradients between the layers (the backward's residual-stream
+  // gradient and each layer's input and output gradients: models/nets/gpt.cpp) are stored in bf16,
+  // rounded where they are written, as a bf16 model's autograd keeps them; false: fp32
+  // (RunOptions::bf16_activation_grads, for the tests' A/B). Read when a batch size's activations
+  // are first made.
+  void set_activation_grads_bf16(bool on) { activation_grads_bf16_ = on; }
+  bool activation_grads_bf16() const { return activation_grads_bf16_; }
   const std::vector<int>& device_workers() const { return device_workers_; }
   const std::vector<int>& host_workers() const { return host_workers_; }
   std::string worker_name(int id) const;
@@ -260,6 +267,7 @@ class Runtime {
   bool matmul_keep_bf16_ = true;
   bool matmul_inputs_bf16_ = false;
   bool activations_bf16_ = false;
+  bool activation_grads_bf16_ = false;
   // The constructor's phases, in order: the configuration checked (returns the CUDA workers to
   // start), StarPU started, its workers split between the contexts, the contexts created.
   int check_config() const;

@@ -38,13 +38,13 @@ double file_size(const std::string& path) {
 
 // Precision bf16 with bf16 matmuls (Precision: a CUDA device, or a CPU with native bf16; every
 // device in simulation): the linear layers' inputs are stored in 2 bytes (Runtime::
-// matmul_inputs_bf16), and on a CPU device the GPT's output gradients' bf16 copies are kept too.
+// matmul_inputs_bf16).
 bool cuda_device(const Spec& s) { return s.runtime.cuda_workers >= 0 && Runtime::cuda_devices() > 0; }
 bool matmul_inputs_bf16(const Spec& s) {
   return s.precision == "bf16" && (kSimulated || cpu_native_bf16() || cuda_device(s));
 }
 // Precision bf16 on every device: the residual stream and the matmuls' outputs in 2 bytes
-// (Runtime::activations_bf16)
+// (Runtime::activations_bf16), and the GPT's activation gradients (Runtime::activation_grads_bf16)
 bool activations_bf16(const Spec& s) { return s.precision == "bf16"; }
 
 // model.type hf (models/nets/llama.cpp's buffers): parameters from config.json's tensor list; per
@@ -111,13 +111,15 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     tensors = 3 + 12 * L + 2;
     // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
     // the attention probabilities H x T per position; then the shared gradients and the head.
-    // Under matmul_inputs_bf16 ln1, atty, ln2 and fcg (7 C) in 2 bytes, and on a CPU device the
-    // output gradients' bf16 copies dqkv, dres1, dfch, dres2 (9 C in 2 bytes, models/nets/gpt.cpp);
-    // under activations_bf16 qkv, res1, fch and res2 (9 C) and x0 (C) in 2 bytes.
-    const bool cpu_device = !kSimulated && !cuda_device(s);
-    const double in16 = matmul_inputs_bf16(s) ? 7 * C / 2 - (cpu_device ? 9 * C / 2 : 0) : 0;
+    // Under matmul_inputs_bf16 ln1, atty, ln2 and fcg (7 C) in 2 bytes; under activations_bf16
+    // qkv, res1, fch and res2 (9 C) and x0 (C) in 2 bytes, and the activation gradients between
+    // the layers dres_a, dres_b, dln, datty (4 C), dqkv (3 C), dfch and dfcg (8 C): 15 C
+    // (models/nets/gpt.cpp; the output gradients' kept bf16 copies, for fp32 gradients, are not
+    // made).
+    const double in16 = matmul_inputs_bf16(s) ? 7 * C / 2 : 0;
     const double act16 = activations_bf16(s) ? 9 * C / 2 : 0;
-    act_per_row = T * (L * (16 * C - in16 - act16 + H * T + 4) + 18 * C - (act16 ? C / 2 : 0) + 3 * V);
+    const double grad16 = activations_bf16(s) ? 15 * C / 2 : 0;
+    act_per_row = T * (L * (16 * C - in16 - act16 + H * T + 4) + 18 * C - (act16 ? C / 2 : 0) - grad16 + 3 * V);
     // text: the file and its split copies; kjv: about 4 MB of verses, parsed; tokens: the two
     // files' ids at their width (about the files' sizes)
     e.data = s.data.dataset == "tokens" ? file_size(s.data.path) + file_size(s.data.eval_path)

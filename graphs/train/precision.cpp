@@ -34,6 +34,7 @@ Precision::Precision(const Spec& spec, Runtime& rt, Workload& wl)
   rt.set_matmul_bf16(native_matmuls_);
   rt.set_matmul_inputs_bf16(native_matmuls_);  // store_params(false) turns it off
   rt.set_activations_bf16(bf16_);               // on every device (RunOptions::bf16_activations)
+  rt.set_activation_grads_bf16(bf16_);          // likewise (RunOptions::bf16_activation_grads)
   if (bf16_ && !rt.device_is_cuda() && !native_matmuls_)
     std::fprintf(stderr,
                  "zenflow-run: note: precision bf16: this CPU has no native bf16 (AVX512_BF16 or AMX, as oneDNN "

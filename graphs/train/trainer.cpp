@@ -170,6 +170,7 @@ void setup(Run& r) {
   if (!opt.init_path.empty()) load_weights(*r.wl, opt.init_path);
   r.prec = std::make_unique<Precision>(spec, *r.rt, *r.wl);
   if (!opt.bf16_activations) r.rt->set_activations_bf16(false);
+  if (!opt.bf16_activations || !opt.bf16_activation_grads) r.rt->set_activation_grads_bf16(false);
   r.prec->store_params(opt.half_storage, r.ranks);  // the masters start from the bf16 values
   r.per_epoch = steps_per_epoch(spec, r.wl->epoch_size());
   r.strat = make_strategy(spec, *r.rt, r.wl->params(), r.per_epoch, r.comm);

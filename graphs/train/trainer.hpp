@@ -43,6 +43,9 @@ struct RunOptions {
   // false: precision bf16 keeps the residual stream and the matmuls' outputs in fp32 instead of
   // bf16 (Runtime::activations_bf16; tests compare where the two differ)
   bool bf16_activations = true;
+  // false: precision bf16 keeps the activation gradients between the layers in fp32 instead of
+  // bf16 (Runtime::activation_grads_bf16; off with bf16_activations too)
+  bool bf16_activation_grads = true;
   std::ostream* out = nullptr;  // progress and summary (default std::cout)
   // The ranks of a data-parallel run (zenflow-run under mpirun, docs/data-parallel.md); null or one
   // rank: a single process. Other ranks than 0 print nothing and write no file.

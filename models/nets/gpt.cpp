@@ -99,7 +99,7 @@ size_t GptBody::numel() const {
   return n;
 }
 
-GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts) {
+GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts, bool bf16_grads) {
   for (auto& a : acts_)
     if (a->B == B && a->T == T) return *a;
   auto a = std::make_unique<Acts>();
@@ -148,14 +148,19 @@ GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts) {
   a->lnf = t("lnf", {N, C});
   a->lnf_mean = t("lnf.mean", {N});
   a->lnf_rstd = t("lnf.rstd", {N});
-  a->dres_a = t("dres_a", {N, C});
-  a->dres_b = t("dres_b", {N, C});
-  a->dln = t("dln", {N, C});
-  a->datty = t("datty", {N, C});
+  // the activation gradients between the layers: bf16 under Runtime::activation_grads_bf16 (the
+  // head's output gradient dlnf stays fp32, as the final LayerNorm's output)
+  auto grad = [&](const std::string& name, std::vector<int64_t> shape) {
+    return bf16_grads ? Tensor::lazy_half(shape, name + tag, Half::Bf16) : t(name, shape);
+  };
+  a->dres_a = grad("dres_a", {N, C});
+  a->dres_b = grad("dres_b", {N, C});
+  a->dln = grad("dln", {N, C});
+  a->datty = grad("datty", {N, C});
   a->dlnf = t("dlnf", {N, C});
-  a->dqkv = t("dqkv", {N, 3 * C});
-  a->dfch = t("dfch", {N, I});
-  a->dfcg = t("dfcg", {N, I});
+  a->dqkv = grad("dqkv", {N, 3 * C});
+  a->dfch = grad("dfch", {N, I});
+  a->dfcg = grad("dfcg", {N, I});
   acts_.push_back(std::move(a));
   return *acts_.back();
 }
@@ -246,7 +251,8 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     // a linear layer's weight, bias and data gradients; with kept bf16 operands the data gradient
     // first (it writes dy's bf16 copy dyh), then the weight gradient on the copies
     // (the kept products need xh: the stored input, or the copy the forward's kept path wrote)
-    const bool kept = keep && (h16 || !L.qkv.stored_half());
+    // (not with bf16 output gradients: the products read them as stored, as the inputs)
+    const bool kept = keep && (h16 || !L.qkv.stored_half()) && !a.dres_a.stored_half();
     auto linear = [&](const std::string& name, int kw, const Tensor& dy, const Tensor& x, const Tensor& dx,
                       const Tensor& xh, const Tensor& dyh) {
       Param& W = P(kw);
@@ -389,7 +395,8 @@ void GptLanguageModel::run_batch(const SubmitOptions& o, int slot, int B, const 
                                  const Tensor& stats, bool accumulate, bool backward) {
   const int T = cfg_.context;
   Head& h = head_for(B);
-  GptBody::Acts& a = body_->acts_for(B, T, o.rt && o.rt->activations_bf16());
+  GptBody::Acts& a = body_->acts_for(B, T, o.rt && o.rt->activations_bf16(),
+                                            o.rt && o.rt->activation_grads_bf16());
   const std::string pre = backward ? "" : "eval.";
   load(o, pre, h, slot);
   LayerHook* hook = backward ? hook_ : nullptr;  // evaluation: the weights are whole

@@ -54,7 +54,8 @@ class GptBody {
   struct Acts;  // activations and gradient buffers of one (B, T)
   // ... made on first use: with bf16_acts (Runtime::activations_bf16) the residual stream and the
   // matmuls' outputs are 2-byte bf16 tensors (Tensor::store_half)
-  Acts& acts_for(int B, int T, bool bf16_acts);
+  // bf16_acts, bf16_grads: Runtime::activations_bf16, activation_grads_bf16
+  Acts& acts_for(int B, int T, bool bf16_acts, bool bf16_grads);
   // Optional conditioning: row ids[b] of table (K, C) added to the embedding of every position of
   // sequence b (the generative classifier's class embedding); its gradient goes to grad.
   struct Conditioning {

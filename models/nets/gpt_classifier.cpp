@@ -132,7 +132,8 @@ void GptClassifier::run_batch(const SubmitOptions& o, int slot, const std::vecto
                               const SequenceTable* table, const Tensor& stats, bool accumulate, bool backward) {
   const int B = (int)rows.size();
   Head& h = head_for(B);
-  GptBody::Acts& a = body_->acts_for(B, cfg_.context, o.rt && o.rt->activations_bf16());
+  GptBody::Acts& a = body_->acts_for(B, cfg_.context, o.rt && o.rt->activations_bf16(),
+                                            o.rt && o.rt->activation_grads_bf16());
   const std::string pre = backward ? "" : "eval.";
   insert_load_sequences(o.named(pre + "load_sequences"), table, rows, h.tokens[slot], h.len[slot], h.labels[slot],
                         status_);
@@ -279,7 +280,8 @@ void GptGenerativeClassifier::run_batch(const SubmitOptions& o, int slot, const 
   const bool backward = stats != nullptr;  // training: loss and backward; evaluation: log-likelihoods
   const int B = (int)refs.size();
   Head& h = head_for(B);
-  GptBody::Acts& a = body_->acts_for(B, cfg_.context, o.rt && o.rt->activations_bf16());
+  GptBody::Acts& a = body_->acts_for(B, cfg_.context, o.rt && o.rt->activations_bf16(),
+                                            o.rt && o.rt->activation_grads_bf16());
   const std::string pre = backward ? "" : "eval.";
   insert_load_chunks(o.named(pre + "load_chunks"), src, refs, h.tokens[slot], h.targets[slot], h.classes[slot],
                      h.labels[slot], status_);

@@ -187,8 +187,9 @@ TEST(MatmulBf16, MixedOperandsBitwiseSameAsWidened) {
 // separate tasks it replaces); a bf16 y is that fp32 result rounded once (PyTorch's addmm). Every
 // path: below kMatmulBf16Rows rows, oneDNN's tiles of rows and of output features (a head wider
 // than the batch), fp32 and bf16 products, both weight layouts, x in fp32 or bf16, no bias, an
-// fp32 bias or a bf16 one; y's old contents (NaN) never leak in.
-TEST(MatmulBf16, ForwardOutputAsStoredWithBiasInTheTile) {
+// fp32 bias or a bf16 one; y's old contents (NaN) never leak in. The data gradient likewise
+// (cpu::matmul_bwd_data_out): a bf16 dx is matmul_bwd_data_mixed's rounded once, dy fp32 or bf16.
+TEST(MatmulBf16, OutputsAsStoredWithBiasInTheTile) {
   for (auto [B, K, N] : std::vector<std::tuple<int, int, int>>{
            {3, 40, 300}, {16, 64, 96}, {64, 55, 22}, {256, 64, 512}, {1024, 128, 384}}) {
     SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
@@ -221,6 +222,22 @@ TEST(MatmulBf16, ForwardOutputAsStoredWithBiasInTheTile) {
                 EXPECT_TRUE(yh == packed) << "bf16 y is not the fp32 result rounded once";
               } else {
                 EXPECT_TRUE(bits_equal(want, y)) << "fp32 y differs from the product and the bias add";
+              }
+              if (bias) continue;  // the data gradient, once per layout and operand (x as dy)
+              const std::vector<float> dy = normal((size_t)B * N, 11);
+              std::vector<uint16_t> dyh(dy.size());
+              cpu::pack_bf16(dy.data(), dyh.data(), dyh.size());
+              const cpu::MatOperand DY{x16 ? (const void*)dyh.data() : dy.data(), x16};
+              std::vector<float> dx_want((size_t)B * K), dx((size_t)B * K, NAN);
+              cpu::matmul_bwd_data_mixed(DY, W, dx_want.data(), B, K, N, io, bf16);
+              std::vector<uint16_t> dxh((size_t)B * K, 0x7fc0);
+              cpu::matmul_bwd_data_out(DY, W, {y16 ? (void*)dxh.data() : dx.data(), y16}, B, K, N, io, bf16);
+              if (y16) {
+                std::vector<uint16_t> packed(dx_want.size());
+                cpu::pack_bf16(dx_want.data(), packed.data(), packed.size());
+                EXPECT_TRUE(dxh == packed) << "bf16 dx is not the fp32 result rounded once";
+              } else {
+                EXPECT_TRUE(bits_equal(dx_want, dx)) << "fp32 dx differs";
               }
             }
   }

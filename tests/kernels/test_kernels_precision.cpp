@@ -434,25 +434,28 @@ TEST(Bf16, AdamOnStoredGradientAndParameterBitwiseSameAsWidened) {
       }
 }
 
-// The GPT's attention on a bf16-stored qkv and out (cpu::attention_*_mixed: read and written as
-// stored, the bf16 products' operands copied from the stored bits) gives bitwise what the 2-byte
-// wrapper gave: qkv widened whole, attention_fwd / attention_bwd, out rounded back. fp32 and bf16
-// products, qkv and out each fp32 or bf16, one row block (T 5), a full one (64) and two (80).
+// The GPT's attention on a bf16-stored qkv, out, dout and dqkv (cpu::attention_*_mixed: read and
+// written as stored, the bf16 products' operands copied from the stored bits) gives bitwise what
+// the 2-byte wrapper gave: the inputs widened whole, attention_fwd / attention_bwd, the outputs
+// rounded back. fp32 and bf16 products, each buffer fp32 or bf16, one row block (T 5), a full
+// one (64) and two (80).
 TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
   std::mt19937 gen(13);
   std::normal_distribution<float> d(0.0f, 1.0f);
   const int B = 3, C = 64, NH = 4;
   for (int T : {5, 64, 80})
     for (bool bf16 : {false, true})
-      for (int mask = 0; mask < 4; ++mask) {  // bit 0: qkv in bf16, bit 1: out
+      for (int mask = 0; mask < 16; ++mask) {  // bits 0-3: qkv, out, dout, dqkv in bf16
         SCOPED_TRACE("T " + std::to_string(T) + (bf16 ? " bf16" : " fp32") + " mask " + std::to_string(mask));
         const size_t n = (size_t)B * T * C;
         std::vector<float> qkv(3 * n), dout(n);
         for (float& x : qkv) x = d(gen);
         for (float& x : dout) x = d(gen);
-        std::vector<uint16_t> qh(3 * n), oh(n, 0);
+        std::vector<uint16_t> qh(3 * n), oh(n, 0), dh(n), dqh(3 * n, 0);
         cpu::pack_bf16(qkv.data(), qh.data(), qh.size());
+        cpu::pack_bf16(dout.data(), dh.data(), dh.size());
         if (mask & 1) cpu::unpack_bf16(qh.data(), qkv.data(), qkv.size());  // as stored
+        if (mask & 4) cpu::unpack_bf16(dh.data(), dout.data(), dout.size());
         const size_t na = (size_t)B * NH * T * T;
         std::vector<float> wout(n), watt(na, 0.0f), wd(3 * n), scratch((size_t)NH * T * T);
         cpu::attention_fwd(qkv.data(), wout.data(), watt.data(), B, T, C, NH, bf16);
@@ -463,8 +466,10 @@ TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
         cpu::attention_fwd_mixed(qe, oe, att.data(), B, T, C, NH, bf16);
         ASSERT_TRUE(same_as_stored(mask & 2, oh, out, wout)) << "out";
         ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
-        cpu::attention_bwd_mixed(dout.data(), qe, att.data(), dq.data(), scratch.data(), B, T, C, NH, bf16);
-        ASSERT_TRUE(same_as_stored(false, {}, dq, wd)) << "dqkv";
+        const cpu::Ew de = mask & 4 ? cpu::Ew{dh.data(), true} : cpu::Ew{dout.data(), false};
+        const cpu::Ew ge = mask & 8 ? cpu::Ew{dqh.data(), true} : cpu::Ew{dq.data(), false};
+        cpu::attention_bwd_mixed(de, qe, att.data(), ge, scratch.data(), B, T, C, NH, bf16);
+        ASSERT_TRUE(same_as_stored(mask & 8, dqh, dq, wd)) << "dqkv";
       }
 }
 
@@ -509,6 +514,25 @@ TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
         ASSERT_TRUE(same_as_stored(false, {}, dk, wdk)) << "dk";
         ASSERT_TRUE(same_as_stored(false, {}, dv, wdv)) << "dv";
       }
+}
+
+// The bias gradient of a bf16-stored output gradient (cpu::bias_grad_mixed, each row widened in
+// turn) sums what bias_grad sums on the widened rows, in its order: the same bits.
+TEST(Bf16, BiasGradOnStoredGradientBitwiseSameAsWidened) {
+  std::mt19937 gen(19);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto [B, N] : std::vector<std::pair<int, int>>{{1, 7}, {64, 384}, {1024, 3000}}) {
+    SCOPED_TRACE("B " + std::to_string(B) + " N " + std::to_string(N));
+    std::vector<float> dy((size_t)B * N);
+    for (float& x : dy) x = d(gen);
+    std::vector<uint16_t> h(dy.size());
+    cpu::pack_bf16(dy.data(), h.data(), h.size());
+    cpu::unpack_bf16(h.data(), dy.data(), dy.size());
+    std::vector<float> want((size_t)N), got((size_t)N, NAN);
+    cpu::bias_grad(dy.data(), want.data(), B, N);
+    cpu::bias_grad_mixed({h.data(), true}, got.data(), B, N);
+    ASSERT_TRUE(same_as_stored(false, {}, got, want));
+  }
 }
 
 TEST(Fp16, HandCheckedRounding) {

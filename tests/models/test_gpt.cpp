@@ -268,7 +268,9 @@ TEST(GptEngine, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
 // which each call converts), in both weight layouts (out_in under device-adam, in_out under
 // zenflow), and the kept path did run. With fp32 activations (RunOptions::bf16_activations off)
 // the words' forward keeps its operands too (the fp32 input's bf16 copy, written by the forward's
-// matmul), with the same bits as converting them in every call.
+// matmul), with the same bits as converting them in every call. The kept copies are for fp32
+// output gradients (RunOptions::bf16_activation_grads off); with the gradients stored in bf16 (the
+// default) the products read them as stored: no kept call, and other bits than the fp32 ones.
 TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
   if (!cpu_native_bf16()) GTEST_SKIP() << "no native bf16 on this CPU: bf16's matmuls run in fp32";
   for (const char* strategy : {"device-adam", "zenflow"}) {
@@ -281,10 +283,11 @@ TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
     s.train.steps = 4;
     s.strategy = strategy;
     s.precision = "bf16";
-    auto run = [&](bool keep, bool half, bool bf16_acts, uint64_t* kept_calls) {
+    auto run = [&](bool keep, bool half, bool bf16_acts, uint64_t* kept_calls, bool bf16_grads = false) {
       RunOptions o;
       o.half_storage = half;
       o.bf16_activations = bf16_acts;
+      o.bf16_activation_grads = bf16_grads;
       return run_counting_kept(s, o, keep, kept_calls);
     };
     uint64_t calls = 0;
@@ -305,6 +308,9 @@ TEST(GptEngine, Bf16KeptOperandsBitwiseSameAsPerCallConversion) {
     EXPECT_EQ(calls, 0u);
     EXPECT_EQ(first_difference(words_kept, words_per_call), "");
     EXPECT_NE(first_difference(words_kept, kept), "") << "bf16 activations changed nothing";
+    const Weights bf16_grads = run(true, true, true, &calls, true);
+    EXPECT_EQ(calls, 0u) << "bf16 output gradients: nothing to keep";
+    EXPECT_NE(first_difference(bf16_grads, kept), "") << "bf16 activation gradients changed nothing";
   }
 }
 

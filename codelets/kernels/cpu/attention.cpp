@@ -64,6 +64,7 @@ struct Views {
   int B, T, H, Hkv, hs;
   const uint16_t* qkv16 = nullptr;  // the bf16 path: the GPT's fused qkv as stored in bf16 (q null)
   uint16_t* out16 = nullptr;        // the forward: out stored in bf16 (rounded into place)
+  const uint16_t* dout16 = nullptr; // the bf16 backward: dout stored in bf16 (the dout argument null)
   // the fp32 path: q, k, v stored in bf16 (each sequence's rows widened in its tile; q, k, v null)
   const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
 };
@@ -87,6 +88,7 @@ Seq sequence(const Views& w, int b) {
 }
 struct Grads {
   float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv as the views
+  uint16_t* dqkv16 = nullptr;  // the bf16 backward: the GPT's fused dqkv stored in bf16 (rounded into place)
 };
 
 void fwd_fp32(const Views& w, float* out, float* att) {
@@ -237,19 +239,30 @@ void bwd_sequence_bf16(const Views& w, const float* dout, const float* att, cons
   const size_t TT = (size_t)T * T, Th = (size_t)T * hs;
   pack_qkv(w, b, 3 * H, hqkv);
   const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
-  pack_heads(dout + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
+  if (w.dout16)
+    pack_heads(w.dout16 + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
+  else
+    pack_heads(dout + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
   const float* a = att + (size_t)b * H * TT;  // (H, T, T)
   dense_heads(T, T, hs, false, true, 1.0f, H, hd.data(), v, ds);  // datt = dout v^T
   for (int h = 0; h < H; ++h) causal_softmax_bwd(a + h * TT, ds + h * TT, T, 0, T);  // dS, in place
   pack_all(a, H * TT, hp);
   pack_all(ds, H * TT, hs16);
   if (o.size() < (size_t)H * Th) o.resize((size_t)H * Th);
+  // (H, T, hs) into the rows of a gradient at column offset col of the fused dqkv (or g's own)
+  auto put = [&](float* dst, int ld, size_t col) {
+    if (g.dqkv16)
+      unpack_heads(o.data(), T, ld, H, hs, g.dqkv16 + (size_t)b * T * ld + col);
+    else
+      unpack_heads(o.data(), T, ld, H, hs, dst + (size_t)b * T * ld);
+  };
+  const size_t C = (size_t)H * hs;
   dense_heads(T, hs, T, false, false, scale, H, hs16.data(), k, o.data());  // dq = dS k / sqrt(hs)
-  unpack_heads(o.data(), T, w.ldq, H, hs, g.dq + (size_t)b * T * w.ldq);
+  put(g.dq, w.ldq, 0);
   dense_heads(T, hs, T, true, false, 1.0f, H, hp.data(), hd.data(), o.data());  // dv = att^T dout
-  unpack_heads(o.data(), T, w.ldkv, H, hs, g.dv + (size_t)b * T * w.ldkv);
+  put(g.dv, w.ldkv, 2 * C);
   dense_heads(T, hs, T, true, false, scale, H, hs16.data(), q, o.data());  // dk = dS^T q / sqrt(hs)
-  unpack_heads(o.data(), T, w.ldkv, H, hs, g.dk + (size_t)b * T * w.ldkv);
+  put(g.dk, w.ldkv, C);
 }
 
 // The backward over the sequences; scratch: the caller's (H, T, T) for the tiles it runs, a
@@ -336,14 +349,30 @@ void attention_fwd_mixed(Ew qkv, Ew out, float* att, int B, int T, int C, int NH
   pack_bf16(o.data(), static_cast<uint16_t*>(out.p), n);
 }
 
-void attention_bwd_mixed(const float* dout, Ew qkv, const float* att, float* dqkv, float* scratch, int B, int T,
-                         int C, int NH, bool bf16) {
-  if (bf16 && native_bf16() && qkv.bf16) {
-    Views w{nullptr, nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
-    w.qkv16 = static_cast<const uint16_t*>(qkv.p);
-    return bwd(w, dout, att, Grads{dqkv, dqkv + C, dqkv + 2 * C}, scratch, true);
+void attention_bwd_mixed(Ew dout, Ew qkv, const float* att, Ew dqkv, float* scratch, int B, int T, int C, int NH,
+                         bool bf16) {
+  const size_t n = (size_t)B * T * C;
+  if (bf16 && native_bf16()) {  // the products' bf16 operands: the stored bits copied as they are
+    Views w{static_cast<const float*>(qkv.p), nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
+    if (qkv.bf16) w.q = nullptr, w.qkv16 = static_cast<const uint16_t*>(qkv.p);
+    if (dout.bf16) w.dout16 = static_cast<const uint16_t*>(dout.p);
+    float* d = static_cast<float*>(dqkv.p);
+    Grads g{d, d + C, d + 2 * C};
+    if (dqkv.bf16) g.dqkv16 = static_cast<uint16_t*>(dqkv.p);
+    return bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), att, g, scratch, true);
   }
-  attention_bwd(dout, widened(qkv, (size_t)B * T * 3 * C), att, dqkv, scratch, B, T, C, NH, bf16);
+  // (the second thread-local buffer: widened() holds qkv's)
+  thread_local std::vector<float> wd, gd;
+  const float* dO = static_cast<const float*>(dout.p);
+  if (dout.bf16) {
+    wd.resize(n);
+    unpack_bf16(static_cast<const uint16_t*>(dout.p), wd.data(), n);
+    dO = wd.data();
+  }
+  float* d = static_cast<float*>(dqkv.p);
+  if (dqkv.bf16) gd.resize(3 * n), d = gd.data();
+  attention_bwd(dO, widened(qkv, 3 * n), att, d, scratch, B, T, C, NH, bf16);
+  if (dqkv.bf16) pack_bf16(d, static_cast<uint16_t*>(dqkv.p), 3 * n);
 }
 
 void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,

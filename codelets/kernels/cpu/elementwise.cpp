@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
@@ -143,6 +144,17 @@ void bias_add_mixed(Ew y, const float* b, int B, int N) {
       }
     }
   });
+}
+
+void bias_grad_mixed(Ew dy, float* db, int B, int N) {
+  if (!dy.bf16) return bias_grad(static_cast<const float*>(dy.p), db, B, N);
+  thread_local std::vector<float> row;
+  row.resize((size_t)N);
+  for (int j = 0; j < N; ++j) db[j] = 0.0f;
+  for (int i = 0; i < B; ++i) {  // bias_grad's sums, in its order
+    unpack_bf16(static_cast<const uint16_t*>(dy.p) + (size_t)i * N, row.data(), (size_t)N);
+    for (int j = 0; j < N; ++j) db[j] += row[j];
+  }
 }
 
 void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n) {

@@ -72,6 +72,9 @@ void matmul_bwd_data_mixed(MatOperand dy, MatOperand w, float* dx, int B, int K,
 // rounded if y is bf16: with an fp32 y, bitwise matmul_fwd_mixed followed by bias_add.
 struct Ew;
 void matmul_fwd_out(MatOperand x, MatOperand w, MatOperand b, Ew y, int B, int K, int N, bool w_in_out, bool bf16);
+// dx = dy w with dx as stored: fp32 (matmul_bwd_data_mixed), or bf16 rounded by the product's tiles
+// (matmul_bwd_data_mixed's sums rounded once: the bits of the 2-byte wrapper's rounding)
+void matmul_bwd_data_out(MatOperand dy, MatOperand w, Ew dx, int B, int K, int N, bool w_in_out, bool bf16);
 
 // y (B, N) += b (N)
 void bias_add(float* y, const float* b, int B, int N);
@@ -95,6 +98,7 @@ struct Ew {
   bool bf16;
 };
 void bias_add_mixed(Ew y, const float* b, int B, int N);
+void bias_grad_mixed(Ew dy, float* db, int B, int N);  // bias_grad, each bf16 row widened in turn
 void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n);            // relu_fwd or gelu_fwd
 void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n);    // relu_bwd or gelu_bwd
 void swiglu_fwd_mixed(Ew gate, Ew up, Ew out, size_t n);
@@ -312,14 +316,14 @@ void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C
 // dqkv (B, T, 3C) from dout (B, T, C); scratch holds NH*T*T floats.
 void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch,
                    int B, int T, int C, int NH, bool bf16 = false);
-// The same with qkv (and the forward's out) as stored: fp32, or bf16 bits (precision bf16's 2-byte
-// activations, CodeletDef::cpu_bf16_as_is). With bf16 products on a native-bf16 CPU the bf16 qkv's
+// The same with qkv, the forward's out and the backward's dout and dqkv as stored: fp32, or bf16
+// bits (precision bf16's 2-byte activations and their gradients, CodeletDef::cpu_bf16_as_is). With bf16 products on a native-bf16 CPU the bf16 qkv's
 // heads are copied as they are into the products' operands, and out is rounded as the heads are
 // copied into place; otherwise the bf16 buffers are widened whole (exact) and out is rounded after
 // the fp32 kernel. Either way the bits of widening, the kernels above and rounding out back.
 void attention_fwd_mixed(Ew qkv, Ew out, float* att, int B, int T, int C, int NH, bool bf16);
-void attention_bwd_mixed(const float* dout, Ew qkv, const float* att, float* dqkv, float* scratch, int B, int T,
-                         int C, int NH, bool bf16);
+void attention_bwd_mixed(Ew dout, Ew qkv, const float* att, Ew dqkv, float* scratch, int B, int T, int C, int NH,
+                         bool bf16);
 // The attention's causal softmax on rows [r0, r1) of one head's scores a (T, T), in place: softmax
 // over j <= i, 0 for j > i; and its backward on rows [r0, r1) of ds (T, T) (datt in, dS out, for
 // j <= i; 0 for i < j < r1) from the probabilities att (T, T).

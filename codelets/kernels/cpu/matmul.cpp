@@ -421,7 +421,8 @@ void matmul_bwd_data_mixed(MatOperand dy, MatOperand w, float* dx, int B, int K,
 }
 
 
-// The forward with its output as stored and the bias in the tile (kernels.hpp)
+// The forward and the data gradient with their outputs as stored, the forward's bias in the tile
+// (kernels.hpp)
 namespace {
 struct Out {
   Ew y;            // (B, N), fp32 or bf16
@@ -472,6 +473,18 @@ void fwd_coarse_out(const void* x, const void* w, bool bf16, const Out& out, int
     out.finish(t, N, b0, bb, 0, N, N);
   });
 }
+
+// bwd_data_coarse's tiles of rows, a bf16 dx's tile computed in the tile thread's scratch and rounded
+void bwd_data_coarse_out(const void* dy, const void* w, const Out& out, int B, int K, int N, bool w_in_out) {
+  const double flops = 2.0 * B * K * N;
+  const Operands op{dy, w, true};
+  over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
+    thread_local std::vector<float> t;
+    if (t.size() < (size_t)bb * K) t.resize((size_t)bb * K);
+    op.gemm((size_t)b0 * N, 0, t.data(), {bb, K, N, false, w_in_out, N, w_in_out ? N : K, K, false, false});
+    out.finish(t.data(), K, b0, bb, 0, K, K);
+  });
+}
 }  // namespace
 
 void matmul_fwd_out(MatOperand x, MatOperand w, MatOperand b, Ew y, int B, int K, int N, bool w_in_out, bool bf16) {
@@ -493,6 +506,17 @@ void matmul_fwd_out(MatOperand x, MatOperand w, MatOperand b, Ew y, int B, int K
     const int r0 = i * rows;
     out.finish(p + (size_t)r0 * N, N, r0, std::min(rows, B - r0), 0, N, N);
   });
+}
+
+void matmul_bwd_data_out(MatOperand dy, MatOperand w, Ew dx, int B, int K, int N, bool w_in_out, bool bf16) {
+  if (!dx.bf16) return matmul_bwd_data_mixed(dy, w, static_cast<float*>(dx.p), B, K, N, w_in_out, bf16);
+  const Out out{dx, nullptr};
+  if (bf16_products(bf16, B))
+    return bwd_data_coarse_out(as_bf16(dy, (size_t)B * N, 0), as_bf16(w, (size_t)N * K, 1), out, B, K, N, w_in_out);
+  thread_local std::vector<float> t;  // the other paths: the whole product, then rounded
+  t.resize((size_t)B * K);
+  matmul_bwd_data_mixed(dy, w, t.data(), B, K, N, w_in_out, bf16);
+  pack_bf16(t.data(), static_cast<uint16_t*>(dx.p), t.size());
 }
 
 }  // namespace zf::kernels::cpu

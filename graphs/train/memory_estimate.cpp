@@ -51,8 +51,8 @@ bool activations_bf16(const Spec& s) { return s.precision == "bf16"; }
 // position and layer xn1, res1, xn2, res2 (C each), q and atty (H hs), k and v (Hkv hs), gate, up
 // and h (F), two rstd and the attention probabilities (H T); then the shared gradients and the
 // head; in floats, the matmuls' inputs xn1, atty, xn2, h (and the final norm's xf) at half a float
-// under matmul_inputs_bf16, and x0, q, k, v, res1, gate, up and res2 under activations_bf16.
-// Nothing when the directory has no config.json (the workload reports it).
+// under matmul_inputs_bf16, and x0, q, k, v, res1, gate, up and res2 and the activation
+// gradients between the layers under activations_bf16. Nothing when the directory has no config.json (the workload reports it).
 void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row) {
   const std::string path = (std::filesystem::path(s.model.path) / "config.json").string();
   std::error_code ec;
@@ -68,6 +68,8 @@ void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row)
   act_per_row = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H * T) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V);
   if (matmul_inputs_bf16(s)) act_per_row -= T * (L * (2 * C + Q + F) + C) / 2;
   if (activations_bf16(s)) act_per_row -= T * (L * (2 * C + Q + 2 * KV + 2 * F) + C) / 2;
+  // ... and the activation gradients dres_a, dres_b, dxn, dxn_b, datty, dq, dk, dv, dh, dgate, dup
+  if (activations_bf16(s)) act_per_row -= T * (4 * C + 2 * Q + 2 * KV + 3 * F) / 2;
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ std::vector<std::vector<Param*>> LlamaLanguageModel::layer_groups() {
   return g;
 }
 
-LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts) {
+LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts, bool bf16_grads) {
   for (auto& a : acts_)
     if (a->B == B) return *a;
   auto a = std::make_unique<Acts>();
@@ -139,10 +139,16 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts) {
   a->probs = t("probs", {N, V});
   a->dlogits = t("dlogits", {N, V});
   if (cfg_.tie_word_embeddings) a->head_dw = t("head_dw", {V, C});
-  a->dres_a = t("dres_a", {N, C}), a->dres_b = t("dres_b", {N, C}), a->dxn = t("dxn", {N, C});
-  a->dxn_b = t("dxn_b", {N, C}), a->dxf = t("dxf", {N, C});
-  a->datty = t("datty", {N, Q}), a->dq = t("dq", {N, Q}), a->dk = t("dk", {N, KV}), a->dv = t("dv", {N, KV});
-  a->dh = t("dh", {N, F}), a->dgate = t("dgate", {N, F}), a->dup = t("dup", {N, F});
+  // the activation gradients between the layers: bf16 under Runtime::activation_grads_bf16 (the
+  // head's output gradient dxf stays fp32, as xf's fp32 copy)
+  auto grad = [&](const std::string& name, std::vector<int64_t> shape) {
+    return bf16_grads ? Tensor::lazy_half(shape, name + tag, Half::Bf16) : t(name, shape);
+  };
+  a->dres_a = grad("dres_a", {N, C}), a->dres_b = grad("dres_b", {N, C}), a->dxn = grad("dxn", {N, C});
+  a->dxn_b = grad("dxn_b", {N, C}), a->dxf = t("dxf", {N, C});
+  a->datty = grad("datty", {N, Q}), a->dq = grad("dq", {N, Q}), a->dk = grad("dk", {N, KV});
+  a->dv = grad("dv", {N, KV}), a->dh = grad("dh", {N, F}), a->dgate = grad("dgate", {N, F});
+  a->dup = grad("dup", {N, F});
   auto copy = [&](const std::string& name, std::vector<int64_t> shape) {
     return Tensor::lazy(shape, name + tag + ".bf16", 2);
   };
@@ -201,8 +207,9 @@ void LlamaLanguageModel::block_backward(const SubmitOptions& o, Acts& a, int l, 
   const int T = opt_.context, H = (int)cfg_.num_heads, Hkv = (int)cfg_.num_kv_heads;
   Tensor &dA = a.dres_a, &dB = a.dres_b;
   const bool h16 = o.rt && o.rt->matmul_inputs_bf16();  // as block_forward
-  // (the kept products read the inputs' bf16 storage: h16)
-  const bool kept = h16 && matmul_keeps_bf16_operands(o, (int64_t)a.B * T);
+  // (the kept products read the inputs' bf16 storage: h16; not with bf16 output gradients, which
+  // the products read as stored)
+  const bool kept = h16 && matmul_keeps_bf16_operands(o, (int64_t)a.B * T) && !dA.stored_half();
   // dx (written, or added to dx with `add` through a.dxn_b) and the weight's gradients of y = x W^T + b;
   // with kept bf16 operands the data gradient first (it writes dy's bf16 copy), then the weight
   // gradient on the copies

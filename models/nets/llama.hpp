@@ -65,7 +65,8 @@ class LlamaLanguageModel : public Workload, public HfModel {
  private:
   void init();  // parameters created and loaded (or initialised), rotary table built
   void load();
-  Acts& acts_for(int B, bool bf16_acts);  // bf16_acts: Runtime::activations_bf16 (llama_parts.hpp)
+  // bf16_acts, bf16_grads: Runtime::activations_bf16, activation_grads_bf16 (llama_parts.hpp)
+  Acts& acts_for(int B, bool bf16_acts, bool bf16_grads);
   void block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in);
   void block_backward(const SubmitOptions& o, Acts& a, int l, const Tensor& in);
   void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook);

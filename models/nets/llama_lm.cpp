@@ -94,7 +94,7 @@ int64_t LlamaLanguageModel::load_batch(const SubmitOptions& o, Acts& a, int slot
 
 void LlamaLanguageModel::run_batch(const SubmitOptions& o, int slot, const std::vector<int64_t>& units,
                                    const Tensor& stats, bool eval) {
-  Acts& a = acts_for((int)units.size(), o.rt && o.rt->activations_bf16());
+  Acts& a = acts_for((int)units.size(), o.rt && o.rt->activations_bf16(), o.rt && o.rt->activation_grads_bf16());
   const int64_t count = load_batch(o, a, slot, units, eval);
   LayerHook* hook = eval ? nullptr : hook_;  // evaluation: the weights are whole
   forward(o, a, a.tokens[slot], hook);

@@ -111,8 +111,10 @@ TEST(Gpt2HfTrain, AdamWStepsMatchDoubleReference) {
 // c_attn's input, q or k, the probabilities, c_proj's, c_fc's and mlp.c_proj's inputs, 5, and the
 // head's, 11; back the head's and per block the 4 linear layers' output gradients and the
 // attention's dout and dS, 13; the weight gradient's 2 operands: 26, doubled; the residual stream
-// and products' outputs stored in bf16 add roundings on that chain this count leaves out, and it
-// held with them), and the parameters
+// and products' outputs stored in bf16 add roundings on the forward chain this count leaves out,
+// and the activation gradients stored in bf16 (Runtime::activation_grads_bf16) on the backward
+// one: 21 on the longest path to block 0's c_attn instead of 13, 34 sites in all; it held with
+// them), and the parameters
 // after each step device-adam's bf16 update of the engine's own gradients (bf16::RoundedAdamRef).
 TEST(Gpt2HfTrain, Bf16ThreeAdamWStepsWithinBf16OfReference) {
   for (bool tied : {true, false}) {

@@ -142,6 +142,9 @@ TEST(LlamaRuns, Bf16TwoByteParametersTrainTheWordsWeightsBitwise) {
 // multiplies the copies (models/nets/llama.cpp, Acts::kept); the weights are bitwise those of
 // converting dy in every call, under device-adam and zenflow, on the untied GQA model and on
 // Qwen2 (q/k/v biases, tied head), and the kept path did run (96 rows a batch: oneDNN's tiles).
+// The copies are for fp32 output gradients (RunOptions::bf16_activation_grads off); with the
+// activation gradients stored in bf16 (the default) only the head's (dlogits, fp32) is kept, and
+// the weights differ from the fp32 gradients'.
 TEST(LlamaRuns, Bf16KeptGradientCopiesBitwiseSameAsPerCallConversion) {
   if (!cpu_native_bf16()) GTEST_SKIP() << "no native bf16 on this CPU: bf16's matmuls run in fp32";
   for (const json& cfg : {gqa_untied(), qwen2()}) {
@@ -155,13 +158,18 @@ TEST(LlamaRuns, Bf16KeptGradientCopiesBitwiseSameAsPerCallConversion) {
       s.train.batch_size = 6;
       s.train.steps = 3;
       uint64_t calls = 0;
-      const Weights per_call = run_counting_kept(s, RunOptions{}, false, &calls);
+      RunOptions fp32_grads;
+      fp32_grads.bf16_activation_grads = false;
+      const Weights per_call = run_counting_kept(s, fp32_grads, false, &calls);
       ASSERT_EQ(calls, 0u) << "turned off, the kept path ran";
-      const Weights kept = run_counting_kept(s, RunOptions{}, true, &calls);
+      const Weights kept = run_counting_kept(s, fp32_grads, true, &calls);
       // (2 layers x 7 linear layers + the head) x 2 products x 3 steps
       EXPECT_GE(calls, (2u * 7u + 1u) * 2u * 3u) << "the kept path did not run";
       ASSERT_FALSE(per_call.empty());
       EXPECT_EQ(first_difference(kept, per_call), "");
+      const Weights bf16_grads = run_counting_kept(s, RunOptions{}, true, &calls);
+      EXPECT_EQ(calls, 2u * 3u) << "bf16 output gradients: only the head's fp32 one is kept";
+      EXPECT_NE(first_difference(bf16_grads, kept), "") << "bf16 activation gradients changed nothing";
     }
   }
 }

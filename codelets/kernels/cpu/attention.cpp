@@ -17,6 +17,11 @@
 // batched bf16 matmul on AMX (brg:avx512_core_amx_bf16) only when every operand is dense, and
 // falls back to gemm:jit otherwise (3.5-10x slower at the GPT's shapes, most with a scale:
 // experiments/onednn, "bf16 step"), so the bf16 path has no causal blocking (below).
+// Operands stored in bf16 (precision bf16's activations and, for the GPT, their gradients:
+// attention_*_mixed, gqa_attention_*_mixed) are read as stored: the bf16 path copies the stored
+// bits into its packed heads and rounds its outputs as it copies them into place; the fp32 path
+// widens each sequence's rows in the tile that computes it and rounds its out there. Either way
+// the bits of widening the whole buffers first and rounding the outputs after.
 // dk and dv sum over the G query heads sharing a KV head in group order: group 0's product writes
 // them, the next groups' accumulate (a fixed order).
 // Each sequence is a tile of kernels::cpu::parallel_for: the device side's idle cores help, and

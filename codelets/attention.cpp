@@ -5,7 +5,7 @@
 // GPT's CPU kernels where the CPU has native bf16 (the CPU's grouped-query attention stays fp32),
 // both CUDA kernels on the tensor cores (kernels/cuda/attention.cu). The GPT's CPU kernels read a
 // bf16-stored qkv and write a bf16-stored out as they are (kernels::cpu::attention_*_mixed), the
-// grouped-query ones their q, k, v and out (kernels::cpu::gqa_attention_*_mixed).
+// grouped-query ones their q, k, v, out and gradients (kernels::cpu::gqa_attention_*_mixed).
 #include <starpu.h>
 
 #include <cstdlib>
@@ -71,9 +71,9 @@ void gqa_attention_bwd_cpu(void* b[], void* a) noexcept {  // dout, q, k, v, att
     if (p->status) p->status->fail("gqa_attention_bwd: out of memory for the (H, T, T) scratch");
     return;
   }
-  kernels::cpu::gqa_attention_bwd_mixed(vec_ptr(b[0]), ew_of(b[1]), ew_of(b[2]), ew_of(b[3]), vec_ptr(b[4]),
-                                        vec_ptr(b[5]), vec_ptr(b[6]), vec_ptr(b[7]), scratch, p->B, p->T, p->H,
-                                        p->Hkv, p->hs);
+  kernels::cpu::gqa_attention_bwd_mixed(ew_of(b[0]), ew_of(b[1]), ew_of(b[2]), ew_of(b[3]), vec_ptr(b[4]),
+                                        ew_of(b[5]), ew_of(b[6]), ew_of(b[7]), scratch, p->B, p->T, p->H, p->Hkv,
+                                        p->hs);
   std::free(scratch);
 }
 #ifdef ZF_USE_CUDA
@@ -176,7 +176,7 @@ starpu_codelet& gqa_attention_bwd_cl() {
       make_codelet(cpu_bf16_as_is({"zf_gqa_attention_bwd", gqa_attention_bwd_cpu, ZF_CUDA_FUNC(gqa_attention_bwd_cuda),
                                    8, {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_W},
                                    gqa_bwd_flops, Collective::None, 0, nullptr, nullptr, gqa_bwd_bf16_operands},
-                                  0b00001110),  // q, k, v as stored (CPU)
+                                  0b11101111),  // all but att as stored (CPU)
                    &m);
   return c;
 }

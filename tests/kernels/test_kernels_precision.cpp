@@ -473,9 +473,10 @@ TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
       }
 }
 
-// Grouped-query attention (the Llama's) on bf16-stored q, k, v and out
+// Grouped-query attention (the Llama's) on bf16-stored q, k, v, out, dout, dq, dk and dv
 // (cpu::gqa_attention_*_mixed: each sequence widened and rounded in its tile) gives bitwise what
-// the 2-byte wrapper gave: the operands widened whole, gqa_attention_fwd / _bwd, out rounded back.
+// the 2-byte wrapper gave: the inputs widened whole, gqa_attention_fwd / _bwd, the outputs rounded
+// back.
 // One, two and four KV heads for four query heads; every mix of fp32 and bf16 operands.
 TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
   std::mt19937 gen(17);
@@ -483,7 +484,7 @@ TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
   const int B = 3, H = 4, hs = 16;
   for (int Hkv : {1, 2, 4})
     for (int T : {5, 80})
-      for (int mask = 0; mask < 16; ++mask) {  // bits 0-3: q, k, v, out in bf16
+      for (int mask = 0; mask < 64; ++mask) {  // bits 0-3: q, k, v, out in bf16; 4: dout; 5: dq, dk, dv
         SCOPED_TRACE("Hkv " + std::to_string(Hkv) + " T " + std::to_string(T) + " mask " + std::to_string(mask));
         const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, na = (size_t)B * H * T * T;
         std::vector<std::vector<float>> x = {std::vector<float>(nq), std::vector<float>(nkv), std::vector<float>(nkv)};
@@ -498,6 +499,9 @@ TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
         }
         std::vector<float> dout(nq);
         for (float& y : dout) y = d(gen);
+        std::vector<uint16_t> dh(nq);
+        cpu::pack_bf16(dout.data(), dh.data(), nq);
+        if (mask & 16) cpu::unpack_bf16(dh.data(), dout.data(), nq);
         std::vector<float> wout(nq), watt(na, 0.0f), wdq(nq), wdk(nkv), wdv(nkv), scratch((size_t)H * T * T);
         cpu::gqa_attention_fwd(x[0].data(), x[1].data(), x[2].data(), wout.data(), watt.data(), B, T, H, Hkv, hs);
         cpu::gqa_attention_bwd(dout.data(), x[0].data(), x[1].data(), x[2].data(), watt.data(), wdq.data(), wdk.data(),
@@ -508,11 +512,17 @@ TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
         cpu::gqa_attention_fwd_mixed(e[0], e[1], e[2], oe, att.data(), B, T, H, Hkv, hs);
         ASSERT_TRUE(same_as_stored(mask & 8, oh, out, wout)) << "out";
         ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
-        cpu::gqa_attention_bwd_mixed(dout.data(), e[0], e[1], e[2], att.data(), dq.data(), dk.data(), dv.data(),
+        const bool g16 = mask & 32;
+        std::vector<uint16_t> dqh(nq, 0), dkh(nkv, 0), dvh(nkv, 0);
+        auto out_e = [&](std::vector<float>& f, std::vector<uint16_t>& h) {
+          return g16 ? cpu::Ew{h.data(), true} : cpu::Ew{f.data(), false};
+        };
+        const cpu::Ew de = mask & 16 ? cpu::Ew{dh.data(), true} : cpu::Ew{dout.data(), false};
+        cpu::gqa_attention_bwd_mixed(de, e[0], e[1], e[2], att.data(), out_e(dq, dqh), out_e(dk, dkh), out_e(dv, dvh),
                                      scratch.data(), B, T, H, Hkv, hs);
-        ASSERT_TRUE(same_as_stored(false, {}, dq, wdq)) << "dq";
-        ASSERT_TRUE(same_as_stored(false, {}, dk, wdk)) << "dk";
-        ASSERT_TRUE(same_as_stored(false, {}, dv, wdv)) << "dv";
+        ASSERT_TRUE(same_as_stored(g16, dqh, dq, wdq)) << "dq";
+        ASSERT_TRUE(same_as_stored(g16, dkh, dk, wdk)) << "dk";
+        ASSERT_TRUE(same_as_stored(g16, dvh, dv, wdv)) << "dv";
       }
 }
 

@@ -69,7 +69,7 @@ struct Views {
   int B, T, H, Hkv, hs;
   const uint16_t* qkv16 = nullptr;  // the bf16 path: the GPT's fused qkv as stored in bf16 (q null)
   uint16_t* out16 = nullptr;        // the forward: out stored in bf16 (rounded into place)
-  const uint16_t* dout16 = nullptr; // the bf16 backward: dout stored in bf16 (the dout argument null)
+  const uint16_t* dout16 = nullptr; // the backward: dout stored in bf16 (the dout argument null)
   // the fp32 path: q, k, v stored in bf16 (each sequence's rows widened in its tile; q, k, v null)
   const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
 };
@@ -94,6 +94,9 @@ Seq sequence(const Views& w, int b) {
 struct Grads {
   float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv as the views
   uint16_t* dqkv16 = nullptr;  // the bf16 backward: the GPT's fused dqkv stored in bf16 (rounded into place)
+  // the fp32 backward: dq, dk, dv stored in bf16 (each sequence's computed in the tile's fp32
+  // buffers, then rounded into place; dq, dk, dv null)
+  uint16_t *dq16 = nullptr, *dk16 = nullptr, *dv16 = nullptr;
 };
 
 void fwd_fp32(const Views& w, float* out, float* att) {
@@ -128,11 +131,18 @@ void bwd_sequence(const Views& w, const float* dout, const float* att, const Gra
   const int64_t TT = (int64_t)T * T, gq = (int64_t)G * hs, gt = (int64_t)G * TT;
   const Seq sq = sequence(w, b);
   const float *q = sq.q, *k = sq.k, *v = sq.v;
-  const float* dO = dout + (size_t)b * T * w.ldo;
+  thread_local std::vector<float> bo, bq, bk, bv;  // a bf16 dout widened; bf16 dq, dk, dv's fp32 rows
+  const size_t nq = (size_t)T * w.ldq, nkv = (size_t)T * w.ldkv, no = (size_t)T * w.ldo;
+  const float* dO = rows_f32(dout, w.dout16, (size_t)b * no, no, bo);
+  auto rows = [&](float* f, const uint16_t* h, size_t n, std::vector<float>& buf) {
+    if (!h) return f + (size_t)b * n;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+  };
   const float* a = att + (size_t)b * H * TT;  // (H, T, T)
-  float* dq = g.dq + (size_t)b * T * w.ldq;
-  float* dk = g.dk + (size_t)b * T * w.ldkv;
-  float* dv = g.dv + (size_t)b * T * w.ldkv;
+  float* dq = rows(g.dq, g.dq16, nq, bq);
+  float* dk = rows(g.dk, g.dk16, nkv, bk);
+  float* dv = rows(g.dv, g.dv16, nkv, bv);
   for (int r0 = 0; r0 < T; r0 += kBlock) {  // datt and dS by rows (in ds), then dq = dS k
     const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
     for (int j = 0; j < G; ++j)
@@ -154,6 +164,9 @@ void bwd_sequence(const Views& w, const float* dout, const float* att, const Gra
             q + (size_t)c0 * w.ldq + j * hs, dk + (size_t)c0 * w.ldkv, j > 0);
     }
   }
+  if (g.dq16) to_bf16(dq, g.dq16 + (size_t)b * nq, nq);
+  if (g.dk16) to_bf16(dk, g.dk16 + (size_t)b * nkv, nkv);
+  if (g.dv16) to_bf16(dv, g.dv16 + (size_t)b * nkv, nkv);
 }
 
 // bf16 (H == Hkv). T rows of n heads of hs columns (head h at column h hs, row stride ld) of x,
@@ -402,11 +415,16 @@ void gqa_attention_fwd_mixed(Ew q, Ew k, Ew v, Ew out, float* att, int B, int T,
   fwd_fp32(w, static_cast<float*>(out.p), att);
 }
 
-void gqa_attention_bwd_mixed(const float* dout, Ew q, Ew k, Ew v, const float* att, float* dq, float* dk, float* dv,
-                             float* scratch, int B, int T, int H, int Hkv, int hs) {
-  bwd(gqa_views(q, k, v, B, T, H, Hkv, hs), dout, att, Grads{dq, dk, dv}, scratch, false);
+void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* att, Ew dq, Ew dk, Ew dv, float* scratch,
+                             int B, int T, int H, int Hkv, int hs) {
+  Views w = gqa_views(q, k, v, B, T, H, Hkv, hs);
+  if (dout.bf16) w.dout16 = static_cast<const uint16_t*>(dout.p);
+  auto f = [](Ew x) { return x.bf16 ? nullptr : static_cast<float*>(x.p); };
+  auto h = [](Ew x) { return x.bf16 ? static_cast<uint16_t*>(x.p) : nullptr; };
+  Grads g{f(dq), f(dk), f(dv)};
+  g.dq16 = h(dq), g.dk16 = h(dk), g.dv16 = h(dv);
+  bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), att, g, scratch, false);
 }
-
 void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
                        float* dq, float* dk, float* dv, float* scratch, int B, int T, int H, int Hkv, int hs) {
   bwd(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, dout, att, Grads{dq, dk, dv}, scratch, false);

@@ -424,13 +424,14 @@ void gqa_attention_fwd(const float* q, const float* k, const float* v, float* ou
 // H*T*T floats. A KV head's dk and dv are summed over its query heads in head order.
 void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
                        float* dq, float* dk, float* dv, float* scratch, int B, int T, int H, int Hkv, int hs);
-// The same with q, k, v (and the forward's out) as stored: fp32, or bf16 bits (precision bf16's
-// 2-byte activations, CodeletDef::cpu_bf16_as_is), each sequence's bf16 rows widened (exact) in
-// the tile that computes it and its out rounded there: the bits of widening the whole buffers, the
-// kernels above and rounding out back, in one pass over memory.
+// The same with q, k, v, the forward's out and the backward's dout, dq, dk, dv as stored: fp32, or
+// bf16 bits (precision bf16's 2-byte activations and their gradients, CodeletDef::cpu_bf16_as_is),
+// each sequence's bf16 rows widened (exact) in the tile that computes it and its outputs rounded
+// there: the bits of widening the whole buffers, the kernels above and rounding the outputs back,
+// in one pass over memory.
 void gqa_attention_fwd_mixed(Ew q, Ew k, Ew v, Ew out, float* att, int B, int T, int H, int Hkv, int hs);
-void gqa_attention_bwd_mixed(const float* dout, Ew q, Ew k, Ew v, const float* att, float* dq, float* dk, float* dv,
-                             float* scratch, int B, int T, int H, int Hkv, int hs);
+void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* att, Ew dq, Ew dk, Ew dv, float* scratch, int B,
+                             int T, int H, int Hkv, int hs);
 
 // Generation with a KV cache (decode_attention.cpp; docs/hf.md "Generation"): T new queries q
 // (T, H*hs) at positions pos0 .. pos0+T-1 over the cache kc, vc (>= pos0+T rows, Hkv*hs), whose

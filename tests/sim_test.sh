@@ -95,10 +95,12 @@ echo "ok: per-codelet efficiency"
 # Precision (docs/simulation.md, "Precision and the GPU's rate"): device-adam on h200-pcie5-x1 in
 # fp32 and in bf16. Every matmul and attention task on the CUDA worker takes its roofline time:
 # fp32 max(FLOPs / (fp32_flops x e), bytes / B) + overhead; bf16 first 6 bytes per converted operand
-# element (the operands not stored in bf16) at B, then the FLOPs at bf16_flops x e, the bytes with the weight (and its gradient) and the
-# linear layers' inputs (ln1, atty, ln2, fcg: Runtime::matmul_inputs_bf16) and the matmuls' outputs but the head's (qkv, res1, fch,
-# res2: Runtime::activations_bf16) at 2 bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C,
-# the byte-level vocabulary 256, 4 heads); the rates from the machine file.
+# element (the operands not stored in bf16) at B, then the FLOPs at bf16_flops x e, the bytes with
+# the weight (and its gradient, and the bias of the forward's bias codelet) and the linear layers'
+# inputs (ln1, atty, ln2, fcg: Runtime::matmul_inputs_bf16), the matmuls' outputs (qkv, res1, fch,
+# res2: Runtime::activations_bf16) and the activation gradients (Runtime::activation_grads_bf16),
+# but the head's, at 2 bytes a value. Shapes from gpt-kjv.json (B x T rows, n_embd C, the
+# byte-level vocabulary 256, 4 heads); the rates from the machine file.
 for p in fp32 bf16; do
   sim h200-pcie5-x1 "$TMP/p$p.json" --strategy device-adam --set precision="\"$p\"" --trace-csv "$TMP/p$p.csv" ||
     { tail -30 "$TMP/log"; fail "device-adam $p on h200-pcie5-x1 exited $?"; }
@@ -120,7 +122,8 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         # qkv (a matmul's output) and the forward's output atty (the attention projection's input): 2
         # bytes under bf16
         hb = 2 if prec == "bf16" else 4
-        byts = hb * qkv + 4 * att + hb * R * C if fwd else 4 * (R * C + att + qkv) + hb * qkv
+        # backward: dout (datty) and dqkv, activation gradients, 2 bytes under bf16 too
+        byts = hb * qkv + 4 * att + hb * R * C if fwd else hb * R * C + 4 * att + 2 * hb * qkv
         conv = (qkv + att) if fwd else (qkv + R * C + 2 * att)
     else:
         base = name[:-3] if name.endswith((".dw", ".dx")) else name  # bwd.h3.c_fc.dw -> bwd.h3.c_fc
@@ -132,15 +135,21 @@ def want(name, codelet, prec):  # seconds, or None for a task this check does no
         # the weight gradient, are 2-byte buffers under bf16 (the parameters' storage; the
         # gradients' too: device-adam without clipping on one rank, two_byte_gradients)
         wb = 2 if prec == "bf16" else 4
-        # x, read by the forward and the weight gradient: 2 bytes under bf16 but the head's (lnf)
-        xb = 2 if prec == "bf16" and key != "lm_head" and codelet != "zf_matmul_bwd_data" else 4
-        # y, written by the forward: 2 bytes under bf16 but the head's (the logits)
-        yb = 2 if prec == "bf16" and key != "lm_head" and codelet == "zf_matmul_fwd" else 4
+        # x, read by the forward and the weight gradient, and dx, written by the data gradient: 2
+        # bytes under bf16 but the head's (lnf, dlnf)
+        xb = 2 if prec == "bf16" and key != "lm_head" else 4
+        # y, written by the forward, and dy, read by the gradients: 2 bytes under bf16 but the
+        # head's (the logits, dlogits)
+        yb = 2 if prec == "bf16" and key != "lm_head" else 4
         flops, byts = 2.0 * R * K * N, xb * R * K + yb * R * N + wb * N * K
-        # converted: the fp32 operands only (the weight and, but for the head, x are stored in bf16
-        # and multiplied as they are: kernels::cuda::matmul_*_mixed)
+        if codelet == "zf_matmul_bias_fwd":
+            byts += wb * N  # the bias
+        # converted: the fp32 operands only (the weight and, but for the head, x and dy are stored
+        # in bf16 and multiplied as they are: kernels::cuda::matmul_*_mixed)
         xc = R * K if key == "lm_head" else 0
-        conv = {"zf_matmul_fwd": xc, "zf_matmul_bwd_weight": R * N + xc, "zf_matmul_bwd_data": R * N}[codelet]
+        dyc = R * N if key == "lm_head" else 0
+        conv = {"zf_matmul_fwd": xc, "zf_matmul_bias_fwd": xc, "zf_matmul_bwd_weight": dyc + xc,
+                "zf_matmul_bwd_data": dyc}[codelet]
     if prec == "fp32":
         return max(flops / rate["fp32"], byts / bw) + over
     return 6 * conv / bw + max(flops / rate["bf16"], byts / bw) + over

@@ -199,6 +199,17 @@ TEST(MatmulBf16, OutputsAsStoredWithBiasInTheTile) {
     cpu::pack_bf16(b.data(), bh.data(), bh.size());
     std::vector<float> br(b.size());  // the bf16 bias widened
     cpu::unpack_bf16(bh.data(), br.data(), br.size());
+    // an output as stored (bf16 bits h, or fp32 v) against the separate tasks' fp32 result
+    auto expect_stored = [](bool half, const std::vector<uint16_t>& h, const std::vector<float>& v,
+                            const std::vector<float>& want, const char* what) {
+      if (half) {
+        std::vector<uint16_t> packed(want.size());
+        cpu::pack_bf16(want.data(), packed.data(), packed.size());
+        EXPECT_TRUE(h == packed) << what << ": bf16 output is not the fp32 result rounded once";
+      } else {
+        EXPECT_TRUE(bits_equal(want, v)) << what << ": fp32 output differs from the separate tasks'";
+      }
+    };
     for (bool bf16 : {false, true})
       for (bool io : {false, true})
         for (bool x16 : {false, true})
@@ -216,13 +227,7 @@ TEST(MatmulBf16, OutputsAsStoredWithBiasInTheTile) {
               std::vector<float> y((size_t)B * N, NAN);
               std::vector<uint16_t> yh((size_t)B * N, 0x7fc0);
               cpu::matmul_fwd_out(X, W, Bi, {y16 ? (void*)yh.data() : y.data(), y16}, B, K, N, io, bf16);
-              if (y16) {
-                std::vector<uint16_t> packed(want.size());
-                cpu::pack_bf16(want.data(), packed.data(), packed.size());
-                EXPECT_TRUE(yh == packed) << "bf16 y is not the fp32 result rounded once";
-              } else {
-                EXPECT_TRUE(bits_equal(want, y)) << "fp32 y differs from the product and the bias add";
-              }
+              expect_stored(y16, yh, y, want, "forward");
               if (bias) continue;  // the data gradient, once per layout and operand (x as dy)
               const std::vector<float> dy = normal((size_t)B * N, 11);
               std::vector<uint16_t> dyh(dy.size());
@@ -232,13 +237,7 @@ TEST(MatmulBf16, OutputsAsStoredWithBiasInTheTile) {
               cpu::matmul_bwd_data_mixed(DY, W, dx_want.data(), B, K, N, io, bf16);
               std::vector<uint16_t> dxh((size_t)B * K, 0x7fc0);
               cpu::matmul_bwd_data_out(DY, W, {y16 ? (void*)dxh.data() : dx.data(), y16}, B, K, N, io, bf16);
-              if (y16) {
-                std::vector<uint16_t> packed(dx_want.size());
-                cpu::pack_bf16(dx_want.data(), packed.data(), packed.size());
-                EXPECT_TRUE(dxh == packed) << "bf16 dx is not the fp32 result rounded once";
-              } else {
-                EXPECT_TRUE(bits_equal(dx_want, dx)) << "fp32 dx differs";
-              }
+              expect_stored(y16, dxh, dx, dx_want, "data gradient");
             }
   }
 }

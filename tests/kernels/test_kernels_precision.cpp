@@ -151,6 +151,28 @@ cpu::AdamParams adam_params(float lr, float weight_decay) {
   return ::testing::AssertionSuccess();
 }
 
+// A mixed kernel's buffer: fp32 values v, or (half) bf16 bits h with v their widened values (what
+// the wrapper's fp32 kernel reads); ew() is the buffer as the mixed kernel gets it.
+struct Buf {
+  std::vector<float> v;
+  std::vector<uint16_t> h;
+  bool half;
+  cpu::Ew ew() { return half ? cpu::Ew{h.data(), true} : cpu::Ew{v.data(), false}; }
+};
+Buf input(size_t n, bool half, std::mt19937& gen) {  // n normal values, as stored
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  Buf b{std::vector<float>(n), std::vector<uint16_t>(n), half};
+  for (float& x : b.v) x = d(gen);
+  cpu::pack_bf16(b.v.data(), b.h.data(), n);
+  if (half) cpu::unpack_bf16(b.h.data(), b.v.data(), n);
+  return b;
+}
+Buf output(size_t n, bool half) { return {std::vector<float>(n, NAN), std::vector<uint16_t>(n, 0x7fc0), half}; }
+// an output as stored against the wrapper's fp32 result
+::testing::AssertionResult same_as_stored(const Buf& b, const std::vector<float>& want) {
+  return same_as_stored(b.half, b.h, b.v, want);
+}
+
 // The elementwise kernels on bf16-stored operands (cpu::*_mixed: precision bf16's 2-byte
 // activations, read and written by the CPU kernels as they are) give bitwise what the 2-byte
 // wrapper gave them: every bf16 operand widened whole, the fp32 kernel, each bf16 output rounded
@@ -441,35 +463,22 @@ TEST(Bf16, AdamOnStoredGradientAndParameterBitwiseSameAsWidened) {
 // one (64) and two (80).
 TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
   std::mt19937 gen(13);
-  std::normal_distribution<float> d(0.0f, 1.0f);
   const int B = 3, C = 64, NH = 4;
   for (int T : {5, 64, 80})
     for (bool bf16 : {false, true})
       for (int mask = 0; mask < 16; ++mask) {  // bits 0-3: qkv, out, dout, dqkv in bf16
         SCOPED_TRACE("T " + std::to_string(T) + (bf16 ? " bf16" : " fp32") + " mask " + std::to_string(mask));
-        const size_t n = (size_t)B * T * C;
-        std::vector<float> qkv(3 * n), dout(n);
-        for (float& x : qkv) x = d(gen);
-        for (float& x : dout) x = d(gen);
-        std::vector<uint16_t> qh(3 * n), oh(n, 0), dh(n), dqh(3 * n, 0);
-        cpu::pack_bf16(qkv.data(), qh.data(), qh.size());
-        cpu::pack_bf16(dout.data(), dh.data(), dh.size());
-        if (mask & 1) cpu::unpack_bf16(qh.data(), qkv.data(), qkv.size());  // as stored
-        if (mask & 4) cpu::unpack_bf16(dh.data(), dout.data(), dout.size());
-        const size_t na = (size_t)B * NH * T * T;
-        std::vector<float> wout(n), watt(na, 0.0f), wd(3 * n), scratch((size_t)NH * T * T);
-        cpu::attention_fwd(qkv.data(), wout.data(), watt.data(), B, T, C, NH, bf16);
-        cpu::attention_bwd(dout.data(), qkv.data(), watt.data(), wd.data(), scratch.data(), B, T, C, NH, bf16);
-        const cpu::Ew qe = mask & 1 ? cpu::Ew{qh.data(), true} : cpu::Ew{qkv.data(), false};
-        std::vector<float> out(n, NAN), att(na, 0.0f), dq(3 * n, NAN);
-        const cpu::Ew oe = mask & 2 ? cpu::Ew{oh.data(), true} : cpu::Ew{out.data(), false};
-        cpu::attention_fwd_mixed(qe, oe, att.data(), B, T, C, NH, bf16);
-        ASSERT_TRUE(same_as_stored(mask & 2, oh, out, wout)) << "out";
+        const size_t n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+        Buf qkv = input(3 * n, mask & 1, gen), dout = input(n, mask & 4, gen);
+        Buf out = output(n, mask & 2), dqkv = output(3 * n, mask & 8);
+        std::vector<float> wout(n), watt(na, 0.0f), wd(3 * n), scratch((size_t)NH * T * T), att(na, 0.0f);
+        cpu::attention_fwd(qkv.v.data(), wout.data(), watt.data(), B, T, C, NH, bf16);
+        cpu::attention_bwd(dout.v.data(), qkv.v.data(), watt.data(), wd.data(), scratch.data(), B, T, C, NH, bf16);
+        cpu::attention_fwd_mixed(qkv.ew(), out.ew(), att.data(), B, T, C, NH, bf16);
+        ASSERT_TRUE(same_as_stored(out, wout)) << "out";
         ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
-        const cpu::Ew de = mask & 4 ? cpu::Ew{dh.data(), true} : cpu::Ew{dout.data(), false};
-        const cpu::Ew ge = mask & 8 ? cpu::Ew{dqh.data(), true} : cpu::Ew{dq.data(), false};
-        cpu::attention_bwd_mixed(de, qe, att.data(), ge, scratch.data(), B, T, C, NH, bf16);
-        ASSERT_TRUE(same_as_stored(mask & 8, dqh, dq, wd)) << "dqkv";
+        cpu::attention_bwd_mixed(dout.ew(), qkv.ew(), att.data(), dqkv.ew(), scratch.data(), B, T, C, NH, bf16);
+        ASSERT_TRUE(same_as_stored(dqkv, wd)) << "dqkv";
       }
 }
 
@@ -480,49 +489,28 @@ TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
 // One, two and four KV heads for four query heads; every mix of fp32 and bf16 operands.
 TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
   std::mt19937 gen(17);
-  std::normal_distribution<float> d(0.0f, 1.0f);
   const int B = 3, H = 4, hs = 16;
   for (int Hkv : {1, 2, 4})
     for (int T : {5, 80})
       for (int mask = 0; mask < 64; ++mask) {  // bits 0-3: q, k, v, out in bf16; 4: dout; 5: dq, dk, dv
         SCOPED_TRACE("Hkv " + std::to_string(Hkv) + " T " + std::to_string(T) + " mask " + std::to_string(mask));
         const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, na = (size_t)B * H * T * T;
-        std::vector<std::vector<float>> x = {std::vector<float>(nq), std::vector<float>(nkv), std::vector<float>(nkv)};
-        std::vector<std::vector<uint16_t>> xh(3);
-        std::vector<cpu::Ew> e(3);
-        for (int i = 0; i < 3; ++i) {
-          for (float& y : x[i]) y = d(gen);
-          xh[i].resize(x[i].size());
-          cpu::pack_bf16(x[i].data(), xh[i].data(), x[i].size());
-          if (mask >> i & 1) cpu::unpack_bf16(xh[i].data(), x[i].data(), x[i].size());  // as stored
-          e[i] = mask >> i & 1 ? cpu::Ew{xh[i].data(), true} : cpu::Ew{x[i].data(), false};
-        }
-        std::vector<float> dout(nq);
-        for (float& y : dout) y = d(gen);
-        std::vector<uint16_t> dh(nq);
-        cpu::pack_bf16(dout.data(), dh.data(), nq);
-        if (mask & 16) cpu::unpack_bf16(dh.data(), dout.data(), nq);
+        Buf q = input(nq, mask & 1, gen), k = input(nkv, mask & 2, gen), v = input(nkv, mask & 4, gen);
+        Buf dout = input(nq, mask & 16, gen), out = output(nq, mask & 8);
+        Buf dq = output(nq, mask & 32), dk = output(nkv, mask & 32), dv = output(nkv, mask & 32);
         std::vector<float> wout(nq), watt(na, 0.0f), wdq(nq), wdk(nkv), wdv(nkv), scratch((size_t)H * T * T);
-        cpu::gqa_attention_fwd(x[0].data(), x[1].data(), x[2].data(), wout.data(), watt.data(), B, T, H, Hkv, hs);
-        cpu::gqa_attention_bwd(dout.data(), x[0].data(), x[1].data(), x[2].data(), watt.data(), wdq.data(), wdk.data(),
+        std::vector<float> att(na, 0.0f);
+        cpu::gqa_attention_fwd(q.v.data(), k.v.data(), v.v.data(), wout.data(), watt.data(), B, T, H, Hkv, hs);
+        cpu::gqa_attention_bwd(dout.v.data(), q.v.data(), k.v.data(), v.v.data(), watt.data(), wdq.data(), wdk.data(),
                                wdv.data(), scratch.data(), B, T, H, Hkv, hs);
-        std::vector<float> out(nq, NAN), att(na, 0.0f), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN);
-        std::vector<uint16_t> oh(nq, 0);
-        const cpu::Ew oe = mask & 8 ? cpu::Ew{oh.data(), true} : cpu::Ew{out.data(), false};
-        cpu::gqa_attention_fwd_mixed(e[0], e[1], e[2], oe, att.data(), B, T, H, Hkv, hs);
-        ASSERT_TRUE(same_as_stored(mask & 8, oh, out, wout)) << "out";
+        cpu::gqa_attention_fwd_mixed(q.ew(), k.ew(), v.ew(), out.ew(), att.data(), B, T, H, Hkv, hs);
+        ASSERT_TRUE(same_as_stored(out, wout)) << "out";
         ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
-        const bool g16 = mask & 32;
-        std::vector<uint16_t> dqh(nq, 0), dkh(nkv, 0), dvh(nkv, 0);
-        auto out_e = [&](std::vector<float>& f, std::vector<uint16_t>& h) {
-          return g16 ? cpu::Ew{h.data(), true} : cpu::Ew{f.data(), false};
-        };
-        const cpu::Ew de = mask & 16 ? cpu::Ew{dh.data(), true} : cpu::Ew{dout.data(), false};
-        cpu::gqa_attention_bwd_mixed(de, e[0], e[1], e[2], att.data(), out_e(dq, dqh), out_e(dk, dkh), out_e(dv, dvh),
+        cpu::gqa_attention_bwd_mixed(dout.ew(), q.ew(), k.ew(), v.ew(), att.data(), dq.ew(), dk.ew(), dv.ew(),
                                      scratch.data(), B, T, H, Hkv, hs);
-        ASSERT_TRUE(same_as_stored(g16, dqh, dq, wdq)) << "dq";
-        ASSERT_TRUE(same_as_stored(g16, dkh, dk, wdk)) << "dk";
-        ASSERT_TRUE(same_as_stored(g16, dvh, dv, wdv)) << "dv";
+        ASSERT_TRUE(same_as_stored(dq, wdq)) << "dq";
+        ASSERT_TRUE(same_as_stored(dk, wdk)) << "dk";
+        ASSERT_TRUE(same_as_stored(dv, wdv)) << "dv";
       }
 }
 
@@ -530,17 +518,12 @@ TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
 // turn) sums what bias_grad sums on the widened rows, in its order: the same bits.
 TEST(Bf16, BiasGradOnStoredGradientBitwiseSameAsWidened) {
   std::mt19937 gen(19);
-  std::normal_distribution<float> d(0.0f, 1.0f);
   for (auto [B, N] : std::vector<std::pair<int, int>>{{1, 7}, {64, 384}, {1024, 3000}}) {
     SCOPED_TRACE("B " + std::to_string(B) + " N " + std::to_string(N));
-    std::vector<float> dy((size_t)B * N);
-    for (float& x : dy) x = d(gen);
-    std::vector<uint16_t> h(dy.size());
-    cpu::pack_bf16(dy.data(), h.data(), h.size());
-    cpu::unpack_bf16(h.data(), dy.data(), dy.size());
+    Buf dy = input((size_t)B * N, true, gen);
     std::vector<float> want((size_t)N), got((size_t)N, NAN);
-    cpu::bias_grad(dy.data(), want.data(), B, N);
-    cpu::bias_grad_mixed({h.data(), true}, got.data(), B, N);
+    cpu::bias_grad(dy.v.data(), want.data(), B, N);
+    cpu::bias_grad_mixed(dy.ew(), got.data(), B, N);
     ASSERT_TRUE(same_as_stored(false, {}, got, want));
   }
 }

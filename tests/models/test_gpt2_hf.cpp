@@ -171,10 +171,12 @@ INSTANTIATE_TEST_SUITE_P(
 // one step's loss and the evaluation loss against the double reference within bf16::loss_bound (u
 // times the reference's sensitivity to the products' operands: the linear layers' and the head's
 // inputs, the attention's q, k, v and probabilities; and to the activations stored in bf16: the
-// residual stream, the products' outputs); also more than the fp32 tolerance away from it (the
-// roundings ran; the fp32 engine is within 1e-5). Where the CPU has no native bf16 (fp32 products
-// on the same values), with fp32 activations (Runtime::activations_bf16 off) bitwise the fp32
-// engine's losses.
+// residual stream, the products' outputs); also not the fp32 engine's losses on the same values
+// (the roundings ran: where the CPU has no native bf16 only the stored activations are rounded,
+// one rounding per product's output, and their errors can leave the loss within the fp32
+// tolerance of the reference, 2.8e-5 against 4.6e-5 on the untied in_out model). Where the CPU
+// has no native bf16 (fp32 products on the same values), with fp32 activations
+// (Runtime::activations_bf16 off) bitwise the fp32 engine's losses.
 TEST(Gpt2HfStep, Bf16StepAndEvalWithinBf16OfDoubleReference) {
   for (bool tied : {true, false})
     for (bool in_out : {true, false}) {
@@ -218,8 +220,8 @@ TEST(Gpt2HfStep, Bf16StepAndEvalWithinBf16OfDoubleReference) {
       const double sd = std::fabs(got[1][0] - loss), ed = std::fabs(got[1][1] - eloss);
       EXPECT_LE(sd, bf16::loss_bound(loss, S)) << "step loss " << got[1][0] << " vs " << loss;
       EXPECT_LE(ed, bf16::loss_bound(eloss, eS)) << "eval loss " << got[1][1] << " vs " << eloss;
-      EXPECT_GT(sd, bf16::kFp32LossTol * loss) << "the bf16 roundings did not run";
-      EXPECT_GT(ed, bf16::kFp32LossTol * eloss) << "the bf16 roundings did not run";
+      EXPECT_NE(got[1][0], got[0][0]) << "the bf16 roundings did not run";
+      EXPECT_NE(got[1][1], got[0][1]) << "the bf16 roundings did not run";
       if (!cpu_native_bf16()) {
         EXPECT_EQ(got[2][0], got[0][0]);
         EXPECT_EQ(got[2][1], got[0][1]);

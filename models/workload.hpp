@@ -125,6 +125,11 @@ class Workload {
   // read or written by submit_step only between the hook's calls for its group. Empty: the model
   // does not support stage 3.
   virtual std::vector<std::vector<Param*>> layer_groups() { return {}; }
+  // Bytes of the activation and activation-gradient buffers (training and evaluation batches) that
+  // StarPU has allocated so far (device_state_bytes.activations; docs/metrics.md): a lazy buffer is
+  // allocated where first written and kept, so after a step and an evaluation it is what the graphs
+  // hold. -1: not counted (the MLP).
+  virtual int64_t activation_bytes() const { return -1; }
   // The hook submit_step calls (null: none, the parameters are whole; evaluate never calls it).
   void set_layer_hook(LayerHook* h) { hook_ = h; }
 

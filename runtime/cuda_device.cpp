@@ -15,6 +15,15 @@ int cuda_device_count() {
   return n;
 }
 
+double cuda_total_memory(int d) {
+  cudaDeviceProp p;
+  if (cudaGetDeviceProperties(&p, d) != cudaSuccess) {
+    cudaGetLastError();
+    return -1.0;
+  }
+  return (double)p.totalGlobalMem;
+}
+
 const char* cuda_keep_memory_pools() {
   const int n = cuda_device_count();
   for (int d = 0; d < n; ++d) {

@@ -96,6 +96,13 @@ const Half* stored_half_of(starpu_data_handle_t h) noexcept {
   return u == &kStoredBf16 || u == &kStoredFp16 ? static_cast<const Half*>(u) : nullptr;
 }
 
+bool Tensor::allocated() const {
+  if (!handle_) return false;
+  for (unsigned n = 0; n < starpu_memory_nodes_get_count(); ++n)
+    if (starpu_data_test_if_allocated_on_node(handle_, n)) return true;
+  return false;
+}
+
 void Tensor::discard() const {
   if (handle_) starpu_data_invalidate_submit(handle_);
 }
@@ -200,6 +207,14 @@ int Runtime::cuda_devices() {
   return n ? std::atoi(n) : 0;
 #else
   return 0;
+#endif
+}
+
+double Runtime::cuda_device_memory() {
+#ifdef ZF_USE_CUDA
+  return cuda_device_count() > 0 ? cuda_total_memory(0) : -1.0;
+#else
+  return -1.0;
 #endif
 }
 

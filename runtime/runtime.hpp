@@ -126,6 +126,9 @@ class Tensor {
   bool stored_half() const { return stored_half_; }
   const std::string& name() const { return name_; }
   bool valid() const { return handle_ != nullptr; }
+  // Whether StarPU holds memory for it on some memory node (a lazy tensor: once a task wrote it;
+  // StarPU keeps the buffer until the tensor is reset or discarded)
+  bool allocated() const;
 
   // Host pointer of a home tensor. Only meaningful while no task may touch it: call
   // acquire()/release() (blocking) or use it after Runtime::wait_all().
@@ -158,6 +161,9 @@ class Tensor {
   bool pinned_ = false;  // page-locked for DMA (home tensors when CUDA workers run)
   bool stored_half_ = false;
 };
+
+// t's bytes if StarPU holds memory for it (Tensor::allocated), else 0
+inline int64_t allocated_bytes(const Tensor& t) { return t.allocated() ? (int64_t)t.bytes() : 0; }
 
 // The 2-byte format of a handle marked by Tensor::store_half, or null: a plain buffer.
 const Half* stored_half_of(starpu_data_handle_t h) noexcept;
@@ -261,6 +267,8 @@ class Runtime {
   static int hwloc_cores();
   // CUDA devices this build can drive (0 without ZF_USE_CUDA, without a driver or without a GPU).
   static int cuda_devices();
+  // The first CUDA device's memory in bytes (-1 without one)
+  static double cuda_device_memory();
 
  private:
   bool matmul_bf16_ = false;

@@ -109,6 +109,36 @@ expect 2 "a GPT 64 x 8192 with context 8192" "model.n_layer" "model.n_embd" "GiB
   --set model.n_head=64 --set model.context=8192 -q
 expect 0 "--print-spec with overrides" '"batch_size": 64' '"zero-offload"' \
   -- "$SPEC" --set train.batch_size=64 --strategy zero-offload --sched eager --print-spec
+# --estimate-memory: the host and device parts per rank as JSON, nothing run; ZeRO stage 2 on 4 ranks
+# holds a quarter of zero-offload's host optimizer state; checkpointing every layer shrinks the
+# GPT's activations and reports them without it too; --ranks needs --estimate-memory
+GPT=(--set model.type=gpt --set data.dataset=kjv --set model.n_layer=8)
+timeout 60 "$BIN" "$SPEC" "${GPT[@]}" --strategy zero-offload --estimate-memory >"$TMP/e1.json" 2>"$TMP/out" ||
+  fail "--estimate-memory exited $?"
+timeout 60 "$BIN" "$SPEC" "${GPT[@]}" --strategy zero-offload --set zero_optimization.stage=2 --ranks 4 \
+  --set train.batch_size=64 --set train.activation_checkpointing='"every_layer"' --estimate-memory >"$TMP/e4.json" \
+  2>"$TMP/out" || fail "--estimate-memory --ranks 4 exited $?"
+python3 - "$TMP/e1.json" "$TMP/e4.json" <<'PY' || fail "--estimate-memory's parts"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+for j in (a, b):
+    for side in ("host", "device"):
+        parts = {k: v for k, v in j[side].items() if k not in ("total", "attention", "activations_without_checkpointing")}
+        assert j[side]["total"] == sum(parts.values()), (side, j[side])
+    assert j["device_memory"] is None and j["device_fits"] is None, j  # a CPU device
+assert a["ranks"] == 1 and b["ranks"] == 4, (a["ranks"], b["ranks"])
+assert abs(b["host"]["optimizer"] * 4 - a["host"]["optimizer"]) < 1e-6 * a["host"]["optimizer"], (a["host"], b["host"])
+assert "activations_without_checkpointing" not in a["device"]
+assert b["device"]["activations"] < 0.5 * b["device"]["activations_without_checkpointing"], b["device"]
+print("host optimizer state on 1 rank %d, on each of 4 at stage 2 %d; activations %d (checkpointed) of %d"
+      % (a["host"]["optimizer"], b["host"]["optimizer"], b["device"]["activations"],
+         b["device"]["activations_without_checkpointing"]))
+PY
+echo "ok: --estimate-memory"
+PASSED=$((PASSED + 1))
+expect 2 "--ranks without --estimate-memory" "--ranks" "--estimate-memory" -- "$SPEC" --ranks 2
+expect 2 "activation checkpointing on the MLP" "train.activation_checkpointing" "mlp" \
+  -- "$SPEC" --set train.activation_checkpointing='"every_layer"' --steps 1 -q
 
 # ---- the data
 if [ -d "$DATA" ]; then

@@ -46,7 +46,7 @@ EOF
 
 zf finetune --help || fail "finetune --help: exit $?"
 for w in --model --data --eval-data --deepspeed --epochs --steps --context --save-hf --print-spec --metrics \
-         --checkpoint-dir --resume "Alpaca"; do
+         --checkpoint-dir --resume --gradient-checkpointing "Alpaca"; do
   grep -qF -- "$w" "$TMP/out" || fail "finetune --help does not mention $w"
 done
 zf eval --help || fail "eval --help: exit $?"
@@ -104,6 +104,17 @@ cmp "$TMP/exp/model.safetensors" "$TMP/ft/model.safetensors" || fail "export's t
 cmp "$TMP/exp/config.json" "$TMP/cfg/config.json" || fail "export changed config.json"
 cmp "$TMP/exp/tokenizer.json" "$TMP/cfg/tokenizer.json" || fail "export did not copy tokenizer.json"
 echo "finetune_cli_test: export: the same model.safetensors as --save-hf"
+
+# --gradient-checkpointing (Hugging Face's; train.activation_checkpointing "every_layer"): the same
+# weights, bitwise, with fewer activation buffers
+zf finetune --model "$TMP/base" --data "$TMP/alpaca.jsonl" --steps 3 --save-hf "$TMP/g0" --metrics "$TMP/g0.json" -q ||
+  fail "finetune 3 steps: exit $?"
+zf finetune --model "$TMP/base" --data "$TMP/alpaca.jsonl" --steps 3 --gradient-checkpointing --save-hf "$TMP/g1" \
+  --metrics "$TMP/g1.json" -q || fail "finetune --gradient-checkpointing: exit $?"
+cmp "$TMP/g0/model.safetensors" "$TMP/g1/model.safetensors" || fail "--gradient-checkpointing changed the weights"
+A0=$(json "$TMP/g0.json" device_state_bytes.activations) A1=$(json "$TMP/g1.json" device_state_bytes.activations)
+[ "$A1" -lt "$A0" ] || fail "--gradient-checkpointing: activation buffers $A1 bytes, without $A0"
+echo "finetune_cli_test: --gradient-checkpointing: the same weights, activation buffers $A1 of $A0 bytes"
 
 # chat records (TRL's messages, ShareGPT's conversations) in the model's chat template: detected, trained
 # (the loss on the assistant's turns), evaluated

@@ -283,3 +283,27 @@ for bad in "--set zenflow.update_interval=\"auto\"|zenflow.update_interval" "--s
   grep -q -- "$field" "$TMP/log" || fail "$args: the message does not name $field"
 done
 echo "ok: refusals exit 2 naming the option"
+
+# the device-memory estimate (docs/spec.md, "Memory"): a model that does not fit the simulated GPU
+# (a 48 x 2048 GPT, 2.4B parameters, device-adam: 16 bytes a parameter of state, on a 40 GB A100)
+# is exit 2 naming the fields of its largest part before anything runs; --estimate-memory prints
+# the machine's GPU memory and whether the device part fits
+BIG=(--strategy device-adam --set model.n_layer=24 --set model.n_embd=2048 --set model.n_head=16)
+sim a100-40g-pcie4-x2 "$TMP/m.json" "${BIG[@]}" --set model.n_layer=48
+rc=$?
+[ $rc -eq 2 ] || { tail -5 "$TMP/log"; fail "a 2.4B-parameter device-adam GPT on a 40 GB A100: exit $rc, expected 2"; }
+grep -q "the device part of the run would need" "$TMP/log" && grep -q "model.n_layer" "$TMP/log" ||
+  { tail -5 "$TMP/log"; fail "the device-memory refusal does not name the model's fields"; }
+bash "$SRC/tools/zf" simulate "$SPEC" --machine a100-40g-pcie4-x2 "${BIG[@]}" --estimate-memory >"$TMP/est.json" \
+  2>"$TMP/log" || { tail -5 "$TMP/log"; fail "--estimate-memory under simulate exited $?"; }
+python3 - "$TMP/est.json" <<'PY' || fail "--estimate-memory's device part"
+import json, sys
+j = json.loads(open(sys.argv[1]).read()[open(sys.argv[1]).read().index("{"):])
+d = j["device"]
+assert j["device_memory"] == 40e9, j["device_memory"]
+assert d["total"] == d["params"] + d["grads"] + d["optimizer"] + d["activations"], d
+assert d["params"] == 4 * j["parameters"] and d["optimizer"] == 8 * j["parameters"], d  # fp32: m and v
+assert j["device_fits"] is True, j
+print("device part %.2f GiB of the A100's 40 GB: fits" % (d["total"] / 2**30))
+PY
+echo "ok: the device-memory estimate and its refusal"

@@ -56,6 +56,10 @@ void add_finetune_options(CLI::App& app, FinetuneArgs& f, bool eval) {
                                                "Alpaca or chat data, the last 10% of a text; required with a .bin)");
     app.add_option("--epochs", f.epochs, "passes over the training data (default 1; --steps N overrides)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    app.add_flag("--gradient-checkpointing", f.gradient_checkpointing,
+                 "recompute each block's forward in the backward instead of keeping its activations (Hugging "
+                 "Face's gradient_checkpointing: train.activation_checkpointing \"every_layer\"; the same "
+                 "weights, less activation memory, a longer step)");
   }
   app.add_option("--context", f.context, "the window T in tokens: a record longer than T is refused (default: "
                                          "config.json's max_position_embeddings, at most 512)")
@@ -117,6 +121,7 @@ json finetune_spec(const FinetuneArgs& f, bool eval) {
       {"log", {{"every", 10}, {"warmup_steps", 2}}},
   };
   if (f.epochs > 0) j["train"]["epochs"] = f.epochs;
+  if (f.gradient_checkpointing) j["train"]["activation_checkpointing"] = "every_layer";
   return j;
 }
 

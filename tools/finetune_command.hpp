@@ -16,9 +16,10 @@ struct FinetuneArgs {
   std::string model, data, eval_data;
   int64_t context = 0;  // 0: min(config.json's max_position_embeddings, 512)
   int64_t epochs = 0;   // 0: the spec's default (1)
+  bool gradient_checkpointing = false;  // Hugging Face's: train.activation_checkpointing "every_layer"
 };
 
-// finetune: --model, --data, --eval-data, --context, --epochs. eval: --model, --data (the file
+// finetune: --model, --data, --eval-data, --context, --epochs, --gradient-checkpointing. eval: --model, --data (the file
 // evaluated, whole), --context.
 void add_finetune_options(CLI::App& app, FinetuneArgs& f, bool eval);
 

@@ -204,7 +204,8 @@ def generate(machine_path, out, ranks=1):
     roof = [f"# {name}: effective rates of one worker (peak x efficiency, {machine_path})"]
     roof += [f"{k} {v:.6g}" for k, v in r.items()]
     write(os.path.join(out, f"{name}.roofline"), "\n".join(roof) + "\n")
-    write(os.path.join(out, f"{name}.env"), f"ZF_SIM_GPUS={g}\nZF_SIM_CORES={cores}\nZF_SIM_RANKS={ranks}\n")
+    write(os.path.join(out, f"{name}.env"),
+          f"ZF_SIM_GPUS={g}\nZF_SIM_CORES={cores}\nZF_SIM_RANKS={ranks}\nZF_SIM_GPU_MEM={mem:.0f}\n")
     return name
 
 

@@ -14,6 +14,7 @@
 #include "graphs/schema/machine_check.hpp"
 #include "graphs/schema/spec.hpp"
 #include "graphs/strategies/registry.hpp"
+#include "graphs/train/memory_estimate.hpp"
 #include "graphs/train/trainer.hpp"
 #include "models/hf/save.hpp"
 #include "runtime/comm.hpp"
@@ -98,7 +99,8 @@ struct CliArgs {
   std::string save_hf, save_dtype;
   int64_t ckpt_every = 0, trace_from = -1;
   int64_t steps = -1;
-  bool quiet = false, list_policies = false, print_spec = false, ckpt_overwrite = false;
+  bool quiet = false, list_policies = false, print_spec = false, ckpt_overwrite = false, estimate_memory = false;
+  int estimate_ranks = 0;  // --ranks (0: the run's ranks)
 };
 
 // --save-hf DIR (and --save-dtype) before any training: a model.type hf run, a new or empty
@@ -163,6 +165,12 @@ void add_options(CLI::App& app, CliArgs& a) {
   app.add_flag("--list-policies", a.list_policies, "print the StarPU policies that run zenflow, then ours (zf-deadline), and exit; StarPU's policies that cannot (a crash or a hang in StarPU 1.3) go to stderr with the reason");
   app.add_flag("--print-spec", a.print_spec, "print the effective spec (defaults, --deepspeed and overrides applied; "
                                            "the fields that apply to its model and data) and exit");
+  app.add_flag("--estimate-memory", a.estimate_memory,
+               "print the memory the run would hold per rank as JSON ({\"host\": {...}, \"device\": {...}}, bytes "
+               "per part and each side's total; docs/spec.md, \"Memory\") and exit without running");
+  app.add_option("--ranks", a.estimate_ranks, "with --estimate-memory: the data-parallel ranks to estimate for "
+                                              "(default: this run's, 1 without mpirun)")
+      ->check(CLI::Range(1, 1 << 20));
 }
 
 // The spec with the command line applied, the output paths checked, then the run. Exit codes:
@@ -206,6 +214,16 @@ int train(const CliArgs& a, zf::Comm& comm) {
     zf::check_machine(spec);
     if (a.print_spec) {
       std::cout << spec.applicable_json().dump(2) << "\n";
+      return 0;
+    }
+    if (a.estimate_ranks && !a.estimate_memory) throw zf::InputError("--ranks", "needs --estimate-memory");
+    if (a.estimate_memory) {
+      const int ranks = a.estimate_ranks ? a.estimate_ranks : comm.size();
+      // the spec as each of `ranks` ranks reads it (DeepSpeed's batch arithmetic counts them)
+      const zf::Spec rs = a.estimate_ranks ? effective_spec(a, sets, ranks) : spec;
+      const int64_t steps = rs.train.steps > 0 ? rs.train.steps : -1;
+      if (comm.rank() == 0)
+        std::cout << zf::memory_estimate_json(rs, zf::estimate_memory(rs, steps, ranks), ranks) << "\n";
       return 0;
     }
     check_output_file("--metrics", a.metrics);

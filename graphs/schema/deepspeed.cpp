@@ -237,6 +237,40 @@ void patch_twin_flow(const Fields& f, const json& zo, Patch& p, int stage, bool 
   }
 }
 
+// activation_checkpointing (DeepSpeed's deepspeed/runtime/activation_checkpointing/config.py): it
+// configures deepspeed.checkpointing, which a model's code calls; like DeepSpeed, the block turns
+// nothing on by itself (Hugging Face's gradient_checkpointing does: train.activation_checkpointing,
+// docs/spec.md). What the engine cannot honour is refused by name; the rest is noted.
+void patch_activation_checkpointing(Fields& top, Patch& p) {
+  const json* a = top.object("activation_checkpointing");
+  if (!a) return;
+  Fields f(*a, "activation_checkpointing", p.src());
+  const std::pair<const char*, const char*> refused[] = {
+      {"partition_activations", "splits each checkpoint over the model-parallel ranks; the engine has no model "
+                                "parallelism (its data-parallel ranks each hold their own checkpoints)"},
+      {"contiguous_memory_optimization", "copies the partitioned checkpoints into one preallocated buffer; the "
+                                         "engine's checkpoints are StarPU buffers of their own"},
+      {"cpu_checkpointing", "moves the checkpoints to host memory; the engine keeps them on the device"}};
+  for (const auto& [k, why] : refused) {
+    bool v = false;
+    f.boolean(k, v);
+    if (v) f.fail(f.at(k), std::string("true is not supported: it ") + why + " (false, or leave it out)");
+  }
+  if (const json* n = f.find("number_checkpoints")) {
+    if (!n->is_null() && !(n->is_number_integer() && n->get<int64_t>() >= 1))
+      f.fail(f.at("number_checkpoints"), "expected null or a positive integer, got " + n->dump());
+    p.note("activation_checkpointing.number_checkpoints (the size of contiguous_memory_optimization's buffer)");
+  }
+  bool v = false;
+  f.boolean("synchronize_checkpoint_boundary", v);
+  if (f.find("synchronize_checkpoint_boundary"))
+    p.note("activation_checkpointing.synchronize_checkpoint_boundary (StarPU orders the recomputation by its data)");
+  f.boolean("profile", v);
+  if (f.find("profile"))
+    p.note("activation_checkpointing.profile (the trace times the recomputed forward's tasks, \"recompute.*\")");
+  f.finish();
+}
+
 // zero_optimization: the offload, ZeRO stage and zenflow block; returns the strategy it selects.
 std::string patch_zero(Fields& top, Patch& p) {
   const json* zo = top.object("zero_optimization");
@@ -270,11 +304,11 @@ std::string patch_zero(Fields& top, Patch& p) {
   if (zenflow && !offload_cpu)
     f.fail("zero_optimization.offload_optimizer.device", "ZenFlow requires the optimizer offloaded to the cpu (DeepSpeed's constraint)");
   if (zenflow && stage == 0) f.fail("zero_optimization.stage", "ZenFlow runs with ZeRO stage 1, 2 or 3");
-  if (offload_cpu && stage > 0)
+  if ((offload_cpu && stage > 0) || stage == 1 || stage == 2)  // without offload: device-adam's ZeRO 1 / 2
     p.j["zero_optimization"] = {{"stage", stage}};
-  else if (stage > 0)  // device-adam: its optimizer state is on the device, replicated (stage 0)
-    p.note("zero_optimization.stage " + std::to_string(stage) +
-           " (no optimizer offload: device-adam's state stays on the device, replicated as with stage 0)");
+  else if (stage > 0)  // stage 3 without offload: device-adam's state on the device, replicated (stage 0)
+    p.note("zero_optimization.stage 3 (no optimizer offload: device-adam partitions at stages 1 and 2 only; its "
+           "state stays on the device, replicated as with stage 0)");
   if (has_max_live && offload_cpu && stage == 3)
     p.j["zero_optimization"]["stage3_max_live_parameters"] = max_live;
   else if (has_max_live)
@@ -368,6 +402,7 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   patch_gradient_scaling(top, p, ranks);
   patch_scheduler(top, p);
   patch_optimizer(top, p);
+  patch_activation_checkpointing(top, p);
   const std::string strategy = patch_zero(top, p);
   top.finish();
   p.j["strategy"] = strategy;

@@ -103,6 +103,24 @@ void read_hidden(Fields& f, const std::string& k, Spec& s) {
   }
 }
 
+// "none", "every_layer" or a positive integer N (a checkpoint every N layers)
+void read_activation_checkpointing(Fields& f, const std::string& k, Spec& s) {
+  const json* v = f.find(k);
+  if (!v) return;
+  const std::string what = "expected \"none\", \"every_layer\" or a positive number of layers per checkpoint";
+  if (v->is_string()) {
+    const std::string t = v->get<std::string>();
+    if (t != "none" && t != "every_layer") f.fail(f.at(k), what + ", got \"" + t + "\"");
+    s.train.activation_checkpointing = t == "none" ? 0 : 1;
+  } else if (v->is_number_integer()) {
+    const int64_t n = v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT32_MAX ? -1 : v->get<int64_t>();
+    if (n < 1 || n > (1 << 16)) f.fail(f.at(k), what + ", got " + v->dump());
+    s.train.activation_checkpointing = (int)n;
+  } else {
+    f.fail(f.at(k), what + ", got " + json_type_name(*v));
+  }
+}
+
 void read_betas(Fields& f, const std::string& k, Spec& s) {
   const json* b = f.find(k);
   if (!b) return;
@@ -217,6 +235,13 @@ std::vector<FieldDef> data_train_optimizer_fields() {
       // absent from to_json when 0; not compared on --resume (it changes no step)
       integer("train.eval_every", [](auto& s) -> auto& { return s.train.eval_every; }, 0, INT32_MAX)
           .only_if([](const Spec& s) { return s.train.eval_every != 0; }),
+      // "none" (0), "every_layer" (1) or N >= 1; absent from to_json when "none" (it changes no value)
+      entry("train.activation_checkpointing", read_activation_checkpointing,
+            [](const Spec& s) {
+              const int n = s.train.activation_checkpointing;
+              return n == 0 ? json("none") : n == 1 ? json("every_layer") : json(n);
+            })
+          .only_if([](const Spec& s) { return s.train.activation_checkpointing != 0; }),
       integer("train.gradient_accumulation_steps", [](auto& s) -> auto& { return s.train.gradient_accumulation_steps; },
               1, 1 << 16)
           .only_if([](const Spec& s) { return s.train.gradient_accumulation_steps != 1; })

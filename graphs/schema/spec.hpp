@@ -123,6 +123,10 @@ struct Spec {
     int eval_batch_size = 1000;
     // evaluate every N steps during the run (printed, and the metrics' "evals"); 0: at the end only
     int64_t eval_every = 0;
+    // Activation checkpointing (Hugging Face's gradient_checkpointing, docs/spec.md): 0 "none"; N
+    // ("every_layer" is 1): the forward keeps the residual stream every N layers and the backward
+    // recomputes each segment's forward before its backward. The same values, bitwise.
+    int activation_checkpointing = 0;
   } train;
 
   struct Optimizer {

@@ -1,4 +1,9 @@
-// device-adam: AdamW on the device every step, no offload (the speed reference).
+// device-adam: AdamW on the device every step, no offload (the speed reference). At ZeRO stage 1
+// or 2 on several ranks (DeepSpeed's ZeRO without offload, docs/data-parallel.md) each rank keeps
+// the moments (and bf16's masters) of its partition only and updates that partition; the
+// gradients are all-reduced (stage 1) or reduce-scattered (stage 2) before, the parameters
+// all-gathered after.
+#include "graphs/strategies/host_tensor.hpp"
 #include "graphs/strategies/strategy.hpp"
 
 namespace zf {
@@ -6,7 +11,14 @@ namespace {
 
 class DeviceAdam final : public Strategy {
  public:
-  DeviceAdam(Runtime& rt, std::vector<Param*> params, const Spec& spec) : Strategy(rt, params, spec, nullptr) {
+  DeviceAdam(Runtime& rt, std::vector<Param*> params, const Spec& spec, const Comm* comm)
+      : Strategy(rt, params, spec, comm) {
+    plan_partition(params_);  // stage >= 1 on several ranks (else nothing is partitioned)
+    if (!bounds_.empty()) {
+      partitioned_setup();
+      make_clip(true);
+      return;
+    }
     for (Param* p : params_) {
       m_.push_back(Tensor::home(p->value.shape(), p->name + ".m"));
       v_.push_back(Tensor::home(p->value.shape(), p->name + ".v"));
@@ -21,11 +33,22 @@ class DeviceAdam final : public Strategy {
   const char* name() const override { return "device-adam"; }
   int64_t device_optimizer_bytes() const override {  // the moments (and bf16's fp32 masters)
     int64_t n = 0;
+    for (const auto* hs : {&pm_, &pv_, &pmaster_})
+      for (const HostTensor& h : *hs) n += (int64_t)h.bytes();
     for (size_t i = 0; i < m_.size(); ++i) n += (int64_t)(m_[i].bytes() + v_[i].bytes());
     for (const Tensor& w : master_) n += (int64_t)w.bytes();
     return n;
   }
   void save_state(StateWriter& w) const override {
+    if (!bounds_.empty()) {  // the partitions, gathered on rank 0 (the files are stage 0's)
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
+        w.put("device.m." + params_[i]->name, pm_[i], io);
+        w.put("device.v." + params_[i]->name, pv_[i], io);
+        if (bf16_) w.put("device.master." + params_[i]->name, pmaster_[i], io);
+      }
+      return;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
       w.put("device.m." + params_[i]->name, m_[i], io);
@@ -34,6 +57,15 @@ class DeviceAdam final : public Strategy {
     }
   }
   void load_state(const StateReader& r) override {
+    if (!bounds_.empty()) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
+        r.get("device.m." + params_[i]->name, pm_[i], StateReader::Values::Finite, io);
+        r.get("device.v." + params_[i]->name, pv_[i], StateReader::Values::NonNegative, io);
+        if (bf16_) r.get("device.master." + params_[i]->name, pmaster_[i], StateReader::Values::Finite, io);
+      }
+      return;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
       r.get("device.m." + params_[i]->name, m_[i], StateReader::Values::Finite, io);
@@ -50,10 +82,13 @@ class DeviceAdam final : public Strategy {
   // adam.device, master.device, bf16.param): the same bits either way. With gradient clipping the
   // gradients are rounded before the clip reads them, so the trainer keeps rounding them.
   static constexpr size_t kGroupElems = size_t{1} << 18, kGroupParts = 16;
-  bool grouped() const { return !rt_.device_is_cuda() && !stage3() && (!bf16_ || half_ == Half::Bf16); }
+  bool grouped() const {
+    return !rt_.device_is_cuda() && !stage3() && bounds_.empty() && (!bf16_ || half_ == Half::Bf16);
+  }
   bool rounds_bf16_grads() const override { return bf16_ && grouped() && !clip_; }
   bool rounds_bf16_params() const override { return bf16_ && grouped(); }
   void submit_update(const UpdateStep& u) override {
+    if (!bounds_.empty()) return partitioned_update(u);
     SubmitOptions o = rt_.device(u.t);
     float gs = u.grad_scale;
     if (clip_) {  // the device gradients, in place, before the AdamW reads them; the clip factor
@@ -94,13 +129,62 @@ class DeviceAdam final : public Strategy {
   }
 
  private:
+  // ZeRO stage >= 1: this rank's partition of every parameter, in tiles (HostTensor: stage 0's tiles
+  // cut to the partition; the moments and masters live wherever the device's AdamW tasks run, a
+  // CUDA worker keeping their replicas), the masters from the initial values
+  void partitioned_setup() {
+    for (Param* p : params_) {
+      const std::vector<size_t>* b = bounds(*p);
+      pm_.emplace_back(p->name + ".m", p->value.numel(), tile_elems_, 4, half_, b, comm_);
+      pv_.emplace_back(p->name + ".v", p->value.numel(), tile_elems_, 4, half_, b, comm_);
+      if (!bf16_) continue;
+      pmaster_.emplace_back(p->name + ".master", p->value.numel(), tile_elems_, 4, half_, b, comm_);
+      const HostTensor& w = pmaster_.back();
+      for (size_t k = 0; k < w.tiles.size(); ++k)
+        insert_copy(rt_.device(-1).named("init.master." + p->name + "[" + std::to_string(k) + "]"), p->value,
+                    w.slices[k], w.tiles[k], whole(w.tiles[k]));
+    }
+  }
+  // the clip over this rank's partitions (the sums of squares all-reduced: GradClip), AdamW on
+  // them, the bf16 parameter rounded from the master, then every rank's partition gathered
+  void partitioned_update(const UpdateStep& u) {
+    const SubmitOptions o = rt_.device(u.t);
+    float gs = u.grad_scale;
+    if (clip_) {
+      std::vector<ClipPart> parts;
+      for (size_t i = 0; i < params_.size(); ++i)
+        for (const Slice& sl : pm_[i].slices) parts.push_back({&params_[i]->grad, sl});
+      clip_->submit(u.t, o, parts, 1.0, 1.0f, 1.0f / u.grad_scale);
+      gs = 1.0f;
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = *params_[i];
+      for (size_t k = 0; k < pm_[i].tiles.size(); ++k) {
+        const Slice sl = pm_[i].slices[k];
+        const std::string n = p.name + "[" + std::to_string(k) + "]";
+        if (!bf16_) {
+          insert_adam_step(o.named("adam.device." + n), hp(u.o), u.o + 1, gs, p.value, sl, p.grad, sl,
+                           pm_[i].tiles[k], pv_[i].tiles[k]);
+          continue;
+        }
+        const Tensor& x = pmaster_[i].tiles[k];
+        insert_adam_step(o.named("adam.device." + n), hp(u.o), u.o + 1, gs, x, whole(x), p.grad, sl, pm_[i].tiles[k],
+                         pv_[i].tiles[k]);
+        insert_copy(o.named("master.device." + n), x, whole(x), p.value, sl);  // rounded into the 2-byte value
+      }
+      allgather_param(u.t, p);
+    }
+  }
+
   std::vector<Tensor> m_, v_, master_;
+  std::vector<HostTensor> pm_, pv_, pmaster_;  // ZeRO stage >= 1 (partitioned_setup)
 };
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_device_adam(const Spec& spec, Runtime& rt, std::vector<Param*> params) {
-  return std::make_unique<DeviceAdam>(rt, std::move(params), spec);
+std::unique_ptr<Strategy> make_device_adam(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                           const Comm* comm) {
+  return std::make_unique<DeviceAdam>(rt, std::move(params), spec, comm);
 }
 
 }  // namespace zf

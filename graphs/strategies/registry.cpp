@@ -33,15 +33,17 @@ void check_no_twin_flow(const Spec& s) {
 }
 
 // ---- device-adam: AdamW on the device; moments (2 floats), and the fp32 master under bf16/fp16
+// (ZeRO stages 1 and 2 on several ranks: each rank holds 1/R of them, DeepSpeed's ZeRO without offload)
 void check_device_adam(const Spec& s, int) {
   check_no_twin_flow(s);
-  if (s.zero_stage >= 1)
+  if (s.zero_stage == 3)
     throw InputError(s.where("zero_optimization.stage"),
-                     std::to_string(s.zero_stage) + " partitions the host optimizer state of the offloading strategies "
-                     "(zero-offload, zero-offload-dpu, zenflow); device-adam has none: use stage 0");
+                     "3 partitions the device parameters with an offloaded optimizer (zero-offload, zero-offload-dpu, "
+                     "zenflow); device-adam partitions its optimizer state at stages 1 and 2: use stage 1 or 2");
 }
-OptimizerFootprint device_adam_footprint(const Spec& s, double, double, int) {
-  return {0, 2.0 + (half(s) ? 1 : 0)};
+OptimizerFootprint device_adam_footprint(const Spec& s, double, double, int ranks) {
+  const double f = 2.0 + (half(s) ? 1 : 0);
+  return {0, s.zero_stage >= 1 && several(ranks) ? f / ranks : f};
 }
 
 // ---- zero-offload: host master, gradient and moments (4), under bf16 the 2-byte gradient down and
@@ -132,8 +134,8 @@ const std::vector<StrategyDef>& strategy_defs() {
   static const std::vector<StrategyDef> defs = {
       {"device-adam", "AdamW on the device, no offload (the speed reference)", false, false, check_device_adam,
        device_adam_footprint,
-       [](const Spec& s, Runtime& rt, std::vector<Param*> p, int64_t, const Comm*) {
-         return make_device_adam(s, rt, std::move(p));
+       [](const Spec& s, Runtime& rt, std::vector<Param*> p, int64_t, const Comm* c) {
+         return make_device_adam(s, rt, std::move(p), c);
        }},
       {"zero-offload", "host AdamW on fp32 masters, the device waits for the parameters (ZeRO-Offload)", true, false,
        check_zero_offload, zero_offload_footprint,

@@ -213,7 +213,8 @@ class Strategy {
 std::unique_ptr<Strategy> make_strategy(const Spec& spec, Runtime& rt, std::vector<Param*> params,
                                         int64_t steps_per_epoch, const Comm* comm = nullptr);
 // One per strategy (device_adam.cpp, zero_offload.cpp, zenflow/zenflow.cpp); the registry calls them.
-std::unique_ptr<Strategy> make_device_adam(const Spec& spec, Runtime& rt, std::vector<Param*> params);
+std::unique_ptr<Strategy> make_device_adam(const Spec& spec, Runtime& rt, std::vector<Param*> params,
+                                           const Comm* comm);
 // delayed_update: zero-offload-dpu
 std::unique_ptr<Strategy> make_zero_offload(const Spec& spec, Runtime& rt, std::vector<Param*> params, const Comm* comm,
                                             bool delayed_update);

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "codelets/codelets.hpp"
 #include "graphs/schema/spec.hpp"
 #include "graphs/strategies/registry.hpp"
@@ -47,13 +49,35 @@ bool matmul_inputs_bf16(const Spec& s) {
 // (Runtime::activations_bf16), and the GPT's activation gradients (Runtime::activation_grads_bf16)
 bool activations_bf16(const Spec& s) { return s.precision == "bf16"; }
 
+// train.activation_checkpointing N: the sets of block buffers the step graphs hold (min(N, L) of
+// them; L without checkpointing) and the segments' kept outputs, ceil(L / N) of C floats a
+// position, in 2 bytes under activations_bf16 (models/nets/gpt.cpp, llama.cpp)
+double held_blocks(const Spec& s, double L) {
+  const int n = s.train.activation_checkpointing;
+  return n ? std::min<double>(n, L) : L;
+}
+double kept_outputs(const Spec& s, double L, double C) {
+  const int n = s.train.activation_checkpointing;
+  return n ? std::ceil(L / n) * C * (activations_bf16(s) ? 0.5 : 1.0) : 0.0;
+}
+
 // model.type hf (models/nets/llama.cpp's buffers): parameters from config.json's tensor list; per
 // position and layer xn1, res1, xn2, res2 (C each), q and atty (H hs), k and v (Hkv hs), gate, up
 // and h (F), two rstd and the attention probabilities (H T); then the shared gradients and the
 // head; in floats, the matmuls' inputs xn1, atty, xn2, h (and the final norm's xf) at half a float
 // under matmul_inputs_bf16, and x0, q, k, v, res1, gate, up and res2 and the activation
 // gradients between the layers under activations_bf16. Nothing when the directory has no config.json (the workload reports it).
-void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row) {
+// Activation floats per batch row: `rows(held, kept)` with the spec's activation checkpointing,
+// without it, and the attention probabilities' part (per held block H T per position)
+struct ActRows {
+  double held = 0, unchecked = 0, attention = 0;
+};
+template <class Rows>
+ActRows act_rows(const Spec& s, double L, double C, double att_per_block, Rows rows) {
+  return {rows(held_blocks(s, L), kept_outputs(s, L, C)), rows(L, 0.0), held_blocks(s, L) * att_per_block};
+}
+
+void hf_estimate(const Spec& s, double& P, double& tensors, double& block_params, ActRows& act) {
   const std::string path = (std::filesystem::path(s.model.path) / "config.json").string();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return;
@@ -61,15 +85,20 @@ void hf_estimate(const Spec& s, double& P, double& tensors, double& act_per_row)
   for (const hf::TensorSpec& t : hf::expected_tensors(c)) {
     P += (double)t.numel();
     tensors += 1;
+    if (t.name.rfind("model.layers.0.", 0) == 0 || t.name.rfind("transformer.h.0.", 0) == 0)
+      block_params += (double)t.numel();
   }
   const double C = (double)c.hidden_size, F = (double)c.intermediate_size, T = s.model.context;
   const double Q = (double)(c.num_heads * c.head_dim), KV = (double)(c.num_kv_heads * c.head_dim);
-  const double H = (double)c.num_heads, L = (double)c.num_layers, V = (double)c.vocab_size;
-  act_per_row = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H * T) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V);
-  if (matmul_inputs_bf16(s)) act_per_row -= T * (L * (2 * C + Q + F) + C) / 2;
-  if (activations_bf16(s)) act_per_row -= T * (L * (2 * C + Q + 2 * KV + 2 * F) + C) / 2;
-  // ... and the activation gradients dres_a, dres_b, dxn, dxn_b, datty, dq, dk, dv, dh, dgate, dup
-  if (activations_bf16(s)) act_per_row -= T * (4 * C + 2 * Q + 2 * KV + 3 * F) / 2;
+  const double H = (double)c.num_heads, V = (double)c.vocab_size;
+  act = act_rows(s, (double)c.num_layers, C, T * H * T, [&](double L, double kept) {
+    double r = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H * T) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V + kept);
+    if (matmul_inputs_bf16(s)) r -= T * (L * (2 * C + Q + F) + C) / 2;
+    if (activations_bf16(s)) r -= T * (L * (2 * C + Q + 2 * KV + 2 * F) + C) / 2;
+    // ... and the activation gradients dres_a, dres_b, dxn, dxn_b, datty, dq, dk, dv, dh, dgate, dup
+    if (activations_bf16(s)) r -= T * (4 * C + 2 * Q + 2 * KV + 3 * F) / 2;
+    return r;
+  });
 }
 
 }  // namespace
@@ -89,7 +118,8 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   const double Be = (double)s.train.eval_batch_size;
   double P = 0;        // parameters (floats)
   double tensors = 0;  // parameter tensors (tasks per step scale with them)
-  double act_per_row = 0;  // activation floats per batch row
+  double block_params = 0;  // one block's (ZeRO stage 3 holds one whole)
+  ActRows act;  // activation floats per batch row
   if (s.model.type == "mlp") {
     const double in = 784, out = 10;  // Fashion-MNIST
     double prev = in, widths = 0;
@@ -101,15 +131,16 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     }
     P += prev * out + out;
     tensors += 2;
-    act_per_row = in + 4 * widths + 3 * out;  // x; z, dz, a, da per layer; probs
+    act.held = act.unchecked = in + 4 * widths + 3 * out;  // x; z, dz, a, da per layer; probs
     e.data = (double)(s.data.train_limit > 0 ? std::min<int64_t>(s.data.train_limit, 60000) : 60000) * in +
              10000.0 * in;
   } else if (s.model.type == "hf") {
-    hf_estimate(s, P, tensors, act_per_row);
+    hf_estimate(s, P, tensors, block_params, act);
     e.data = file_size(s.data.path) + file_size(s.data.eval_path);
   } else {
     const double C = s.model.n_embd, T = s.model.context, L = s.model.n_layer, H = s.model.n_head, V = s.model.vocab;
-    P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head
+    block_params = 12 * C * C + 13 * C;
+    P = V * C + T * C + L * block_params + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head
     tensors = 3 + 12 * L + 2;
     // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
     // the attention probabilities H x T per position; then the shared gradients and the head.
@@ -121,7 +152,10 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     const double in16 = matmul_inputs_bf16(s) ? 7 * C / 2 : 0;
     const double act16 = activations_bf16(s) ? 9 * C / 2 : 0;
     const double grad16 = activations_bf16(s) ? 15 * C / 2 : 0;
-    act_per_row = T * (L * (16 * C - in16 - act16 + H * T + 4) + 18 * C - (act16 ? C / 2 : 0) - grad16 + 3 * V);
+    // (Lh: the blocks whose buffers are held, kept: the segments' outputs; activation checkpointing)
+    act = act_rows(s, L, C, T * H * T, [&](double Lh, double kept) {
+      return T * (Lh * (16 * C - in16 - act16 + H * T + 4) + 18 * C - (act16 ? C / 2 : 0) - grad16 + 3 * V + kept);
+    });
     // text: the file and its split copies; kjv: about 4 MB of verses, parsed; tokens: the two
     // files' ids at their width (about the files' sizes)
     e.data = s.data.dataset == "tokens" ? file_size(s.data.path) + file_size(s.data.eval_path)
@@ -132,7 +166,13 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   // bytes where two_byte_gradients holds), and with gradient accumulation one more fp32
   // gradient-sized buffer (grad_acc: the micro-batches' sum)
   const bool half = s.precision == "bf16" || s.precision == "fp16";
-  e.params = ((half ? 2 : 4) + (two_byte_gradients(s, ranks) ? 2 : 4) + (A > 1 ? 4 : 0)) * P;
+  const double vb = half ? 2 : 4, gb = (two_byte_gradients(s, ranks) ? 2 : 4) + (A > 1 ? 4 : 0);
+  e.params = (vb + gb) * P;
+  // on the device: whole, or at ZeRO stage 3 on several ranks this rank's shards and one block
+  // whole (stage3_max_live_parameters' default: graphs/strategies/stage3.hpp)
+  const double on_device = s.zero_stage == 3 && ranks > 1 ? P / ranks + block_params : P;
+  e.device_params = vb * on_device;
+  e.device_grads = gb * on_device;
   // optimizer state beyond the device's values and gradients, in floats per parameter and rank,
   // as the strategy allocates it (its entry in graphs/strategies/registry.cpp; docs/spec.md
   // "Size"). The 1-D parameters' few extra buffers are not counted (they are a small share of any
@@ -140,8 +180,13 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   const OptimizerFootprint f = strategy_def(s.strategy).footprint(s, P, tensors, ranks);
   const double opt = f.host + f.device;
   e.optimizer = 4 * opt * P;
+  e.device_optimizer = 4 * f.device * P;
   // the training and the evaluation batch sizes each have their buffers
-  e.activations = 4 * act_per_row * (B + Be);
+  e.activations = 4 * act.held * (B + Be);
+  const double Bd = kSimulated ? B : std::max(B, Be);  // the device's batch (MemoryEstimate)
+  e.device_activations = 4 * act.held * Bd;
+  e.device_activations_unchecked = 4 * act.unchecked * Bd;
+  e.device_attention = 4 * act.attention * Bd;
   if (steps >= 0) {
     // per step: the step record (24 B), a step aggregate (~96 B in a hash map), and per task a
     // 48-byte record (x 2: vector growth); about 6 tasks per parameter tensor and step
@@ -149,6 +194,67 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     e.records = (double)steps * (24 + 96 + tasks * 48 * 2);
   }
   return e;
+}
+
+double device_memory(const Spec& s) {
+#ifdef ZF_SIMGRID
+  if (const char* m = std::getenv("ZF_SIM_GPU_MEM"); m && *m && Runtime::cuda_devices() > 0 && s.runtime.cuda_workers != 0)
+    return std::atof(m);
+  return -1;
+#else
+  return cuda_device(s) ? Runtime::cuda_device_memory() : -1;
+#endif
+}
+
+std::string memory_estimate_json(const Spec& s, const MemoryEstimate& e, int ranks) {
+  using J = nlohmann::ordered_json;
+  auto b = [](double x) { return (int64_t)std::llround(x); };  // bytes
+  J device = {{"params", b(e.device_params)},
+              {"grads", b(e.device_grads)},
+              {"optimizer", b(e.device_optimizer)},
+              {"activations", b(e.device_activations)},
+              {"attention", b(e.device_attention)}};
+  if (s.train.activation_checkpointing)
+    device["activations_without_checkpointing"] = b(e.device_activations_unchecked);
+  device["total"] = b(e.device_total());
+  const J host = {{"optimizer", b(e.optimizer - e.device_optimizer)},
+                  {"records", b(e.records)},
+                  {"data", b(e.data)},
+                  {"total", b(e.host_total())}};
+  const double mem = device_memory(s);
+  const J j = {{"ranks", ranks},
+               {"parameters", e.param_count},
+               {"device", device},
+               {"host", host},
+               {"device_memory", mem > 0 ? J(b(mem)) : J()},
+               {"device_fits", mem > 0 ? J(e.device_total() <= 0.9 * mem) : J()}};
+  return j.dump(2);
+}
+
+void check_device_memory(const Spec& s, const MemoryEstimate& e) {
+  if (const char* v = std::getenv("ZF_SKIP_MEMORY_CHECK"); v && std::string(v) == "1") return;
+  const double mem = device_memory(s);
+  if (mem <= 0 || e.device_total() <= 0.9 * mem) return;
+  const bool hf = s.model.type == "hf";
+  const std::string size = hf ? s.model.path + "/config.json: hidden_size, intermediate_size, num_hidden_layers, "
+                                               "vocab_size (the model's size; " + s.where("model.path") + ")"
+                              : s.where("model.n_layer") + ", model.n_embd, model.context";
+  std::string part, fields;
+  const double m = std::max({e.device_params, e.device_grads, e.device_optimizer, e.device_activations});
+  if (m == e.device_activations) {
+    part = "activations";
+    fields = s.where("train.batch_size") + ", train.eval_batch_size, model.context, train.activation_checkpointing";
+  } else {
+    part = m == e.device_optimizer ? "optimizer state" : m == e.device_grads ? "gradients" : "parameters";
+    fields = size + " (or strategy, zero_optimization.stage)";
+  }
+  throw InputError(fields, "the device part of the run would need about " + gib(e.device_total()) +
+                               " GiB per rank (parameters " + gib(e.device_params) + ", gradients " +
+                               gib(e.device_grads) + ", optimizer state " + gib(e.device_optimizer) +
+                               ", activations " + gib(e.device_activations) + "; the largest: " + part + "), but " +
+                               gib(0.9 * mem) + " GiB of the device's " + gib(mem) +
+                               " GiB are StarPU's to use (90 %); zenflow-run SPEC --estimate-memory shows the parts "
+                               "(ZF_SKIP_MEMORY_CHECK=1 skips this check)");
 }
 
 int64_t available_memory() {

@@ -18,6 +18,17 @@ struct Spec;
 struct MemoryEstimate {
   // bytes
   double params = 0, optimizer = 0, activations = 0, records = 0, data = 0;
+  // The device's part of them, per rank (zenflow-run --estimate-memory; the device memory check):
+  // parameters' values (at ZeRO stage 3 this rank's shards and one block whole) and gradients (the
+  // same), the strategy's device optimizer state, the activation buffers of the larger of the
+  // training and the evaluation batch (StarPU may evict one set while the other runs; the
+  // training batch alone in simulation, which skips the evaluation), the attention probabilities
+  // among them; the host's part: its optimizer state, records, data. On a CPU device both are the
+  // same RAM, whose check (check_memory) counts both batches' buffers.
+  double device_params = 0, device_grads = 0, device_optimizer = 0, device_activations = 0, device_attention = 0;
+  double device_activations_unchecked = 0;  // without activation checkpointing
+  double device_total() const { return device_params + device_grads + device_optimizer + device_activations; }
+  double host_total() const { return optimizer - device_optimizer + records + data; }
   int64_t param_count = 0;
   int64_t steps = -1;  // the steps the records were counted for (-1: unknown yet, not counted)
   double total() const { return params + optimizer + activations + records + data; }
@@ -28,6 +39,19 @@ struct MemoryEstimate {
 // steps: the run's total steps (-1 if not known yet, e.g. train.epochs before the data is read).
 // ranks: data-parallel ranks (each holds its batch share of the activations).
 MemoryEstimate estimate_memory(const Spec& spec, int64_t steps, int ranks = 1);
+
+// {"ranks": R, "host": {...}, "device": {...}} in bytes per rank, each side with its "total", and the
+// device's memory ("device_memory": a CUDA GPU's or the simulated machine's, null on a CPU device)
+// and whether the device part fits in StarPU's 90 % of it (zenflow-run --estimate-memory)
+std::string memory_estimate_json(const Spec& spec, const MemoryEstimate& e, int ranks);
+
+// The device's memory in bytes: the first CUDA GPU's (cudaMemGetInfo's total), the simulated
+// machine's GPU (ZF_SIM_GPU_MEM, tools/zf simulate), or -1 (a CPU device: its RAM, check_memory's)
+double device_memory(const Spec& spec);
+
+// Throws InputError (exit 2) when the device part exceeds 90 % of device_memory (StarPU's margin),
+// naming the fields behind its largest part; ZF_SKIP_MEMORY_CHECK=1 skips it, as check_memory.
+void check_device_memory(const Spec& spec, const MemoryEstimate& e);
 
 // Bytes of memory available to a new allocation: MemAvailable of /proc/meminfo, else
 // sysconf(_SC_AVPHYS_PAGES) x page size; -1 if neither is known.

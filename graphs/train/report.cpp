@@ -348,6 +348,8 @@ json metrics_json(const RunReport& r) {
   m["device_state_bytes"] = {{"params", ds.params},       {"params_shards", ds.params_shards},
                              {"params_transient", ds.params_transient}, {"grads", ds.grads},
                              {"optimizer", ds.optimizer}, {"accumulator", ds.accumulator}, {"total", ds.total()}};
+  // the activation buffers the graphs hold (beside the state: not in total)
+  if (const int64_t a = r.wl.activation_bytes(); a >= 0) m["device_state_bytes"]["activations"] = a;
   m["host_adam_s_per_step"] = r.host_adam_us * 1e-6;
   if (r.comm) {
     m["data_parallel"] = data_parallel_metrics(*r.comm, r.wl, strat, T - t0, r.host_adam_us);
@@ -399,6 +401,14 @@ void print_summary(const RunReport& r, const json& m, std::ostream& out) {
   row("bytes per step d2h / h2d", fmt("%.0f", m["bytes"]["device_to_host"].get<double>()) + " / " +
                                       fmt("%.0f", m["bytes"]["host_to_device"].get<double>()));
   if (r.comm) data_parallel_rows(r, m, row);
+  if (m["device_state_bytes"].contains("activations")) {
+    const double a = m["device_state_bytes"]["activations"].get<double>();
+    const int ck = r.spec.train.activation_checkpointing;
+    row("activation buffers", fmt("%.1f", a / (1 << 20)) + " MiB" +
+                                  (ck == 0   ? std::string()
+                                   : ck == 1 ? std::string(" (checkpointing every layer)")
+                                             : " (checkpointing every " + std::to_string(ck) + " layers)"));
+  }
   row("throughput", fmt("%.0f", st.wall > 0 ? (double)(M * r.B) / st.wall : 0.0) + " samples/s");
   zenflow_rows(r.strat, row);
   if (m.contains("gradient_clipping")) {

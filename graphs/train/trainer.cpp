@@ -156,6 +156,7 @@ void setup(Run& r) {
   r.mem = estimate_memory(spec, spec.train.steps > 0 ? spec.train.steps : -1, r.ranks);
   r.available_at_start = available_memory();
   check_memory(spec, r.mem);
+  check_device_memory(spec, r.mem);
   // the checkpoint directory, locked for the whole run before anything is loaded
   // (graphs/train/checkpoint.hpp: one writer, stale temporaries, another run's checkpoints)
   if (!opt.checkpoint_dir.empty())

@@ -51,6 +51,7 @@ void lm_options(const Spec& spec, Options& o) {
   o.batch_size = spec.train.batch_size;
   o.eval_batch_size = spec.train.eval_batch_size;
   o.eval_limit = spec.data.eval_limit;
+  o.checkpoint_every = spec.train.activation_checkpointing;
   o.weights_in_out = spec.model.weight_layout == "in_out" ||
                      (spec.model.weight_layout == "auto" && strategy_def(spec.strategy).zenflow);
 }
@@ -205,7 +206,23 @@ static std::unique_ptr<Workload> make_hf(const Spec& spec, StepStatus* status) {
                           status);
 }
 
+// train.activation_checkpointing: the transformers' blocks (GPT, GPT-2, Llama, Qwen2); at ZeRO stage 3
+// one block a segment (the recomputation runs inside the block's backward hooks, which gather its
+// parameters alone)
+void check_activation_checkpointing(const Spec& spec) {
+  const int n = spec.train.activation_checkpointing;
+  if (n == 0) return;
+  if (spec.model.type == "mlp")
+    throw InputError(spec.where("train.activation_checkpointing"),
+                     "model.type \"mlp\" has no transformer blocks to checkpoint (\"none\", or a GPT or hf model)");
+  if (n > 1 && spec.zero_stage == 3)
+    throw InputError(spec.where("train.activation_checkpointing"),
+                     std::to_string(n) + " blocks a segment at ZeRO stage 3: the recomputation gathers one block's "
+                     "parameters at a time; use \"every_layer\" (or stage 2)");
+}
+
 std::unique_ptr<Workload> make_workload(const Spec& spec, StepStatus* status) {
+  check_activation_checkpointing(spec);
   if (spec.model.type == "mlp") return make_mlp(spec, status);
   if (spec.model.type == "gpt" || spec.model.type == "gpt-classifier") return make_gpt(spec, status);
   if (spec.model.type == "hf") return make_hf(spec, status);

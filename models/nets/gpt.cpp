@@ -45,12 +45,32 @@ struct GptBody::Acts {
     Tensor ln1_h, atty_h, ln2_h, fcg_h;     // (BT, C), (BT, C), (BT, C), (BT, I)
     Tensor dqkv_h, dres1_h, dfch_h, dres2_h;  // (BT, 3C), (BT, C), (BT, I), (BT, C)
   };
+  // One Layer a block, or with activation checkpointing every N blocks (GptConfig::checkpoint_every)
+  // min(N, n_layer) of them, block l's in layers[l % N], reused by every segment of N blocks: the
+  // backward recomputes a segment's forward into them. Then a segment's last block writes its
+  // output into outs[l] (kept for the backward), the others into their Layer's res2.
   std::vector<Layer> layers;
+  int every = 0, n_layer = 0;
+  std::vector<Tensor> outs;  // checkpointing: the segments' outputs (invalid for the other blocks)
+  Layer& at(int l) { return layers[(size_t)(every ? l % every : l)]; }
+  bool segment_end(int l) const { return every && (l % every == every - 1 || l == n_layer - 1); }
+  const Tensor& out(int l) { return segment_end(l) ? outs[(size_t)l] : at(l).res2; }
   Tensor lnf, lnf_mean, lnf_rstd;  // (BT, C), (BT), (BT)
   // gradients, reused by every layer
   Tensor dres_a, dres_b, dln, datty, dlnf;  // (BT, C)
   Tensor dqkv;                              // (BT, 3C)
   Tensor dfch, dfcg;                        // (BT, I)
+  template <class F>
+  void each(F&& f) const {  // every tensor above
+    for (const Layer& L : layers)
+      for (const Tensor* t : {&L.ln1, &L.ln1_mean, &L.ln1_rstd, &L.qkv, &L.atty, &L.att, &L.res1, &L.ln2, &L.ln2_mean,
+                              &L.ln2_rstd, &L.fch, &L.fcg, &L.res2, &L.ln1_h, &L.atty_h, &L.ln2_h, &L.fcg_h, &L.dqkv_h,
+                              &L.dres1_h, &L.dfch_h, &L.dres2_h})
+        f(*t);
+    for (const Tensor& t : outs) f(t);
+    for (const Tensor* t : {&x0, &lnf, &lnf_mean, &lnf_rstd, &dres_a, &dres_b, &dln, &datty, &dlnf, &dqkv, &dfch, &dfcg})
+      f(*t);
+  }
 };
 
 Param gpt_param(const std::string& name, std::vector<int64_t> shape, Rng& rng, float v, bool normal, bool in_out) {
@@ -113,8 +133,11 @@ GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts, bool bf16_grads) 
     return bf16_acts ? Tensor::lazy_half(shape, name + tag, Half::Bf16) : t(name, shape);
   };
   a->x0 = act("x0", {N, C});
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const std::string h = "h" + std::to_string(l) + ".";
+  a->every = cfg_.checkpoint_every;
+  a->n_layer = cfg_.n_layer;
+  const int slots = a->every ? std::min(a->every, cfg_.n_layer) : cfg_.n_layer;
+  for (int l = 0; l < slots; ++l) {
+    const std::string h = (a->every ? "ckpt" : "h") + std::to_string(l) + ".";
     Acts::Layer L;
     L.ln1 = t(h + "ln1", {N, C});
     L.ln1_mean = t(h + "ln1.mean", {N});
@@ -145,6 +168,9 @@ GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts, bool bf16_grads) 
     L.dres2_h = half(h + "dres2", {N, C});
     a->layers.push_back(std::move(L));
   }
+  if (a->every)
+    for (int l = 0; l < cfg_.n_layer; ++l)
+      a->outs.push_back(a->segment_end(l) ? act("h" + std::to_string(l) + ".res2", {N, C}) : Tensor());
   a->lnf = t("lnf", {N, C});
   a->lnf_mean = t("lnf.mean", {N});
   a->lnf_rstd = t("lnf.rstd", {N});
@@ -163,6 +189,12 @@ GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts, bool bf16_grads) 
   a->dfcg = grad("dfcg", {N, I});
   acts_.push_back(std::move(a));
   return *acts_.back();
+}
+
+int64_t GptBody::activation_bytes() const {
+  int64_t n = 0;
+  for (const auto& a : acts_) a->each([&](const Tensor& t) { n += allocated_bytes(t); });
+  return n;
 }
 
 const Tensor& GptBody::out(const Acts& a) { return a.lnf; }
@@ -185,43 +217,10 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
   if (cond) insert_class_embedding_fwd(o.named("fwd.class_embedding"), a.x0, *cond->table, *cond->ids);
   if (hook) hook->after_forward(o.step, 0);
   const Tensor* r = &a.x0;
-  const bool keep = matmul_keeps_bf16_operands(o, (int64_t)a.B * a.T);
-  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     if (hook) hook->before_forward(o.step, l + 1);
-    Acts::Layer& L = a.layers[l];
-    const std::string n = "fwd.h" + std::to_string(l) + ".";
-    auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
-    auto io = [&](int k) { return blk(l, k).in_out; };
-    // a linear layer's input: its bf16 tensor (h16), which the matmul reads as it is, or fp32 (and
-    // its bf16 copy written by the matmul where operands are kept)
-    auto in = [&](const Tensor& x, const Tensor& xh) -> const Tensor& { return h16 ? xh : x; };
-    // (the forward's kept path writes an fp32 y: not with bf16 activations, where every linear
-    // layer's output is one)
-    const bool keep_fwd = keep && !h16 && !L.qkv.stored_half();
-    // a linear layer, y = x w^T + b: the bias added in the product's task (one rounding of a bf16 y,
-    // as PyTorch's addmm), or by a task of its own after the kept path's fp32 y
-    auto linear = [&](const std::string& name, const Tensor& x, int k, const Tensor& y, const Tensor& xh) {
-      if (keep_fwd) {
-        insert_matmul_fwd_kept(o.named(n + name), x, v(k), y, xh, io(k));
-        insert_bias_add(o.named(n + name + ".bias"), y, v(k + 1));
-      } else {
-        insert_matmul_bias_fwd(o.named(n + name), in(x, xh), v(k), v(k + 1), y, io(k));
-      }
-    };
-    insert_layernorm_fwd(o.named(n + "ln_1"), *r, v(kLn1W), v(kLn1B), in(L.ln1, L.ln1_h), L.ln1_mean, L.ln1_rstd,
-                         cfg_.ln_eps);
-    linear("c_attn", L.ln1, kAttnW, L.qkv, L.ln1_h);
-    insert_attention_fwd(o.named(n + "attention"), L.qkv, in(L.atty, L.atty_h), L.att, nullptr);
-    linear("attn.c_proj", L.atty, kAttnProjW, L.res1, L.atty_h);
-    insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), *r, whole(*r), 1.0f);
-    insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), in(L.ln2, L.ln2_h), L.ln2_mean, L.ln2_rstd,
-                         cfg_.ln_eps);
-    linear("c_fc", L.ln2, kFcW, L.fch, L.ln2_h);
-    insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, in(L.fcg, L.fcg_h));
-    linear("mlp.c_proj", L.fcg, kMlpProjW, L.res2, L.fcg_h);
-    insert_accumulate(o.named(n + "residual_2"), L.res2, whole(L.res2), L.res1, whole(L.res1), 1.0f);
-    r = &L.res2;
+    block_forward(o, a, l, *r, "fwd.h" + std::to_string(l) + ".", true);
+    r = &a.out(l);
     if (hook) hook->after_forward(o.step, l + 1);
   }
   const size_t F = params_.size() - 2;
@@ -229,11 +228,51 @@ void GptBody::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, con
   insert_layernorm_fwd(o.named("fwd.ln_f"), *r, p(F).value, p(F + 1).value, a.lnf, a.lnf_mean, a.lnf_rstd, cfg_.ln_eps);
 }
 
+void GptBody::block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& r, const std::string& n,
+                            bool whole_block) {
+  const bool keep = matmul_keeps_bf16_operands(o, (int64_t)a.B * a.T);
+  const bool h16 = o.rt && o.rt->matmul_inputs_bf16();
+  Acts::Layer& L = a.at(l);
+  auto v = [&](int k) -> const Tensor& { return blk(l, k).value; };
+  auto io = [&](int k) { return blk(l, k).in_out; };
+  // a linear layer's input: its bf16 tensor (h16), which the matmul reads as it is, or fp32 (and
+  // its bf16 copy written by the matmul where operands are kept)
+  auto in = [&](const Tensor& x, const Tensor& xh) -> const Tensor& { return h16 ? xh : x; };
+  // (the forward's kept path writes an fp32 y: not with bf16 activations, where every linear
+  // layer's output is one)
+  const bool keep_fwd = keep && !h16 && !L.qkv.stored_half();
+  // a linear layer, y = x w^T + b: the bias added in the product's task (one rounding of a bf16 y,
+  // as PyTorch's addmm), or by a task of its own after the kept path's fp32 y
+  auto linear = [&](const std::string& name, const Tensor& x, int k, const Tensor& y, const Tensor& xh) {
+    if (keep_fwd) {
+      insert_matmul_fwd_kept(o.named(n + name), x, v(k), y, xh, io(k));
+      insert_bias_add(o.named(n + name + ".bias"), y, v(k + 1));
+    } else {
+      insert_matmul_bias_fwd(o.named(n + name), in(x, xh), v(k), v(k + 1), y, io(k));
+    }
+  };
+  insert_layernorm_fwd(o.named(n + "ln_1"), r, v(kLn1W), v(kLn1B), in(L.ln1, L.ln1_h), L.ln1_mean, L.ln1_rstd,
+                       cfg_.ln_eps);
+  linear("c_attn", L.ln1, kAttnW, L.qkv, L.ln1_h);
+  insert_attention_fwd(o.named(n + "attention"), L.qkv, in(L.atty, L.atty_h), L.att, nullptr);
+  linear("attn.c_proj", L.atty, kAttnProjW, L.res1, L.atty_h);
+  insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), r, whole(r), 1.0f);
+  insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), in(L.ln2, L.ln2_h), L.ln2_mean, L.ln2_rstd,
+                       cfg_.ln_eps);
+  linear("c_fc", L.ln2, kFcW, L.fch, L.ln2_h);
+  insert_act_fwd(o.named(n + "gelu"), Activation::Gelu, L.fch, in(L.fcg, L.fcg_h));
+  // (the kept path's c_proj also writes fcg's bf16 copy, which the backward reads)
+  if (!whole_block && !keep_fwd) return;
+  const Tensor& res2 = a.out(l);
+  linear("mlp.c_proj", L.fcg, kMlpProjW, res2, L.fcg_h);
+  insert_accumulate(o.named(n + "residual_2"), res2, whole(res2), L.res1, whole(L.res1), 1.0f);
+}
+
 void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, const Tensor& d_out,
                        const Conditioning* cond, LayerHook* hook) {
   const size_t F = params_.size() - 2;
   const int Lc = cfg_.n_layer;
-  const Tensor& last = Lc ? a.layers[Lc - 1].res2 : a.x0;
+  const Tensor& last = Lc ? a.out(Lc - 1) : a.x0;
   // dA: gradient of the residual stream at the current layer's output
   Tensor* dA = &a.dres_a;
   Tensor* dB = &a.dres_b;
@@ -244,8 +283,11 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
   if (hook) hook->after_backward(o.step, Lc + 1);
   for (int l = Lc - 1; l >= 0; --l) {
     if (hook) hook->before_backward(o.step, l + 1);
-    Acts::Layer& L = a.layers[l];
-    const Tensor& in = l ? a.layers[l - 1].res2 : a.x0;
+    if (a.segment_end(l))  // activation checkpointing: the segment's forward again, from its input
+      for (int j = l - l % a.every; j <= l; ++j)
+        block_forward(o, a, j, j ? a.out(j - 1) : a.x0, "recompute.h" + std::to_string(j) + ".", j < l);
+    Acts::Layer& L = a.at(l);
+    const Tensor& in = l ? a.out(l - 1) : a.x0;
     const std::string n = "bwd.h" + std::to_string(l) + ".";
     auto P = [&](int k) -> Param& { return blk(l, k); };
     // a linear layer's weight, bias and data gradients; with kept bf16 operands the data gradient
@@ -363,6 +405,13 @@ std::vector<Param*> GptLanguageModel::params() {
   for (auto& p : body_->params()) out.push_back(&p);
   if (!cfg_.tied_head) out.push_back(&lm_head_);
   return out;
+}
+
+int64_t GptLanguageModel::activation_bytes() const {
+  int64_t n = body_->activation_bytes();
+  for (const auto& h : heads_)
+    for (const Tensor* t : {&h->logits, &h->probs, &h->dlogits}) n += allocated_bytes(*t);
+  return n;
 }
 
 std::vector<std::vector<Param*>> GptLanguageModel::layer_groups() {

@@ -40,6 +40,9 @@ struct GptConfig {
   float ln_eps = 1e-5f;  // every LayerNorm's eps
   bool tied_head = false;  // the LM head is wte: no lm_head.weight (its gradient added to wte's)
   bool hf_random_init = false;  // model.init "random": Hugging Face's init from init_seed, no weights read
+  // train.activation_checkpointing: 0, or a checkpoint every N layers (GptBody's forward keeps the
+  // residual stream after each segment of N layers; its backward recomputes a segment's forward)
+  int checkpoint_every = 0;
   int positions() const { return n_positions > 0 ? n_positions : context; }
   int inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
 };
@@ -80,8 +83,13 @@ class GptBody {
   std::vector<Param>& params() { return params_; }
   const GptConfig& config() const { return cfg_; }
   size_t numel() const;
+  // The bytes of its activation and gradient buffers StarPU has allocated (Workload::activation_bytes)
+  int64_t activation_bytes() const;
 
  private:
+  // Block l's forward from its input r, the tasks named n + ...; whole_block false stops after the GELU
+  // (the recomputation of a segment's last block, whose output its backward does not read)
+  void block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& r, const std::string& n, bool whole_block);
   Param& p(size_t i) { return params_[i]; }
   Param& blk(int l, int k) { return params_[2 + 12 * (size_t)l + k]; }
   GptConfig cfg_;
@@ -127,6 +135,7 @@ class GptLanguageModel : public Workload {
   // The body's, lm_head with ln_f; none with a tied head (ZeRO stage 3 refuses the model: wte
   // would be read in the first and the last group).
   std::vector<std::vector<Param*>> layer_groups() override;
+  int64_t activation_bytes() const override;  // the body's and the heads' logits, probs, dlogits
   bool ignorable_on_init(const std::string& name) const override {
     return cfg_.tied_head && name == "lm_head.weight";
   }

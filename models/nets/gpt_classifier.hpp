@@ -62,6 +62,7 @@ class GptClassifier : public Workload {
   bool ignorable_on_init(const std::string& name) const override;
   // ZeRO stage 3: the body's groups, the classification layer with ln_f (as the language model's head)
   std::vector<std::vector<Param*>> layer_groups() override;
+  int64_t activation_bytes() const override { return body_->activation_bytes(); }  // the body's
   const VerseTask& task() const { return task_; }
 
  private:
@@ -108,6 +109,7 @@ class GptGenerativeClassifier : public Workload {
   bool optional_on_init(const std::string& name) const override { return name == class_emb_.name; }
   // ZeRO stage 3: the body's groups, class_embedding with the embeddings, lm_head with ln_f
   std::vector<std::vector<Param*>> layer_groups() override;
+  int64_t activation_bytes() const override { return body_->activation_bytes(); }  // the body's
   // A sampling unit is a chunk of a training verse. A step of B chunks runs K*B sequences, each
   // chunk under every class, for the loss kernels::cpu::gen_class_loss: the cross-entropy of the
   // chunk's class posterior (Bayes' rule over its K likelihoods) plus kLmWeight times the

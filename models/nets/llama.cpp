@@ -123,8 +123,11 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts, bo
     a->targets[s] = Tensor::lazy({N}, "targets" + tag + "." + std::to_string(s), sizeof(int32_t));
   }
   a->x0 = act("x0", {N, C});
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    const std::string h = "l" + std::to_string(l) + ".";
+  a->every = opt_.checkpoint_every;
+  a->n_layer = (int)cfg_.num_layers;
+  const int64_t slots = a->every ? std::min<int64_t>(a->every, cfg_.num_layers) : cfg_.num_layers;
+  for (int64_t l = 0; l < slots; ++l) {
+    const std::string h = (a->every ? "ckpt" : "l") + std::to_string(l) + ".";
     Acts::L L{t(h + "xn1", {N, C}), t(h + "rstd1", {N}), act(h + "q", {N, Q}), act(h + "k", {N, KV}),
               act(h + "v", {N, KV}), t(h + "atty", {N, Q}), t(h + "att", {B, cfg_.num_heads, T, T}),
               act(h + "res1", {N, C}), t(h + "xn2", {N, C}), t(h + "rstd2", {N}), act(h + "gate", {N, F}),
@@ -132,6 +135,9 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts, bo
               half(h + "xn1", {N, C}), half(h + "atty", {N, Q}), half(h + "xn2", {N, C}), half(h + "h", {N, F})};
     a->layers.push_back(std::move(L));
   }
+  if (a->every)
+    for (int l = 0; l < a->n_layer; ++l)
+      a->outs.push_back(a->segment_end(l) ? act("l" + std::to_string(l) + ".res2", {N, C}) : Tensor());
   a->xf = t("xf", {N, C});
   a->xf_h = half("xf", {N, C});
   a->rstdf = t("rstdf", {N});
@@ -159,6 +165,12 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts, bo
   return *acts_.back();
 }
 
+int64_t LlamaLanguageModel::activation_bytes() const {
+  int64_t n = 0;
+  for (const auto& a : acts_) a->each([&](const Tensor& t) { n += allocated_bytes(t); });
+  return n;
+}
+
 const Tensor& LlamaLanguageModel::Acts::kept(const Tensor& dy) const {
   for (auto [g, h] : {std::pair{&dres_a, &dres_a_h}, {&dres_b, &dres_b_h}, {&dq, &dq_h}, {&dk, &dk_h},
                       {&dv, &dv_h}, {&dgate, &dgate_h}, {&dup, &dup_h}, {&dlogits, &dlogits_h}})
@@ -166,10 +178,10 @@ const Tensor& LlamaLanguageModel::Acts::kept(const Tensor& dy) const {
   throw Error("llama: no bf16 copy for the gradient " + dy.name());
 }
 
-void LlamaLanguageModel::block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in) {
+void LlamaLanguageModel::block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in, const std::string& n,
+                                       bool whole_block) {
   const Layer& P = layers_[(size_t)l];
-  Acts::L& A = a.layers[(size_t)l];
-  const std::string n = "fwd.l" + std::to_string(l) + ".";
+  Acts::L& A = a.at(l);
   const int T = opt_.context, H = (int)cfg_.num_heads, Hkv = (int)cfg_.num_kv_heads;
   const float eps = (float)cfg_.norm_eps;
   auto linear = [&](const std::string& name, const Tensor& x, const Param* w, const Param* b, const Tensor& y) {
@@ -195,14 +207,16 @@ void LlamaLanguageModel::block_forward(const SubmitOptions& o, Acts& a, int l, c
   linear("gate_proj", xn2, P.gate, nullptr, A.gate);
   linear("up_proj", xn2, P.up, nullptr, A.up);
   insert_swiglu_fwd(o.named(n + "swiglu"), A.gate, A.up, hh);
-  linear("down_proj", hh, P.down, nullptr, A.res2);
-  insert_accumulate(o.named(n + "residual_2"), A.res2, whole(A.res2), A.res1, whole(A.res1), 1.0f);
+  if (!whole_block) return;
+  const Tensor& res2 = a.out(l);
+  linear("down_proj", hh, P.down, nullptr, res2);
+  insert_accumulate(o.named(n + "residual_2"), res2, whole(res2), A.res1, whole(A.res1), 1.0f);
 }
 
 // a.dres_a: the gradient of the block's output in, of its input out.
 void LlamaLanguageModel::block_backward(const SubmitOptions& o, Acts& a, int l, const Tensor& in) {
   const Layer& P = layers_[(size_t)l];
-  Acts::L& A = a.layers[(size_t)l];
+  Acts::L& A = a.at(l);
   const std::string n = "bwd.l" + std::to_string(l) + ".";
   const int T = opt_.context, H = (int)cfg_.num_heads, Hkv = (int)cfg_.num_kv_heads;
   Tensor &dA = a.dres_a, &dB = a.dres_b;
@@ -258,8 +272,8 @@ void LlamaLanguageModel::forward(const SubmitOptions& o, Acts& a, const Tensor& 
   const Tensor* r = &a.x0;
   for (int l = 0; l < Lc; ++l) {
     if (hook) hook->before_forward(o.step, l + 1);
-    block_forward(o, a, l, *r);
-    r = &a.layers[(size_t)l].res2;
+    block_forward(o, a, l, *r, "fwd.l" + std::to_string(l) + ".", true);
+    r = &a.out(l);
     if (hook) hook->after_forward(o.step, l + 1);
   }
   if (hook) hook->before_forward(o.step, Lc + 1);
@@ -273,7 +287,7 @@ void LlamaLanguageModel::forward(const SubmitOptions& o, Acts& a, const Tensor& 
 void LlamaLanguageModel::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook) {
   const int Lc = (int)cfg_.num_layers;
   const bool tied = cfg_.tie_word_embeddings;
-  const Tensor& last = Lc ? a.layers[(size_t)Lc - 1].res2 : a.x0;
+  const Tensor& last = Lc ? a.out(Lc - 1) : a.x0;
   if (hook) hook->before_backward(o.step, Lc + 1);
   const bool h16 = o.rt && o.rt->matmul_inputs_bf16();
   const Tensor& xf = h16 ? a.xf_h : a.xf;
@@ -289,7 +303,10 @@ void LlamaLanguageModel::backward(const SubmitOptions& o, Acts& a, const Tensor&
   if (hook) hook->after_backward(o.step, Lc + 1);
   for (int l = Lc - 1; l >= 0; --l) {
     if (hook) hook->before_backward(o.step, l + 1);
-    block_backward(o, a, l, l ? a.layers[(size_t)l - 1].res2 : a.x0);
+    if (a.segment_end(l))  // activation checkpointing: the segment's forward again, from its input
+      for (int j = l - l % a.every; j <= l; ++j)
+        block_forward(o, a, j, j ? a.out(j - 1) : a.x0, "recompute.l" + std::to_string(j) + ".", j < l);
+    block_backward(o, a, l, l ? a.out(l - 1) : a.x0);
     if (hook) hook->after_backward(o.step, l + 1);
   }
   if (hook) hook->before_backward(o.step, 0);

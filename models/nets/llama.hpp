@@ -35,6 +35,8 @@ struct LlamaOptions {
   // The blocks' linears (q, k, v, o, gate, up, down) stored (in, out) (Param::in_out): a ZenFlow
   // column contiguous. embed_tokens and lm_head keep (V, C): the embedding reads rows.
   bool weights_in_out = false;
+  // train.activation_checkpointing: 0, or a checkpoint every N blocks (as GptConfig's)
+  int checkpoint_every = 0;
 };
 
 class LlamaLanguageModel : public Workload, public HfModel {
@@ -53,6 +55,7 @@ class LlamaLanguageModel : public Workload, public HfModel {
   // ZeRO stage 3: {embed_tokens}, each block's, {norm, lm_head}; none with a tied head (the
   // embedding is used by the first group and the last).
   std::vector<std::vector<Param*>> layer_groups() override;
+  int64_t activation_bytes() const override;
 
   const hf::Config& hf_config() const override { return cfg_; }
   const hf::LoadResult& hf_loaded() const override { return loaded_; }
@@ -67,7 +70,10 @@ class LlamaLanguageModel : public Workload, public HfModel {
   void load();
   // bf16_acts, bf16_grads: Runtime::activations_bf16, activation_grads_bf16 (llama_parts.hpp)
   Acts& acts_for(int B, bool bf16_acts, bool bf16_grads);
-  void block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in);
+  // block l's forward from its input, the tasks named n + ...; whole_block false stops before
+  // down_proj (the recomputation of a segment's last block, whose output its backward does not read)
+  void block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in, const std::string& n,
+                     bool whole_block);
   void block_backward(const SubmitOptions& o, Acts& a, int l, const Tensor& in);
   void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook);
   void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook);

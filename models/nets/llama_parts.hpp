@@ -40,7 +40,16 @@ struct LlamaLanguageModel::Acts {
     Tensor xn1_h, atty_h, xn2_h, h_h;
     const Tensor& in(const Tensor& x, const Tensor& xh, bool h16) const { return h16 ? xh : x; }
   };
+  // One L a block, or with activation checkpointing every N blocks (LlamaOptions::checkpoint_every)
+  // min(N, layers) of them, block l's in layers[l % N], reused by every segment of N blocks: the
+  // backward recomputes a segment's forward into them. Then a segment's last block writes its
+  // output into outs[l] (kept for the backward), the others into their L's res2.
   std::vector<L> layers;
+  int every = 0, n_layer = 0;
+  std::vector<Tensor> outs;  // checkpointing: the segments' outputs (invalid for the other blocks)
+  L& at(int l) { return layers[(size_t)(every ? l % every : l)]; }
+  bool segment_end(int l) const { return every && (l % every == every - 1 || l == n_layer - 1); }
+  const Tensor& out(int l) { return segment_end(l) ? outs[(size_t)l] : at(l).res2; }
   Tensor xf, rstdf;                 // (N, C), (N) the final norm
   Tensor xf_h;                      // xf in bf16, as the layers' inputs above (the head's input)
   Tensor logits, probs, dlogits;    // (N, V)
@@ -55,6 +64,18 @@ struct LlamaLanguageModel::Acts {
   Tensor dres_a_h, dres_b_h, dq_h, dk_h, dv_h, dgate_h, dup_h, dlogits_h;
   // dy's copy, for dy one of the gradient buffers above
   const Tensor& kept(const Tensor& dy) const;
+  template <class F>
+  void each(F&& f) const {  // every activation and gradient buffer above (not the tokens)
+    for (const L& A : layers)
+      for (const Tensor* t : {&A.xn1, &A.rstd1, &A.q, &A.k, &A.v, &A.atty, &A.att, &A.res1, &A.xn2, &A.rstd2, &A.gate,
+                              &A.up, &A.h, &A.res2, &A.xn1_h, &A.atty_h, &A.xn2_h, &A.h_h})
+        f(*t);
+    for (const Tensor& t : outs) f(t);
+    for (const Tensor* t : {&x0, &xf, &rstdf, &xf_h, &logits, &probs, &dlogits, &head_dw, &dres_a, &dres_b, &dxn,
+                            &dxn_b, &dxf, &datty, &dq, &dk, &dv, &dh, &dgate, &dup, &dres_a_h, &dres_b_h, &dq_h, &dk_h,
+                            &dv_h, &dgate_h, &dup_h, &dlogits_h})
+      f(*t);
+  }
 };
 
 }  // namespace zf

@@ -1,5 +1,6 @@
 // The engine with CUDA workers (docs/gpu.md): a few training steps of the MLP (every strategy,
-// fp32 and bf16) and of a tiny GPT against the same run on CPU workers (runtime.cuda_workers = -1);
+// fp32 and bf16) and of a tiny GPT against the same run on CPU workers (runtime.cuda_workers = -1),
+// the GPT with activation checkpointing bitwise as without;
 // NCCL loaded at run time. Skipped, with a message, where no GPU is seen.
 #include <algorithm>
 #include <cmath>
@@ -192,6 +193,12 @@ TEST_F(CudaEngine, GptStepsOnCudaWorkersMatchCpuWorkers) {
     s.runtime.cuda_workers = 1;
     const Weights got = train_and_capture(s);
     EXPECT_LT(rel_norm_diff(got, ref), kEngineTol);
+    // activation checkpointing on the CUDA worker: the recomputed forward runs the same kernels on
+    // the same inputs, so the weights are bitwise those without it (as on CPU workers)
+    s.train.activation_checkpointing = 1;
+    const Weights ck = train_and_capture(s);
+    s.train.activation_checkpointing = 0;
+    EXPECT_EQ(first_difference(ck, got), "") << "activation checkpointing on the CUDA worker";
   }
   std::filesystem::remove(path);
 }

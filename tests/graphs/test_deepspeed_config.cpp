@@ -180,8 +180,9 @@ TEST(DeepSpeedConfig, BatchSizesCountTheDataParallelRanks) {
   EXPECT_NE(notes[0].find("update_interval"), std::string::npos);
 }
 
-// zero_optimization.stage: mapped with the optimizer offloaded (zero-offload, zenflow), noted and
-// left at 0 without it (device-adam's state stays on the device), 3 included; 4 is out of range
+// zero_optimization.stage: mapped with the optimizer offloaded (zero-offload, zenflow), and at stages 1
+// and 2 without it (device-adam's partitioned state); stage 3 without an offload noted and left at
+// 0 (device-adam's state stays on the device, replicated); 4 is out of range
 TEST(DeepSpeedConfig, ZeroStageMapsForOffloadedOptimizers) {
   auto cfg = [](int stage, bool offload) {
     json c = json::parse(R"({"train_batch_size": 16})");
@@ -193,12 +194,19 @@ TEST(DeepSpeedConfig, ZeroStageMapsForOffloadedOptimizers) {
     const json p = deepspeed_patch(cfg(st, true), "ds.json", nullptr, 1);
     EXPECT_EQ(p["strategy"], "zero-offload");
     EXPECT_EQ(p["zero_optimization"]["stage"], st);
+    // without an offload: device-adam, partitioned at stages 1 and 2 (DeepSpeed's ZeRO-1/2), replicated
+    // at stage 3 with a note (device-adam does not partition its parameters)
     std::vector<std::string> notes;
     const json q = deepspeed_patch(cfg(st, false), "ds.json", &notes, 1);
     EXPECT_EQ(q["strategy"], "device-adam");
+    if (st < 3) {
+      EXPECT_EQ(q["zero_optimization"]["stage"], st);
+      EXPECT_TRUE(notes.empty());
+      continue;
+    }
     EXPECT_FALSE(q.contains("zero_optimization"));
     ASSERT_EQ(notes.size(), 1u);
-    EXPECT_NE(notes[0].find("zero_optimization.stage " + std::to_string(st)), std::string::npos) << notes[0];
+    EXPECT_NE(notes[0].find("zero_optimization.stage 3"), std::string::npos) << notes[0];
   }
   EXPECT_FALSE(deepspeed_patch(cfg(0, true), "ds.json", nullptr, 1).contains("zero_optimization"));
   const std::string msg = input_error([&] { deepspeed_patch(cfg(4, true), "ds.json", nullptr, 1); });
@@ -321,6 +329,47 @@ TEST(DeepSpeedConfig, KeysThatChangeTrainingAreNotNoted) {
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_NE(notes[0].find("bf16.bf16_master_weights_and_grads"), std::string::npos) << notes[0];
   EXPECT_NE(notes[1].find("prescale_gradients"), std::string::npos) << notes[1];
+}
+
+// Issue 44: DeepSpeed's activation_checkpointing block is accepted (it turns nothing on, as in
+// DeepSpeed: train.activation_checkpointing does); what the engine cannot honour is refused by name;
+// train.activation_checkpointing takes "none", "every_layer" or N and refuses anything else.
+TEST(DeepSpeedConfig, ActivationCheckpointingBlockIsAcceptedOrRefusedByName) {
+  std::vector<std::string> notes;
+  const json ok = {{"train_batch_size", 16},
+                   {"activation_checkpointing",
+                    {{"partition_activations", false}, {"contiguous_memory_optimization", false},
+                     {"cpu_checkpointing", false}, {"number_checkpoints", nullptr},
+                     {"synchronize_checkpoint_boundary", true}, {"profile", false}}}};
+  const json patch = deepspeed_patch(ok, "ds.json", &notes, 1);
+  EXPECT_FALSE(patch.contains("train") && patch["train"].contains("activation_checkpointing")) << patch.dump();
+  EXPECT_EQ(notes.size(), 3u);
+  for (const char* k : {"partition_activations", "contiguous_memory_optimization", "cpu_checkpointing"}) {
+    json bad = ok;
+    bad["activation_checkpointing"][k] = true;
+    const std::string msg = input_error([&] { deepspeed_patch(bad, "ds.json", nullptr, 1); });
+    EXPECT_NE(msg.find(std::string("ds.json: activation_checkpointing.") + k), std::string::npos) << msg;
+  }
+  for (const auto& [k, v] : {std::pair<const char*, json>{"number_checkpoints", 0}, {"number_checkpoints", "4"},
+                             {"profile", 1}, {"typo_key", true}}) {
+    json bad = ok;
+    bad["activation_checkpointing"][k] = v;
+    const std::string msg = input_error([&] { deepspeed_patch(bad, "ds.json", nullptr, 1); });
+    EXPECT_NE(msg.find(std::string("ds.json: activation_checkpointing.") + k), std::string::npos) << msg;
+  }
+  // the spec's field
+  const json base = json::parse(R"({"model": {"type": "gpt"}, "data": {"dataset": "kjv"}})");
+  for (const auto& [v, n] : {std::pair<json, int>{"none", 0}, {"every_layer", 1}, {1, 1}, {4, 4}}) {
+    json j = base;
+    j["train"]["activation_checkpointing"] = v;
+    EXPECT_EQ(parse_spec(j, "s.json").train.activation_checkpointing, n) << v.dump();
+  }
+  for (const json& v : {json("all"), json(0), json(-2), json(1.5), json(true)}) {
+    json j = base;
+    j["train"]["activation_checkpointing"] = v;
+    const std::string msg = input_error([&] { parse_spec(j, "s.json"); });
+    EXPECT_NE(msg.find("s.json: train.activation_checkpointing"), std::string::npos) << v.dump() << ": " << msg;
+  }
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ const json kRichA = json::parse(R"({
   "data": {"dataset": "kjv", "dir": "/tmp/x", "train_limit": 100, "eval_limit": 10, "path": "/tmp/kjv.txt",
            "labels": "section", "split": "verse"},
   "train": {"batch_size": 64, "epochs": 3, "steps": 9, "seed": 5, "eval_batch_size": 20,
-            "gradient_accumulation_steps": 2, "eval_every": 4},
+            "gradient_accumulation_steps": 2, "eval_every": 4, "activation_checkpointing": 2},
   "optimizer": {"lr": 0.01, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.1},
   "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0001, "warmup_max_lr": 0.02,
                 "warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": 100}},
@@ -66,6 +66,7 @@ const json kRichB = json::parse(R"({
                 "warmup_num_steps": 5, "total_num_steps": 50}},
   "zenflow": {"select_strategy": "epoch", "select_interval": 1, "update_interval": 2, "semantics": "deepspeed",
               "dp_selection": "local-sum", "accumulate_on": "device"},
+  "train": {"activation_checkpointing": "every_layer"},
   "runtime": {"device_workers": 1, "host_workers": 1}
 })");
 

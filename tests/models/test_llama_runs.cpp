@@ -196,6 +196,18 @@ TEST(LlamaRuns, WeightsBitwiseSameOnOneAndTwoDeviceCores) {
   }
 }
 
+// Issue 44, activation checkpointing on 3 blocks: every block, and segments of 2 (the last one
+// block), the same weights bitwise as without, in fp32 and bf16, under device-adam and zenflow; the
+// activation buffers shrink.
+TEST(LlamaRuns, ActivationCheckpointingGivesTheSameWeightsBitwise) {
+  json c = gqa_untied();
+  c["num_hidden_layers"] = 3;
+  Fixture f(c);
+  Spec s = f.spec;
+  s.train.steps = 4;
+  expect_checkpointing_changes_no_weight(s);
+}
+
 // Checkpoints after steps 3 and 7 (zenflow, sequential windows): the resumed run is bitwise the
 // uninterrupted one.
 TEST(LlamaRuns, ResumeIsBitwise) {

@@ -258,6 +258,25 @@ TEST(MemoryEstimate, GradientAccumulation) {
   EXPECT_LT(e4.activations, e1.activations);
 }
 
+// train.activation_checkpointing: the block buffers of min(N, L) blocks and the segments' outputs,
+// exactly: every block's buffers less (L - 1) blocks' plus 8 outputs (every block; L = 8), less
+// (L - 3) blocks' plus 3 outputs (every 3); the rest of the estimate unchanged
+TEST(MemoryEstimate, ActivationCheckpointingHoldsFewerBlocks) {
+  auto est = [](const json& ck) {
+    json j = {{"model", {{"type", "gpt"}, {"n_layer", 8}, {"n_embd", 16}, {"n_head", 2}, {"context", 8}}},
+              {"data", {{"dataset", "kjv"}}}, {"train", {{"batch_size", 4}, {"eval_batch_size", 4}}}};
+    if (!ck.is_null()) j["train"]["activation_checkpointing"] = ck;
+    return zf::estimate_memory(zf::parse_spec(j, "s.json"), -1);
+  };
+  const zf::MemoryEstimate none = est(nullptr), every = est("every_layer"), three = est(3);
+  // floats of a block per sequence (T 8 positions of 16 C, H T = 2 x 8 probabilities, 4 statistics),
+  // of an output per sequence (T C); 4 bytes; 8 sequences (batch 4, evaluation batch 4)
+  const double C = 16, T = 8, block = T * (16 * C + 2 * T + 4), out = T * C, seqs = 8;
+  EXPECT_DOUBLE_EQ(none.activations - every.activations, 4 * seqs * (7 * block - 8 * out));
+  EXPECT_DOUBLE_EQ(none.activations - three.activations, 4 * seqs * (5 * block - 3 * out));
+  EXPECT_DOUBLE_EQ(every.params + every.optimizer, none.params + none.optimizer);
+}
+
 // zero_optimization.stage >= 1 on R ranks: each rank holds 1/R of the host optimizer state
 TEST(MemoryEstimate, ZeroStagePartitionsTheHostState) {
   const json model = {{"hidden", {64}}};

@@ -320,6 +320,19 @@ void bench_gelu(int calls) {
                                   {DNNL_ARG_DIFF_SRC, mem(md, dx.data())}});
             }}});
   std::printf("  oneDNN: %s / %s\n", fpd.impl_info_str(), bpd.impl_info_str());
+  // the engine's kernels on fp32 and on bf16 as stored (precision bf16's activations)
+  std::vector<uint16_t> x16(n), y16(n), dy16(n), dx16(n);
+  cpu::pack_bf16(x.data(), x16.data(), n);
+  cpu::pack_bf16(dy.data(), dy16.data(), n);
+  compare("gelu fwd 1024x512 as stored", calls,
+          {{"fp32", [&] { cpu::act_fwd_mixed(true, {x.data(), false}, {y.data(), false}, n); }},
+           {"bf16", [&] { cpu::act_fwd_mixed(true, {x16.data(), true}, {y16.data(), true}, n); }}});
+  compare("gelu bwd 1024x512 as stored", calls,
+          {{"fp32", [&] { cpu::act_bwd_mixed(true, {x.data(), false}, {dy.data(), false}, {dx.data(), false}, n); }},
+           {"bf16", [&] { cpu::act_bwd_mixed(true, {x16.data(), true}, {dy16.data(), true}, {dx16.data(), true}, n); }}});
+  compare("pack / unpack 1024x512", calls,
+          {{"pack", [&] { cpu::pack_bf16(x.data(), x16.data(), n); }},
+           {"unpack", [&] { cpu::unpack_bf16(x16.data(), y.data(), n); }}});
 }
 
 }  // namespace

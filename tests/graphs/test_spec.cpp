@@ -56,8 +56,9 @@ TEST(Spec, ZeroStage) {
     EXPECT_EQ(zf::parse_spec(s.to_json(), kSrc).zero_stage, st);
   }
   // the strategy's rules are decided where the spec is read (graphs/strategies/registry.cpp):
-  // device-adam (the default) has no host state to partition
-  expect_spec_error(json{{"zero_optimization", {{"stage", 1}}}}, "zero_optimization.stage", "device-adam has none");
+  // device-adam (the default) partitions its device state at stages 1 and 2, not its parameters
+  for (int st : {1, 2}) EXPECT_EQ(zf::parse_spec(json{{"zero_optimization", {{"stage", st}}}}, kSrc).zero_stage, st);
+  expect_spec_error(json{{"zero_optimization", {{"stage", 3}}}}, "zero_optimization.stage", "use stage 1 or 2");
   expect_spec_error(json{{"zero_optimization", {{"stage", 4}}}}, "zero_optimization.stage", "");
   expect_spec_error(json{{"zero_optimization", {{"stage", -1}}}}, "zero_optimization.stage", "");
   expect_spec_error(json{{"zero_optimization", {{"stage", "2"}}}}, "zero_optimization.stage", "integer");

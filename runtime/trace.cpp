@@ -13,6 +13,7 @@ std::string task_category(const std::string& n) {
   auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
   if (starts("fwd.")) return "forward";
   if (starts("bwd.")) return "backward";
+  if (starts("recompute.")) return "recompute";  // activation checkpointing's forward again
   if (starts("select.") || starts("auto.")) return "select";
   if (starts("adam.device")) return "adam.device";
   if (starts("adam.host")) return "adam.host";
@@ -36,6 +37,7 @@ const Colour kStates[] = {
     {"Ac", "accumulate", "0.5 0.7 0.9"},   {"Ah", "adam.host", "0.2 0.3 0.9"},
     {"Me", "merge", "1.0 0.8 0.0"},        {"Cp", "copy", "1.0 0.1 1.0"},
     {"Lo", "load", "0.6 0.6 0.6"},         {"Ev", "eval", "0.3 0.3 0.3"},
+    {"Rc", "recompute", "0.5 0.8 0.3"},
 };
 const char* alias_of(const std::string& cat) {
   for (auto& c : kStates)

@@ -334,6 +334,35 @@ TEST(GptEngine, ActivationCheckpointingGivesTheSameWeightsWithFewerActivationByt
             std::string::npos);
 }
 
+// The recomputed forward's tasks are a state of their own in the trace (runtime/trace.cpp,
+// docs/traces.md), one per block's recomputed task; pj_dump (pajeng) accepts the trace.
+TEST(GptEngine, CheckpointingTraceShowsTheRecomputation) {
+  if (std::system("command -v pj_dump >/dev/null 2>&1") != 0) GTEST_SKIP() << "pj_dump (Debian package pajeng) not installed";
+  TempDir dir;
+  Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));
+  s.train.steps = 2;
+  s.train.activation_checkpointing = 1;
+  RunOptions o;
+  o.quiet = true;
+  o.evaluate = false;
+  o.trace_path = dir.path("run.paje");
+  o.trace_csv_path = dir.path("run.csv");
+  run_training(s, o);
+  ASSERT_EQ(std::system(("pj_dump " + o.trace_path + " > " + dir.path("dump.txt") + " 2>&1").c_str()), 0);
+  std::ifstream dump(dir.path("dump.txt")), csv(o.trace_csv_path);
+  const std::string text((std::istreambuf_iterator<char>(dump)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("recompute"), std::string::npos) << "no recompute state in the Paje trace";
+  int recomputed = 0;
+  for (std::string line; std::getline(csv, line);)
+    if (line.rfind("recompute.h", 0) == 0) {
+      EXPECT_NE(line.find(",recompute,"), std::string::npos) << line;
+      ++recomputed;
+    }
+  // per step and block: ln_1, c_attn, attention, attn.c_proj, residual_1, ln_2, c_fc, gelu (the
+  // output projection and its residual are not recomputed): 2 steps x 2 blocks x 8
+  EXPECT_EQ(recomputed, 2 * 2 * 8);
+}
+
 TEST(GptEngine, TinyModelLearnsText) {
   TempDir dir;
   Spec s = tiny_gpt_spec("gpt", "text", dir.write("t.txt", fixture_text()));

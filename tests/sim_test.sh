@@ -289,11 +289,13 @@ echo "ok: refusals exit 2 naming the option"
 # is exit 2 naming the fields of its largest part before anything runs; --estimate-memory prints
 # the machine's GPU memory and whether the device part fits
 BIG=(--strategy device-adam --set model.n_layer=24 --set model.n_embd=2048 --set model.n_head=16)
-sim a100-40g-pcie4-x2 "$TMP/m.json" "${BIG[@]}" --set model.n_layer=48
-rc=$?
-[ $rc -eq 2 ] || { tail -5 "$TMP/log"; fail "a 2.4B-parameter device-adam GPT on a 40 GB A100: exit $rc, expected 2"; }
-grep -q "the device part of the run would need" "$TMP/log" && grep -q "model.n_layer" "$TMP/log" ||
-  { tail -5 "$TMP/log"; fail "the device-memory refusal does not name the model's fields"; }
+for ranks in 1 2; do  # (rank 0 of 2 simulated ranks: the exit code as it is, no abort)
+  sim a100-40g-pcie4-x2 "$TMP/m.json" "${BIG[@]}" --set model.n_layer=48 --ranks $ranks
+  rc=$?
+  [ $rc -eq 2 ] || { tail -5 "$TMP/log"; fail "a 2.4B-parameter device-adam GPT on a 40 GB A100, $ranks ranks: exit $rc, expected 2"; }
+  grep -q "the device part of the run would need" "$TMP/log" && grep -q "model.n_layer" "$TMP/log" ||
+    { tail -5 "$TMP/log"; fail "the device-memory refusal does not name the model's fields"; }
+done
 bash "$SRC/tools/zf" simulate "$SPEC" --machine a100-40g-pcie4-x2 "${BIG[@]}" --estimate-memory >"$TMP/est.json" \
   2>"$TMP/log" || { tail -5 "$TMP/log"; fail "--estimate-memory under simulate exited $?"; }
 python3 - "$TMP/est.json" <<'PY' || fail "--estimate-memory's device part"

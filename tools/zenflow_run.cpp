@@ -393,7 +393,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rc = mode == Mode::spec ? run(argc, argv, *comm, mode) : run(argc - 1, argv + 1, *comm, mode);
-  if (rc != 0 && comm->size() > 1) {  // the other ranks may wait in a collective: end the job
+  // the other ranks may wait in a collective: end the job (simulated ranks are one process: its
+  // exit code as it is; std::exit inside SimGrid's actor would abort it)
+  if (rc != 0 && comm->size() > 1 && !comm->simulated()) {
     std::cout.flush();
     std::cerr.flush();
     comm->abort(rc);

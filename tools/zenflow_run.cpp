@@ -167,7 +167,7 @@ void add_options(CLI::App& app, CliArgs& a) {
                                            "the fields that apply to its model and data) and exit");
   app.add_flag("--estimate-memory", a.estimate_memory,
                "print the memory the run would hold per rank as JSON ({\"host\": {...}, \"device\": {...}}, bytes "
-               "per part and each side's total; docs/spec.md, \"Memory\") and exit without running");
+               "per part and each side's total; docs/spec.md, \"Size\") and exit without running");
   app.add_option("--ranks", a.estimate_ranks, "with --estimate-memory: the data-parallel ranks to estimate for "
                                               "(default: this run's, 1 without mpirun)")
       ->check(CLI::Range(1, 1 << 20));

@@ -39,38 +39,33 @@ class DeviceAdam final : public Strategy {
     for (const Tensor& w : master_) n += (int64_t)w.bytes();
     return n;
   }
+  // The state is the whole tensors, or at ZeRO stage >= 1 this rank's partitions (the writer gathers
+  // them on rank 0, the reader takes this rank's: the files are stage 0's either way)
   void save_state(StateWriter& w) const override {
-    if (!bounds_.empty()) {  // the partitions, gathered on rank 0 (the files are stage 0's)
-      for (size_t i = 0; i < params_.size(); ++i) {
-        const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
-        w.put("device.m." + params_[i]->name, pm_[i], io);
-        w.put("device.v." + params_[i]->name, pv_[i], io);
-        if (bf16_) w.put("device.master." + params_[i]->name, pmaster_[i], io);
-      }
-      return;
-    }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
-      w.put("device.m." + params_[i]->name, m_[i], io);
-      w.put("device.v." + params_[i]->name, v_[i], io);
-      if (bf16_) w.put("device.master." + params_[i]->name, master_[i], io);
-    }
+    if (bounds_.empty()) return put_state(w, m_, v_, master_);
+    put_state(w, pm_, pv_, pmaster_);
   }
   void load_state(const StateReader& r) override {
-    if (!bounds_.empty()) {
-      for (size_t i = 0; i < params_.size(); ++i) {
-        const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
-        r.get("device.m." + params_[i]->name, pm_[i], StateReader::Values::Finite, io);
-        r.get("device.v." + params_[i]->name, pv_[i], StateReader::Values::NonNegative, io);
-        if (bf16_) r.get("device.master." + params_[i]->name, pmaster_[i], StateReader::Values::Finite, io);
-      }
-      return;
+    if (bounds_.empty()) return get_state(r, m_, v_, master_);
+    get_state(r, pm_, pv_, pmaster_);
+  }
+  template <class T>
+  void put_state(StateWriter& w, const std::vector<T>& m, const std::vector<T>& v, const std::vector<T>& master) const {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;  // logical layout (Param::in_out)
+      w.put("device.m." + params_[i]->name, m[i], io);
+      w.put("device.v." + params_[i]->name, v[i], io);
+      if (bf16_) w.put("device.master." + params_[i]->name, master[i], io);
     }
+  }
+  template <class T>
+  void get_state(const StateReader& r, const std::vector<T>& m, const std::vector<T>& v,
+                 const std::vector<T>& master) const {
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t io = params_[i]->in_out ? params_[i]->rows() : 0;
-      r.get("device.m." + params_[i]->name, m_[i], StateReader::Values::Finite, io);
-      r.get("device.v." + params_[i]->name, v_[i], StateReader::Values::NonNegative, io);
-      if (bf16_) r.get("device.master." + params_[i]->name, master_[i], StateReader::Values::Finite, io);
+      r.get("device.m." + params_[i]->name, m[i], StateReader::Values::Finite, io);
+      r.get("device.v." + params_[i]->name, v[i], StateReader::Values::NonNegative, io);
+      if (bf16_) r.get("device.master." + params_[i]->name, master[i], StateReader::Values::Finite, io);
     }
   }
   // On a CPU device (not at ZeRO stage 3, whose shards the trainer rounds; not fp16, whose

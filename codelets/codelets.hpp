@@ -284,12 +284,16 @@ void insert_layernorm_fwd(const SubmitOptions& opt, const Tensor& x, const Tenso
 void insert_layernorm_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& x, const Tensor& mean,
                           const Tensor& rstd, const Tensor& w, const Tensor& dx, const Tensor& dw,
                           const Tensor& db);
-// Causal self-attention over qkv (B*T, 3C) with n_head heads: out (B*T, C), att (B, NH, T, T).
-// B and T come from att's shape.
-void insert_attention_fwd(const SubmitOptions& opt, const Tensor& qkv, const Tensor& out, const Tensor& att,
+// Causal self-attention over qkv (B*T, 3C) with n_head heads: out (B*T, C), lse (B, NH, T) fp32,
+// each row's log-sum-exp, saved for the backward (no (T, T) matrix). B and T come from lse's shape.
+void insert_attention_fwd(const SubmitOptions& opt, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           StepStatus* status);
-void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
                           const Tensor& dqkv, StepStatus* status);
+// The bytes of scratch an attention (either kind) holds at these shapes, about: on a CUDA worker,
+// the kernels' stream-ordered scratch per call (row blocks of at most 64 MiB, and under bf16 the
+// operands' 2-byte copies); on the CPU, per thread that runs a tile (reused; B does not enter).
+size_t attention_workspace_bytes(int B, int T, int H, int Hkv, int hs, bool bf16, bool cuda);
 // y (B, C) = mean of x (B*T, C) over the first len[b] positions of sequence b; len (B) int32
 void insert_mean_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);
 void insert_mean_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);
@@ -319,12 +323,12 @@ void insert_rope_bwd(const SubmitOptions& opt, const Tensor& dx, const Tensor& t
 void insert_swiglu_fwd(const SubmitOptions& opt, const Tensor& gate, const Tensor& up, const Tensor& out);
 void insert_swiglu_bwd(const SubmitOptions& opt, const Tensor& gate, const Tensor& up, const Tensor& dout,
                        const Tensor& dgate, const Tensor& dup);
-// Causal grouped-query attention: q and out (B*T, H*hs), k and v (B*T, n_kv_head*hs), att (B, H, T, T)
-// (B, H and T from att's shape); query head h reads KV head h / (H / n_kv_head).
+// Causal grouped-query attention: q and out (B*T, H*hs), k and v (B*T, n_kv_head*hs), lse (B, H, T)
+// (B, H and T from lse's shape); query head h reads KV head h / (H / n_kv_head).
 void insert_gqa_attention_fwd(const SubmitOptions& opt, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& att, int n_kv_head, StepStatus* status);
+                              const Tensor& out, const Tensor& lse, int n_kv_head, StepStatus* status);
 void insert_gqa_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Tensor& q, const Tensor& k,
-                              const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
+                              const Tensor& v, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                               const Tensor& dv, int n_kv_head, StepStatus* status);
 
 // ---- text data (data.cpp). The sources must outlive the tasks.

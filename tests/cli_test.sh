@@ -109,7 +109,8 @@ expect 2 "a GPT 64 x 8192 with context 8192" "model.n_layer" "model.n_embd" "GiB
   --set model.n_head=64 --set model.context=8192 -q
 expect 0 "--print-spec with overrides" '"batch_size": 64' '"zero-offload"' \
   -- "$SPEC" --set train.batch_size=64 --strategy zero-offload --sched eager --print-spec
-# --estimate-memory: the host and device parts per rank as JSON, nothing run; ZeRO stage 2 on 4 ranks
+# --estimate-memory: the host and device parts per rank as JSON (each total the sum of its parts, the
+# attention scratch included), nothing run; ZeRO stage 2 on 4 ranks
 # holds a quarter of zero-offload's host optimizer state; checkpointing every layer shrinks the
 # GPT's activations and reports them without it too; --ranks needs --estimate-memory
 GPT=(--set model.type=gpt --set data.dataset=kjv --set model.n_layer=8)
@@ -123,8 +124,9 @@ import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:])
 for j in (a, b):
     for side in ("host", "device"):
-        parts = {k: v for k, v in j[side].items() if k not in ("total", "attention", "activations_without_checkpointing")}
+        parts = {k: v for k, v in j[side].items() if k not in ("total", "activations_without_checkpointing")}
         assert j[side]["total"] == sum(parts.values()), (side, j[side])
+    assert j["device"]["attention"] > 0, j["device"]  # the attention's scratch, in the total
     assert j["device_memory"] is None and j["device_fits"] is None, j  # a CPU device
 assert a["ranks"] == 1 and b["ranks"] == 4, (a["ranks"], b["ranks"])
 assert abs(b["host"]["optimizer"] * 4 - a["host"]["optimizer"]) < 1e-6 * a["host"]["optimizer"], (a["host"], b["host"])

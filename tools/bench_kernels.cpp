@@ -162,11 +162,9 @@ void bench_attention_products(int calls) {
 
 void bench_attention_whole(int calls) {
   auto qkv = random_vec((size_t)B * T * C3, 1), dout = random_vec((size_t)B * T * C, 3);
-  std::vector<float> out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch((size_t)NH * T * T);
-  auto fwd = [&](bool bf16) { cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH, bf16); };
-  auto bwd = [&](bool bf16) {
-    cpu::attention_bwd(dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, NH, bf16);
-  };
+  std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T), dqkv(qkv.size());
+  auto fwd = [&](bool bf16) { cpu::attention_fwd(qkv.data(), out.data(), lse.data(), B, T, C, NH, bf16); };
+  auto bwd = [&](bool bf16) { cpu::attention_bwd(dout.data(), qkv.data(), lse.data(), dqkv.data(), B, T, C, NH, bf16); };
   compare("attention fwd (kernel)", calls, {{"fp32", [&] { fwd(false); }}, {"bf16", [&] { fwd(true); }}});
   compare("attention bwd (kernel)", calls, {{"fp32", [&] { bwd(false); }}, {"bf16", [&] { bwd(true); }}});
 }
@@ -272,17 +270,17 @@ void bench_softmax(int calls) {
   {  // the attention's causal rows: (B * NH * T, T), row i of each head sees j <= i
     const int R = B * NH * T;
     auto x = random_vec((size_t)R * T, 8), dy = random_vec((size_t)R * T, 9);
-    std::vector<float> y(x.size()), dx(x.size()), s = x;
+    std::vector<float> y(x.size()), dx(x.size()), s = x, lse(T);
     for (int r = 0; r < R; ++r)
       for (int j = r % T + 1; j < T; ++j) x[(size_t)r * T + j] = -std::numeric_limits<float>::infinity();
     bench_softmax_onednn(
         "causal softmax 4096x64", calls, R, T,
         [&] {
-          for (int h = 0; h < B * NH; ++h) cpu::causal_softmax(s.data() + (size_t)h * T * T, T, 0, T);
+          for (int h = 0; h < B * NH; ++h) cpu::causal_softmax(s.data() + (size_t)h * T * T, 0, T, lse.data());
         },
         [&] {
           for (int h = 0; h < B * NH; ++h)
-            cpu::causal_softmax_bwd(y.data() + (size_t)h * T * T, dx.data() + (size_t)h * T * T, T, 0, T);
+            cpu::causal_softmax_bwd(y.data() + (size_t)h * T * T, dx.data() + (size_t)h * T * T, 0, T);
         },
         x, y, dy, dx);
   }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -63,21 +64,26 @@ double kept_outputs(const Spec& s, double L, double C) {
 
 // model.type hf (models/nets/llama.cpp's buffers): parameters from config.json's tensor list; per
 // position and layer xn1, res1, xn2, res2 (C each), q and atty (H hs), k and v (Hkv hs), gate, up
-// and h (F), two rstd and the attention probabilities (H T); then the shared gradients and the
+// and h (F), two rstd and the attention rows' log-sum-exp (H); then the shared gradients and the
 // head; in floats, the matmuls' inputs xn1, atty, xn2, h (and the final norm's xf) at half a float
 // under matmul_inputs_bf16, and x0, q, k, v, res1, gate, up and res2 and the activation
 // gradients between the layers under activations_bf16. Nothing when the directory has no config.json (the workload reports it).
 // Activation floats per batch row: `rows(held, kept)` with the spec's activation checkpointing,
-// without it, and the attention probabilities' part (per held block H T per position)
+// without it; and the attention's scratch, bytes per thread that runs an attention tile
+// (codelets' attention_workspace_bytes: a row block's probabilities, no (T, T) matrix)
 struct ActRows {
-  double held = 0, unchecked = 0, attention = 0;
+  double held = 0, unchecked = 0;
+  double workspace_cpu = 0, workspace_cuda = 0;
 };
 template <class Rows>
-ActRows act_rows(const Spec& s, double L, double C, double att_per_block, Rows rows) {
-  return {rows(held_blocks(s, L), kept_outputs(s, L, C)), rows(L, 0.0), held_blocks(s, L) * att_per_block};
+ActRows act_rows(const Spec& s, double L, double C, int B, int T, int H, int Hkv, int hs, Rows rows) {
+  const bool bf16 = s.precision == "bf16";
+  return {rows(held_blocks(s, L), kept_outputs(s, L, C)), rows(L, 0.0),
+          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16, false),
+          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16, true)};
 }
 
-void hf_estimate(const Spec& s, double& P, double& tensors, double& block_params, ActRows& act) {
+void hf_estimate(const Spec& s, int B, double& P, double& tensors, double& block_params, ActRows& act) {
   const std::string path = (std::filesystem::path(s.model.path) / "config.json").string();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return;
@@ -91,8 +97,9 @@ void hf_estimate(const Spec& s, double& P, double& tensors, double& block_params
   const double C = (double)c.hidden_size, F = (double)c.intermediate_size, T = s.model.context;
   const double Q = (double)(c.num_heads * c.head_dim), KV = (double)(c.num_kv_heads * c.head_dim);
   const double H = (double)c.num_heads, V = (double)c.vocab_size;
-  act = act_rows(s, (double)c.num_layers, C, T * H * T, [&](double L, double kept) {
-    double r = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H * T) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V + kept);
+  act = act_rows(s, (double)c.num_layers, C, B, s.model.context, c.num_heads, c.num_kv_heads, c.head_dim,
+                 [&](double L, double kept) {
+    double r = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V + kept);
     if (matmul_inputs_bf16(s)) r -= T * (L * (2 * C + Q + F) + C) / 2;
     if (activations_bf16(s)) r -= T * (L * (2 * C + Q + 2 * KV + 2 * F) + C) / 2;
     // ... and the activation gradients dres_a, dres_b, dxn, dxn_b, datty, dq, dk, dv, dh, dgate, dup
@@ -135,7 +142,7 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     e.data = (double)(s.data.train_limit > 0 ? std::min<int64_t>(s.data.train_limit, 60000) : 60000) * in +
              10000.0 * in;
   } else if (s.model.type == "hf") {
-    hf_estimate(s, P, tensors, block_params, act);
+    hf_estimate(s, (int)B, P, tensors, block_params, act);
     e.data = file_size(s.data.path) + file_size(s.data.eval_path);
   } else {
     const double C = s.model.n_embd, T = s.model.context, L = s.model.n_layer, H = s.model.n_head, V = s.model.vocab;
@@ -143,7 +150,7 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     P = V * C + T * C + L * block_params + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head
     tensors = 3 + 12 * L + 2;
     // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
-    // the attention probabilities H x T per position; then the shared gradients and the head.
+    // the attention rows' log-sum-exp H per position; then the shared gradients and the head.
     // Under matmul_inputs_bf16 ln1, atty, ln2 and fcg (7 C) in 2 bytes; under activations_bf16
     // qkv, res1, fch and res2 (9 C) and x0 (C) in 2 bytes, and the activation gradients between
     // the layers dres_a, dres_b, dln, datty (4 C), dqkv (3 C), dfch and dfcg (8 C): 15 C
@@ -153,8 +160,9 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     const double act16 = activations_bf16(s) ? 9 * C / 2 : 0;
     const double grad16 = activations_bf16(s) ? 15 * C / 2 : 0;
     // (Lh: the blocks whose buffers are held, kept: the segments' outputs; activation checkpointing)
-    act = act_rows(s, L, C, T * H * T, [&](double Lh, double kept) {
-      return T * (Lh * (16 * C - in16 - act16 + H * T + 4) + 18 * C - (act16 ? C / 2 : 0) - grad16 + 3 * V + kept);
+    act = act_rows(s, L, C, (int)B, s.model.context, s.model.n_head, s.model.n_head, s.model.n_embd / std::max(1, s.model.n_head),
+                   [&](double Lh, double kept) {
+      return T * (Lh * (16 * C - in16 - act16 + H + 4) + 18 * C - (act16 ? C / 2 : 0) - grad16 + 3 * V + kept);
     });
     // text: the file and its split copies; kjv: about 4 MB of verses, parsed; tokens: the two
     // files' ids at their width (about the files' sizes)
@@ -186,7 +194,12 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   const double Bd = kSimulated ? B : std::max(B, Be);  // the device's batch (MemoryEstimate)
   e.device_activations = 4 * act.held * Bd;
   e.device_activations_unchecked = 4 * act.unchecked * Bd;
-  e.device_attention = 4 * act.attention * Bd;
+  // the attention's scratch: a CUDA worker's one stream's, or on a CPU device each thread's that
+  // may run an attention tile (the cores)
+  const bool gpu = kSimulated || cuda_device(s);
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  e.device_attention = gpu ? act.workspace_cuda : act.workspace_cpu * threads;
+  e.workspace = act.workspace_cpu * threads;
   if (steps >= 0) {
     // per step: the step record (24 B), a step aggregate (~96 B in a hash map), and per task a
     // 48-byte record (x 2: vector growth); about 6 tasks per parameter tensor and step
@@ -251,7 +264,8 @@ void check_device_memory(const Spec& s, const MemoryEstimate& e) {
   throw InputError(fields, "the device part of the run would need about " + gib(e.device_total()) +
                                " GiB per rank (parameters " + gib(e.device_params) + ", gradients " +
                                gib(e.device_grads) + ", optimizer state " + gib(e.device_optimizer) +
-                               ", activations " + gib(e.device_activations) + "; the largest: " + part + "), but " +
+                               ", activations " + gib(e.device_activations) + ", attention scratch " +
+                               gib(e.device_attention) + "; the largest: " + part + "), but " +
                                gib(0.9 * mem) + " GiB of the device's " + gib(mem) +
                                " GiB are StarPU's to use (90 %); zenflow-run SPEC --estimate-memory shows the parts "
                                "(ZF_SKIP_MEMORY_CHECK=1 skips this check)");

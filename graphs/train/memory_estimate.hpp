@@ -22,16 +22,20 @@ struct MemoryEstimate {
   // parameters' values (at ZeRO stage 3 this rank's shards and one block whole) and gradients (the
   // same), the strategy's device optimizer state, the activation buffers of the larger of the
   // training and the evaluation batch (StarPU may evict one set while the other runs; the
-  // training batch alone in simulation, which skips the evaluation), the attention probabilities
-  // among them; the host's part: its optimizer state, records, data. On a CPU device both are the
-  // same RAM, whose check (check_memory) counts both batches' buffers.
+  // training batch alone in simulation, which skips the evaluation), the attention's scratch (a
+  // CUDA worker's, or each CPU thread's: no (T, T) matrix, kernels/cpu/attention.cpp); the host's
+  // part: its optimizer state, records, data. On a CPU device both are the same RAM, whose check
+  // (check_memory) counts both batches' buffers and every thread's attention scratch (workspace).
   double device_params = 0, device_grads = 0, device_optimizer = 0, device_activations = 0, device_attention = 0;
   double device_activations_unchecked = 0;  // without activation checkpointing
-  double device_total() const { return device_params + device_grads + device_optimizer + device_activations; }
+  double workspace = 0;                     // the CPU threads' attention scratch
+  double device_total() const {
+    return device_params + device_grads + device_optimizer + device_activations + device_attention;
+  }
   double host_total() const { return optimizer - device_optimizer + records + data; }
   int64_t param_count = 0;
   int64_t steps = -1;  // the steps the records were counted for (-1: unknown yet, not counted)
-  double total() const { return params + optimizer + activations + records + data; }
+  double total() const { return params + optimizer + activations + workspace + records + data; }
   // "1.2 GiB (parameters 0.10, optimizer state 0.31, activations 0.52, per-step records 0.01, data 0.20)"
   std::string describe() const;
 };

@@ -30,7 +30,7 @@ struct GptBody::Acts {
     Tensor ln1, ln1_mean, ln1_rstd;  // (BT, C), (BT), (BT)
     Tensor qkv;                      // (BT, 3C)
     Tensor atty;                     // (BT, C) attention output before the projection
-    Tensor att;                      // (B, NH, T, T)
+    Tensor lse;                      // (B, NH, T): the attention rows' log-sum-exp
     Tensor res1;                     // (BT, C) residual after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (BT, C), (BT), (BT)
     Tensor fch, fcg;                 // (BT, I) before / after GELU (I = 4C unless n_inner)
@@ -63,7 +63,7 @@ struct GptBody::Acts {
   template <class F>
   void each(F&& f) const {  // every tensor above
     for (const Layer& L : layers)
-      for (const Tensor* t : {&L.ln1, &L.ln1_mean, &L.ln1_rstd, &L.qkv, &L.atty, &L.att, &L.res1, &L.ln2, &L.ln2_mean,
+      for (const Tensor* t : {&L.ln1, &L.ln1_mean, &L.ln1_rstd, &L.qkv, &L.atty, &L.lse, &L.res1, &L.ln2, &L.ln2_mean,
                               &L.ln2_rstd, &L.fch, &L.fcg, &L.res2, &L.ln1_h, &L.atty_h, &L.ln2_h, &L.fcg_h, &L.dqkv_h,
                               &L.dres1_h, &L.dfch_h, &L.dres2_h})
         f(*t);
@@ -144,7 +144,7 @@ GptBody::Acts& GptBody::acts_for(int B, int T, bool bf16_acts, bool bf16_grads) 
     L.ln1_rstd = t(h + "ln1.rstd", {N});
     L.qkv = act(h + "qkv", {N, 3 * C});
     L.atty = t(h + "atty", {N, C});
-    L.att = t(h + "att", {B, cfg_.n_head, T, T});
+    L.lse = t(h + "lse", {B, cfg_.n_head, T});
     L.res1 = act(h + "res1", {N, C});
     L.ln2 = t(h + "ln2", {N, C});
     L.ln2_mean = t(h + "ln2.mean", {N});
@@ -254,7 +254,7 @@ void GptBody::block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor
   insert_layernorm_fwd(o.named(n + "ln_1"), r, v(kLn1W), v(kLn1B), in(L.ln1, L.ln1_h), L.ln1_mean, L.ln1_rstd,
                        cfg_.ln_eps);
   linear("c_attn", L.ln1, kAttnW, L.qkv, L.ln1_h);
-  insert_attention_fwd(o.named(n + "attention"), L.qkv, in(L.atty, L.atty_h), L.att, nullptr);
+  insert_attention_fwd(o.named(n + "attention"), L.qkv, in(L.atty, L.atty_h), L.lse, nullptr);
   linear("attn.c_proj", L.atty, kAttnProjW, L.res1, L.atty_h);
   insert_accumulate(o.named(n + "residual_1"), L.res1, whole(L.res1), r, whole(r), 1.0f);
   insert_layernorm_fwd(o.named(n + "ln_2"), L.res1, v(kLn2W), v(kLn2B), in(L.ln2, L.ln2_h), L.ln2_mean, L.ln2_rstd,
@@ -318,7 +318,7 @@ void GptBody::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, co
     insert_accumulate(o.named(n + "residual_2"), *dB, whole(*dB), *dA, whole(*dA), 1.0f);
     // attention: r1 = r + attn(LN(r) Wqkv^T + bqkv) Wo^T + bo
     linear("attn.c_proj", kAttnProjW, *dB, L.atty, a.datty, L.atty_h, L.dres1_h);
-    insert_attention_bwd(o.named(n + "attention"), a.datty, L.qkv, L.att, a.dqkv, nullptr);
+    insert_attention_bwd(o.named(n + "attention"), a.datty, L.qkv, L.lse, a.dqkv, nullptr);
     linear("c_attn", kAttnW, a.dqkv, L.ln1, a.dln, L.ln1_h, L.dqkv_h);
     insert_layernorm_bwd(o.named(n + "ln_1"), a.dln, in, L.ln1_mean, L.ln1_rstd, P(kLn1W).value, *dA,
                          P(kLn1W).grad, P(kLn1B).grad);

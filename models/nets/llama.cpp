@@ -129,7 +129,7 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts, bo
   for (int64_t l = 0; l < slots; ++l) {
     const std::string h = (a->every ? "ckpt" : "l") + std::to_string(l) + ".";
     Acts::L L{t(h + "xn1", {N, C}), t(h + "rstd1", {N}), act(h + "q", {N, Q}), act(h + "k", {N, KV}),
-              act(h + "v", {N, KV}), t(h + "atty", {N, Q}), t(h + "att", {B, cfg_.num_heads, T, T}),
+              act(h + "v", {N, KV}), t(h + "atty", {N, Q}), t(h + "lse", {B, cfg_.num_heads, T}),
               act(h + "res1", {N, C}), t(h + "xn2", {N, C}), t(h + "rstd2", {N}), act(h + "gate", {N, F}),
               act(h + "up", {N, F}), t(h + "h", {N, F}), act(h + "res2", {N, C}),
               half(h + "xn1", {N, C}), half(h + "atty", {N, Q}), half(h + "xn2", {N, C}), half(h + "h", {N, F})};
@@ -200,7 +200,7 @@ void LlamaLanguageModel::block_forward(const SubmitOptions& o, Acts& a, int l, c
   linear("v_proj", xn1, P.v, P.vb, A.v);
   insert_rope_fwd(o.named(n + "rope_q"), A.q, rope_, T, H);
   insert_rope_fwd(o.named(n + "rope_k"), A.k, rope_, T, Hkv);
-  insert_gqa_attention_fwd(o.named(n + "attention"), A.q, A.k, A.v, atty, A.att, Hkv, status_);
+  insert_gqa_attention_fwd(o.named(n + "attention"), A.q, A.k, A.v, atty, A.lse, Hkv, status_);
   linear("o_proj", atty, P.o, P.ob, A.res1);
   insert_accumulate(o.named(n + "residual_1"), A.res1, whole(A.res1), in, whole(in), 1.0f);
   insert_rmsnorm_fwd(o.named(n + "post_attention_layernorm"), A.res1, P.post_norm->value, xn2, A.rstd2, eps);
@@ -252,7 +252,7 @@ void LlamaLanguageModel::block_backward(const SubmitOptions& o, Acts& a, int l, 
   insert_accumulate(o.named(n + "residual_2"), dB, whole(dB), dA, whole(dA), 1.0f);
   // attention: r1 = r + attn(rope(xn1 Wq^T + bq), rope(xn1 Wk^T + bk), xn1 Wv^T + bv) Wo^T + bo
   linear_bwd("o_proj", dB, atty, P.o, P.ob, a.datty, false);
-  insert_gqa_attention_bwd(o.named(n + "attention"), a.datty, A.q, A.k, A.v, A.att, a.dq, a.dk, a.dv, Hkv, status_);
+  insert_gqa_attention_bwd(o.named(n + "attention"), a.datty, A.q, A.k, A.v, A.lse, a.dq, a.dk, a.dv, Hkv, status_);
   insert_rope_bwd(o.named(n + "rope_q"), a.dq, rope_, T, H);
   insert_rope_bwd(o.named(n + "rope_k"), a.dk, rope_, T, Hkv);
   linear_bwd("q_proj", a.dq, xn1, P.q, P.qb, a.dxn, false);

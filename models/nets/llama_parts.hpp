@@ -29,7 +29,7 @@ struct LlamaLanguageModel::Acts {
   struct L {
     Tensor xn1, rstd1;     // (N, C), (N) input_layernorm
     Tensor q, k, v;        // (N, H*hs), (N, Hkv*hs), (N, Hkv*hs), q and k rotated in place
-    Tensor atty, att;      // (N, H*hs), (B, H, T, T)
+    Tensor atty, lse;      // (N, H*hs), (B, H, T): the attention rows' log-sum-exp
     Tensor res1;           // (N, C) residual after attention
     Tensor xn2, rstd2;     // (N, C), (N) post_attention_layernorm
     Tensor gate, up, h;    // (N, F) each: h = silu(gate) * up
@@ -67,7 +67,7 @@ struct LlamaLanguageModel::Acts {
   template <class F>
   void each(F&& f) const {  // every activation and gradient buffer above (not the tokens)
     for (const L& A : layers)
-      for (const Tensor* t : {&A.xn1, &A.rstd1, &A.q, &A.k, &A.v, &A.atty, &A.att, &A.res1, &A.xn2, &A.rstd2, &A.gate,
+      for (const Tensor* t : {&A.xn1, &A.rstd1, &A.q, &A.k, &A.v, &A.atty, &A.lse, &A.res1, &A.xn2, &A.rstd2, &A.gate,
                               &A.up, &A.h, &A.res2, &A.xn1_h, &A.atty_h, &A.xn2_h, &A.h_h})
         f(*t);
     for (const Tensor& t : outs) f(t);

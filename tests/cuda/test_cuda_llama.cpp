@@ -81,23 +81,27 @@ TEST_F(SwiGlu, CudaMatchesCpuBitwise) {
   }
 }
 
+// The last two shapes exceed one block of attention.cu's scratch: row blocks (1100 rows of 16
+// heads) and chunks of sequences (3 of 600), the last of each ragged.
 TEST_F(GqaAttention, CudaMatchesCpu) {
   for (auto [B, T, H, Hkv, hs] : std::vector<std::tuple<int, int, int, int, int>>{
-           {1, 1, 1, 1, 4}, {2, 22, 8, 2, 8}, {3, 64, 6, 3, 16}, {1, 100, 4, 1, 32}, {2, 70, 4, 4, 8}}) {
+           {1, 1, 1, 1, 4}, {2, 22, 8, 2, 8}, {3, 64, 6, 3, 16}, {1, 100, 4, 1, 32}, {2, 70, 4, 4, 8},
+           {2, 1100, 16, 4, 8}, {3, 600, 16, 8, 8}}) {
     SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(T) + " heads " + std::to_string(H) + "/" +
                  std::to_string(Hkv) + " of " + std::to_string(hs));
     const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs;
     auto q = randv(nq, 58, -2.0f, 2.0f), k = randv(nkv, 59, -2.0f, 2.0f), v = randv(nkv, 60), dout = randv(nq, 61);
-    std::vector<float> out(nq), att((size_t)B * H * T * T), dq(nq), dk(nkv), dv(nkv), scratch((size_t)H * T * T);
-    cpu::gqa_attention_fwd(q.data(), k.data(), v.data(), out.data(), att.data(), B, T, H, Hkv, hs);
-    cpu::gqa_attention_bwd(dout.data(), q.data(), k.data(), v.data(), att.data(), dq.data(), dk.data(), dv.data(),
-                           scratch.data(), B, T, H, Hkv, hs);
-    Dev<float> gq(q), gk(k), gv(v), gout(nq), gatt(att.size()), gdout(dout), gdq(nq), gdk(nkv), gdv(nkv);
-    ok(gpu::gqa_attention_fwd(gq.p(), gk.p(), gv.p(), gout.p(), gatt.p(), B, T, H, Hkv, hs, h, s));
-    EXPECT_TRUE(close(gatt.get(), att, 1e-6, 1e-5)) << "att";
+    std::vector<float> out(nq), lse((size_t)B * H * T), dq(nq), dk(nkv), dv(nkv);
+    cpu::gqa_attention_fwd(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, H, Hkv, hs);
+    cpu::gqa_attention_bwd(dout.data(), q.data(), k.data(), v.data(), lse.data(), dq.data(), dk.data(), dv.data(), B,
+                           T, H, Hkv, hs);
+    Dev<float> gq(q), gk(k), gv(v), gout(nq), glse(lse.size()), gdout(dout), gdq(nq), gdk(nkv), gdv(nkv);
+    ok(gpu::gqa_attention_fwd(gq.p(), gk.p(), gv.p(), gout.p(), glse.p(), B, T, H, Hkv, hs, h, s));
+    // the scores' sums (hs terms) and each row's sum (T terms) in other orders
+    EXPECT_TRUE(residual(glse.get(), lse, hs + T)) << "lse";
     EXPECT_TRUE(residual(gout.get(), out, T)) << "out";
-    Dev<float> catt(att);  // backward from the CPU's probabilities
-    ok(gpu::gqa_attention_bwd(gdout.p(), gq.p(), gk.p(), gv.p(), catt.p(), gdq.p(), gdk.p(), gdv.p(), B, T, H, Hkv,
+    Dev<float> clse(lse);  // backward from the CPU's log-sum-exps
+    ok(gpu::gqa_attention_bwd(gdout.p(), gq.p(), gk.p(), gv.p(), clse.p(), gdq.p(), gdk.p(), gdv.p(), B, T, H, Hkv,
                               hs, h, s));
     const size_t G = (size_t)(H / Hkv);
     EXPECT_TRUE(residual(gdq.get(), dq, 2 * T + hs)) << "dq";

@@ -225,35 +225,34 @@ TEST_F(Matmul, MixedOperandsBitwiseSameAsWidened) {
 }
 
 // Grouped-query causal attention in double, rounding where the bf16 kernels round (the GPT's is
-// the case Hkv = H on q, k, v held apart): q, k, v and dout rounded to bf16 first, att after the
-// softmax (as an fp32) for the product att v and for dv, dS after the softmax's backward for dq
-// and dk; the backward reads its softmax from the fp32 att given. bound_*: 2^-8 of the sum of
-// |term| over each output's terms (a rounding of att or dS the kernel makes on the other side of a
+// the case Hkv = H on q, k, v held apart): q, k, v and dout rounded to bf16 first, P after the
+// softmax (as an fp32) for the product P v, and the backward's P (recomputed from the lse given,
+// as an fp32) for dv, dS after the softmax's backward for dq and dk. bound_*: 2^-8 of the sum of
+// |term| over each output's terms (a rounding of P or dS the kernel makes on the other side of a
 // bf16 boundary than this one moves its term by at most that).
 struct AttentionBf16Ref {
-  std::vector<double> out, att, dq, dk, dv, bound_out, bound_dq, bound_dk, bound_dv;
+  std::vector<double> out, lse, dq, dk, dv, bound_out, bound_dq, bound_dk, bound_dv;
 };
 AttentionBf16Ref attention_bf16_ref(const std::vector<float>& q32, const std::vector<float>& k32,
                                     const std::vector<float>& v32, const std::vector<float>& dout32,
-                                    const std::vector<float>& att_fp32, int B, int T, int H, int Hkv, int hs) {
+                                    const std::vector<float>& lse_fp32, int B, int T, int H, int Hkv, int hs) {
   const double u = std::ldexp(1.0, -8), scale = 1.0 / std::sqrt((double)hs);
   const int G = H / Hkv;
   const auto q = rounded(q32), k = rounded(k32), v = rounded(v32), dout = rounded(dout32);
   AttentionBf16Ref r;
   const size_t nq = q.size(), nkv = k.size();
   r.out.assign(nq, 0);
-  r.att.assign((size_t)B * H * T * T, 0);
+  r.lse.assign((size_t)B * H * T, 0);
   r.dq.assign(nq, 0), r.dk.assign(nkv, 0), r.dv.assign(nkv, 0);
   r.bound_out.assign(nq, 0), r.bound_dq.assign(nq, 0), r.bound_dk.assign(nkv, 0), r.bound_dv.assign(nkv, 0);
   auto iq = [&](int b, int t, int hd, int d) { return ((size_t)b * T + t) * H * hs + (size_t)hd * hs + d; };
   auto ikv = [&](int b, int t, int g, int d) { return ((size_t)b * T + t) * Hkv * hs + (size_t)g * hs + d; };
-  std::vector<double> sc(T), datt(T);
+  std::vector<double> sc(T), datt(T), a(T), a32(T);
   for (int b = 0; b < B; ++b)
     for (int hd = 0; hd < H; ++hd) {
       const int g = hd / G;
       for (int i = 0; i < T; ++i) {
-        double* a = r.att.data() + (((size_t)b * H + hd) * T + i) * T;
-        const float* a32 = att_fp32.data() + (((size_t)b * H + hd) * T + i) * T;
+        const size_t row = ((size_t)b * H + hd) * T + i;
         double mx = -INFINITY, sum = 0, dot = 0;
         for (int j = 0; j <= i; ++j) {
           sc[j] = 0;
@@ -262,14 +261,16 @@ AttentionBf16Ref attention_bf16_ref(const std::vector<float>& q32, const std::ve
           mx = std::max(mx, sc[j]);
         }
         for (int j = 0; j <= i; ++j) sum += std::exp(sc[j] - mx);
+        r.lse[row] = mx + std::log(sum);
         for (int j = 0; j <= i; ++j) a[j] = std::exp(sc[j] - mx) / sum;
         for (int j = 0; j <= i; ++j) {
+          a32[j] = (float)std::exp(sc[j] - (double)lse_fp32[row]);
           datt[j] = 0;
           for (int d = 0; d < hs; ++d) datt[j] += (double)dout[iq(b, i, hd, d)] * v[ikv(b, j, g, d)];
-          dot += (double)a32[j] * datt[j];
+          dot += a32[j] * datt[j];
         }
         for (int j = 0; j <= i; ++j) {
-          const double p = ref::naive_bf16((float)a[j]), p32 = ref::naive_bf16(a32[j]);
+          const double p = ref::naive_bf16((float)a[j]), p32 = ref::naive_bf16((float)a32[j]);
           const double ds = ref::naive_bf16((float)(a32[j] * (datt[j] - dot)));
           for (int d = 0; d < hs; ++d) {
             const size_t oq = iq(b, i, hd, d), okv = ikv(b, j, g, d);
@@ -299,32 +300,35 @@ size_t outside(const std::vector<float>& x, const std::vector<double>& r, const 
 // Grouped-query attention (and, with Hkv = H, the GPT's) in bf16 on the GPU: the double reference
 // above; bf16's rounding taken (nearer it than the fp32 kernel's result by 3x). The CPU has no bf16
 // grouped-query attention (kernels/cpu/attention.cpp: oneDNN's dense bf16 layout), so the CPU twin
-// of this path is the GPT's (Attention.Bf16CudaMatchesCpu).
+// of this path is the GPT's (Attention.Bf16CudaMatchesCpu). The last two shapes exceed one block
+// of attention.cu's scratch: row blocks (1100 rows of 16 heads; 600 in the backward) and chunks
+// of sequences (3 of 600), the last of each ragged.
 TEST_F(Attention, GqaBf16CudaMatchesReference) {
   for (auto [B, T, H, Hkv, hs] : std::vector<std::tuple<int, int, int, int, int>>{
-           {1, 1, 1, 1, 4}, {2, 22, 8, 2, 8}, {3, 64, 6, 3, 16}, {1, 100, 4, 1, 32}, {2, 70, 4, 4, 8}}) {
+           {1, 1, 1, 1, 4}, {2, 22, 8, 2, 8}, {3, 64, 6, 3, 16}, {1, 100, 4, 1, 32}, {2, 70, 4, 4, 8},
+           {1, 1100, 16, 4, 8}, {3, 600, 16, 8, 8}}) {
     SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(T) + " heads " + std::to_string(H) + "/" +
                  std::to_string(Hkv) + " of " + std::to_string(hs));
-    const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, natt = (size_t)B * H * T * T;
+    const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, nlse = (size_t)B * H * T;
     auto q = randv(nq, 75, -2.0f, 2.0f), k = randv(nkv, 76, -2.0f, 2.0f), v = randv(nkv, 77), dout = randv(nq, 78);
-    Dev<float> gq(q), gk(k), gv(v), gdout(dout), gout(nq), gatt(natt), gdq(nq), gdk(nkv), gdv(nkv);
-    Dev<float> fout(nq), fatt(natt), fdq(nq), fdk(nkv), fdv(nkv);  // fp32
-    ok(gpu::gqa_attention_fwd(gq.p(), gk.p(), gv.p(), gout.p(), gatt.p(), B, T, H, Hkv, hs, h, s, true));
-    ok(gpu::gqa_attention_bwd(gdout.p(), gq.p(), gk.p(), gv.p(), gatt.p(), gdq.p(), gdk.p(), gdv.p(), B, T, H, Hkv,
+    Dev<float> gq(q), gk(k), gv(v), gdout(dout), gout(nq), glse(nlse), gdq(nq), gdk(nkv), gdv(nkv);
+    Dev<float> fout(nq), flse(nlse), fdq(nq), fdk(nkv), fdv(nkv);  // fp32
+    ok(gpu::gqa_attention_fwd(gq.p(), gk.p(), gv.p(), gout.p(), glse.p(), B, T, H, Hkv, hs, h, s, true));
+    ok(gpu::gqa_attention_bwd(gdout.p(), gq.p(), gk.p(), gv.p(), glse.p(), gdq.p(), gdk.p(), gdv.p(), B, T, H, Hkv,
                               hs, h, s, true));
-    ok(gpu::gqa_attention_fwd(gq.p(), gk.p(), gv.p(), fout.p(), fatt.p(), B, T, H, Hkv, hs, h, s));
-    ok(gpu::gqa_attention_bwd(gdout.p(), gq.p(), gk.p(), gv.p(), fatt.p(), fdq.p(), fdk.p(), fdv.p(), B, T, H, Hkv,
+    ok(gpu::gqa_attention_fwd(gq.p(), gk.p(), gv.p(), fout.p(), flse.p(), B, T, H, Hkv, hs, h, s));
+    ok(gpu::gqa_attention_bwd(gdout.p(), gq.p(), gk.p(), gv.p(), flse.p(), fdq.p(), fdk.p(), fdv.p(), B, T, H, Hkv,
                               hs, h, s));
-    const auto att = gatt.get();
-    const AttentionBf16Ref r = attention_bf16_ref(q, k, v, dout, att, B, T, H, Hkv, hs);
+    const auto lse = glse.get();
+    const AttentionBf16Ref r = attention_bf16_ref(q, k, v, dout, lse, B, T, H, Hkv, hs);
     const double G = H / Hkv;
-    EXPECT_TRUE(residual_ok(att.data(), r.att.data(), natt, (double)(hs + T))) << "att";
+    EXPECT_TRUE(residual_ok(lse.data(), r.lse.data(), nlse, (double)(hs + T))) << "lse";
     const auto out = gout.get(), dq = gdq.get(), dk = gdk.get(), dv = gdv.get();
     EXPECT_EQ(outside(out, r.out, r.bound_out, hs + 2 * T), 0u) << "out";
     EXPECT_EQ(outside(dq, r.dq, r.bound_dq, hs + 3 * T), 0u) << "dq";
     EXPECT_EQ(outside(dk, r.dk, r.bound_dk, G * (hs + 3 * T)), 0u) << "dk";
     EXPECT_EQ(outside(dv, r.dv, r.bound_dv, G * (hs + 2 * T)), 0u) << "dv";
-    if (T > 1) {  // T = 1: att is exactly 1, and dS exactly 0
+    if (T > 1) {  // T = 1: P is exactly 1, and dS exactly 0
       EXPECT_TRUE(bf16_taken(out, fout.get(), floats(r.out))) << "out";
       EXPECT_TRUE(bf16_taken(dq, fdq.get(), floats(r.dq))) << "dq";
       EXPECT_TRUE(bf16_taken(dv, fdv.get(), floats(r.dv))) << "dv";
@@ -334,26 +338,27 @@ TEST_F(Attention, GqaBf16CudaMatchesReference) {
 
 // The GPT's attention in bf16 on the GPU against the CPU kernel's bf16 path (where the CPU has
 // native bf16: both within the bound of the reference above, so within twice it of each other)
-// and the double reference (everywhere).
+// and the double reference (everywhere); the last two shapes as GqaBf16CudaMatchesReference's.
 TEST_F(Attention, Bf16CudaMatchesCpu) {
   const bool native = cpu::native_bf16();
   for (auto [B, T, C, NH] : std::vector<std::array<int, 4>>{{1, 1, 1, 1}, {2, 22, 64, 4}, {3, 64, 55, 5},
-                                                            {1, 100, 32, 2}, {2, 150, 64, 4}}) {
+                                                            {1, 100, 32, 2}, {2, 150, 64, 4}, {1, 1100, 128, 16},
+                                                            {3, 600, 128, 16}}) {
     SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(C) + " nh " + std::to_string(NH));
     const int hs = C / NH;
     if (hs * NH != C) continue;  // the kernels take C a multiple of the heads
     auto qkv = randv((size_t)B * T * 3 * C, 79, -2.0f, 2.0f), dout = randv((size_t)B * T * C, 80);
-    const size_t natt = (size_t)B * NH * T * T;
-    Dev<float> gqkv(qkv), gout(dout.size()), gatt(natt), gdout(dout), gdqkv(qkv.size());
-    ok(gpu::attention_fwd(gqkv.p(), gout.p(), gatt.p(), B, T, C, NH, h, s, true));
-    ok(gpu::attention_bwd(gdout.p(), gqkv.p(), gatt.p(), gdqkv.p(), B, T, C, NH, h, s, true));
-    const auto out = gout.get(), att = gatt.get(), dqkv = gdqkv.get();
+    const size_t nlse = (size_t)B * NH * T;
+    Dev<float> gqkv(qkv), gout(dout.size()), glse(nlse), gdout(dout), gdqkv(qkv.size());
+    ok(gpu::attention_fwd(gqkv.p(), gout.p(), glse.p(), B, T, C, NH, h, s, true));
+    ok(gpu::attention_bwd(gdout.p(), gqkv.p(), glse.p(), gdqkv.p(), B, T, C, NH, h, s, true));
+    const auto out = gout.get(), lse = glse.get(), dqkv = gdqkv.get();
     // q, k, v apart (GQA with Hkv = H) for the reference
     std::vector<float> q((size_t)B * T * C), k(q.size()), v(q.size());
     for (size_t r = 0; r < (size_t)B * T; ++r)
       for (int c = 0; c < C; ++c)
         q[r * C + c] = qkv[r * 3 * C + c], k[r * C + c] = qkv[r * 3 * C + C + c], v[r * C + c] = qkv[r * 3 * C + 2 * C + c];
-    const AttentionBf16Ref r = attention_bf16_ref(q, k, v, dout, att, B, T, NH, NH, hs);
+    const AttentionBf16Ref r = attention_bf16_ref(q, k, v, dout, lse, B, T, NH, NH, hs);
     std::vector<double> rd(qkv.size()), bd(qkv.size());  // dq, dk, dv fused back into (B, T, 3C)
     for (size_t i = 0; i < (size_t)B * T; ++i)
       for (int c = 0; c < C; ++c) {
@@ -361,19 +366,21 @@ TEST_F(Attention, Bf16CudaMatchesCpu) {
         rd[i * 3 * C + C + c] = r.dk[i * C + c], bd[i * 3 * C + C + c] = r.bound_dk[i * C + c];
         rd[i * 3 * C + 2 * C + c] = r.dv[i * C + c], bd[i * 3 * C + 2 * C + c] = r.bound_dv[i * C + c];
       }
-    EXPECT_TRUE(residual_ok(att.data(), r.att.data(), natt, (double)(hs + T))) << "att";
+    EXPECT_TRUE(residual_ok(lse.data(), r.lse.data(), nlse, (double)(hs + T))) << "lse";
     EXPECT_EQ(outside(out, r.out, r.bound_out, hs + 2 * T), 0u) << "out";
     EXPECT_EQ(outside(dqkv, rd, bd, hs + 3 * T), 0u) << "dqkv";
     if (!native) {
       std::printf("note: this CPU has no native bf16: the CPU's attention runs fp32, compared with the reference only\n");
       continue;
     }
-    std::vector<float> cout_(out.size()), catt(natt), cdqkv(qkv.size()), scratch((size_t)NH * T * T);
-    cpu::attention_fwd(qkv.data(), cout_.data(), catt.data(), B, T, C, NH, true);
-    cpu::attention_bwd(dout.data(), qkv.data(), att.data(), cdqkv.data(), scratch.data(), B, T, C, NH, true);
-    const std::vector<double> co(cout_.begin(), cout_.end()), cd(cdqkv.begin(), cdqkv.end());
+    std::vector<float> cout_(out.size()), clse(nlse), cdqkv(qkv.size());
+    cpu::attention_fwd(qkv.data(), cout_.data(), clse.data(), B, T, C, NH, true);
+    cpu::attention_bwd(dout.data(), qkv.data(), lse.data(), cdqkv.data(), B, T, C, NH, true);
+    const std::vector<double> co(cout_.begin(), cout_.end()), cd(cdqkv.begin(), cdqkv.end()),
+        cl(clse.begin(), clse.end());
+    EXPECT_TRUE(residual_ok(lse.data(), cl.data(), nlse, 2.0 * (hs + T))) << "lse vs the CPU";
     EXPECT_EQ(outside(out, co, r.bound_out, hs + 2 * T, 2.0), 0u) << "out vs the CPU";
-    EXPECT_EQ(outside(dqkv, cd, bd, hs + 3 * T, 2.0), 0u) << "dqkv vs the CPU (from the same att)";
+    EXPECT_EQ(outside(dqkv, cd, bd, hs + 3 * T, 2.0), 0u) << "dqkv vs the CPU (from the same lse)";
   }
 }
 

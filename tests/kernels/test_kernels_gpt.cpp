@@ -184,21 +184,48 @@ TEST(GptKernels, AttentionMatchesReference) {
     SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
                  " NH=" + std::to_string(NH));
     FVec qkv = uniform_f((size_t)B * T * 3 * C, -1, 1, 60 + T), dout = uniform_f((size_t)B * T * C, -1, 1, 61);
-    FVec out(dout.size()), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch((size_t)NH * T * T);
-    cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH);
-    cpu::attention_bwd(dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, NH);
-    Vec q = widen(qkv), d = widen(dout), outr(out.size()), attr(att.size()), dqkvr(qkv.size());
-    ref::attention_fwd(q.data(), outr.data(), attr.data(), B, T, C, NH);
+    FVec out(dout.size()), lse((size_t)B * NH * T), dqkv(qkv.size());
+    cpu::attention_fwd(qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    cpu::attention_bwd(dout.data(), qkv.data(), lse.data(), dqkv.data(), B, T, C, NH);
+    Vec q = widen(qkv), d = widen(dout), outr(out.size()), attr((size_t)B * NH * T * T), lser(lse.size()),
+        dqkvr(qkv.size());
+    ref::attention_fwd(q.data(), outr.data(), attr.data(), B, T, C, NH, lser.data());
     ref::attention_bwd(d.data(), q.data(), attr.data(), dqkvr.data(), B, T, C, NH);
     const int hs = C / NH;
-    // scores sum hs products, the softmax T terms, the outputs T more
-    EXPECT_TRUE(residual_ok(att, attr, (double)(hs + T), "att"));
+    // scores sum hs products, the log-sum-exp T terms, the outputs T more; the backward
+    // recomputes the probabilities from the scores and lse
+    EXPECT_TRUE(residual_ok(lse, lser, (double)(hs + T), "lse"));
     EXPECT_TRUE(residual_ok(out, outr, (double)(hs + 2 * T), "out"));
-    EXPECT_TRUE(residual_ok(dqkv, dqkvr, (double)(hs + 3 * T), "dqkv"));
-    // exact zeros above the diagonal
-    for (int i = 0; i < T; ++i)
-      for (int j = i + 1; j < T; ++j) ASSERT_EQ(att[(size_t)i * T + j], 0.0f);
+    EXPECT_TRUE(residual_ok(dqkv, dqkvr, (double)(2 * hs + 3 * T), "dqkv"));
   }
+}
+
+// The backward's row blocks see only their causal columns: a key or value at position j moves
+// no output or gradient of a query before j, however the blocks fall (T across several blocks).
+TEST(GptKernels, AttentionIsCausalAcrossBlocks) {
+  zf::blas_single_thread();
+  const int B = 1, T = 150, C = 32, NH = 2;
+  FVec qkv = uniform_f((size_t)B * T * 3 * C, -1, 1, 66), dout = uniform_f((size_t)B * T * C, -1, 1, 67);
+  FVec out(dout.size()), lse((size_t)B * NH * T), dqkv(qkv.size());
+  cpu::attention_fwd(qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  const int j = 100;  // perturb position j's key and value
+  FVec qkv2 = qkv, out2(out.size()), lse2(lse.size()), dqkv2(dqkv.size());
+  for (int c = C; c < 3 * C; ++c) qkv2[(size_t)j * 3 * C + c] += 0.5f;
+  cpu::attention_fwd(qkv2.data(), out2.data(), lse2.data(), B, T, C, NH);
+  for (size_t i = 0; i < (size_t)j * C; ++i) ASSERT_EQ(out[i], out2[i]) << "out element " << i;
+  bool moved = false;
+  for (size_t i = (size_t)j * C; i < out.size(); ++i) moved |= out[i] != out2[i];
+  EXPECT_TRUE(moved);
+  // dout zero from position j on: positions before j get the same dq, dk, dv (they see keys and
+  // values before j only), positions from j on none
+  FVec d = dout;
+  for (size_t i = (size_t)j * C; i < d.size(); ++i) d[i] = 0.0f;
+  cpu::attention_bwd(d.data(), qkv.data(), lse.data(), dqkv.data(), B, T, C, NH);
+  cpu::attention_bwd(d.data(), qkv2.data(), lse2.data(), dqkv2.data(), B, T, C, NH);
+  for (int t = 0; t < j; ++t)
+    for (int c = 0; c < 3 * C; ++c) ASSERT_EQ(dqkv[(size_t)t * 3 * C + c], dqkv2[(size_t)t * 3 * C + c]) << t;
+  for (int t = j; t < T; ++t)
+    for (int c = 0; c < 3 * C; ++c) ASSERT_EQ(dqkv[(size_t)t * 3 * C + c], 0.0f) << t;
 }
 
 TEST(GptKernels, MeanPoolMatchesReference) {

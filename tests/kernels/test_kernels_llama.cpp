@@ -240,19 +240,18 @@ TEST(LlamaKernels, SwiGluMatchesReference) {
 
 struct Gqa {
   int B, T, H, Hkv, hs;
-  FVec q, k, v, dout, out, att, dq, dk, dv;
+  FVec q, k, v, dout, out, lse, dq, dk, dv;
   Gqa(int B_, int T_, int H_, int Hkv_, int hs_, uint32_t seed) : B(B_), T(T_), H(H_), Hkv(Hkv_), hs(hs_) {
     const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs;
     q = uniform_f(nq, -1, 1, seed), k = uniform_f(nkv, -1, 1, seed + 1), v = uniform_f(nkv, -1, 1, seed + 2);
     dout = uniform_f(nq, -1, 1, seed + 3);
     out.assign(nq, 0.0f), dq.assign(nq, 0.0f), dk.assign(nkv, 0.0f), dv.assign(nkv, 0.0f);
-    att.assign((size_t)B * H * T * T, 0.0f);
+    lse.assign((size_t)B * H * T, 0.0f);
   }
   void run() {
-    FVec scratch((size_t)H * T * T);
-    cpu::gqa_attention_fwd(q.data(), k.data(), v.data(), out.data(), att.data(), B, T, H, Hkv, hs);
-    cpu::gqa_attention_bwd(dout.data(), q.data(), k.data(), v.data(), att.data(), dq.data(), dk.data(), dv.data(),
-                           scratch.data(), B, T, H, Hkv, hs);
+    cpu::gqa_attention_fwd(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, H, Hkv, hs);
+    cpu::gqa_attention_bwd(dout.data(), q.data(), k.data(), v.data(), lse.data(), dq.data(), dk.data(), dv.data(), B,
+                           T, H, Hkv, hs);
   }
 };
 
@@ -266,18 +265,20 @@ TEST(LlamaKernels, GqaAttentionMatchesReference) {
     Gqa g(B, T, H, Hkv, hs, 70 + T);
     g.run();
     Vec q = widen(g.q), k = widen(g.k), v = widen(g.v), d = widen(g.dout);
-    Vec outr(g.out.size()), attr(g.att.size()), dqr(g.dq.size()), dkr(g.dk.size()), dvr(g.dv.size());
-    ref::gqa_attention_fwd(q.data(), k.data(), v.data(), outr.data(), attr.data(), B, T, H, Hkv, hs);
+    Vec outr(g.out.size()), attr((size_t)B * H * T * T), lser(g.lse.size()), dqr(g.dq.size()), dkr(g.dk.size()),
+        dvr(g.dv.size());
+    ref::gqa_attention_fwd(q.data(), k.data(), v.data(), outr.data(), attr.data(), B, T, H, Hkv, hs, lser.data());
     ref::gqa_attention_bwd(d.data(), q.data(), k.data(), v.data(), attr.data(), dqr.data(), dkr.data(), dvr.data(), B,
                            T, H, Hkv, hs);
     const int G = H / Hkv;
-    // as the GPT's attention (scores: hs products, softmax: T terms, outputs: T more); dk and dv
-    // add G heads' contributions, each as large as one head's
-    EXPECT_TRUE(residual_ok(g.att, attr, (double)(hs + T), "att"));
+    // as the GPT's attention (scores: hs products, log-sum-exp: T terms, outputs: T more; the
+    // backward's probabilities recomputed from the scores and lse); dk and dv add G heads'
+    // contributions, each as large as one head's
+    EXPECT_TRUE(residual_ok(g.lse, lser, (double)(hs + T), "lse"));
     EXPECT_TRUE(residual_ok(g.out, outr, (double)(hs + 2 * T), "out"));
-    EXPECT_TRUE(residual_ok(g.dq, dqr, (double)(hs + 3 * T), "dq"));
-    EXPECT_TRUE(residual_ok(g.dk, dkr, (double)G * (hs + 3 * T), "dk"));
-    EXPECT_TRUE(residual_ok(g.dv, dvr, (double)G * (hs + 3 * T), "dv"));
+    EXPECT_TRUE(residual_ok(g.dq, dqr, (double)(2 * hs + 3 * T), "dq"));
+    EXPECT_TRUE(residual_ok(g.dk, dkr, (double)G * (2 * hs + 3 * T), "dk"));
+    EXPECT_TRUE(residual_ok(g.dv, dvr, (double)G * (2 * hs + 3 * T), "dv"));
   }
 }
 
@@ -288,17 +289,17 @@ TEST(LlamaKernels, GqaWithoutGroupingIsTheGptAttention) {
   const int B = 2, T = 70, H = 4, hs = 8, C = H * hs;
   Gqa g(B, T, H, H, hs, 80);
   g.run();
-  FVec qkv((size_t)B * T * 3 * C), dqkv(qkv.size()), out(g.out.size()), att(g.att.size()), scratch((size_t)H * T * T);
+  FVec qkv((size_t)B * T * 3 * C), dqkv(qkv.size()), out(g.out.size()), lse(g.lse.size());
   for (size_t r = 0; r < (size_t)B * T; ++r)
     for (int c = 0; c < C; ++c) {
       qkv[r * 3 * C + c] = g.q[r * C + c];
       qkv[r * 3 * C + C + c] = g.k[r * C + c];
       qkv[r * 3 * C + 2 * C + c] = g.v[r * C + c];
     }
-  cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, H);
-  cpu::attention_bwd(g.dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, H);
+  cpu::attention_fwd(qkv.data(), out.data(), lse.data(), B, T, C, H);
+  cpu::attention_bwd(g.dout.data(), qkv.data(), lse.data(), dqkv.data(), B, T, C, H);
   EXPECT_TRUE(bits_equal(out, g.out)) << "out";
-  EXPECT_TRUE(bits_equal(att, g.att)) << "att";
+  EXPECT_TRUE(bits_equal(lse, g.lse)) << "lse";
   FVec dq(g.dq.size()), dk(g.dk.size()), dv(g.dv.size());
   for (size_t r = 0; r < (size_t)B * T; ++r)
     for (int c = 0; c < C; ++c) {
@@ -434,16 +435,16 @@ std::vector<Case> cases() {
        }},
       {"gqa_attention_fwd",
        [=] {
-         FVec out(a->out.size()), att(a->att.size());
-         cpu::gqa_attention_fwd(a->q.data(), a->k.data(), a->v.data(), out.data(), att.data(), a->B, a->T, a->H,
+         FVec out(a->out.size()), lse(a->lse.size());
+         cpu::gqa_attention_fwd(a->q.data(), a->k.data(), a->v.data(), out.data(), lse.data(), a->B, a->T, a->H,
                                 a->Hkv, a->hs);
-         return std::vector<FVec>{out, att};
+         return std::vector<FVec>{out, lse};
        }},
       {"gqa_attention_bwd",
        [=] {
-         FVec dq(a->dq.size()), dk(a->dk.size()), dv(a->dv.size()), scratch((size_t)a->H * a->T * a->T);
-         cpu::gqa_attention_bwd(a->dout.data(), a->q.data(), a->k.data(), a->v.data(), a->att.data(), dq.data(),
-                                dk.data(), dv.data(), scratch.data(), a->B, a->T, a->H, a->Hkv, a->hs);
+         FVec dq(a->dq.size()), dk(a->dk.size()), dv(a->dv.size());
+         cpu::gqa_attention_bwd(a->dout.data(), a->q.data(), a->k.data(), a->v.data(), a->lse.data(), dq.data(),
+                                dk.data(), dv.data(), a->B, a->T, a->H, a->Hkv, a->hs);
          return std::vector<FVec>{dq, dk, dv};
        }},
   };

@@ -290,7 +290,7 @@ TEST(MatmulBf16, WithinBf16RoundingOfTheExactProduct) {
 
 // The attention with bf16 = true (kernels/cpu/attention.cpp): where the CPU has native bf16, the
 // double reference on the bf16-rounded qkv and dout, within fp32 rounding plus the rounding of the
-// products' other operands (att, dS) to bf16: u = 2^-8 of sum |term| per output; elsewhere the
+// products' other operands (P, dS) to bf16: u = 2^-8 of sum |term| per output; elsewhere the
 // fp32 kernel's bits.
 TEST(AttentionBf16, WithinBf16RoundingOfTheReference) {
   const double u = std::ldexp(1.0, -8);
@@ -298,22 +298,23 @@ TEST(AttentionBf16, WithinBf16RoundingOfTheReference) {
     SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T));
     const int hs = C / NH, C3 = 3 * C;
     const std::vector<float> qkv = uniform((size_t)B * T * C3, -1, 1, 41), dout = uniform((size_t)B * T * C, -1, 1, 42);
-    std::vector<float> out(dout.size()), att((size_t)B * NH * T * T), dqkv(qkv.size()), scratch(att.size() / B);
-    cpu::attention_fwd(qkv.data(), out.data(), att.data(), B, T, C, NH, true);
-    cpu::attention_bwd(dout.data(), qkv.data(), att.data(), dqkv.data(), scratch.data(), B, T, C, NH, true);
+    std::vector<float> out(dout.size()), lse((size_t)B * NH * T), dqkv(qkv.size());
+    cpu::attention_fwd(qkv.data(), out.data(), lse.data(), B, T, C, NH, true);
+    cpu::attention_bwd(dout.data(), qkv.data(), lse.data(), dqkv.data(), B, T, C, NH, true);
     if (!cpu::native_bf16()) {
-      std::vector<float> o32 = out, a32 = att, d32 = dqkv;
-      cpu::attention_fwd(qkv.data(), o32.data(), a32.data(), B, T, C, NH);
-      cpu::attention_bwd(dout.data(), qkv.data(), a32.data(), d32.data(), scratch.data(), B, T, C, NH);
-      EXPECT_TRUE(bits_equal(out, o32) && bits_equal(att, a32) && bits_equal(dqkv, d32));
+      std::vector<float> o32 = out, l32 = lse, d32 = dqkv;
+      cpu::attention_fwd(qkv.data(), o32.data(), l32.data(), B, T, C, NH);
+      cpu::attention_bwd(dout.data(), qkv.data(), l32.data(), d32.data(), B, T, C, NH);
+      EXPECT_TRUE(bits_equal(out, o32) && bits_equal(lse, l32) && bits_equal(dqkv, d32));
       continue;
     }
     const std::vector<float> qr = rounded(qkv), dr = rounded(dout);
-    std::vector<double> q(qr.begin(), qr.end()), d(dr.begin(), dr.end()), outr(out.size()), attr(att.size()),
-        dqkvr(qkv.size());
-    ref::attention_fwd(q.data(), outr.data(), attr.data(), B, T, C, NH);
+    std::vector<double> q(qr.begin(), qr.end()), d(dr.begin(), dr.end()), outr(out.size()),
+        attr((size_t)B * NH * T * T), lser(lse.size()), dqkvr(qkv.size());
+    ref::attention_fwd(q.data(), outr.data(), attr.data(), B, T, C, NH, lser.data());
     ref::attention_bwd(d.data(), q.data(), attr.data(), dqkvr.data(), B, T, C, NH);
-    EXPECT_TRUE(residual_ok(att.data(), attr.data(), att.size(), (double)(hs + T))) << "att";
+    // the scores multiply the bf16 q and k exactly (fp32 sums): lse within fp32 rounding
+    EXPECT_TRUE(residual_ok(lse.data(), lser.data(), lse.size(), (double)(hs + T))) << "lse";
     // per output: the bf16 rounding of its product's first operand (att or dS) over sum |term|
     std::vector<double> bo(out.size()), bd(qkv.size());
     const double scale = 1.0 / std::sqrt((double)hs);
@@ -347,9 +348,9 @@ TEST(AttentionBf16, WithinBf16RoundingOfTheReference) {
       return bad;
     };
     EXPECT_EQ(within(out, outr, bo, hs + 2 * T), 0u) << "out";
-    EXPECT_EQ(within(dqkv, dqkvr, bd, hs + 3 * T), 0u) << "dqkv";
-    std::vector<float> o32 = out, a32 = att;
-    cpu::attention_fwd(qkv.data(), o32.data(), a32.data(), B, T, C, NH);
+    EXPECT_EQ(within(dqkv, dqkvr, bd, 2 * hs + 3 * T), 0u) << "dqkv";  // the scores again: hs more
+    std::vector<float> o32 = out, l32 = lse;
+    cpu::attention_fwd(qkv.data(), o32.data(), l32.data(), B, T, C, NH);
     EXPECT_FALSE(bits_equal(out, o32)) << "bf16 must change the result";
   }
 }

@@ -468,16 +468,16 @@ TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
     for (bool bf16 : {false, true})
       for (int mask = 0; mask < 16; ++mask) {  // bits 0-3: qkv, out, dout, dqkv in bf16
         SCOPED_TRACE("T " + std::to_string(T) + (bf16 ? " bf16" : " fp32") + " mask " + std::to_string(mask));
-        const size_t n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+        const size_t n = (size_t)B * T * C, na = (size_t)B * NH * T;
         Buf qkv = input(3 * n, mask & 1, gen), dout = input(n, mask & 4, gen);
         Buf out = output(n, mask & 2), dqkv = output(3 * n, mask & 8);
-        std::vector<float> wout(n), watt(na, 0.0f), wd(3 * n), scratch((size_t)NH * T * T), att(na, 0.0f);
-        cpu::attention_fwd(qkv.v.data(), wout.data(), watt.data(), B, T, C, NH, bf16);
-        cpu::attention_bwd(dout.v.data(), qkv.v.data(), watt.data(), wd.data(), scratch.data(), B, T, C, NH, bf16);
-        cpu::attention_fwd_mixed(qkv.ew(), out.ew(), att.data(), B, T, C, NH, bf16);
+        std::vector<float> wout(n), wlse(na, 0.0f), wd(3 * n), lse(na, 0.0f);
+        cpu::attention_fwd(qkv.v.data(), wout.data(), wlse.data(), B, T, C, NH, bf16);
+        cpu::attention_bwd(dout.v.data(), qkv.v.data(), wlse.data(), wd.data(), B, T, C, NH, bf16);
+        cpu::attention_fwd_mixed(qkv.ew(), out.ew(), lse.data(), B, T, C, NH, bf16);
         ASSERT_TRUE(same_as_stored(out, wout)) << "out";
-        ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
-        cpu::attention_bwd_mixed(dout.ew(), qkv.ew(), att.data(), dqkv.ew(), scratch.data(), B, T, C, NH, bf16);
+        ASSERT_TRUE(same_as_stored(false, {}, lse, wlse)) << "lse";
+        cpu::attention_bwd_mixed(dout.ew(), qkv.ew(), lse.data(), dqkv.ew(), B, T, C, NH, bf16);
         ASSERT_TRUE(same_as_stored(dqkv, wd)) << "dqkv";
       }
 }
@@ -494,20 +494,19 @@ TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
     for (int T : {5, 80})
       for (int mask = 0; mask < 64; ++mask) {  // bits 0-3: q, k, v, out in bf16; 4: dout; 5: dq, dk, dv
         SCOPED_TRACE("Hkv " + std::to_string(Hkv) + " T " + std::to_string(T) + " mask " + std::to_string(mask));
-        const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, na = (size_t)B * H * T * T;
+        const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, na = (size_t)B * H * T;
         Buf q = input(nq, mask & 1, gen), k = input(nkv, mask & 2, gen), v = input(nkv, mask & 4, gen);
         Buf dout = input(nq, mask & 16, gen), out = output(nq, mask & 8);
         Buf dq = output(nq, mask & 32), dk = output(nkv, mask & 32), dv = output(nkv, mask & 32);
-        std::vector<float> wout(nq), watt(na, 0.0f), wdq(nq), wdk(nkv), wdv(nkv), scratch((size_t)H * T * T);
-        std::vector<float> att(na, 0.0f);
-        cpu::gqa_attention_fwd(q.v.data(), k.v.data(), v.v.data(), wout.data(), watt.data(), B, T, H, Hkv, hs);
-        cpu::gqa_attention_bwd(dout.v.data(), q.v.data(), k.v.data(), v.v.data(), watt.data(), wdq.data(), wdk.data(),
-                               wdv.data(), scratch.data(), B, T, H, Hkv, hs);
-        cpu::gqa_attention_fwd_mixed(q.ew(), k.ew(), v.ew(), out.ew(), att.data(), B, T, H, Hkv, hs);
+        std::vector<float> wout(nq), wlse(na, 0.0f), wdq(nq), wdk(nkv), wdv(nkv), lse(na, 0.0f);
+        cpu::gqa_attention_fwd(q.v.data(), k.v.data(), v.v.data(), wout.data(), wlse.data(), B, T, H, Hkv, hs);
+        cpu::gqa_attention_bwd(dout.v.data(), q.v.data(), k.v.data(), v.v.data(), wlse.data(), wdq.data(), wdk.data(),
+                               wdv.data(), B, T, H, Hkv, hs);
+        cpu::gqa_attention_fwd_mixed(q.ew(), k.ew(), v.ew(), out.ew(), lse.data(), B, T, H, Hkv, hs);
         ASSERT_TRUE(same_as_stored(out, wout)) << "out";
-        ASSERT_TRUE(same_as_stored(false, {}, att, watt)) << "att";
-        cpu::gqa_attention_bwd_mixed(dout.ew(), q.ew(), k.ew(), v.ew(), att.data(), dq.ew(), dk.ew(), dv.ew(),
-                                     scratch.data(), B, T, H, Hkv, hs);
+        ASSERT_TRUE(same_as_stored(false, {}, lse, wlse)) << "lse";
+        cpu::gqa_attention_bwd_mixed(dout.ew(), q.ew(), k.ew(), v.ew(), lse.data(), dq.ew(), dk.ew(), dv.ew(), B, T, H,
+                                     Hkv, hs);
         ASSERT_TRUE(same_as_stored(dq, wdq)) << "dq";
         ASSERT_TRUE(same_as_stored(dk, wdk)) << "dk";
         ASSERT_TRUE(same_as_stored(dv, wdv)) << "dv";

@@ -43,7 +43,7 @@ struct Inputs {
   FVec dy = uniform_f((size_t)B * T * F, -1, 1, 9);
 };
 
-// The results in a fixed order: y, rstd, dx, dw, q and k rotated, out, att, dq, dk, dv (dq, dk
+// The results in a fixed order: y, rstd, dx, dw, q and k rotated, out, lse, dq, dk, dv (dq, dk
 // rotated back), swiglu out, dgate, dup.
 std::vector<FVec> direct(const Inputs& in) {
   std::vector<FVec> r;
@@ -57,16 +57,16 @@ std::vector<FVec> direct(const Inputs& in) {
   FVec q = in.q, k = in.k;
   cpu::rope_fwd(q.data(), cs, sn, B, T, H, hs, 0);
   cpu::rope_fwd(k.data(), cs, sn, B, T, Hkv, hs, 0);
-  FVec out(q.size()), att((size_t)B * H * T * T), dq(q.size()), dk(k.size()), dv(k.size()), scratch((size_t)H * T * T);
-  cpu::gqa_attention_fwd(q.data(), k.data(), in.v.data(), out.data(), att.data(), B, T, H, Hkv, hs);
-  cpu::gqa_attention_bwd(in.dout.data(), q.data(), k.data(), in.v.data(), att.data(), dq.data(), dk.data(), dv.data(),
-                         scratch.data(), B, T, H, Hkv, hs);
+  FVec out(q.size()), lse((size_t)B * H * T), dq(q.size()), dk(k.size()), dv(k.size());
+  cpu::gqa_attention_fwd(q.data(), k.data(), in.v.data(), out.data(), lse.data(), B, T, H, Hkv, hs);
+  cpu::gqa_attention_bwd(in.dout.data(), q.data(), k.data(), in.v.data(), lse.data(), dq.data(), dk.data(), dv.data(),
+                         B, T, H, Hkv, hs);
   cpu::rope_bwd(dq.data(), cs, sn, B, T, H, hs, 0);
   cpu::rope_bwd(dk.data(), cs, sn, B, T, Hkv, hs, 0);
   FVec s(in.gate.size()), dg(s.size()), du(s.size());
   cpu::swiglu_fwd(in.gate.data(), in.up.data(), s.data(), s.size());
   cpu::swiglu_bwd(in.gate.data(), in.up.data(), in.dy.data(), dg.data(), du.data(), s.size());
-  return {y, rstd, dx, dw, q, k, out, att, dq, dk, dv, s, dg, du};
+  return {y, rstd, dx, dw, q, k, out, lse, dq, dk, dv, s, dg, du};
 }
 
 Tensor filled(const FVec& v, std::vector<int64_t> shape, const std::string& name) {
@@ -94,10 +94,10 @@ std::vector<FVec> through_starpu(const Inputs& in, int device_workers, int host_
   Tensor q = filled(in.q, {N, C}, "q"), k = filled(in.k, {N, Hkv * hs}, "k"), v = filled(in.v, {N, Hkv * hs}, "v");
   insert_rope_fwd(o, q, table, T, H);
   insert_rope_fwd(o, k, table, T, Hkv);
-  Tensor out = Tensor::home({N, C}, "out"), att = Tensor::home({B, H, T, T}, "att"), dq = Tensor::home({N, C}, "dq"),
+  Tensor out = Tensor::home({N, C}, "out"), lse = Tensor::home({B, H, T}, "lse"), dq = Tensor::home({N, C}, "dq"),
          dk = Tensor::home({N, Hkv * hs}, "dk"), dv = Tensor::home({N, Hkv * hs}, "dv");
-  insert_gqa_attention_fwd(o, q, k, v, out, att, Hkv, st);
-  insert_gqa_attention_bwd(o, dout, q, k, v, att, dq, dk, dv, Hkv, st);
+  insert_gqa_attention_fwd(o, q, k, v, out, lse, Hkv, st);
+  insert_gqa_attention_bwd(o, dout, q, k, v, lse, dq, dk, dv, Hkv, st);
   insert_rope_bwd(o, dq, table, T, H);
   insert_rope_bwd(o, dk, table, T, Hkv);
   Tensor gate = filled(in.gate, {N, F}, "gate"), up = filled(in.up, {N, F}, "up"), dy = filled(in.dy, {N, F}, "dy");
@@ -106,7 +106,7 @@ std::vector<FVec> through_starpu(const Inputs& in, int device_workers, int host_
   insert_swiglu_bwd(o, gate, up, dy, dg, du);
   rt.wait_all();
   return {values(y),   values(rstd), values(dx), values(dw), values(q), values(k),  values(out),
-          values(att), values(dq),   values(dk), values(dv), values(s), values(dg), values(du)};
+          values(lse), values(dq),   values(dk), values(dv), values(s), values(dg), values(du)};
 }
 
 TEST(LlamaCodelets, TasksGiveTheKernelsBitsOnOneAndTwoDeviceCores) {
@@ -131,10 +131,10 @@ TEST(LlamaCodelets, ShapesThatDoNotFitAreRefusedAtGraphBuild) {
   StepStatus* st = &rt.tracker().status();
   const SubmitOptions o = rt.device(0);
   Tensor q = Tensor::home({8, 24}, "q"), k = Tensor::home({8, 8}, "k"), v = Tensor::home({8, 8}, "v");
-  Tensor out = Tensor::home({8, 24}, "out"), att = Tensor::home({2, 6, 4, 4}, "att");
-  EXPECT_THROW(insert_gqa_attention_fwd(o, q, k, v, out, att, 4, st), Error);  // 6 heads, 4 KV heads
+  Tensor out = Tensor::home({8, 24}, "out"), lse = Tensor::home({2, 6, 4}, "lse");
+  EXPECT_THROW(insert_gqa_attention_fwd(o, q, k, v, out, lse, 4, st), Error);  // 6 heads, 4 KV heads
   Tensor k3 = Tensor::home({8, 12}, "k3");  // 3 KV heads of 4 where 2 were given
-  EXPECT_THROW(insert_gqa_attention_fwd(o, q, k3, v, out, att, 2, st), Error);
+  EXPECT_THROW(insert_gqa_attention_fwd(o, q, k3, v, out, lse, 2, st), Error);
   Tensor table = make_rope_table(cpu::RopeParams{}, 4, 4, "rope");  // (2, 4, 2)
   EXPECT_THROW(insert_rope_fwd(o, q, table, 4, 6, 1), Error);  // positions 1..4 outside 4
   EXPECT_THROW(insert_rope_fwd(o, q, table, 3, 6), Error);     // 8 rows are not batches of 3

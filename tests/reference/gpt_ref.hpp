@@ -79,8 +79,10 @@ inline void layernorm_bwd(const double* dy, const double* x, const double* mean,
 }
 
 // Causal attention: qkv (B, T, 3C) = [q | k | v], head h uses columns h*hs .. h*hs+hs-1 of each;
-// att (B, NH, T, T) = softmax_j<=i(q_i . k_j / sqrt(hs)), 0 for j > i; out (B, T, C) = att v.
-inline void attention_fwd(const double* qkv, double* out, double* att, int B, int T, int C, int NH) {
+// att (B, NH, T, T) = softmax_j<=i(q_i . k_j / sqrt(hs)), 0 for j > i; out (B, T, C) = att v;
+// lse (B, NH, T), if given: each row's log-sum-exp of the scores.
+inline void attention_fwd(const double* qkv, double* out, double* att, int B, int T, int C, int NH,
+                          double* lse = nullptr) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt((double)hs);
   auto at = [&](int b, int t, int part, int h, int d) { return qkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + d]; };
@@ -97,6 +99,7 @@ inline void attention_fwd(const double* qkv, double* out, double* att, int B, in
         }
         double sum = 0.0;
         for (int j = 0; j <= i; ++j) sum += std::exp(a[j] - mx);
+        if (lse) lse[((size_t)b * NH + h) * T + i] = mx + std::log(sum);
         for (int j = 0; j <= i; ++j) a[j] = std::exp(a[j] - mx) / sum;
         for (int j = i + 1; j < T; ++j) a[j] = 0.0;
         for (int d = 0; d < hs; ++d) {

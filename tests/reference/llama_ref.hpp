@@ -115,9 +115,10 @@ inline void swiglu_bwd(const double* g, const double* u, const double* dout, dou
 }
 
 // Grouped-query causal attention: q, out (B, T, H*hs), k, v (B, T, Hkv*hs); head h uses KV head
-// h / (H / Hkv) (repeat_kv); att (B, H, T, T) = softmax_j<=i(q_i . k_j / sqrt(hs)), 0 for j > i.
+// h / (H / Hkv) (repeat_kv); att (B, H, T, T) = softmax_j<=i(q_i . k_j / sqrt(hs)), 0 for j > i;
+// lse (B, H, T), if given: each row's log-sum-exp of the scores.
 inline void gqa_attention_fwd(const double* q, const double* k, const double* v, double* out, double* att, int B,
-                              int T, int H, int Hkv, int hs) {
+                              int T, int H, int Hkv, int hs, double* lse = nullptr) {
   const int G = H / Hkv;
   const double scale = 1.0 / std::sqrt((double)hs);
   auto qi = [&](int b, int t, int h, int d) { return q[((size_t)b * T + t) * H * hs + (size_t)h * hs + d]; };
@@ -137,6 +138,7 @@ inline void gqa_attention_fwd(const double* q, const double* k, const double* v,
         }
         double sum = 0.0;
         for (int j = 0; j <= i; ++j) sum += std::exp(a[j] - mx);
+        if (lse) lse[((size_t)b * H + h) * T + i] = mx + std::log(sum);
         for (int j = 0; j <= i; ++j) a[j] = std::exp(a[j] - mx) / sum;
         for (int j = i + 1; j < T; ++j) a[j] = 0.0;
         for (int d = 0; d < hs; ++d) {

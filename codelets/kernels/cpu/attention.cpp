@@ -1,41 +1,42 @@
-// Causal multi-head self-attention, one sequence at a time: the GPT's on strided views of its
-// fused qkv (B, T, 3C) = [q | k | v], and grouped-query attention (Llama, Qwen2: docs/llama.md) on
-// q (B, T, H hs), k and v (B, T, Hkv hs) held apart, query head h reading KV head h / G, G = H / Hkv
-// (HF's repeat_kv). The products are oneDNN matmul primitives batched over Hkv heads
-// (kernels/cpu/gemm.hpp: one call on the calling thread, created once per shape): group j's call
-// takes the query heads kv G + j, so with G = 1 (the GPT) it is one call over all heads; the
-// causal softmax and its backward are loops that GCC vectorizes (exp through gelu_math's
-// exp_poly, row sums in lanes.hpp's fixed order). Forward: S = q k^T / sqrt(hs), att = softmax
-// over j <= i, out = att v. Backward: datt = dout v^T, dv = att^T dout,
-// dS = att * (datt - rowsum(att datt)), dq = dS k / sqrt(hs), dk = dS^T q / sqrt(hs).
+// Causal multi-head self-attention that keeps no T x T matrix (flash-attention's memory shape),
+// one sequence at a time: the GPT's on strided views of its fused qkv (B, T, 3C) = [q | k | v],
+// and grouped-query attention (Llama, Qwen2: docs/llama.md) on q (B, T, H hs), k and v
+// (B, T, Hkv hs) held apart, query head h reading KV head h / G, G = H / Hkv (HF's repeat_kv).
+// Rows are taken kBlock at a time; a block of query rows [r0, r1) reads the columns [0, r1) a
+// causal row can see, into a (H, r1 - r0, r1) scratch of its thread.
+// Forward, per row block: S = q k^T / sqrt(hs), P = softmax over j <= i, out = P v; what is saved
+// is lse (B, H, T), each row's log-sum-exp (fp32), not P.
+// Backward, per row block from the last to the first: S again (the forward's call, so the same
+// bits), P = exp(S - lse), dP = dout v^T, dS = P (dP - rowsum(P dP)), dq = dS k / sqrt(hs); then
+// dv += P^T dout and dk += dS^T q / sqrt(hs) on rows [0, r1). The last block sees every column,
+// so group 0's products there write dk and dv and all later ones add: a fixed order (the blocks
+// from the last to the first, in each the G query heads sharing a KV head in group order). The
+// recomputation costs one more product than keeping P (5 against 4); P from exp(S - lse) differs
+// from the forward's normalised P by rounding only.
+// The products are oneDNN matmul primitives batched over Hkv heads (kernels/cpu/gemm.hpp: one
+// call on the calling thread, created once per shape): group j's call takes the query heads
+// kv G + j, so with G = 1 (the GPT) it is one call over all heads; the softmax and its backward
+// are loops that GCC vectorizes (exp through gelu_math's exp_poly, row sums in lanes.hpp's fixed
+// order).
 // bf16 (precision "bf16", where the CPU has native bf16; the GPT's attention, one KV head per
-// query head): the products' operands are rounded to bf16 (q, k, v and dout per sequence, att and
-// dS after the softmax and its backward), products summed in fp32 into fp32 outputs, as the linear
-// layers' (kernels/cpu/matmul.cpp); the softmax and its backward stay fp32, and att is saved in
-// fp32. The bf16 operands are packed head by head, (H, T, hs), and the products run over whole
-// (T, T) blocks into dense (H, T, hs) outputs that are then copied into place: oneDNN 2.6 runs a
-// batched bf16 matmul on AMX (brg:avx512_core_amx_bf16) only when every operand is dense, and
-// falls back to gemm:jit otherwise (3.5-10x slower at the GPT's shapes, most with a scale:
-// experiments/onednn, "bf16 step"), so the bf16 path has no causal blocking (below).
+// query head): the products' operands are rounded to bf16 (q, k, v and dout per sequence, P and
+// dS after the fp32 softmax and its backward), products summed in fp32 into fp32 outputs, as the
+// linear layers' (kernels/cpu/matmul.cpp). The bf16 operands are packed head by head, (H, T, hs),
+// and each block's operands are dense (H, rows, hs) copies (the packed heads themselves when one
+// block holds the sequence): oneDNN 2.6 runs a batched bf16 matmul on AMX (brg:avx512_core_amx_bf16)
+// only when every operand is dense and falls back to gemm:jit otherwise (3.5-10x slower at the
+// GPT's shapes: experiments/onednn, "bf16 step"). dk and dv sum the blocks' dense products in
+// fp32 accumulators (H, T, hs) of the thread.
 // Operands stored in bf16 (precision bf16's activations and, for the GPT, their gradients:
 // attention_*_mixed, gqa_attention_*_mixed) are read as stored: the bf16 path copies the stored
 // bits into its packed heads and rounds its outputs as it copies them into place; the fp32 path
 // widens each sequence's rows in the tile that computes it and rounds its out there. Either way
 // the bits of widening the whole buffers first and rounding the outputs after.
-// dk and dv sum over the G query heads sharing a KV head in group order: group 0's product writes
-// them, the next groups' accumulate (a fixed order).
 // Each sequence is a tile of kernels::cpu::parallel_for: the device side's idle cores help, and
 // every tile computes the same values whoever runs it (the same calls on the same shapes: bitwise
-// independent of the thread count). The backward's (NH, T, T) scratch: the caller's for tiles it
-// runs, a per-thread buffer for the tiles a helper runs (fully written before it is read, so its
-// contents never matter); the bf16 operands likewise in per-thread buffers.
-// Causal blocking (fp32): rows are taken kBlock at a time and a block of rows [r0, r1) only reads
-// columns [0, r1), the columns a causal row can see; likewise a block of columns [c0, c1) of the
-// transposed products only reads rows [c0, T). What is skipped lies above the diagonal, where
-// att and dS are exact zeros (stored as such), so it adds nothing: at T = 256 this does 5/8 of
-// the full T x T work, and for T <= kBlock it is the full product as before. The bf16 path
-// computes the full (T, T) products (the softmax and its backward zero what lies above the
-// diagonal): the same work for T <= kBlock, 8/5 of the blocked work at T = 256.
+// independent of the thread count). Every scratch is a per-thread buffer, fully written before it
+// is read: fp32, 2 H min(T, kBlock) T floats for P and dS (H = 32, T = 4096: 64 MiB), plus the
+// sequence's widened or packed operands (attention_workspace_bytes counts them).
 // oneDNN against OpenBLAS at the GPT's shapes: docs/architecture.md, "Attention".
 #include <algorithm>
 #include <cmath>
@@ -52,6 +53,43 @@
 
 namespace zf::kernels::cpu {
 
+// Row block [r0, r1) of one head's scores s (r1 - r0 rows of r1 columns, row i - r0 holding query
+// i): the causal softmax in place (0 for i < j < r1) and lse[i], the row's log-sum-exp
+void causal_softmax(float* s, int r0, int r1, float* lse) {
+  for (int i = r0; i < r1; ++i) {
+    float* row = s + (size_t)(i - r0) * r1;
+    const float mx = lane_max(row, i + 1);
+    for (int j = 0; j <= i; ++j) row[j] = gelu_math::exp_poly(row[j] - mx);
+    const float sum = lane_sum<float>(i + 1, [&](size_t j) { return row[j]; });
+    const float inv = 1.0f / sum;
+    for (int j = 0; j <= i; ++j) row[j] *= inv;
+    for (int j = i + 1; j < r1; ++j) row[j] = 0.0f;
+    lse[i] = mx + std::log(sum);
+  }
+}
+namespace {
+// The backward's probabilities from the scores and the saved lse, in place: exp(s - lse[i]) for
+// j <= i, 0 after
+void probs_rows(float* s, int r0, int r1, const float* lse) {
+  for (int i = r0; i < r1; ++i) {
+    float* row = s + (size_t)(i - r0) * r1;
+    const float l = lse[i];
+    for (int j = 0; j <= i; ++j) row[j] = gelu_math::exp_poly(row[j] - l);
+    for (int j = i + 1; j < r1; ++j) row[j] = 0.0f;
+  }
+}
+}  // namespace
+
+// dS = P (dP - rowsum(P dP)) on a row block (layout as causal_softmax's), in place on dP (ds)
+void causal_softmax_bwd(const float* p, float* ds, int r0, int r1) {
+  for (int i = r0; i < r1; ++i) {
+    const float* pr = p + (size_t)(i - r0) * r1;
+    float* dr = ds + (size_t)(i - r0) * r1;
+    const float dot = lane_sum<float>(i + 1, [&](size_t j) { return pr[j] * dr[j]; });
+    for (int j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - dot);
+    for (int j = i + 1; j < r1; ++j) dr[j] = 0.0f;
+  }
+}
 namespace {
 constexpr int kBlock = 64;
 
@@ -99,69 +137,86 @@ struct Grads {
   uint16_t *dq16 = nullptr, *dk16 = nullptr, *dv16 = nullptr;
 };
 
-void fwd_fp32(const Views& w, float* out, float* att) {
+
+template <class V>
+V* grown(std::vector<V>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+// A row block's P (the forward's scores and probabilities) and dP/dS, (H, m, r1) each: one pair
+// per thread, shared by every path
+thread_local std::vector<float> tl_p, tl_ds;
+size_t block_floats(int T, int H) { return (size_t)H * std::min(T, kBlock) * T; }
+// the first row of the last row block (the backward runs the blocks from it down to 0)
+int last_block(int T) { return T > 0 ? (T - 1) / kBlock * kBlock : 0; }
+
+void fwd_fp32(const Views& w, float* out, float* lse) {
   const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
-  const int64_t TT = (int64_t)T * T, gq = (int64_t)G * hs, gt = (int64_t)G * TT;
+  const int64_t gq = (int64_t)G * hs;
   parallel_tiles(w.B, [&](int b) {
     const Seq sq = sequence(w, b);
     const float *q = sq.q, *k = sq.k, *v = sq.v;
-    float* a = att + (size_t)b * H * TT;  // (H, T, T)
-    thread_local std::vector<float> ob;    // a bf16 out's fp32 rows
-    if (w.out16 && ob.size() < (size_t)T * w.ldo) ob.resize((size_t)T * w.ldo);
-    float* o = w.out16 ? ob.data() : out + (size_t)b * T * w.ldo;  // (T, ldo), head h at column h hs
+    thread_local std::vector<float> ob;  // a bf16 out's fp32 rows
+    float* o = w.out16 ? grown(ob, (size_t)T * w.ldo) : out + (size_t)b * T * w.ldo;  // (T, ldo)
+    float* s = grown(tl_p, block_floats(T, H));
+    float* l = lse + (size_t)b * H * T;  // (H, T)
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+      const int64_t mn = (int64_t)m * r1;
       for (int j = 0; j < G; ++j)
-        heads(m, r1, hs, false, true, w.ldq, w.ldkv, T, scale, Hkv, gq, hs, gt, q + (size_t)r0 * w.ldq + j * hs, k,
-              a + j * TT + (size_t)r0 * T);
-      for (int hd = 0; hd < H; ++hd) causal_softmax(a + hd * TT, T, r0, r1);
+        heads(m, r1, hs, false, true, w.ldq, w.ldkv, r1, scale, Hkv, gq, hs, G * mn, q + (size_t)r0 * w.ldq + j * hs,
+              k, s + j * mn);
+      for (int hd = 0; hd < H; ++hd) causal_softmax(s + hd * mn, r0, r1, l + (size_t)hd * T);
       for (int j = 0; j < G; ++j)
-        heads(m, hs, r1, false, false, T, w.ldkv, w.ldo, 1.0f, Hkv, gt, hs, gq, a + j * TT + (size_t)r0 * T, v,
+        heads(m, hs, r1, false, false, r1, w.ldkv, w.ldo, 1.0f, Hkv, G * mn, hs, gq, s + j * mn, v,
               o + j * hs + (size_t)r0 * w.ldo);
     }
     if (w.out16) to_bf16(o, w.out16 + (size_t)b * T * w.ldo, (size_t)T * w.ldo);
   });
 }
 
-// One sequence's backward; ds: its (H, T, T) scratch
-void bwd_sequence(const Views& w, const float* dout, const float* att, const Grads& g, float* ds, int b) {
+// One sequence's backward, row blocks from the last to the first: the last block's columns are
+// all T rows of dk and dv, so group 0's products there write them and every later product adds
+void bwd_sequence(const Views& w, const float* dout, const float* lse, const Grads& g, int b) {
   const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
-  const int64_t TT = (int64_t)T * T, gq = (int64_t)G * hs, gt = (int64_t)G * TT;
+  const int64_t gq = (int64_t)G * hs;
   const Seq sq = sequence(w, b);
   const float *q = sq.q, *k = sq.k, *v = sq.v;
   thread_local std::vector<float> bo, bq, bk, bv;  // a bf16 dout widened; bf16 dq, dk, dv's fp32 rows
   const size_t nq = (size_t)T * w.ldq, nkv = (size_t)T * w.ldkv, no = (size_t)T * w.ldo;
   const float* dO = rows_f32(dout, w.dout16, (size_t)b * no, no, bo);
   auto rows = [&](float* f, const uint16_t* h, size_t n, std::vector<float>& buf) {
-    if (!h) return f + (size_t)b * n;
-    if (buf.size() < n) buf.resize(n);
-    return buf.data();
+    return h ? grown(buf, n) : f + (size_t)b * n;
   };
-  const float* a = att + (size_t)b * H * TT;  // (H, T, T)
   float* dq = rows(g.dq, g.dq16, nq, bq);
   float* dk = rows(g.dk, g.dk16, nkv, bk);
   float* dv = rows(g.dv, g.dv16, nkv, bv);
-  for (int r0 = 0; r0 < T; r0 += kBlock) {  // datt and dS by rows (in ds), then dq = dS k
+  float *p = grown(tl_p, block_floats(T, H)), *ds = grown(tl_ds, block_floats(T, H));
+  const float* l = lse + (size_t)b * H * T;
+  const int last = last_block(T);
+  for (int r0 = last; r0 >= 0; r0 -= kBlock) {
     const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
-    for (int j = 0; j < G; ++j)
-      heads(m, r1, hs, false, true, w.ldo, w.ldkv, T, 1.0f, Hkv, gq, hs, gt, dO + (size_t)r0 * w.ldo + j * hs, v,
-            ds + j * TT + (size_t)r0 * T);
-    for (int hd = 0; hd < H; ++hd) causal_softmax_bwd(a + hd * TT, ds + hd * TT, T, r0, r1);
-    for (int j = 0; j < G; ++j)
-      heads(m, hs, r1, false, false, T, w.ldkv, w.ldq, scale, Hkv, gt, hs, gq, ds + j * TT + (size_t)r0 * T, k,
-            dq + j * hs + (size_t)r0 * w.ldq);
-  }
-  // by columns: rows i >= c0 of column block [c0, c1) lie in row blocks that computed them; the G
-  // groups sharing a KV head add into its dk and dv in group order
-  for (int c0 = 0; c0 < T; c0 += kBlock) {
-    const int c1 = std::min(T, c0 + kBlock), n = c1 - c0, rows = T - c0;
+    const int64_t mn = (int64_t)m * r1;
+    const float* qb = q + (size_t)r0 * w.ldq;
+    const float* ob = dO + (size_t)r0 * w.ldo;
+    for (int j = 0; j < G; ++j) {  // S again (the forward's call), dP = dout v^T
+      heads(m, r1, hs, false, true, w.ldq, w.ldkv, r1, scale, Hkv, gq, hs, G * mn, qb + j * hs, k, p + j * mn);
+      heads(m, r1, hs, false, true, w.ldo, w.ldkv, r1, 1.0f, Hkv, gq, hs, G * mn, ob + j * hs, v, ds + j * mn);
+    }
+    for (int hd = 0; hd < H; ++hd) {
+      probs_rows(p + hd * mn, r0, r1, l + (size_t)hd * T);
+      causal_softmax_bwd(p + hd * mn, ds + hd * mn, r0, r1);
+    }
     for (int j = 0; j < G; ++j) {
-      heads(n, hs, rows, true, false, T, w.ldo, w.ldkv, 1.0f, Hkv, gt, gq, hs, a + j * TT + (size_t)c0 * T + c0,
-            dO + (size_t)c0 * w.ldo + j * hs, dv + (size_t)c0 * w.ldkv, j > 0);
-      heads(n, hs, rows, true, false, T, w.ldq, w.ldkv, scale, Hkv, gt, gq, hs, ds + j * TT + (size_t)c0 * T + c0,
-            q + (size_t)c0 * w.ldq + j * hs, dk + (size_t)c0 * w.ldkv, j > 0);
+      const bool acc = r0 != last || j > 0;
+      heads(m, hs, r1, false, false, r1, w.ldkv, w.ldq, scale, Hkv, G * mn, hs, gq, ds + j * mn, k,
+            dq + j * hs + (size_t)r0 * w.ldq);                                                   // dq = dS k
+      heads(r1, hs, m, true, false, r1, w.ldo, w.ldkv, 1.0f, Hkv, G * mn, gq, hs, p + j * mn, ob + j * hs, dv,
+            acc);                                                                                // dv += P^T dout
+      heads(r1, hs, m, true, false, r1, w.ldq, w.ldkv, scale, Hkv, G * mn, gq, hs, ds + j * mn, qb + j * hs, dk,
+            acc);                                                                                // dk += dS^T q
     }
   }
   if (g.dq16) to_bf16(dq, g.dq16 + (size_t)b * nq, nq);
@@ -172,7 +227,7 @@ void bwd_sequence(const Views& w, const float* dout, const float* att, const Gra
 // bf16 (H == Hkv). T rows of n heads of hs columns (head h at column h hs, row stride ld) of x,
 // rounded to bf16 into buf as (n, T, hs)
 void pack_heads(const float* x, int T, int ld, int n, int hs, std::vector<uint16_t>& buf) {
-  if (buf.size() < (size_t)n * T * hs) buf.resize((size_t)n * T * hs);
+  grown(buf, (size_t)n * T * hs);
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < n; ++h) {
       const float* src = x + (size_t)t * ld + (size_t)h * hs;
@@ -182,7 +237,7 @@ void pack_heads(const float* x, int T, int ld, int n, int hs, std::vector<uint16
 }
 // ... the same from bf16 bits (a stored bf16 qkv): the values as they are
 void pack_heads(const uint16_t* x, int T, int ld, int n, int hs, std::vector<uint16_t>& buf) {
-  if (buf.size() < (size_t)n * T * hs) buf.resize((size_t)n * T * hs);
+  grown(buf, (size_t)n * T * hs);
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < n; ++h)
       std::copy_n(x + (size_t)t * ld + (size_t)h * hs, hs, buf.data() + ((size_t)h * T + t) * hs);
@@ -194,6 +249,15 @@ void pack_qkv(const Views& w, int b, int n, std::vector<uint16_t>& buf) {
     pack_heads(w.qkv16 + row0, w.T, w.ldq, n, w.hs, buf);
   else
     pack_heads(w.q + row0, w.T, w.ldq, n, w.hs, buf);
+}
+// Rows [r0, r1) of n packed heads x (n, T, hs) as a dense (n, r1 - r0, hs): x itself for all T
+// rows, else copied into buf (the products' operands stay dense: see the head comment)
+const uint16_t* head_rows(const uint16_t* x, int T, int n, int hs, int r0, int r1, std::vector<uint16_t>& buf) {
+  if (r0 == 0 && r1 == T) return x;
+  const size_t m = (size_t)(r1 - r0) * hs;
+  uint16_t* d = grown(buf, (size_t)n * m);
+  for (int h = 0; h < n; ++h) std::copy_n(x + ((size_t)h * T + r0) * hs, m, d + h * m);
+  return d;
 }
 // g (n, T, hs) rounded to bf16 into y16 (T rows, row stride ld, head h at column h hs)
 void unpack_heads(const float* g, int T, int ld, int n, int hs, uint16_t* y16) {
@@ -210,10 +274,7 @@ void unpack_heads(const float* g, int T, int ld, int n, int hs, float* y) {
       for (int c = 0; c < hs; ++c) dst[c] = src[c];  // inline: hs is short, a memmove call costs more
     }
 }
-void pack_all(const float* x, size_t n, std::vector<uint16_t>& buf) {
-  if (buf.size() < n) buf.resize(n);
-  to_bf16(x, buf.data(), n);
-}
+void pack_all(const float* x, size_t n, std::vector<uint16_t>& buf) { to_bf16(x, grown(buf, n), n); }
 // The batched bf16 product over H heads on dense operands: C_i (M, N) = alpha op(A_i) op(B_i),
 // A_i (M, K) (or (K, M) with ta), B_i (K, N) (or (N, K) with tb), C_i (M, N), all row-major with
 // no gaps between heads
@@ -226,117 +287,134 @@ void dense_heads(int M, int N, int K, bool ta, bool tb, float alpha, int H, cons
 
 // bf16 over the GPT's fused qkv (B, T, 3C): q, k and v of a sequence packed in one pass as 3H
 // heads, (3H, T, hs): q's heads, then k's, then v's
-void fwd_bf16(const Views& w, float* out, float* att) {
+void fwd_bf16(const Views& w, float* out, float* lse) {
   const int T = w.T, H = w.H, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
-  const size_t TT = (size_t)T * T, Th = (size_t)T * hs;
+  const size_t Th = (size_t)T * hs;
   parallel_tiles(w.B, [&](int b) {
-    thread_local std::vector<uint16_t> hqkv, hp;
+    thread_local std::vector<uint16_t> hqkv, hp, bq, bk, bv;
     thread_local std::vector<float> o;
     pack_qkv(w, b, 3 * H, hqkv);
     const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
-    float* a = att + (size_t)b * H * TT;  // (H, T, T)
-    dense_heads(T, T, hs, false, true, scale, H, q, k, a);
-    for (int hd = 0; hd < H; ++hd) causal_softmax(a + hd * TT, T, 0, T);
-    pack_all(a, H * TT, hp);
-    if (o.size() < (size_t)H * Th) o.resize((size_t)H * Th);
-    dense_heads(T, hs, T, false, false, 1.0f, H, hp.data(), v, o.data());
-    if (w.out16)
-      unpack_heads(o.data(), T, w.ldo, H, hs, w.out16 + (size_t)b * T * w.ldo);
-    else
-      unpack_heads(o.data(), T, w.ldo, H, hs, out + (size_t)b * T * w.ldo);
+    float* s = grown(tl_p, block_floats(T, H));
+    float* ob = grown(o, (size_t)H * std::min(T, kBlock) * hs);
+    float* l = lse + (size_t)b * H * T;
+    for (int r0 = 0; r0 < T; r0 += kBlock) {
+      const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+      const size_t mn = (size_t)m * r1;
+      const uint16_t* kb = head_rows(k, T, H, hs, 0, r1, bk);
+      dense_heads(m, r1, hs, false, true, scale, H, head_rows(q, T, H, hs, r0, r1, bq), kb, s);
+      for (int hd = 0; hd < H; ++hd) causal_softmax(s + hd * mn, r0, r1, l + (size_t)hd * T);
+      pack_all(s, H * mn, hp);
+      dense_heads(m, hs, r1, false, false, 1.0f, H, hp.data(), head_rows(v, T, H, hs, 0, r1, bv), ob);
+      const size_t row0 = ((size_t)b * T + r0) * w.ldo;
+      if (w.out16)
+        unpack_heads(ob, m, w.ldo, H, hs, w.out16 + row0);
+      else
+        unpack_heads(ob, m, w.ldo, H, hs, out + row0);
+    }
   });
 }
 
-// One sequence's bf16 backward; ds: its (H, T, T) scratch
-void bwd_sequence_bf16(const Views& w, const float* dout, const float* att, const Grads& g, float* ds, int b) {
-  thread_local std::vector<uint16_t> hqkv, hd, hp, hs16;
-  thread_local std::vector<float> o;
+// One sequence's bf16 backward, row blocks from the last to the first as bwd_sequence's; dk and dv
+// sum the blocks' (H, r1, hs) products in fp32 accumulators (H, T, hs)
+void bwd_sequence_bf16(const Views& w, const float* dout, const float* lse, const Grads& g, int b) {
+  thread_local std::vector<uint16_t> hqkv, hd, hp, hs16, bq, bk, bv, bo;
+  thread_local std::vector<float> o, ak, av;
   const int T = w.T, H = w.H, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
-  const size_t TT = (size_t)T * T, Th = (size_t)T * hs;
+  const size_t Th = (size_t)T * hs;
   pack_qkv(w, b, 3 * H, hqkv);
   const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
   if (w.dout16)
     pack_heads(w.dout16 + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
   else
     pack_heads(dout + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
-  const float* a = att + (size_t)b * H * TT;  // (H, T, T)
-  dense_heads(T, T, hs, false, true, 1.0f, H, hd.data(), v, ds);  // datt = dout v^T
-  for (int h = 0; h < H; ++h) causal_softmax_bwd(a + h * TT, ds + h * TT, T, 0, T);  // dS, in place
-  pack_all(a, H * TT, hp);
-  pack_all(ds, H * TT, hs16);
-  if (o.size() < (size_t)H * Th) o.resize((size_t)H * Th);
-  // (H, T, hs) into the rows of a gradient at column offset col of the fused dqkv (or g's own)
-  auto put = [&](float* dst, int ld, size_t col) {
-    if (g.dqkv16)
-      unpack_heads(o.data(), T, ld, H, hs, g.dqkv16 + (size_t)b * T * ld + col);
-    else
-      unpack_heads(o.data(), T, ld, H, hs, dst + (size_t)b * T * ld);
-  };
+  float *p = grown(tl_p, block_floats(T, H)), *ds = grown(tl_ds, block_floats(T, H));
+  float* t = grown(o, (size_t)H * Th);
+  float *dk = grown(ak, (size_t)H * Th), *dv = grown(av, (size_t)H * Th);
+  const float* l = lse + (size_t)b * H * T;
   const size_t C = (size_t)H * hs;
-  dense_heads(T, hs, T, false, false, scale, H, hs16.data(), k, o.data());  // dq = dS k / sqrt(hs)
-  put(g.dq, w.ldq, 0);
-  dense_heads(T, hs, T, true, false, 1.0f, H, hp.data(), hd.data(), o.data());  // dv = att^T dout
-  put(g.dv, w.ldkv, 2 * C);
-  dense_heads(T, hs, T, true, false, scale, H, hs16.data(), q, o.data());  // dk = dS^T q / sqrt(hs)
-  put(g.dk, w.ldkv, C);
+  // (H, m, hs) into rows [r0, r0 + m) of a gradient at column offset col of the fused dqkv (or g's own)
+  auto put = [&](const float* x, int m, int r0, float* dst, int ld, size_t col) {
+    const size_t row0 = ((size_t)b * T + r0) * ld;
+    if (g.dqkv16)
+      unpack_heads(x, m, ld, H, hs, g.dqkv16 + row0 + col);
+    else
+      unpack_heads(x, m, ld, H, hs, dst + row0);
+  };
+  // acc (H, T, hs) rows [0, r1) (+)= t (H, r1, hs)
+  auto add = [&](float* acc, int r1, bool first) {
+    const size_t n = (size_t)r1 * hs;
+    for (int h = 0; h < H; ++h) {
+      float* a = acc + h * Th;
+      const float* x = t + h * n;
+      if (first)
+        std::copy_n(x, n, a);
+      else
+        for (size_t i = 0; i < n; ++i) a[i] += x[i];
+    }
+  };
+  const int last = last_block(T);
+  for (int r0 = last; r0 >= 0; r0 -= kBlock) {
+    const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+    const size_t mn = (size_t)m * r1;
+    const uint16_t* qb = head_rows(q, T, H, hs, r0, r1, bq);
+    const uint16_t* ob = head_rows(hd.data(), T, H, hs, r0, r1, bo);
+    const uint16_t* kb = head_rows(k, T, H, hs, 0, r1, bk);
+    dense_heads(m, r1, hs, false, true, scale, H, qb, kb, p);                                // S again
+    dense_heads(m, r1, hs, false, true, 1.0f, H, ob, head_rows(v, T, H, hs, 0, r1, bv), ds);  // dP = dout v^T
+    for (int h = 0; h < H; ++h) {
+      probs_rows(p + h * mn, r0, r1, l + (size_t)h * T);
+      causal_softmax_bwd(p + h * mn, ds + h * mn, r0, r1);
+    }
+    pack_all(p, H * mn, hp);
+    pack_all(ds, H * mn, hs16);
+    dense_heads(m, hs, r1, false, false, scale, H, hs16.data(), kb, t);  // dq = dS k / sqrt(hs)
+    put(t, m, r0, g.dq, w.ldq, 0);
+    dense_heads(r1, hs, m, true, false, 1.0f, H, hp.data(), ob, t);  // dv += P^T dout
+    add(dv, r1, r0 == last);
+    dense_heads(r1, hs, m, true, false, scale, H, hs16.data(), qb, t);  // dk += dS^T q / sqrt(hs)
+    add(dk, r1, r0 == last);
+  }
+  put(dv, T, 0, g.dv, w.ldkv, 2 * C);
+  put(dk, T, 0, g.dk, w.ldkv, C);
 }
 
-// The backward over the sequences; scratch: the caller's (H, T, T) for the tiles it runs, a
-// per-thread buffer for a helper's
-void bwd(const Views& w, const float* dout, const float* att, const Grads& g, float* scratch, bool bf16) {
-  const size_t n = (size_t)w.H * w.T * w.T;
-  float* const caller_scratch = scratch;
-  const std::thread::id caller = std::this_thread::get_id();
+// The backward over the sequences (each tile's buffers are its thread's)
+void bwd(const Views& w, const float* dout, const float* lse, const Grads& g, bool bf16) {
+  if (w.T == 0) return;
   parallel_tiles(w.B, [&](int b) {
-    thread_local std::vector<float> own;  // a helper's scratch
-    float* ds = caller_scratch;  // (H, T, T): datt, then dS in place
-    if (std::this_thread::get_id() != caller) {
-      if (own.size() < n) own.resize(n);
-      ds = own.data();
-    }
     if (bf16)
-      bwd_sequence_bf16(w, dout, att, g, ds, b);
+      bwd_sequence_bf16(w, dout, lse, g, b);
     else
-      bwd_sequence(w, dout, att, g, ds, b);
+      bwd_sequence(w, dout, lse, g, b);
   });
 }
 }  // namespace
 
-void causal_softmax(float* a, int T, int r0, int r1) {
-  for (int i = r0; i < r1; ++i) {
-    float* row = a + (size_t)i * T;
-    const float mx = lane_max(row, i + 1);
-    for (int j = 0; j <= i; ++j) row[j] = gelu_math::exp_poly(row[j] - mx);
-    const float inv = 1.0f / lane_sum<float>(i + 1, [&](size_t j) { return row[j]; });
-    for (int j = 0; j <= i; ++j) row[j] *= inv;
-    for (int j = i + 1; j < T; ++j) row[j] = 0.0f;
-  }
+size_t attention_workspace_bytes(int T, int H, int Hkv, int hs) {
+  // P and dS (fp32); the larger path's per-sequence operands: the bf16 backward's packed q, k, v,
+  // dout and their block copies, P and dS rounded (2 bytes each), its fp32 dq block and dk, dv
+  // accumulators; the fp32 path's widened q, k, v, dout and the rows of a bf16 out, dq, dk, dv
+  const size_t th = (size_t)T * H * hs, tkv = (size_t)T * Hkv * hs, blk = block_floats(T, H);
+  const size_t bf16_ops = 2 * (8 * th + 2 * blk) + 4 * (3 * th);
+  const size_t fp32_ops = 4 * (4 * th + 4 * tkv);
+  return 2 * sizeof(float) * blk + std::max(bf16_ops, fp32_ops);
 }
 
-void causal_softmax_bwd(const float* att, float* ds, int T, int r0, int r1) {
-  for (int i = r0; i < r1; ++i) {
-    const float* ar = att + (size_t)i * T;
-    float* dr = ds + (size_t)i * T;
-    const float dot = lane_sum<float>(i + 1, [&](size_t j) { return ar[j] * dr[j]; });
-    for (int j = 0; j <= i; ++j) dr[j] = ar[j] * (dr[j] - dot);
-    for (int j = i + 1; j < r1; ++j) dr[j] = 0.0f;
-  }
-}
-
-void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, bool bf16) {
+void attention_fwd(const float* qkv, float* out, float* lse, int B, int T, int C, int NH, bool bf16) {
   const Views w{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
   if (bf16 && native_bf16())
-    fwd_bf16(w, out, att);
+    fwd_bf16(w, out, lse);
   else
-    fwd_fp32(w, out, att);
+    fwd_fp32(w, out, lse);
 }
 
-void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch, int B,
-                   int T, int C, int NH, bool bf16) {
-  bwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH}, dout, att,
-      Grads{dqkv, dqkv + C, dqkv + 2 * C}, scratch, bf16 && native_bf16());
+void attention_bwd(const float* dout, const float* qkv, const float* lse, float* dqkv, int B, int T, int C, int NH,
+                   bool bf16) {
+  bwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH}, dout, lse,
+      Grads{dqkv, dqkv + C, dqkv + 2 * C}, bf16 && native_bf16());
 }
 
 namespace {
@@ -350,25 +428,24 @@ const float* widened(Ew x, size_t n) {
 }
 }  // namespace
 
-void attention_fwd_mixed(Ew qkv, Ew out, float* att, int B, int T, int C, int NH, bool bf16) {
+void attention_fwd_mixed(Ew qkv, Ew out, float* lse, int B, int T, int C, int NH, bool bf16) {
   const size_t n = (size_t)B * T * C;
   if (bf16 && native_bf16()) {  // the products' bf16 operands: the stored bits copied as they are
     Views w{static_cast<const float*>(qkv.p), nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
     if (qkv.bf16) w.q = nullptr, w.qkv16 = static_cast<const uint16_t*>(qkv.p);
     if (out.bf16) w.out16 = static_cast<uint16_t*>(out.p);
-    fwd_bf16(w, static_cast<float*>(out.p), att);
+    fwd_bf16(w, static_cast<float*>(out.p), lse);
     return;
   }
   const float* x = widened(qkv, 3 * n);
-  if (!out.bf16) return attention_fwd(x, static_cast<float*>(out.p), att, B, T, C, NH, bf16);
+  if (!out.bf16) return attention_fwd(x, static_cast<float*>(out.p), lse, B, T, C, NH, bf16);
   thread_local std::vector<float> o;
   o.resize(n);
-  attention_fwd(x, o.data(), att, B, T, C, NH, bf16);
+  attention_fwd(x, o.data(), lse, B, T, C, NH, bf16);
   pack_bf16(o.data(), static_cast<uint16_t*>(out.p), n);
 }
 
-void attention_bwd_mixed(Ew dout, Ew qkv, const float* att, Ew dqkv, float* scratch, int B, int T, int C, int NH,
-                         bool bf16) {
+void attention_bwd_mixed(Ew dout, Ew qkv, const float* lse, Ew dqkv, int B, int T, int C, int NH, bool bf16) {
   const size_t n = (size_t)B * T * C;
   if (bf16 && native_bf16()) {  // the products' bf16 operands: the stored bits copied as they are
     Views w{static_cast<const float*>(qkv.p), nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
@@ -377,7 +454,7 @@ void attention_bwd_mixed(Ew dout, Ew qkv, const float* att, Ew dqkv, float* scra
     float* d = static_cast<float*>(dqkv.p);
     Grads g{d, d + C, d + 2 * C};
     if (dqkv.bf16) g.dqkv16 = static_cast<uint16_t*>(dqkv.p);
-    return bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), att, g, scratch, true);
+    return bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), lse, g, true);
   }
   // (the second thread-local buffer: widened() holds qkv's)
   thread_local std::vector<float> wd, gd;
@@ -389,13 +466,13 @@ void attention_bwd_mixed(Ew dout, Ew qkv, const float* att, Ew dqkv, float* scra
   }
   float* d = static_cast<float*>(dqkv.p);
   if (dqkv.bf16) gd.resize(3 * n), d = gd.data();
-  attention_bwd(dO, widened(qkv, 3 * n), att, d, scratch, B, T, C, NH, bf16);
+  attention_bwd(dO, widened(qkv, 3 * n), lse, d, B, T, C, NH, bf16);
   if (dqkv.bf16) pack_bf16(d, static_cast<uint16_t*>(dqkv.p), 3 * n);
 }
 
-void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
+void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* lse, int B, int T, int H,
                        int Hkv, int hs) {
-  fwd_fp32(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, out, att);
+  fwd_fp32(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, out, lse);
 }
 
 namespace {
@@ -409,13 +486,13 @@ Views gqa_views(Ew q, Ew k, Ew v, int B, int T, int H, int Hkv, int hs) {
 }
 }  // namespace
 
-void gqa_attention_fwd_mixed(Ew q, Ew k, Ew v, Ew out, float* att, int B, int T, int H, int Hkv, int hs) {
+void gqa_attention_fwd_mixed(Ew q, Ew k, Ew v, Ew out, float* lse, int B, int T, int H, int Hkv, int hs) {
   Views w = gqa_views(q, k, v, B, T, H, Hkv, hs);
   if (out.bf16) w.out16 = static_cast<uint16_t*>(out.p);
-  fwd_fp32(w, static_cast<float*>(out.p), att);
+  fwd_fp32(w, static_cast<float*>(out.p), lse);
 }
 
-void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* att, Ew dq, Ew dk, Ew dv, float* scratch,
+void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* lse, Ew dq, Ew dk, Ew dv,
                              int B, int T, int H, int Hkv, int hs) {
   Views w = gqa_views(q, k, v, B, T, H, Hkv, hs);
   if (dout.bf16) w.dout16 = static_cast<const uint16_t*>(dout.p);
@@ -423,11 +500,11 @@ void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* att, Ew dq,
   auto h = [](Ew x) { return x.bf16 ? static_cast<uint16_t*>(x.p) : nullptr; };
   Grads g{f(dq), f(dk), f(dv)};
   g.dq16 = h(dq), g.dk16 = h(dk), g.dv16 = h(dv);
-  bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), att, g, scratch, false);
+  bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), lse, g, false);
 }
-void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
-                       float* dq, float* dk, float* dv, float* scratch, int B, int T, int H, int Hkv, int hs) {
-  bwd(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, dout, att, Grads{dq, dk, dv}, scratch, false);
+void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* lse,
+                       float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int hs) {
+  bwd(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, dout, lse, Grads{dq, dk, dv}, false);
 }
 
 }  // namespace zf::kernels::cpu

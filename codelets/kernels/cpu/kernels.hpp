@@ -308,27 +308,34 @@ void layernorm_fwd(const float* x, const float* w, const float* b, float* y, flo
 void layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
                    float* dx, float* dw, float* db, int N, int C);
 // Causal multi-head self-attention, per (b, h): q, k, v (T, hs) are column blocks h*hs of the
-// thirds of qkv (B, T, 3C) = [q | k | v]; att (B, NH, T, T) = softmax(q k^T / sqrt(hs)) over
-// j <= i (0 above the diagonal, saved for the backward); out (B, T, C)[:, :, h*hs:] = att v.
+// thirds of qkv (B, T, 3C) = [q | k | v]; P = softmax(q k^T / sqrt(hs)) over j <= i;
+// out (B, T, C)[:, :, h*hs:] = P v. Saved for the backward: lse (B, NH, T), each row's
+// log-sum-exp m_i + log(sum_{j <= i} exp(s_ij - m_i)) in fp32; no (T, T) matrix is kept (the
+// backward recomputes P block by block: attention.cpp).
 // bf16: where the CPU has native bf16, the products' operands are rounded to bf16 (fp32 sums and
 // outputs, the softmax in fp32), as the matmuls above; elsewhere fp32.
-void attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, bool bf16 = false);
-// dqkv (B, T, 3C) from dout (B, T, C); scratch holds NH*T*T floats.
-void attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, float* scratch,
-                   int B, int T, int C, int NH, bool bf16 = false);
+void attention_fwd(const float* qkv, float* out, float* lse, int B, int T, int C, int NH, bool bf16 = false);
+// dqkv (B, T, 3C) from dout (B, T, C) and the forward's lse.
+void attention_bwd(const float* dout, const float* qkv, const float* lse, float* dqkv, int B, int T, int C, int NH,
+                   bool bf16 = false);
 // The same with qkv, the forward's out and the backward's dout and dqkv as stored: fp32, or bf16
-// bits (precision bf16's 2-byte activations and their gradients, CodeletDef::cpu_bf16_as_is). With bf16 products on a native-bf16 CPU the bf16 qkv's
-// heads are copied as they are into the products' operands, and out is rounded as the heads are
-// copied into place; otherwise the bf16 buffers are widened whole (exact) and out is rounded after
-// the fp32 kernel. Either way the bits of widening, the kernels above and rounding out back.
-void attention_fwd_mixed(Ew qkv, Ew out, float* att, int B, int T, int C, int NH, bool bf16);
-void attention_bwd_mixed(Ew dout, Ew qkv, const float* att, Ew dqkv, float* scratch, int B, int T, int C, int NH,
-                         bool bf16);
-// The attention's causal softmax on rows [r0, r1) of one head's scores a (T, T), in place: softmax
-// over j <= i, 0 for j > i; and its backward on rows [r0, r1) of ds (T, T) (datt in, dS out, for
-// j <= i; 0 for i < j < r1) from the probabilities att (T, T).
-void causal_softmax(float* a, int T, int r0, int r1);
-void causal_softmax_bwd(const float* att, float* ds, int T, int r0, int r1);
+// bits (precision bf16's 2-byte activations and their gradients, CodeletDef::cpu_bf16_as_is). With
+// bf16 products on a native-bf16 CPU the bf16 qkv's heads are copied as they are into the
+// products' operands, and out is rounded as the heads are copied into place; otherwise the bf16
+// buffers are widened whole (exact) and out is rounded after the fp32 kernel. Either way the bits
+// of widening, the kernels above and rounding out back.
+void attention_fwd_mixed(Ew qkv, Ew out, float* lse, int B, int T, int C, int NH, bool bf16);
+void attention_bwd_mixed(Ew dout, Ew qkv, const float* lse, Ew dqkv, int B, int T, int C, int NH, bool bf16);
+// The attention's causal softmax on a row block [r0, r1) of one head's scores s (r1 - r0 rows of
+// r1 columns, row i - r0 holding query i), in place: softmax over j <= i, 0 for i < j < r1, and
+// lse[i] = the row's log-sum-exp. Its backward on the same layout: ds = p (ds - rowsum(p ds))
+// for j <= i (dP in, dS out), 0 after.
+void causal_softmax(float* s, int r0, int r1, float* lse);
+void causal_softmax_bwd(const float* p, float* ds, int r0, int r1);
+// The bytes of scratch one thread holds for the attentions above (and the grouped-query ones
+// below) at these shapes: a row block's P and dS, the sequence's operands widened or packed. Each
+// thread that runs an attention tile keeps them (thread-local buffers, reused).
+size_t attention_workspace_bytes(int T, int H, int Hkv, int hs);
 // Mean over the first len[b] positions: y (B, C) = mean_{t < len[b]} x (B, T, C)[b, t]
 void mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
 // dx[b, t] = dy[b] / len[b] for t < len[b], 0 after
@@ -415,23 +422,23 @@ void rope_bwd(float* dx, const float* cos, const float* sin, int B, int T, int N
 void swiglu_fwd(const float* gate, const float* up, float* out, size_t n);
 void swiglu_bwd(const float* gate, const float* up, const float* dout, float* dgate, float* dup, size_t n);
 // Causal grouped-query attention (HF's repeat_kv): q (B, T, H*hs), k and v (B, T, Hkv*hs), H a
-// multiple of Hkv; query head h reads KV head h / (H / Hkv). att (B, H, T, T) = softmax over
-// j <= i of q_i . k_j / sqrt(hs) (0 above the diagonal, saved); out (B, T, H*hs) = att v.
+// multiple of Hkv; query head h reads KV head h / (H / Hkv). P = softmax over j <= i of
+// q_i . k_j / sqrt(hs); out (B, T, H*hs) = P v; lse (B, H, T) saved as attention_fwd's.
 // With Hkv = H it is attention_fwd on q, k, v held apart.
-void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
+void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* lse, int B, int T, int H,
                        int Hkv, int hs);
-// dq (B, T, H*hs), dk and dv (B, T, Hkv*hs) overwritten from dout (B, T, H*hs); scratch holds
-// H*T*T floats. A KV head's dk and dv are summed over its query heads in head order.
-void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
-                       float* dq, float* dk, float* dv, float* scratch, int B, int T, int H, int Hkv, int hs);
+// dq (B, T, H*hs), dk and dv (B, T, Hkv*hs) overwritten from dout (B, T, H*hs) and lse. A KV
+// head's dk and dv are summed in a fixed order (attention.cpp).
+void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* lse,
+                       float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int hs);
 // The same with q, k, v, the forward's out and the backward's dout, dq, dk, dv as stored: fp32, or
 // bf16 bits (precision bf16's 2-byte activations and their gradients, CodeletDef::cpu_bf16_as_is),
 // each sequence's bf16 rows widened (exact) in the tile that computes it and its outputs rounded
 // there: the bits of widening the whole buffers, the kernels above and rounding the outputs back,
 // in one pass over memory.
-void gqa_attention_fwd_mixed(Ew q, Ew k, Ew v, Ew out, float* att, int B, int T, int H, int Hkv, int hs);
-void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* att, Ew dq, Ew dk, Ew dv, float* scratch, int B,
-                             int T, int H, int Hkv, int hs);
+void gqa_attention_fwd_mixed(Ew q, Ew k, Ew v, Ew out, float* lse, int B, int T, int H, int Hkv, int hs);
+void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* lse, Ew dq, Ew dk, Ew dv, int B, int T, int H,
+                             int Hkv, int hs);
 
 // Generation with a KV cache (decode_attention.cpp; docs/hf.md "Generation"): T new queries q
 // (T, H*hs) at positions pos0 .. pos0+T-1 over the cache kc, vc (>= pos0+T rows, Hkv*hs), whose

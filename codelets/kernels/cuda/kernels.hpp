@@ -146,12 +146,15 @@ Status layernorm_fwd(const float* x, const float* w, const float* b, float* y, f
                      int C, float eps, cudaStream_t s);
 Status layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
                      float* dx, float* dw, float* db, int N, int C, cudaStream_t s);
-// Scratch (B*T*T floats) comes from the stream-ordered pool. bf16: the products' operands rounded to
-// bf16 as cpu::attention_*'s bf16 (q, k, v and dout; att and dS after the fp32 softmax and its
-// backward; att stays fp32), from the same pool: 2 bytes per element of qkv, dout and att.
-Status attention_fwd(const float* qkv, float* out, float* att, int B, int T, int C, int NH, cublasHandle_t h,
+// Causal attention without a T x T matrix between the passes (attention.cu): lse (B, NH, T) holds
+// each row's log-sum-exp of its scaled scores (natural log), from which the backward recomputes
+// the probabilities row block by row block. Scratch from the stream-ordered pool, bounded
+// independently of T^2 (about 64 MiB; attention.cu's head comment has the formula). bf16: the
+// products' operands rounded to bf16 as cpu::attention_*'s bf16 (q, k, v and dout; P and dS after
+// the fp32 softmax and its backward), 2 bytes per element of qkv and dout besides.
+Status attention_fwd(const float* qkv, float* out, float* lse, int B, int T, int C, int NH, cublasHandle_t h,
                      cudaStream_t s, bool bf16 = false);
-Status attention_bwd(const float* dout, const float* qkv, const float* att, float* dqkv, int B, int T, int C,
+Status attention_bwd(const float* dout, const float* qkv, const float* lse, float* dqkv, int B, int T, int C,
                      int NH, cublasHandle_t h, cudaStream_t s, bool bf16 = false);
 Status mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C, cudaStream_t s);
 Status mean_pool_bwd(const float* dy, const int32_t* len, float* dx, int B, int T, int C, cudaStream_t s);
@@ -173,11 +176,11 @@ Status rope_bwd(float* dx, const float* cos, const float* sin, int B, int T, int
 Status swiglu_fwd(const float* gate, const float* up, float* out, size_t n, cudaStream_t s);
 Status swiglu_bwd(const float* gate, const float* up, const float* dout, float* dgate, float* dup, size_t n,
                   cudaStream_t s);
-// Scratch (B*T*T floats) for the backward from the stream-ordered pool. bf16: as attention_*'s
-// (the CPU kernels have no bf16 grouped-query attention: with H == Hkv it is attention_*'s bf16).
-Status gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* att, int B, int T, int H,
+// lse (B, H, T) and scratch as attention_*'s. bf16: as attention_*'s (the CPU kernels have no bf16
+// grouped-query attention: with H == Hkv it is attention_*'s bf16).
+Status gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* lse, int B, int T, int H,
                          int Hkv, int hs, cublasHandle_t h, cudaStream_t s, bool bf16 = false);
-Status gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* att,
+Status gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* lse,
                          float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int hs, cublasHandle_t h,
                          cudaStream_t s, bool bf16 = false);
 

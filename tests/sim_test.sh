@@ -117,14 +117,15 @@ KN = {"c_attn": (C, 3 * C), "attn.c_proj": (C, C), "c_fc": (C, 4 * C), "mlp.c_pr
 def want(name, codelet, prec):  # seconds, or None for a task this check does not know
     if codelet.startswith("zf_attention_"):
         fwd = codelet == "zf_attention_fwd"
-        flops = 4.0 * Bs * T * T * C * (1 if fwd else 2)
-        att, qkv = Bs * NH * T * T, R * 3 * C
+        # forward two products, backward five (the scores again, from lse: no (T, T) buffer)
+        flops = 4.0 * Bs * T * T * C * (1 if fwd else 2.5)
+        att, qkv, lse = Bs * NH * T * T, R * 3 * C, Bs * NH * T
         # qkv (a matmul's output) and the forward's output atty (the attention projection's input): 2
         # bytes under bf16
         hb = 2 if prec == "bf16" else 4
         # backward: dout (datty) and dqkv, activation gradients, 2 bytes under bf16 too
-        byts = hb * qkv + 4 * att + hb * R * C if fwd else hb * R * C + 4 * att + 2 * hb * qkv
-        conv = (qkv + att) if fwd else (qkv + R * C + 2 * att)
+        byts = hb * qkv + 4 * lse + hb * R * C if fwd else hb * R * C + 4 * lse + 2 * hb * qkv
+        conv = (qkv + att) if fwd else (qkv + R * C + 2 * att)  # P (and dS) rounded for the products
     else:
         base = name[:-3] if name.endswith((".dw", ".dx")) else name  # bwd.h3.c_fc.dw -> bwd.h3.c_fc
         key = next((k for k in KN if base.endswith("." + k)), None)
@@ -303,7 +304,8 @@ import json, sys
 j = json.loads(open(sys.argv[1]).read()[open(sys.argv[1]).read().index("{"):])
 d = j["device"]
 assert j["device_memory"] == 40e9, j["device_memory"]
-assert d["total"] == d["params"] + d["grads"] + d["optimizer"] + d["activations"], d
+assert d["total"] == d["params"] + d["grads"] + d["optimizer"] + d["activations"] + d["attention"], d
+assert 0 < d["attention"] <= 2**26 + 2**24, d  # a CUDA worker's row blocks: about 64 MiB whatever T
 assert d["params"] == 4 * j["parameters"] and d["optimizer"] == 8 * j["parameters"], d  # fp32: m and v
 assert j["device_fits"] is True, j
 print("device part %.2f GiB of the A100's 40 GB: fits" % (d["total"] / 2**30))

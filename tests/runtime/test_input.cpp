@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "codelets/codelets.hpp"
 #include "graphs/train/memory_estimate.hpp"
 #include "graphs/schema/spec.hpp"
 #include "models/data/idx.hpp"
@@ -269,12 +270,34 @@ TEST(MemoryEstimate, ActivationCheckpointingHoldsFewerBlocks) {
     return zf::estimate_memory(zf::parse_spec(j, "s.json"), -1);
   };
   const zf::MemoryEstimate none = est(nullptr), every = est("every_layer"), three = est(3);
-  // floats of a block per sequence (T 8 positions of 16 C, H T = 2 x 8 probabilities, 4 statistics),
-  // of an output per sequence (T C); 4 bytes; 8 sequences (batch 4, evaluation batch 4)
-  const double C = 16, T = 8, block = T * (16 * C + 2 * T + 4), out = T * C, seqs = 8;
+  // floats of a block per sequence (T 8 positions of 16 C, H = 2 log-sum-exps of the attention's
+  // rows, 4 statistics), of an output per sequence (T C); 4 bytes; 8 sequences (batch 4,
+  // evaluation batch 4)
+  const double C = 16, T = 8, block = T * (16 * C + 2 + 4), out = T * C, seqs = 8;
   EXPECT_DOUBLE_EQ(none.activations - every.activations, 4 * seqs * (7 * block - 8 * out));
   EXPECT_DOUBLE_EQ(none.activations - three.activations, 4 * seqs * (5 * block - 3 * out));
   EXPECT_DOUBLE_EQ(every.params + every.optimizer, none.params + none.optimizer);
+}
+
+// The attention keeps no (T, T) matrix: a GPT's and a Llama's activation buffers are linear in
+// the context (twice the context, twice the bytes), and the attention's scratch per thread is a
+// 64-row block's P and dS (2 H 64 T floats) plus the sequence's operands, linear in T too.
+TEST(MemoryEstimate, ActivationsAreLinearInTheContext) {
+  auto est = [](int T) {
+    json j = {{"model", {{"type", "gpt"}, {"n_layer", 4}, {"n_embd", 64}, {"n_head", 4}, {"context", T}}},
+              {"data", {{"dataset", "kjv"}}}, {"train", {{"batch_size", 2}, {"eval_batch_size", 2}}}};
+    return zf::estimate_memory(zf::parse_spec(j, "s.json"), -1);
+  };
+  const zf::MemoryEstimate a = est(1024), b = est(2048);
+  EXPECT_DOUBLE_EQ(b.activations, 2 * a.activations);
+  EXPECT_DOUBLE_EQ(b.device_activations, 2 * a.device_activations);
+  const double H = 4, T = 2048, hs = 16;
+  const double per_thread = (double)zf::attention_workspace_bytes(2, 2048, 4, 4, 16, false, false);
+  // P and dS in fp32, at most their bf16 copies and 32 bytes per element of a (T, H hs) operand
+  EXPECT_GE(per_thread, 2 * 4 * H * 64 * T);
+  EXPECT_LE(per_thread, 2 * 4 * H * 64 * T + 2 * 2 * H * 64 * T + 32 * T * H * hs);
+  EXPECT_GT(b.workspace, 0.0);
+  EXPECT_DOUBLE_EQ(b.total(), b.params + b.optimizer + b.activations + b.workspace + b.records + b.data);
 }
 
 // zero_optimization.stage >= 1 on R ranks: each rank holds 1/R of the host optimizer state

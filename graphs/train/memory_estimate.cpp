@@ -112,7 +112,7 @@ void hf_estimate(const Spec& s, int B, double& P, double& tensors, double& block
 
 std::string MemoryEstimate::describe() const {
   return gib(total()) + " GiB (parameters " + gib(params) + ", optimizer state " + gib(optimizer) + ", activations " +
-         gib(activations) + ", per-step records " + (steps < 0 ? "not counted yet" : gib(records)) + ", data " +
+         gib(activations) + ", attention scratch " + gib(workspace) + ", per-step records " + (steps < 0 ? "not counted yet" : gib(records)) + ", data " +
          gib(data) + ")";
 }
 
@@ -189,15 +189,18 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   const double opt = f.host + f.device;
   e.optimizer = 4 * opt * P;
   e.device_optimizer = 4 * f.device * P;
-  // the training and the evaluation batch sizes each have their buffers
-  e.activations = 4 * act.held * (B + Be);
+  // the training and the evaluation batch sizes each have their buffers, one set where they are
+  // the same size (the models key their buffer sets by the batch's shape: GptBody::acts_for,
+  // LlamaLanguageModel::acts_for); an evaluation set never writes its gradients, which are lazy
+  // buffers, so counting them is an upper bound
+  e.activations = 4 * act.held * (B + (Be == B ? 0.0 : Be));
   const double Bd = kSimulated ? B : std::max(B, Be);  // the device's batch (MemoryEstimate)
   e.device_activations = 4 * act.held * Bd;
   e.device_activations_unchecked = 4 * act.unchecked * Bd;
   // the attention's scratch: a CUDA worker's one stream's, or on a CPU device each thread's that
-  // may run an attention tile (the cores)
+  // may run an attention tile (a tile is a sequence: at most the cores, at most the larger batch)
   const bool gpu = kSimulated || cuda_device(s);
-  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  const double threads = std::min<double>(std::max(1u, std::thread::hardware_concurrency()), std::max(B, Be));
   e.device_attention = gpu ? act.workspace_cuda : act.workspace_cpu * threads;
   e.workspace = act.workspace_cpu * threads;
   if (steps >= 0) {

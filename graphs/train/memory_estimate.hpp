@@ -25,7 +25,8 @@ struct MemoryEstimate {
   // training batch alone in simulation, which skips the evaluation), the attention's scratch (a
   // CUDA worker's, or each CPU thread's: no (T, T) matrix, kernels/cpu/attention.cpp); the host's
   // part: its optimizer state, records, data. On a CPU device both are the same RAM, whose check
-  // (check_memory) counts both batches' buffers and every thread's attention scratch (workspace).
+  // (check_memory) counts both batches' buffers (one set when they are the same size) and the attention
+  // scratch of every thread that may run an attention tile (workspace).
   double device_params = 0, device_grads = 0, device_optimizer = 0, device_activations = 0, device_attention = 0;
   double device_activations_unchecked = 0;  // without activation checkpointing
   double workspace = 0;                     // the CPU threads' attention scratch

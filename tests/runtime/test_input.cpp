@@ -271,9 +271,9 @@ TEST(MemoryEstimate, ActivationCheckpointingHoldsFewerBlocks) {
   };
   const zf::MemoryEstimate none = est(nullptr), every = est("every_layer"), three = est(3);
   // floats of a block per sequence (T 8 positions of 16 C, H = 2 log-sum-exps of the attention's
-  // rows, 4 statistics), of an output per sequence (T C); 4 bytes; 8 sequences (batch 4,
-  // evaluation batch 4)
-  const double C = 16, T = 8, block = T * (16 * C + 2 + 4), out = T * C, seqs = 8;
+  // rows, 4 statistics), of an output per sequence (T C); 4 bytes; 4 sequences (batch 4; the
+  // evaluation batch of 4 shares its buffers)
+  const double C = 16, T = 8, block = T * (16 * C + 2 + 4), out = T * C, seqs = 4;
   EXPECT_DOUBLE_EQ(none.activations - every.activations, 4 * seqs * (7 * block - 8 * out));
   EXPECT_DOUBLE_EQ(none.activations - three.activations, 4 * seqs * (5 * block - 3 * out));
   EXPECT_DOUBLE_EQ(every.params + every.optimizer, none.params + none.optimizer);

@@ -334,8 +334,9 @@ TEST(LlamaKernels, RopeParamsProblemsNameTheField) {
 
 // Two helper threads take tiles of every kernel call (as idle StarPU workers do, parallel.hpp);
 // each kernel's results must be the bits of the same call on its caller alone. Shapes with many
-// tiles: RMSNorm and the rotary embedding in row tiles, SwiGLU in chunks, the attention in
-// (batch, head) tiles forward and (batch, KV head) tiles backward, groups of 3. A call is repeated
+// tiles: RMSNorm and the rotary embedding in row tiles, SwiGLU in chunks, the attentions (the
+// Llama's grouped-query one, groups of 3; the GPT's in fp32 and bf16) in sequence tiles of three
+// 64-row blocks (T 130), whose scratch is each thread's own. A call is repeated
 // until helpers did take some of its tiles (parallel_stats), at most kTries times.
 class Helpers {
  public:
@@ -380,8 +381,27 @@ std::vector<Case> cases() {
   const size_t n = 15 * 32768 + 7;  // SwiGLU: 15 chunks
   auto g = std::make_shared<FVec>(uniform_f(n, -8, 8, 93)), u = std::make_shared<FVec>(uniform_f(n, -2, 2, 94));
   auto d = std::make_shared<FVec>(uniform_f(n, -1, 1, 95));
-  auto a = std::make_shared<Gqa>(4, 130, 6, 2, 16, 96);  // 24 forward tiles, 8 backward tiles of 3 heads
+  auto a = std::make_shared<Gqa>(4, 130, 6, 2, 16, 96);  // 4 sequence tiles of 3 row blocks
   a->run();
+  const int Bg = 4, Tg = 130, Cg = 64, Hg = 4;  // the GPT's attention on a fused qkv
+  auto qkv = std::make_shared<FVec>(uniform_f((size_t)Bg * Tg * 3 * Cg, -1, 1, 97));
+  auto gd = std::make_shared<FVec>(uniform_f((size_t)Bg * Tg * Cg, -1, 1, 98));
+  auto glse = std::make_shared<FVec>((size_t)Bg * Hg * Tg), glse16 = std::make_shared<FVec>(glse->size());
+  {
+    FVec o((size_t)Bg * Tg * Cg);
+    cpu::attention_fwd(qkv->data(), o.data(), glse->data(), Bg, Tg, Cg, Hg);
+    cpu::attention_fwd(qkv->data(), o.data(), glse16->data(), Bg, Tg, Cg, Hg, true);
+  }
+  auto gpt_fwd = [=](bool bf16) {
+    FVec o((size_t)Bg * Tg * Cg), l(glse->size());
+    cpu::attention_fwd(qkv->data(), o.data(), l.data(), Bg, Tg, Cg, Hg, bf16);
+    return std::vector<FVec>{o, l};
+  };
+  auto gpt_bwd = [=](bool bf16) {
+    FVec dqkv(qkv->size());
+    cpu::attention_bwd(gd->data(), qkv->data(), (bf16 ? glse16 : glse)->data(), dqkv.data(), Bg, Tg, Cg, Hg, bf16);
+    return std::vector<FVec>{dqkv};
+  };
   return {
       {"rmsnorm_fwd",
        [=] {
@@ -433,6 +453,10 @@ std::vector<Case> cases() {
          cpu::swiglu_bwd(g->data(), u->data(), d->data(), dg.data(), du.data(), n);
          return std::vector<FVec>{dg, du};
        }},
+      {"attention_fwd", [=] { return gpt_fwd(false); }},
+      {"attention_bwd", [=] { return gpt_bwd(false); }},
+      {"attention_fwd bf16", [=] { return gpt_fwd(true); }},
+      {"attention_bwd bf16", [=] { return gpt_bwd(true); }},
       {"gqa_attention_fwd",
        [=] {
          FVec out(a->out.size()), lse(a->lse.size());

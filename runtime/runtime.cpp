@@ -111,7 +111,24 @@ void Tensor::wont_use() const {
   if (handle_) starpu_data_wont_use(handle_);
 }
 
+Tensor Tensor::alias(const Tensor& t, const std::string& name) {
+  if (!t.handle_) throw Error("Tensor::alias: " + t.name_ + " is not registered");
+  Tensor a(t.shape_, name, t.elem_size_);
+  a.handle_ = t.handle_;
+  a.ptr_ = t.ptr_;
+  a.half_ = t.half_;
+  a.stored_half_ = t.stored_half_;
+  a.alias_ = true;
+  return a;
+}
+
 void Tensor::reset() {
+  if (alias_) {  // the owner's handle and memory stay
+    handle_ = nullptr;
+    ptr_ = nullptr;
+    stored_half_ = alias_ = false;
+    return;
+  }
   if (handle_) starpu_data_unregister(handle_);
   handle_ = nullptr;
   stored_half_ = false;
@@ -141,10 +158,12 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     name_ = std::move(o.name_);
     pinned_ = o.pinned_;
     stored_half_ = o.stored_half_;
+    alias_ = o.alias_;
     o.handle_ = nullptr;
     o.ptr_ = nullptr;
     o.pinned_ = false;
     o.stored_half_ = false;
+    o.alias_ = false;
   }
   return *this;
 }

@@ -104,6 +104,11 @@ class Tensor {
   // A lazy 2-byte tensor stored in format h (store_half): bf16/fp16 activations the codelets see
   // as fp32.
   static Tensor lazy_half(std::vector<int64_t> shape, const std::string& name, Half h);
+  // Another name for t's data handle, not its owner: t must outlive it, and resetting the alias
+  // drops only the name. Tasks on either are ordered as on one tensor (StarPU's sequential
+  // consistency). The layer groups' gradients that share a buffer (graphs/train/grad_stream.hpp).
+  static Tensor alias(const Tensor& t, const std::string& name);
+  bool is_alias() const { return alias_; }
   ~Tensor();
   Tensor(Tensor&&) noexcept;
   Tensor& operator=(Tensor&&) noexcept;
@@ -160,6 +165,7 @@ class Tensor {
   std::string name_;
   bool pinned_ = false;  // page-locked for DMA (home tensors when CUDA workers run)
   bool stored_half_ = false;
+  bool alias_ = false;  // Tensor::alias: the handle is another tensor's
 };
 
 // t's bytes if StarPU holds memory for it (Tensor::allocated), else 0

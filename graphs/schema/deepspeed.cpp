@@ -288,12 +288,19 @@ std::string patch_zero(Fields& top, Patch& p) {
     p.j["zenflow"] = *zf;
     zenflow = true;
   }
+  // reduce_bucket_size: the bound on the gradients in flight (graphs/train/grad_stream.hpp); "auto"
+  // (Hugging Face's, from the model's hidden size) stays a note
+  const json* rbs = f.find("reduce_bucket_size");
+  int64_t bucket = 0;
+  const bool has_bucket = rbs && !rbs->is_string();
+  if (has_bucket) f.integer("reduce_bucket_size", bucket, 1, INT64_MAX);
   for (const char* k : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "reduce_bucket_size",
                         "allgather_partitions", "allgather_bucket_size", "round_robin_gradients",
                         "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                         "stage3_max_reuse_distance",
                         "stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint"})
-    if (f.find(k)) p.note(std::string("zero_optimization.") + k + " (communication tuning)");
+    if (f.find(k) && !(has_bucket && std::string(k) == "reduce_bucket_size"))
+      p.note(std::string("zero_optimization.") + k + " (communication tuning)");
   int64_t sub_group_size = 0;  // DeepSpeed's Field(ge=0); used by patch_twin_flow
   f.integer("sub_group_size", sub_group_size, 0, INT64_MAX);
   // DeepSpeed's default is 1e9 elements; absent, the spec's 0: the gathered values bounded to one layer
@@ -313,6 +320,7 @@ std::string patch_zero(Fields& top, Patch& p) {
     p.j["zero_optimization"]["stage3_max_live_parameters"] = max_live;
   else if (has_max_live)
     p.note("zero_optimization.stage3_max_live_parameters (read at stage 3 with an optimizer offload only)");
+  if (has_bucket) p.j["zero_optimization"]["reduce_bucket_size"] = bucket;
   patch_twin_flow(f, *zo, p, stage, offload_cpu, ratio);
   return zenflow ? "zenflow" : offload_cpu ? "zero-offload" : "device-adam";
 }

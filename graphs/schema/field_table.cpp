@@ -154,6 +154,9 @@ std::vector<FieldDef> top_and_model_fields() {
       integer("zero_optimization.stage3_max_live_parameters",
               [](auto& s) -> auto& { return s.stage3_max_live_parameters; }, 0, INT64_MAX)
           .only_if([](const Spec& s) { return s.stage3_max_live_parameters != 0; }),
+      integer("zero_optimization.reduce_bucket_size", [](auto& s) -> auto& { return s.reduce_bucket_size; }, 1,
+              INT64_MAX)
+          .only_if([](const Spec& s) { return s.reduce_bucket_size != Spec{}.reduce_bucket_size; }),
       integer("zero_optimization.sub_group_size", [](auto& s) -> auto& { return s.sub_group_size; }, 0, INT64_MAX)
           .only_if(twin_flow).must_match(Match::field, 16, twin_flow),
       // DeepSpeed's fp16 keys (deepspeed/runtime/precision_config.py) other than enabled, auto_cast
@@ -345,6 +348,8 @@ std::vector<FieldDef> runtime_log_fields() {
       integer("runtime.lookahead", [](auto& s) -> auto& { return s.runtime.lookahead; }, 1, 64),
       text("runtime.crossings", [](auto& s) -> auto& { return s.runtime.crossings; }, {"device", "host"}),
       boolean("runtime.priorities", [](auto& s) -> auto& { return s.runtime.priorities; }),
+      boolean("runtime.stream_gradients", [](auto& s) -> auto& { return s.runtime.stream_gradients; })
+          .only_if([](const Spec& s) { return !s.runtime.stream_gradients; }),
       integer("log.every", [](auto& s) -> auto& { return s.log.every; }, 0, INT32_MAX),
       integer("log.warmup_steps", [](auto& s) -> auto& { return s.log.warmup_steps; }, 0, INT32_MAX),
   };

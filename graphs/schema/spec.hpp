@@ -55,6 +55,10 @@ struct Spec {
   // zero_optimization.sub_group_size, DeepSpeed's sub-group size in elements (its default 1e9).
   double offload_ratio = 1.0;
   int64_t sub_group_size = 1000000000;
+  // DeepSpeed's zero_optimization.reduce_bucket_size (its default 5e8 elements): here the most
+  // elements of the gradients that leave the device during the backward (graphs/train/
+  // grad_stream.hpp) held on the device at once, at least two layer groups' worth.
+  int64_t reduce_bucket_size = 500000000;
 
   // DeepSpeed's "fp16" block without "enabled" (precision "fp16" is that): same keys, types and
   // defaults (deepspeed/runtime/precision_config.py); the scaler is graphs/train/loss_scaler.hpp.
@@ -196,6 +200,9 @@ struct Spec {
     int64_t tile_elems = 1 << 20;  // host-side tile size (elements, multiple of 16)
     int lookahead = 2;             // steps submitted ahead of the oldest unfinished one
     std::string crossings = "device";  // who runs the per-step crossings: "device" | "host"
+    // the offloaded gradients cross to the host during the backward, layer group by layer group,
+    // and their device buffers are reused (graphs/train/grad_stream.hpp); false: kept whole for the step
+    bool stream_gradients = true;
     bool priorities = true;  // task priorities from the graph's structure (RuntimeConfig::priorities)
   } runtime;
 

@@ -66,16 +66,19 @@ void Strategy::allgather_param(int64_t t, const Param& p) {
 
 void Strategy::submit_gradient_collectives(const UpdateStep& u, const Comm& comm) {
   if (s3_) return;  // stage 3: reduce-scattered by the layer hook as the backward completes
+  for (const Param* p : params_)
+    if (!streamed(*p)) submit_gradient_collective(u, *p, comm);
+}
+
+void Strategy::submit_gradient_collective(const UpdateStep& u, const Param& p, const Comm& comm) {
   const float mean = 1.0f / (float)comm.size();
-  for (Param* p : params_) {
-    const std::vector<size_t>* b = zero_stage() == 2 ? bounds(*p) : nullptr;
-    if (b) {
-      insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *b, comm);
-      reduce_scatter_ += (int64_t)p->grad.bytes();
-    } else {
-      insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p->name), p->grad, mean, comm);
-      grad_allreduce_ += (int64_t)p->grad.bytes();
-    }
+  const std::vector<size_t>* b = zero_stage() == 2 ? bounds(p) : nullptr;
+  if (b) {
+    insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p.name), p.grad, mean, *b, comm);
+    reduce_scatter_ += (int64_t)p.grad.bytes();
+  } else {
+    insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p.name), p.grad, mean, comm);
+    grad_allreduce_ += (int64_t)p.grad.bytes();
   }
 }
 
@@ -116,7 +119,9 @@ void Strategy::begin_stage3(Workload& wl) {
 
 Strategy::DeviceState Strategy::device_state() const {
   DeviceState d;
-  for (const Param* p : params_) d.grads += (int64_t)p->grad.bytes();
+  for (const Param* p : params_)
+    if (!streamed(*p)) d.grads += (int64_t)p->grad.bytes();
+  d.grads += stream_peak_;  // the streamed ones in flight (graphs/train/grad_stream.hpp)
   if (s3_) {
     d.params_shards = s3_->param_shard_bytes();
     d.params_transient = s3_->param_peak_bytes();

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -100,7 +101,26 @@ class Strategy {
   // Data-parallel runs: the step's gradient collectives, after before_gradient_allreduce: every
   // gradient all-reduced (the mean over the ranks), or with zero_optimization.stage 2 the
   // partitioned ones reduce-scattered (each rank receives its partition's mean).
+  // (Gradients streamed by graphs/train/grad_stream.hpp are not: their layer's hook did them.)
   virtual void submit_gradient_collectives(const UpdateStep& u, const Comm& comm);
+  // p's part of submit_gradient_collectives: its all-reduce, or at stage 2 its reduce-scatter.
+  void submit_gradient_collective(const UpdateStep& u, const Param& p, const Comm& comm);
+  // Gradients that leave the device during the backward (graphs/train/grad_stream.hpp, docs/
+  // architecture.md "Gradients in flight"). streams_gradient: whether nothing of this strategy
+  // reads p's device gradient but its crossing to the host, so that the crossing may go as soon
+  // as p's layer's backward has written it and the buffer be shared with another layer's.
+  // stream_gradient: submits p's crossing of step u now (the update of u then skips it). Under
+  // bf16 with 4-byte device gradients (several ranks, clipping) the crossing itself rounds them
+  // (into 2-byte host tiles): the trainer's rounding task (Precision::finish_gradients) skips them.
+  virtual bool streams_gradient(const Param& p) const { return false; }
+  virtual void stream_gradient(const UpdateStep& u, const Param& p) {}
+  // The parameters whose gradients are streamed, and the bytes of their device buffers (each
+  // shared one once; device_state_bytes.grads counts that in place of their whole gradients).
+  void set_streamed(std::set<const Param*> ps, int64_t peak_bytes) {
+    streamed_ = std::move(ps);
+    stream_peak_ = peak_bytes;
+  }
+  bool streamed(const Param& p) const { return streamed_.count(&p) != 0; }
   // Collective bytes (buffer sizes, summed over the steps): gradients all-reduced,
   // reduce-scattered, and device weights all-gathered after the host updates (stages 1 and 2).
   int64_t bytes_grad_allreduce() const { return grad_allreduce_; }
@@ -196,6 +216,8 @@ class Strategy {
     *base = 0;
     return s3_ ? s3_->resolve(dev, base) : dev;
   }
+  std::set<const Param*> streamed_;  // set_streamed
+  int64_t stream_peak_ = 0;
   // gradient_clipping: created by the strategy that clips (device_side: where its parts live)
   std::unique_ptr<GradClip> clip_;
   bool clipping() const { return spec_.gradient_clipping > 0; }

@@ -31,6 +31,7 @@ class ZeroOffload final : public Strategy {
       to_host(rt_.device(-1).named("init.master." + p->name), p->value, st_.back().master, false);
     }
     make_clip(split_.host_elems == 0);  // all on the device: clipped there, as device-adam
+    for (size_t i = 0; i < params_.size(); ++i) index_[params_[i]] = i;
   }
   const char* name() const override { return delayed_ ? "zero-offload-dpu" : "zero-offload"; }
 
@@ -99,19 +100,27 @@ class ZeroOffload final : public Strategy {
           parts.push_back({&params_[i]->grad, whole(params_[i]->grad)});
           continue;
         }
-        gradient_down(u.t, b, i);
+        if (!streamed(*params_[i])) gradient_down(u.t, b, i);
         for (const Tensor& g : adam_grad(st_[i], b).tiles) parts.push_back({&g, whole(g)});
       }
       clip_->submit(u.t, split_.host_elems ? host(u.t) : rt_.device(u.t), parts, 1.0, 1.0f, 1.0f / u.grad_scale);
       for (size_t i = 0; i < params_.size(); ++i) update(u, i, 1.0f);
     } else {
       for (size_t i = 0; i < params_.size(); ++i) {
-        if (!split_.on_device[i]) gradient_down(u.t, b, i);
+        if (!split_.on_device[i] && !streamed(*params_[i])) gradient_down(u.t, b, i);
         update(u, i, u.grad_scale);
       }
     }
     last_ = u.o;
   }
+
+  // The host part's gradients cross as their layer's backward writes them; nothing else here
+  // reads them on the device (the clip reads the host copies). Twin-Flow's device part stays whole.
+  bool streams_gradient(const Param& p) const override {
+    auto it = index_.find(&p);
+    return it != index_.end() && !split_.on_device[it->second];
+  }
+  void stream_gradient(const UpdateStep& u, const Param& p) override { gradient_down(u.t, slot(u), index_.at(&p)); }
 
   void add_metrics(nlohmann::json& m, int64_t) const override {
     if (spec_.offload_ratio == 1.0) return;
@@ -247,6 +256,7 @@ class ZeroOffload final : public Strategy {
   TwinFlowSplit split_;
   int64_t device_state_ = 0;  // Twin-Flow: bytes of the device part's optimizer state
   std::vector<State> st_;
+  std::map<const Param*, size_t> index_;  // params_[i] -> i
   int64_t last_ = -1;  // delayed_update: the last applied update (UpdateStep::o)
 };
 

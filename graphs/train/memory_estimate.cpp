@@ -16,6 +16,7 @@
 #include "codelets/codelets.hpp"
 #include "graphs/schema/spec.hpp"
 #include "graphs/strategies/registry.hpp"
+#include "graphs/train/grad_stream.hpp"
 #include "models/hf/config.hpp"
 #include "models/hf/tensors.hpp"
 #include "runtime/error.hpp"
@@ -83,7 +84,10 @@ ActRows act_rows(const Spec& s, double L, double C, int B, int T, int H, int Hkv
           (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16, true)};
 }
 
-void hf_estimate(const Spec& s, int B, double& P, double& tensors, double& block_params, ActRows& act) {
+// group_max: the largest layer group's parameters (a block, the embeddings, the norm and head;
+// Workload::layer_groups), 0 when the head is tied (no groups)
+void hf_estimate(const Spec& s, int B, double& P, double& tensors, double& block_params, double& group_max,
+                 double& layers, ActRows& act) {
   const std::string path = (std::filesystem::path(s.model.path) / "config.json").string();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return;
@@ -94,6 +98,9 @@ void hf_estimate(const Spec& s, int B, double& P, double& tensors, double& block
     if (t.name.rfind("model.layers.0.", 0) == 0 || t.name.rfind("transformer.h.0.", 0) == 0)
       block_params += (double)t.numel();
   }
+  // the embeddings, or the final norm and the head, are a group of V C (and a few C) parameters
+  layers = (double)c.num_layers;
+  group_max = c.tie_word_embeddings ? 0 : std::max(block_params, (double)c.vocab_size * c.hidden_size + 2.0 * c.hidden_size);
   const double C = (double)c.hidden_size, F = (double)c.intermediate_size, T = s.model.context;
   const double Q = (double)(c.num_heads * c.head_dim), KV = (double)(c.num_kv_heads * c.head_dim);
   const double H = (double)c.num_heads, V = (double)c.vocab_size;
@@ -126,6 +133,8 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   double P = 0;        // parameters (floats)
   double tensors = 0;  // parameter tensors (tasks per step scale with them)
   double block_params = 0;  // one block's (ZeRO stage 3 holds one whole)
+  double group_max = 0;     // the largest layer group's (0: no groups)
+  double layers = 0;        // blocks of block_params (the MLP: none alike)
   ActRows act;  // activation floats per batch row
   if (s.model.type == "mlp") {
     const double in = 784, out = 10;  // Fashion-MNIST
@@ -138,17 +147,25 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     }
     P += prev * out + out;
     tensors += 2;
+    double p0 = in;  // the largest layer's weight and bias
+    for (int h : s.model.hidden) {
+      group_max = std::max(group_max, p0 * h + h);
+      p0 = h;
+    }
+    group_max = std::max(group_max, p0 * out + out);
     act.held = act.unchecked = in + 4 * widths + 3 * out;  // x; z, dz, a, da per layer; probs
     e.data = (double)(s.data.train_limit > 0 ? std::min<int64_t>(s.data.train_limit, 60000) : 60000) * in +
              10000.0 * in;
   } else if (s.model.type == "hf") {
-    hf_estimate(s, (int)B, P, tensors, block_params, act);
+    hf_estimate(s, (int)B, P, tensors, block_params, group_max, layers, act);
     e.data = file_size(s.data.path) + file_size(s.data.eval_path);
   } else {
     const double C = s.model.n_embd, T = s.model.context, L = s.model.n_layer, H = s.model.n_head, V = s.model.vocab;
     block_params = 12 * C * C + 13 * C;
     P = V * C + T * C + L * block_params + 2 * C + V * C;  // embeddings, blocks, ln_f, lm_head
     tensors = 3 + 12 * L + 2;
+    group_max = std::max(block_params, V * C + T * C);  // a block; wte and wpe; ln_f and lm_head
+    layers = L;
     // per layer: ln1, qkv (3), atty, res1, ln2, fch (4), fcg (4), res2 = 16 x C per position,
     // the attention rows' log-sum-exp H per position; then the shared gradients and the head.
     // Under matmul_inputs_bf16 ln1, atty, ln2 and fcg (7 C) in 2 bytes; under activations_bf16
@@ -181,6 +198,15 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   const double on_device = s.zero_stage == 3 && ranks > 1 ? P / ranks + block_params : P;
   e.device_params = vb * on_device;
   e.device_grads = gb * on_device;
+  // zero-offload's (Twin-Flow's host part's, about offload_ratio of them) leave the device during
+  // the backward; the blocks' share buffers, S blocks' worth (graphs/train/grad_stream.hpp), the
+  // embeddings and the head keep theirs
+  if ((s.strategy == "zero-offload" || s.strategy == "zero-offload-dpu") && grad_stream_off(s, ranks, group_max > 0).empty()) {
+    const double r = s.offload_ratio;
+    const int S = grad_stream_slots(s.reduce_bucket_size, (int64_t)group_max);
+    const double streamed = r * (P - layers * block_params + std::min<double>(layers, S) * block_params);
+    e.device_grads = gb * (on_device - r * P + streamed);
+  }
   // optimizer state beyond the device's values and gradients, in floats per parameter and rank,
   // as the strategy allocates it (its entry in graphs/strategies/registry.cpp; docs/spec.md
   // "Size"). The 1-D parameters' few extra buffers are not counted (they are a small share of any

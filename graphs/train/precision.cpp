@@ -105,7 +105,7 @@ bool Precision::finish_gradients(int64_t t, const Strategy& strat, const Comm* c
   // (2-byte gradients: every write rounded them already)
   if (bf16_ && !grads_stored_ && !strat.rounds_bf16_grads())  // else the update rounds them as it reads them
     for (Param* p : wl_.params())
-      insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), strat.device_tensor(p->grad));
+      if (!strat.streamed(*p)) insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), strat.device_tensor(p->grad));
   if (!fp16_) return true;
   // The overflow check: the rounding to fp16 raises the flag on an inf or NaN in any gradient of
   // the step (after the all-reduce, so on every rank alike: an inf on one rank is an inf or NaN in

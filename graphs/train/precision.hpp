@@ -53,7 +53,8 @@ class Precision {
   int64_t update_index(int64_t t) const { return fp16_ ? applied_ : t; }
   // After step t's backward and gradient collectives: rounds the gradients (ZeRO stage 3: this
   // rank's shards); fp16: waits for the overflow check, updates the scale and sets u.grad_scale.
-  // False: the step is skipped.
+  // False: the step is skipped. The gradients streamed to the host during the backward (graphs/
+  // train/grad_stream.hpp, never under fp16) it leaves: their crossing rounds them.
   bool finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u);
   // Step t's update was submitted.
   void after_update(int64_t t, const Strategy& strat) {

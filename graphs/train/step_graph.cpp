@@ -7,6 +7,7 @@
 #include "codelets/codelets.hpp"
 #include "graphs/schema/spec.hpp"
 #include "graphs/strategies/strategy.hpp"
+#include "graphs/train/grad_stream.hpp"
 #include "graphs/train/precision.hpp"
 #include "models/rng.hpp"
 #include "runtime/comm.hpp"
@@ -41,6 +42,23 @@ StepGraph::StepGraph(const Spec& spec, Runtime& rt, Workload& wl, Strategy& stra
   // (ZeRO stage 3: into the gradient shards, graphs/strategies/stage3.hpp)
   if (A_ > 1 && !strat_.stage3())
     for (Param* p : wl_.params()) grad_acc_.push_back(Tensor::home(p->grad.shape(), p->name + ".grad_acc"));
+  // the gradients the strategy only crosses leave the device during the backward, where nothing
+  // else reads them after it (a test's after_backward reads them all: kept whole)
+  bool any = false;
+  for (const Param* p : wl_.params()) any = any || strat_.streams_gradient(*p);
+  if (!any) return;
+  stream_off_ = after_backward_ ? "a caller reads them after the backward"
+                                : grad_stream_off(spec, ranks, !wl.layer_groups().empty());
+  if (!stream_off_.empty() || strat_.stage3()) return;
+  stream_ = std::make_unique<GradStream>(rt, wl, strat, comm, spec.reduce_bucket_size);
+  if (stream_->active())
+    wl_.set_layer_hook(stream_.get());
+  else
+    stream_.reset();
+}
+
+StepGraph::~StepGraph() {
+  if (stream_) wl_.set_layer_hook(nullptr);
 }
 
 void StepGraph::submit(int64_t t) {

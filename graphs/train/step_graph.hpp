@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/runtime.hpp"
@@ -12,6 +14,7 @@
 namespace zf {
 
 class Comm;
+class GradStream;
 class Precision;
 class Strategy;
 class Workload;
@@ -44,6 +47,7 @@ class StepGraph {
   // rank, ranks: this process in a data-parallel run (0, 1: one process); T: the run's steps.
   StepGraph(const Spec& spec, Runtime& rt, Workload& wl, Strategy& strat, Precision& prec, Comm* comm, int rank,
             int ranks, int64_t T, int64_t steps_per_epoch, AfterBackward after_backward);
+  ~StepGraph();
   StepGraph(const StepGraph&) = delete;  // read_async writes into the records
   StepGraph& operator=(const StepGraph&) = delete;
 
@@ -59,6 +63,10 @@ class StepGraph {
   const StepRecord& record(int64_t s) const { return rec_[s]; }
   int micro_batch_rows() const { return Bl_; }  // this rank's rows of one micro-batch
   int batch_rows() const { return B_; }         // the global batch of one optimizer step
+  // Gradients that leave the device during the backward (graphs/train/grad_stream.hpp): null
+  // when none do; stream_off(): why not, where the strategy would stream some ("" otherwise).
+  const GradStream* grad_stream() const { return stream_.get(); }
+  const std::string& stream_off() const { return stream_off_; }
 
  private:
   void submit_micro_batch(int64_t t, int mb);
@@ -79,6 +87,8 @@ class StepGraph {
   std::vector<StepRecord> micro_rec_;  // micro-batches 1..A-1
   std::vector<Tensor> grad_acc_;   // gradient accumulation: one device buffer per parameter
   std::vector<int32_t> perm_, idx_;
+  std::unique_ptr<GradStream> stream_;
+  std::string stream_off_;
   int64_t epoch_ = -1;
 };
 

@@ -13,6 +13,7 @@
 #include "graphs/train/memory_estimate.hpp"
 #include "graphs/train/precision.hpp"
 #include "graphs/train/report.hpp"
+#include "graphs/train/grad_stream.hpp"
 #include "graphs/train/step_graph.hpp"
 #include "models/hf/hf_model.hpp"
 #include "models/formats/weights.hpp"
@@ -244,6 +245,12 @@ json finish(Run& r, const StepGraph& graph, const LoopClock& clock, std::chrono:
   rep.evals = r.evals;
   if (opt.evaluate) rep.ev = r.wl->evaluate(rt);
   json m = metrics_json(rep);
+  if (const GradStream* gs = graph.grad_stream())  // docs/metrics.md
+    m["gradient_stream"] = {{"params", gs->streamed_params()},     {"shared_params", gs->shared_params()},
+                            {"slots", gs->slots()},                  {"buffer_bytes", gs->peak_bytes()},
+                            {"reduce_bucket_size", r.spec.reduce_bucket_size}};
+  else if (!graph.stream_off().empty())
+    m["gradient_stream"] = {{"off", graph.stream_off()}};
   write_traces(rep);
   if (!opt.save_path.empty()) save_weights(*r.wl, opt.save_path, r.wl->describe());
   if (!opt.save_hf_dir.empty()) save_hf(*r.wl, opt.save_hf_dir, opt.save_dtype);
@@ -314,6 +321,14 @@ json run_training(const Spec& spec, const RunOptions& opt_in) {
   plan(r);
   Runtime& rt = *r.rt;
   StepGraph graph(spec, rt, *r.wl, *r.strat, *r.prec, r.comm, r.rank, r.ranks, r.T, r.per_epoch, opt.after_backward);
+  if (!opt.quiet && graph.grad_stream())
+    r.out << "zenflow-run: gradients of " << graph.grad_stream()->streamed_params()
+          << " parameters leave the device during the backward, in "
+          << fmt("%.1f", (double)graph.grad_stream()->peak_bytes() / (1 << 20)) << " MiB of buffers ("
+          << graph.grad_stream()->shared_params() << " shared by the layers " << graph.grad_stream()->slots()
+          << " apart)\n";
+  else if (!opt.quiet && !graph.stream_off().empty())
+    r.out << "zenflow-run: gradients stay on the device for the whole step (" << graph.stream_off() << ")\n";
   if (r.t0 >= r.T)
     throw InputError(opt.resume_path, "the checkpoint is at step " + std::to_string(r.t0 - 1) + ", nothing left of " +
                                           std::to_string(r.T) + " steps (raise train.steps)");

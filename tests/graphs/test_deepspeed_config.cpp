@@ -236,6 +236,25 @@ TEST(DeepSpeedConfig, Stage3MaxLiveParametersMapsAtStage3) {
   EXPECT_NE(msg.find("ds.json: zero_optimization.stage3_max_live_parameters"), std::string::npos) << msg;
 }
 
+// reduce_bucket_size: an integer becomes the spec's (the bound on the gradients in flight,
+// docs/architecture.md), at any stage; "auto" is a note; below 1: exit 2 naming it
+TEST(DeepSpeedConfig, ReduceBucketSizeBoundsTheGradientsInFlight) {
+  auto cfg = [](const json& v) {
+    json c = json::parse(R"({"train_batch_size": 16, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
+    c["zero_optimization"]["reduce_bucket_size"] = v;
+    return c;
+  };
+  std::vector<std::string> notes;
+  EXPECT_EQ(deepspeed_patch(cfg(200000000), "ds.json", &notes, 1)["zero_optimization"]["reduce_bucket_size"], 200000000);
+  EXPECT_TRUE(notes.empty());
+  const json p = deepspeed_patch(cfg("auto"), "ds.json", &notes, 1);
+  EXPECT_FALSE(p["zero_optimization"].contains("reduce_bucket_size"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("reduce_bucket_size"), std::string::npos) << notes[0];
+  const std::string msg = input_error([&] { deepspeed_patch(cfg(0), "ds.json", nullptr, 1); });
+  EXPECT_NE(msg.find("ds.json: zero_optimization.reduce_bucket_size"), std::string::npos) << msg;
+}
+
 // DeepSpeedExamples' ZenFlow fine-tuning config (training/DeepSpeed-ZenFlow/finetuning/zf_config.json,
 // its keys in graphs/specs/ds-zenflow-finetune.json) on the GPT spec: accepted unchanged
 TEST(DeepSpeedConfig, DeepSpeedExamplesZenFlowConfigLoadsOnTheGptSpec) {

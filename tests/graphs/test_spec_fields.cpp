@@ -38,7 +38,8 @@ std::string section_of(const std::string& doc, const std::string& block) {
 // Two specs that, between them, set every field to a value other than its default.
 const json kRichA = json::parse(R"({
   "name": "rich-a", "strategy": "zero-offload", "precision": "fp16", "gradient_clipping": 1.5,
-  "zero_optimization": {"stage": 1, "offload_optimizer": {"ratio": 0.5}, "sub_group_size": 1000},
+  "zero_optimization": {"stage": 1, "offload_optimizer": {"ratio": 0.5}, "sub_group_size": 1000,
+                        "reduce_bucket_size": 12345},
   "fp16": {"loss_scale": 128.0, "initial_scale_power": 8, "loss_scale_window": 50, "hysteresis": 3,
            "consecutive_hysteresis": true, "min_loss_scale": 2},
   "model": {"type": "gpt-classifier", "hidden": [32], "activation": "gelu", "init_seed": 7, "n_layer": 2,
@@ -54,7 +55,7 @@ const json kRichA = json::parse(R"({
               "overlap_step": true, "offload": true, "auto_ratio": 0.5, "full_warm_up_rounds": 2,
               "pt_reserved_cores_perc": 0.25, "max_staleness": 2, "importance": "l2", "reset_host_moments": true},
   "runtime": {"sched": "eager", "cuda_workers": -1, "tile_elems": 4096, "lookahead": 3, "crossings": "host",
-              "priorities": false},
+              "priorities": false, "stream_gradients": false},
   "log": {"every": 5, "warmup_steps": 1}
 })");
 const json kRichB = json::parse(R"({

@@ -82,10 +82,10 @@
 #                        of stage 2, reduce-scatter bytes twice stage 2's, gradient shards and accumulators
 #   zero_stage3_gpt_classifier  a 2-layer GPT classifier, linear and generative heads: bitwise stage 2
 #   zero_stream_r2       gradients streamed during the backward (docs/architecture.md, "Gradients in
-#                        flight") on a 4-layer GPT, zero-offload at stages 1 and 2 on 2 ranks, fp32 and bf16
-#                        (4-byte gradients rounded by their crossing): two slots (reduce_bucket_size 1)
-#                        bitwise the run with whole gradients (runtime.stream_gradients false), shared
-#                        buffers and fewer device gradient bytes
+#                        flight") on a 4-layer GPT at stages 1 and 2 on 2 ranks: zero-offload and zenflow
+#                        (exact selection) in fp32 and bf16 (4-byte gradients, rounded by the hook), zenflow
+#                        local-sum in fp32: two slots (reduce_bucket_size 1) bitwise the run with whole
+#                        gradients (runtime.stream_gradients false), shared buffers, fewer device gradient bytes
 # Transports: TRANSPORT "shm" (the default) leaves Open MPI's choice (shared memory between the
 # ranks of one host); "tcp" adds `--mca btl tcp,self` (no shared memory: the byte transport that
 # ranks on two hosts use), registered as data_parallel.tcp.CASE for a subset (tests/README.md).
@@ -523,30 +523,38 @@ assert abs(d['params_shards'] - a['device_state_bytes']['params'] / 2) <= 4 * 40
     done
     ;;
   zero_stream_r2)
-    G=(--strategy zero-offload --set model.n_layer=4 --set model.n_embd=64 --set model.n_head=2 --set model.context=32
+    G=(--set model.n_layer=4 --set model.n_embd=64 --set model.n_head=2 --set model.context=32
       --set train.batch_size=8 --set runtime.device_workers=1 --set runtime.host_workers=1 --set runtime.tile_elems=4096
       --set data.eval_limit=16 --steps 6 -q)
-    for prec in fp32 bf16; do
+    # zenflow: its 2-D weights (4 a block) streamed; blocks 0 and 1 share with blocks 2 and 3
+    ZG=(--set zenflow.topk_ratio=0.25 --set zenflow.update_interval=2
+      --set 'zenflow.select_strategy="step"' --set zenflow.select_interval=3 --set zenflow.full_warm_up_rounds=1
+      --set zenflow.overlap_step=true)
+    for run in zero-offload:fp32:26 zero-offload:bf16:26 zenflow:fp32:8 zenflow:bf16:8 zenflow-local:fp32:8; do
+      IFS=: read -r strat prec shared <<<"$run"
+      S=(--strategy zero-offload)
+      [ "$strat" != zero-offload ] && S=(--strategy zenflow "${ZG[@]}")
+      [ "$strat" = zenflow-local ] && S+=(--set zenflow.dp_selection=local-sum)
       for st in 1 2; do
         for mode in whole shared; do
           M=(--set runtime.stream_gradients=false)
           [ "$mode" = shared ] && M=(--set zero_optimization.reduce_bucket_size=1)
-          SPEC=$SRC/graphs/specs/gpt-kjv.json runN 2 "${G[@]}" "${M[@]}" --set "precision=\"$prec\"" \
+          SPEC=$SRC/graphs/specs/gpt-kjv.json runN 2 "${G[@]}" "${S[@]}" "${M[@]}" --set "precision=\"$prec\"" \
             --set zero_optimization.stage=$st --save "$TMP/$mode.safetensors" --metrics "$TMP/$mode.json" ||
-            fail "$prec stage $st $mode run exited $?"
+            fail "$strat $prec stage $st $mode run exited $?"
         done
-        echo "$prec stage $st:"
+        echo "$strat $prec stage $st:"
         $CHECK close "$TMP/shared.safetensors" "$TMP/whole.safetensors" 0 || exit 1
         /usr/bin/python3 -c "import json, sys
-w, s = (json.load(open(f)) for f in sys.argv[1:])
+w, s = (json.load(open(f)) for f in sys.argv[1:3])
 g = s['gradient_stream']
 print('device gradient bytes on rank 0: whole %d, streamed %d (%d of %d gradients in shared buffers)'
       % (w['device_state_bytes']['grads'], s['device_state_bytes']['grads'], g['shared_params'], g['params']))
 assert w['gradient_stream'] == {'off': 'runtime.stream_gradients is false'}, w['gradient_stream']
-assert g['slots'] == 2 and g['shared_params'] == 26, g
+assert g['slots'] == 2 and g['shared_params'] == int(sys.argv[3]), g
 assert s['device_state_bytes']['grads'] < w['device_state_bytes']['grads']
-assert s['bytes'] == w['bytes'], (s['bytes'], w['bytes'])" "$TMP/whole.json" "$TMP/shared.json" ||
-          fail "$prec stage $st: streamed metrics"
+assert s['bytes'] == w['bytes'], (s['bytes'], w['bytes'])" "$TMP/whole.json" "$TMP/shared.json" "$shared" ||
+          fail "$strat $prec stage $st: streamed metrics"
       done
     done
     ;;

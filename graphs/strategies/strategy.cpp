@@ -70,6 +70,11 @@ void Strategy::submit_gradient_collectives(const UpdateStep& u, const Comm& comm
     if (!streamed(*p)) submit_gradient_collective(u, *p, comm);
 }
 
+void Strategy::stream_prologue(const UpdateStep& u, const Param& p, const Comm* comm) {
+  if (comm) submit_gradient_collective(u, p, *comm);
+  if (stream_round_) insert_round_bf16(rt_.device(u.t).named("bf16.grad." + p.name), p.grad);
+}
+
 void Strategy::submit_gradient_collective(const UpdateStep& u, const Param& p, const Comm& comm) {
   const float mean = 1.0f / (float)comm.size();
   const std::vector<size_t>* b = zero_stage() == 2 ? bounds(p) : nullptr;

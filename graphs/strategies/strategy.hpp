@@ -109,16 +109,20 @@ class Strategy {
   // architecture.md "Gradients in flight"). streams_gradient: whether nothing of this strategy
   // reads p's device gradient but its crossing to the host, so that the crossing may go as soon
   // as p's layer's backward has written it and the buffer be shared with another layer's.
-  // stream_gradient: submits p's crossing of step u now (the update of u then skips it). Under
-  // bf16 with 4-byte device gradients (several ranks, clipping) the crossing itself rounds them
-  // (into 2-byte host tiles): the trainer's rounding task (Precision::finish_gradients) skips them.
+  // stream_gradient: submits p's part of step u now, right after its layer's backward: its
+  // collective (comm: a data-parallel run, else null), its bf16 rounding where the trainer
+  // rounds 4-byte gradients (stream_prologue, for Precision::finish_gradients, which skips them),
+  // its crossing and whatever else of the strategy reads the device gradient (the update of u then
+  // skips them).
   virtual bool streams_gradient(const Param& p) const { return false; }
-  virtual void stream_gradient(const UpdateStep& u, const Param& p) {}
+  virtual void stream_gradient(const UpdateStep& u, const Param& p, const Comm* comm) {}
   // The parameters whose gradients are streamed, and the bytes of their device buffers (each
   // shared one once; device_state_bytes.grads counts that in place of their whole gradients).
-  void set_streamed(std::set<const Param*> ps, int64_t peak_bytes) {
+  // round_bf16: precision bf16 with 4-byte gradients the strategy does not round itself.
+  void set_streamed(std::set<const Param*> ps, int64_t peak_bytes, bool round_bf16) {
     streamed_ = std::move(ps);
     stream_peak_ = peak_bytes;
+    stream_round_ = round_bf16;
   }
   bool streamed(const Param& p) const { return streamed_.count(&p) != 0; }
   // Collective bytes (buffer sizes, summed over the steps): gradients all-reduced,
@@ -218,6 +222,10 @@ class Strategy {
   }
   std::set<const Param*> streamed_;  // set_streamed
   int64_t stream_peak_ = 0;
+  bool stream_round_ = false;
+  // A streamed gradient's collective (comm: a data-parallel run) and bf16 rounding, as the
+  // trainer does them after the backward for the others (the first of stream_gradient's tasks).
+  void stream_prologue(const UpdateStep& u, const Param& p, const Comm* comm);
   // gradient_clipping: created by the strategy that clips (device_side: where its parts live)
   std::unique_ptr<GradClip> clip_;
   bool clipping() const { return spec_.gradient_clipping > 0; }

@@ -120,7 +120,10 @@ class ZeroOffload final : public Strategy {
     auto it = index_.find(&p);
     return it != index_.end() && !split_.on_device[it->second];
   }
-  void stream_gradient(const UpdateStep& u, const Param& p) override { gradient_down(u.t, slot(u), index_.at(&p)); }
+  void stream_gradient(const UpdateStep& u, const Param& p, const Comm* comm) override {
+    stream_prologue(u, p, comm);
+    gradient_down(u.t, slot(u), index_.at(&p));
+  }
 
   void add_metrics(nlohmann::json& m, int64_t) const override {
     if (spec_.offload_ratio == 1.0) return;

@@ -29,7 +29,7 @@ bool same_kind(const Tensor& a, const Tensor& b) {
 }
 }  // namespace
 
-GradStream::GradStream(Runtime&, Workload& wl, Strategy& strat, const Comm* comm, int64_t bucket)
+GradStream::GradStream(Runtime&, Workload& wl, Strategy& strat, const Comm* comm, int64_t bucket, bool round_bf16)
     : strat_(strat), comm_(comm) {
   std::set<const Param*> all;
   int64_t largest = 0;
@@ -61,18 +61,15 @@ GradStream::GradStream(Runtime&, Workload& wl, Strategy& strat, const Comm* comm
   for (const std::vector<Param*>& g : groups_)
     for (const Param* p : g)
       if (!p->grad.is_alias()) peak_ += (int64_t)p->grad.bytes();
-  strat.set_streamed(std::move(all), peak_);
+  strat.set_streamed(std::move(all), peak_, round_bf16);
 }
 
-// The group's gradients are written: each one's collective and crossing, submitted now, so that
-// they run as soon as the backward has written them and before the group S below rewrites the
-// shared buffers.
+// The group's gradients are written: each one's collective, crossing and whatever else the
+// strategy reads of it, submitted now, so that they run as soon as the backward has written it
+// and before the group S below rewrites the shared buffer.
 void GradStream::after_backward(int64_t step, int g) {
   const UpdateStep u{step, step, 1.0f};  // streaming runs have no fp16 (every step is applied)
-  for (const Param* p : groups_[(size_t)g]) {
-    if (comm_) strat_.submit_gradient_collective(u, *p, *comm_);
-    strat_.stream_gradient(u, *p);
-  }
+  for (const Param* p : groups_[(size_t)g]) strat_.stream_gradient(u, *p, comm_);
 }
 
 }  // namespace zf

@@ -34,8 +34,9 @@ int grad_stream_slots(int64_t bucket, int64_t largest_group);
 class GradStream final : public LayerHook {
  public:
   // The parameters of wl.layer_groups() that strat streams (their gradients become aliases of
-  // their partners'; call before any step); bucket: reduce_bucket_size in elements.
-  GradStream(Runtime& rt, Workload& wl, Strategy& strat, const Comm* comm, int64_t bucket);
+  // their partners'; call before any step); bucket: reduce_bucket_size in elements; round_bf16:
+  // the trainer rounds 4-byte bf16 gradients after the backward (Precision::rounds_bf16_gradients).
+  GradStream(Runtime& rt, Workload& wl, Strategy& strat, const Comm* comm, int64_t bucket, bool round_bf16);
   bool active() const { return streamed_ > 0; }
   int64_t streamed_params() const { return streamed_; }
   int64_t shared_params() const { return shared_; }  // those whose buffer is a partner's

@@ -101,9 +101,13 @@ void Precision::begin_step(int64_t t) {
   scale_of_[t] = fp16_ ? step_scale_ : 1.0;
 }
 
+bool Precision::rounds_bf16_gradients(const Strategy& strat) const {
+  return bf16_ && !grads_stored_ && !strat.rounds_bf16_grads();
+}
+
 bool Precision::finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u) {
   // (2-byte gradients: every write rounded them already)
-  if (bf16_ && !grads_stored_ && !strat.rounds_bf16_grads())  // else the update rounds them as it reads them
+  if (rounds_bf16_gradients(strat))  // else the update rounds them as it reads them
     for (Param* p : wl_.params())
       if (!strat.streamed(*p)) insert_round_bf16(rt_.device(t).named("bf16.grad." + p->name), strat.device_tensor(p->grad));
   if (!fp16_) return true;

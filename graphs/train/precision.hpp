@@ -53,9 +53,12 @@ class Precision {
   int64_t update_index(int64_t t) const { return fp16_ ? applied_ : t; }
   // After step t's backward and gradient collectives: rounds the gradients (ZeRO stage 3: this
   // rank's shards); fp16: waits for the overflow check, updates the scale and sets u.grad_scale.
-  // False: the step is skipped. The gradients streamed to the host during the backward (graphs/
-  // train/grad_stream.hpp, never under fp16) it leaves: their crossing rounds them.
+  // False: the step is skipped. The gradients streamed during the backward (graphs/train/
+  // grad_stream.hpp, never under fp16) it leaves: their layer's hook rounded them.
   bool finish_gradients(int64_t t, const Strategy& strat, const Comm* comm, UpdateStep& u);
+  // Whether finish_gradients rounds the device gradients to bf16 (4-byte gradients the strategy
+  // does not round itself).
+  bool rounds_bf16_gradients(const Strategy& strat) const;
   // Step t's update was submitted.
   void after_update(int64_t t, const Strategy& strat) {
     round_params(t, &strat);

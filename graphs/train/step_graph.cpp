@@ -50,7 +50,8 @@ StepGraph::StepGraph(const Spec& spec, Runtime& rt, Workload& wl, Strategy& stra
   stream_off_ = after_backward_ ? "a caller reads them after the backward"
                                 : grad_stream_off(spec, ranks, !wl.layer_groups().empty());
   if (!stream_off_.empty() || strat_.stage3()) return;
-  stream_ = std::make_unique<GradStream>(rt, wl, strat, comm, spec.reduce_bucket_size);
+  stream_ = std::make_unique<GradStream>(rt, wl, strat, comm, spec.reduce_bucket_size,
+                                         prec.rounds_bf16_gradients(strat));
   if (stream_->active())
     wl_.set_layer_hook(stream_.get());
   else

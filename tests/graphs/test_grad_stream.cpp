@@ -1,6 +1,7 @@
 // Gradients that leave the device during the backward (graphs/train/grad_stream.hpp): the same
 // weights, bitwise, as with every gradient kept whole for the step, for every strategy that
-// streams (zero-offload, its delayed update, Twin-Flow's host part, with clipping, in bf16);
+// streams (zero-offload, its delayed update, Twin-Flow's host part, with clipping, in bf16;
+// zenflow's 2-D weights in its variants);
 // same-shaped gradients S groups apart share one buffer, and a group's crossings end before the
 // group S below writes the shared buffers; device_state_bytes counts the buffers; the runs that
 // cannot stream say why.
@@ -55,6 +56,37 @@ TEST(GradStream, BitwiseSameAsWholeGradients) {
   r.precision = "bf16";
   r.gradient_clipping = 0.05;  // a clipped device part: 4-byte gradients, each rounded by its layer's hook
   cases.push_back({"bf16 twin-flow clip", r});
+  // zenflow: the 2-D weights' whole step part (crossing, selection, accumulation, selective
+  // AdamW, the auto rule's mass) from the hook; 8 steps, so that selections, host updates and
+  // merges happen
+  auto zen = [&](const char* semantics, int D, int64_t K) {
+    Spec z = gpt4(text, "zenflow");
+    z.train.steps = 12;
+    z.zenflow.given = true;
+    z.zenflow.topk_ratio = 0.25;
+    z.zenflow.select_strategy = "step";
+    z.zenflow.select_interval = 4;
+    z.zenflow.update_interval = K < 0 ? UpdateInterval::automatic() : UpdateInterval(K);
+    z.zenflow.overlap_step = D > 0;
+    z.zenflow.max_staleness = D;
+    z.zenflow.full_warm_up_rounds = 1;
+    z.zenflow.semantics = semantics;
+    return z;
+  };
+  cases.push_back({"zenflow", zen("zenflow", 1, 2)});
+  Spec zb = zen("zenflow", 0, 2);
+  zb.precision = "bf16";  // 2-byte gradients, fp32 masters of the selected columns
+  cases.push_back({"zenflow bf16", zb});
+  Spec zd = zen("deepspeed", 1, 2);
+  zd.precision = "bf16";  // 4-byte gradients: rounded by the hook; g/K and the window sums' clip
+  zd.gradient_clipping = 0.05;
+  cases.push_back({"zenflow deepspeed bf16 clip", zd});
+  Spec za = zen("zenflow", 1, -1);  // the auto rule: its mass read from the hook
+  cases.push_back({"zenflow auto", za});
+  Spec zv = zen("zenflow", 1, 2);
+  zv.zenflow.accumulate_on = "device";
+  zv.zenflow.offload = true;
+  cases.push_back({"zenflow accumulate_on device, offload", zv});
   for (Case& k : cases) {
     SCOPED_TRACE(k.name);
     nlohmann::json mw, ms, md;

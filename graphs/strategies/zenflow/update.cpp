@@ -6,69 +6,98 @@ namespace zf::zenflow {
 
 // Step u.t's update. Every counter below runs on o, the applied updates (UpdateStep): a step
 // skipped for an fp16 overflow does not exist for ZenFlow (no selection, no accumulation, no
-// host or device update; docs/zenflow.md). t only tags the tasks.
+// host or device update; docs/zenflow.md). t only tags the tasks. The 2-D weights' parts that
+// read the device gradient (matrix_part) ran already where the weight's gradient is streamed
+// (stream_gradient, from its layer's hook during the backward); the others run here.
 void ZenFlowStrategy::submit_update(const UpdateStep& u) {
   const int64_t t = u.t, o = u.o;
-  // accumulation on the host under bf16/fp16: the gradient crosses as it is (rounded, not yet
-  // unscaled or divided: so it is exact at 2 bytes); the host task applies those factors as
-  // prepare_gradients does here
-  cross_gradients(t, o);
+  begin_step(u);
+  // the 1-D parameters: the crossing (accumulation on the host under bf16/fp16: as it is,
+  // rounded, not yet unscaled or divided, so it is exact at 2 bytes; the host task applies those
+  // factors), then the scales prepare_gradients applies
+  for (Vector& v : vec_)
+    if (!v.down.empty()) to_host(rt_.crossing(t).named("d2h.grad." + v.p->name), v.p->grad, v.down[(size_t)(o & 1)]);
   prepare_gradients(u);
-  // the auto rule's vote on the previous update's gradient (after a resume: on the restored
-  // mass); its mass task is tagged with a step <= t - 1
-  last_vote_ = cal_.votes_before(o) && auto_vote(t - 1);
-
-  // 1. selection; stage 2: then the selected columns of every row
-  const bool select = cal_.is_select(o);
-  if (select) select_columns(t, o);
-  allreduce_selected(t);
-
-  // 2. accumulation of the full gradient into this interval's buffer
-  const int64_t slot = ring_.slot();
-  for (auto& wp : mat_) accumulate(u, *wp->p, wp->acc[slot], wp->down);
+  // 1-4. the 2-D weights not streamed: selection, accumulation, selective update, mass
+  for (auto& wp : mat_)
+    if (!streamed(*wp->p)) matrix_part(u, *wp);
   for (Vector& v : vec_)  // semantics deepspeed with clipping: the 1-D window sums, for the norm
-    if (!v.acc.empty()) accumulate(u, *v.p, v.acc[slot], v.down);
+    if (!v.acc.empty()) accumulate(u, *v.p, v.acc[ring_.slot()], v.down);
   ring_.accumulate();
-
-  // 3. host update at the interval's boundary, merge of the job D intervals back
+  // 5. host update at the interval's boundary, merge of the job D intervals back (the merge
+  // writes the unselected columns, the selective AdamW the selected ones: either order is the same)
   if (cal_.is_update(o, last_vote_)) host_update(t, o);
+  // 6. device updates of the 1-D parameters
+  vector_updates(t, o, select_);
+}
 
-  // 4. device updates: selected columns, 1-D parameters
-  selective_updates(t, o, select);
-  vector_updates(t, o, select);
-  read_mass(t, o);
+// The step's flags, before any weight's part: the auto rule's vote on the previous update's
+// gradient (after a resume: on the restored mass; its mass task is tagged with a step <= t - 1),
+// whether it selects, whether the selective AdamW fills the masters. From the first streamed
+// weight's hook, the vote's wait for step t - 1 comes before the rest of step t's backward is
+// submitted (zenflow.update_interval "auto" only).
+void ZenFlowStrategy::begin_step(const UpdateStep& u) {
+  if (begun_ == u.t) return;
+  begun_ = u.t;
+  last_vote_ = cal_.votes_before(u.o) && auto_vote(u.t - 1);
+  select_ = cal_.is_select(u.o);
+  if (select_) selected_ = true;
+  if (selected_) {
+    fill_ = select_ || refill_;
+    refill_ = false;
+  }
+}
+
+void ZenFlowStrategy::stream_gradient(const UpdateStep& u, const Param& p, const Comm* comm) {
+  begin_step(u);
+  Matrix& w = *by_param_.at(&p);
+  if (comm && z_.local_sum() && select_) local_importance(u, w, *comm);
+  stream_prologue(u, p, comm);  // stage 2: the reduce-scatter, as submit_gradient_collectives
+  matrix_part(u, w);
+}
+
+void ZenFlowStrategy::matrix_part(const UpdateStep& u, Matrix& w) {
+  const int64_t t = u.t, o = u.o;
+  Param& p = *w.p;
+  if (!w.down.empty()) to_host(rt_.crossing(t).named("d2h.grad." + p.name), p.grad, w.down[(size_t)(o & 1)]);
+  // precision fp16: unscaled in place first (DeepSpeed's unscale_and_clip_grads), so the
+  // selection, the accumulation and the device AdamW read the true gradient (stage 3: the
+  // shard); semantics deepspeed: every gradient DeepSpeed sees is g/K
+  size_t base = 0;
+  if (u.grad_scale != 1.0f)
+    insert_scale(rt_.device(t).named("unscale.grad." + p.name), shard_of(p.grad, &base), u.grad_scale);
+  if (cal_.divides_gradients())
+    insert_scale(rt_.device(t).named("scale.grad." + p.name), shard_of(p.grad, &base), cal_.gradient_factor());
+  // 1. selection; stage 2: then the selected columns of every row
+  if (select_) select_matrix(t, o, w);
+  if (zero_stage() == 2 && selected_) allreduce_selected(t, w);
+  // 2. accumulation of the full gradient into this interval's buffer
+  accumulate(u, p, w.acc[ring_.slot()], w.down);
+  // 3. the selected columns' device AdamW
+  if (selected_) selective_update(t, o, w);
+  // 4. the auto rule reads the gradient mass of this step when the next one is submitted
+  if (cal_.reads_mass(o)) {
+    insert_grad_mass(rt_.device(t).named("auto.mass." + p.name), p.grad, w.sel, w.mass, p.in_out);
+    rt_.read_async(w.mass, w.mass_host, sizeof w.mass_host, t);
+  }
 }
 
 void ZenFlowStrategy::prepare_gradients(const UpdateStep& u) {
-  // precision fp16: the device gradients are unscaled in place first (DeepSpeed's
-  // unscale_and_clip_grads), so the selection, the accumulation and both device AdamWs read the
-  // true gradient (stage 3: the gradient shards)
+  // the 1-D parameters' unscale and 1/K (the 2-D weights': matrix_part)
   size_t base = 0;
   if (u.grad_scale != 1.0f)
-    for (Param* p : params_)
-      insert_scale(rt_.device(u.t).named("unscale.grad." + p->name), shard_of(p->grad, &base), u.grad_scale);
-  // semantics deepspeed: every gradient DeepSpeed sees (selection, selective and 1-D steps, the
-  // host's window sum) is g/K
+    for (Vector& v : vec_)
+      insert_scale(rt_.device(u.t).named("unscale.grad." + v.p->name), shard_of(v.p->grad, &base), u.grad_scale);
   if (cal_.divides_gradients())
-    for (Param* p : params_)
-      insert_scale(rt_.device(u.t).named("scale.grad." + p->name), shard_of(p->grad, &base), cal_.gradient_factor());
-}
-
-// zenflow.accumulate_on "host" under bf16/fp16: every accumulated gradient crosses into its slot of
-// the update's parity at 2 bytes per value, counted in bytes.device_to_host. Stage 3: the shard.
-void ZenFlowStrategy::cross_gradients(int64_t t, int64_t o) {
-  const size_t slot = (size_t)(o & 1);
-  for (auto& wp : mat_)
-    if (!wp->down.empty()) to_host(rt_.crossing(t).named("d2h.grad." + wp->p->name), wp->p->grad, wp->down[slot]);
-  for (Vector& v : vec_)
-    if (!v.down.empty()) to_host(rt_.crossing(t).named("d2h.grad." + v.p->name), v.p->grad, v.down[slot]);
+    for (Vector& v : vec_)
+      insert_scale(rt_.device(u.t).named("scale.grad." + v.p->name), shard_of(v.p->grad, &base), cal_.gradient_factor());
 }
 
 // The window's first step copies, the others add (docs/zenflow.md, "Where the accumulation runs").
 // accumulate_on "device": a crossing task reads the device gradient (stage 3: its shard).
 // "host": a host task, at fp32 on the device gradient itself (StarPU's transfer is the crossing;
 // after the device's unscale and 1/K, as the device's would), under bf16/fp16 on what crossed
-// (cross_gradients), applying the loss scale's and 1/K's factors itself.
+// (matrix_part, submit_update), applying the loss scale's and 1/K's factors itself.
 void ZenFlowStrategy::accumulate(const UpdateStep& u, const Param& p, const HostTensor& acc,
                                  const std::vector<HostTensor>& down) {
   const int64_t t = u.t;
@@ -171,41 +200,35 @@ void ZenFlowStrategy::host_adam(int64_t t, int64_t o, int64_t due, int64_t slot,
 // update of a selection fills from the weight (the values the device holds: the merges skip the
 // selected columns, so nothing else writes them until the next selection); the weight's selected
 // elements take the master's values, rounded by the trainer.
-void ZenFlowStrategy::selective_updates(int64_t t, int64_t o, bool select) {
-  if (!selected_) return;
+void ZenFlowStrategy::selective_update(int64_t t, int64_t o, Matrix& w) {
   SubmitOptions dev = rt_.device(t);
-  const bool fill = select || refill_;
-  refill_ = false;
-  for (auto& wp : mat_) {
-    Matrix& w = *wp;
-    const std::string& n = w.p->name;
-    const Tensor* x = masters() ? &w.x_sel : nullptr;
-    const int copies = x ? 3 : 2;  // the moments, and the master (its host copy is stale at a selection)
-    if (z_.offload) {
-      insert_copy(rt_.crossing(t).named("h2d.m_sel." + n), w.m_sel_host, whole(w.m_sel_host), w.m_sel, whole(w.m_sel));
-      insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
-      if (x)
-        insert_copy(rt_.crossing(t).named("h2d.master_sel." + n), w.x_sel_host, whole(w.x_sel_host), w.x_sel,
-                    whole(w.x_sel));
-      h2d_ += copies * (int64_t)w.m_sel.bytes();
-    }
-    if (stage3()) {  // the selected elements of this rank's shard (the owners')
-      size_t base = 0;
-      insert_selective_adam_shard(dev.named("adam.device." + n), hp(o), cal_.selective_step(o),
-                                  shard_of(w.p->value, &base), shard(w), w.sel, shard_of(w.p->grad, &base), w.m_sel,
-                                  w.v_sel, x, fill);
-    } else {
-      insert_selective_adam(dev.named("adam.device." + n), hp(o), cal_.selective_step(o), w.p->value, w.sel,
-                            w.p->grad, w.m_sel, w.v_sel, w.p->in_out, x, fill);
-    }
-    if (z_.offload) {
-      insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
-      insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
-      if (x)
-        insert_copy(rt_.crossing(t).named("d2h.master_sel." + n), w.x_sel, whole(w.x_sel), w.x_sel_host,
-                    whole(w.x_sel_host));
-      d2h_ += copies * (int64_t)w.m_sel.bytes();
-    }
+  const std::string& n = w.p->name;
+  const Tensor* x = masters() ? &w.x_sel : nullptr;
+  const int copies = x ? 3 : 2;  // the moments, and the master (its host copy is stale at a selection)
+  if (z_.offload) {
+    insert_copy(rt_.crossing(t).named("h2d.m_sel." + n), w.m_sel_host, whole(w.m_sel_host), w.m_sel, whole(w.m_sel));
+    insert_copy(rt_.crossing(t).named("h2d.v_sel." + n), w.v_sel_host, whole(w.v_sel_host), w.v_sel, whole(w.v_sel));
+    if (x)
+      insert_copy(rt_.crossing(t).named("h2d.master_sel." + n), w.x_sel_host, whole(w.x_sel_host), w.x_sel,
+                  whole(w.x_sel));
+    h2d_ += copies * (int64_t)w.m_sel.bytes();
+  }
+  if (stage3()) {  // the selected elements of this rank's shard (the owners')
+    size_t base = 0;
+    insert_selective_adam_shard(dev.named("adam.device." + n), hp(o), cal_.selective_step(o),
+                                shard_of(w.p->value, &base), shard(w), w.sel, shard_of(w.p->grad, &base), w.m_sel,
+                                w.v_sel, x, fill_);
+  } else {
+    insert_selective_adam(dev.named("adam.device." + n), hp(o), cal_.selective_step(o), w.p->value, w.sel,
+                          w.p->grad, w.m_sel, w.v_sel, w.p->in_out, x, fill_);
+  }
+  if (z_.offload) {
+    insert_copy(rt_.crossing(t).named("d2h.m_sel." + n), w.m_sel, whole(w.m_sel), w.m_sel_host, whole(w.m_sel_host));
+    insert_copy(rt_.crossing(t).named("d2h.v_sel." + n), w.v_sel, whole(w.v_sel), w.v_sel_host, whole(w.v_sel_host));
+    if (x)
+      insert_copy(rt_.crossing(t).named("d2h.master_sel." + n), w.x_sel, whole(w.x_sel), w.x_sel_host,
+                  whole(w.x_sel_host));
+    d2h_ += copies * (int64_t)w.m_sel.bytes();
   }
 }
 
@@ -247,16 +270,6 @@ void ZenFlowStrategy::vector_updates(int64_t t, int64_t o, bool select) {
                          whole(p.value), p.grad, whole(p.grad), v.m, v.v);
         break;
     }
-  }
-}
-
-// the auto rule reads the gradient mass of this step when the next one is submitted
-void ZenFlowStrategy::read_mass(int64_t t, int64_t o) {
-  if (!cal_.reads_mass(o)) return;
-  SubmitOptions dev = rt_.device(t);
-  for (auto& wp : mat_) {
-    insert_grad_mass(dev.named("auto.mass." + wp->p->name), wp->p->grad, wp->sel, wp->mass, wp->p->in_out);
-    rt_.read_async(wp->mass, wp->mass_host, sizeof wp->mass_host, t);
   }
 }
 

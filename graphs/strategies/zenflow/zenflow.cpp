@@ -113,6 +113,7 @@ void ZenFlowStrategy::add_matrix(Param* p) {
   if (z_.accumulate_on_host() && bf16_)
     for (int i = 0; i < 2; ++i) w.down.push_back(host_tensor(*p, n + ".down" + std::to_string(i), wire));
   to_host(rt_.device(-1).named("init.master." + n), p->value, w.master, false);
+  by_param_[p] = mx.get();
   mat_.push_back(std::move(mx));
 }
 

@@ -11,6 +11,7 @@
 // selection (selection.cpp), the update (update.cpp), state (state.cpp), metrics (metrics.cpp).
 #pragma once
 #include <deque>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct Matrix {  // a 2-D weight and its ZenFlow state
   double A = 0.0, N = 0.0;                   // auto rule
   double mass_host[2] = {0, 0};
   std::vector<std::vector<int32_t>> selections;  // read back at every selection (metrics)
+  int64_t imp_reduced_at = -1;  // local-sum: the step whose importance was all-reduced before the gradient's collective
   // where the result of the host job in ring slot `slot` is copied and merged from
   const HostTensor& result(int64_t slot) const { return res.empty() ? acc[(size_t)slot] : res[(size_t)slot]; }
 };
@@ -76,6 +78,10 @@ class ZenFlowStrategy final : public Strategy {
   void before_gradient_allreduce(const UpdateStep& u, const Comm& comm) override;     // selection.cpp
   void submit_gradient_collectives(const UpdateStep& u, const Comm& comm) override;   // selection.cpp
   void submit_update(const UpdateStep& u) override;                                   // update.cpp
+  // Gradients streamed during the backward (graphs/train/grad_stream.hpp): the 2-D weights'. Their
+  // layer's hook submits everything of the step that reads the device gradient (matrix_part).
+  bool streams_gradient(const Param& p) const override { return p.is_matrix() && !stage3(); }
+  void stream_gradient(const UpdateStep& u, const Param& p, const Comm* comm) override;  // update.cpp
   void flush(const UpdateStep& last) override;                                        // merge.cpp
   void add_metrics(nlohmann::json& m, int64_t steps) const override;                  // metrics.cpp
   StrategyReport report() const override;                                             // metrics.cpp
@@ -107,19 +113,23 @@ class ZenFlowStrategy final : public Strategy {
   // zenflow.cpp: the state of each parameter
   void add_vector(Param* p);
   void add_matrix(Param* p);
-  // selection.cpp
-  void select_columns(int64_t t, int64_t o);
-  void allreduce_selected(int64_t t);
-  // update.cpp: the parts of submit_update, in their order
-  void prepare_gradients(const UpdateStep& u);
-  void cross_gradients(int64_t t, int64_t o);
+  // selection.cpp: a weight's selection at step t (update o); stage 2: its selected columns completed
+  void select_matrix(int64_t t, int64_t o, Matrix& w);
+  void allreduce_selected(int64_t t, Matrix& w);
+  // local-sum: w's importance of this rank's local gradient, all-reduced (before its collective)
+  void local_importance(const UpdateStep& u, Matrix& w, const Comm& comm);
+  // update.cpp: the step's flags, once per step (the first weight's hook, or submit_update)
+  void begin_step(const UpdateStep& u);
+  // everything of step u that reads w's device gradient, in the order of the phases: crossing,
+  // scales, selection, stage 2's selected columns, accumulation, selective AdamW, the auto mass
+  void matrix_part(const UpdateStep& u, Matrix& w);
+  void selective_update(int64_t t, int64_t o, Matrix& w);
+  void prepare_gradients(const UpdateStep& u);  // the 1-D parameters' unscale and 1/K
   void accumulate(const UpdateStep& u, const Param& p, const HostTensor& acc, const std::vector<HostTensor>& down);
   void host_update(int64_t t, int64_t o);
   float clip_host(int64_t t, int64_t due, int64_t slot, float scale);
   void host_adam(int64_t t, int64_t o, int64_t due, int64_t slot, float scale);
-  void selective_updates(int64_t t, int64_t o, bool select);
   void vector_updates(int64_t t, int64_t o, bool select);
-  void read_mass(int64_t t, int64_t o);
   bool auto_vote(int64_t t);
   // merge.cpp: a host result into the device weights (slot: its ring slot, -1: the master weights)
   void merge_all(int64_t t, int64_t slot, MergeEvent ev);
@@ -155,7 +165,10 @@ class ZenFlowStrategy final : public Strategy {
   // the next selective AdamW fills the selected columns' masters from the weights (a selection; a
   // resume from a checkpoint written without them)
   bool refill_ = false;
-  int64_t imp_reduced_at_ = -1;  // step whose importance before_gradient_allreduce all-reduced (local-sum)
+  // begin_step's: the step begun, whether it selects, whether the selective AdamW fills the masters
+  int64_t begun_ = -1;
+  bool select_ = false, fill_ = false;
+  std::map<const Param*, Matrix*> by_param_;
   MergeLog log_;
 };
 

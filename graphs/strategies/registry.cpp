@@ -65,15 +65,19 @@ OptimizerFootprint zero_offload_footprint(const Spec& s, double P, double tensor
                         : s.sub_group_size <= 0 ? std::max(1.0, tensors)
                                                 : std::ceil(P / (double)s.sub_group_size);
   const double on_device = std::floor(std::max(0.0, 1.0 - s.offload_ratio) * groups) / groups;
-  return per_rank(s, {(1 - on_device) * (4 + (half(s) ? 2 * wire(s) : 0)), on_device * (2 + (half(s) ? 1 : 0))},
-                  ranks);
+  OptimizerFootprint f = per_rank(
+      s, {(1 - on_device) * (4 + (half(s) ? 2 * wire(s) : 0)), on_device * (2 + (half(s) ? 1 : 0))}, ranks);
+  f.streamed = 1 - on_device;  // the host part's
+  return f;
 }
 
 // ---- zero-offload-dpu: host master and moments (3) and two slots of gradient down and result up
 // (4 x 1; under bf16 4 x 0.5 and the fp32 gradient, 1)
 void check_zero_offload_dpu(const Spec& s, int) { check_no_twin_flow(s); }
 OptimizerFootprint zero_offload_dpu_footprint(const Spec& s, double, double, int ranks) {
-  return per_rank(s, {3 + 4 * wire(s) + (half(s) ? 1 : 0), 0}, ranks);
+  OptimizerFootprint f = per_rank(s, {3 + 4 * wire(s) + (half(s) ? 1 : 0), 0}, ranks);
+  f.streamed = 1;
+  return f;
 }
 
 // ---- zenflow (graphs/strategies/zenflow/, docs/zenflow.md)
@@ -121,11 +125,14 @@ OptimizerFootprint zenflow_footprint(const Spec& s, double, double, int ranks) {
   const double D = z.staleness();
   const double sel_state = 2 + (half(s) && !z.deepspeed_rules() ? 1 : 0);
   const bool on_host = z.accumulate_on_host();
-  return per_rank(s,
-                  {3 + two_sets + wire(s) + (D + 1) * (1 + (half(s) ? wire(s) : 0)) + (on_host && half(s) ? 2 * wire(s) : 0),
-                   sel_state * z.topk_ratio * (z.offload ? 2 : 1) +
-                       (on_host ? 0 : s.zero_stage >= 1 && several(ranks) ? 1.0 / ranks : 1)},
-                  ranks);
+  OptimizerFootprint f =
+      per_rank(s,
+               {3 + two_sets + wire(s) + (D + 1) * (1 + (half(s) ? wire(s) : 0)) + (on_host && half(s) ? 2 * wire(s) : 0),
+                sel_state * z.topk_ratio * (z.offload ? 2 : 1) +
+                    (on_host ? 0 : s.zero_stage >= 1 && several(ranks) ? 1.0 / ranks : 1)},
+               ranks);
+  f.streamed = 1;  // the 2-D weights' (the 1-D ones are a small share)
+  return f;
 }
 
 }  // namespace

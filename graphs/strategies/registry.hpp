@@ -20,6 +20,9 @@ class Strategy;
 // (a ZeRO partition of the host part already divided out).
 struct OptimizerFootprint {
   double host = 0, device = 0;
+  // The share of the parameters whose gradients the strategy streams during the backward
+  // (Strategy::streams_gradient; graphs/train/grad_stream.hpp), where streaming applies.
+  double streamed = 0;
 };
 
 struct StrategyDef {

@@ -198,12 +198,12 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   const double on_device = s.zero_stage == 3 && ranks > 1 ? P / ranks + block_params : P;
   e.device_params = vb * on_device;
   e.device_grads = gb * on_device;
-  // zero-offload's (Twin-Flow's host part's, about offload_ratio of them) and zenflow's (the 2-D
-  // weights': about all of them) leave the device during the backward; the blocks' share buffers,
+  // the strategy's streamed share (OptimizerFootprint::streamed: zero-offload's host part,
+  // zenflow's 2-D weights) leaves the device during the backward; the blocks' share buffers,
   // S blocks' worth (graphs/train/grad_stream.hpp), the embeddings and the head keep theirs
-  const bool streams = s.strategy == "zero-offload" || s.strategy == "zero-offload-dpu" || s.strategy == "zenflow";
-  if (streams && grad_stream_off(s, ranks, group_max > 0).empty()) {
-    const double r = s.strategy == "zenflow" ? 1.0 : s.offload_ratio;
+  const OptimizerFootprint f = strategy_def(s.strategy).footprint(s, P, tensors, ranks);
+  if (f.streamed > 0 && grad_stream_off(s, ranks, group_max > 0).empty()) {
+    const double r = f.streamed;
     const int S = grad_stream_slots(s.reduce_bucket_size, (int64_t)group_max);
     const double streamed = r * (P - layers * block_params + std::min<double>(layers, S) * block_params);
     e.device_grads = gb * (on_device - r * P + streamed);
@@ -212,7 +212,6 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   // as the strategy allocates it (its entry in graphs/strategies/registry.cpp; docs/spec.md
   // "Size"). The 1-D parameters' few extra buffers are not counted (they are a small share of any
   // model large enough for this to matter).
-  const OptimizerFootprint f = strategy_def(s.strategy).footprint(s, P, tensors, ranks);
   const double opt = f.host + f.device;
   e.optimizer = 4 * opt * P;
   e.device_optimizer = 4 * f.device * P;

@@ -69,6 +69,14 @@ void insert_softmax_xent_bwd(const SubmitOptions& opt, const Tensor& probs, cons
 void insert_softmax_xent_fwd_bwd(const SubmitOptions& opt, const Tensor& logits, const Tensor& labels,
                                  const Tensor& dlogits, const Tensor& stats, float scale, bool accumulate,
                                  StepStatus* status, bool ignore_negative = false);
+// The LM head y = x w^T and its softmax cross-entropy in vocabulary chunks of `chunk` columns
+// (kernels::cpu::lm_head_xent): the (N, V) logits are never held; each chunk's are computed once
+// for the loss and, with dx and dw, again for the gradients (the head's product twice). stats as
+// insert_softmax_xent_fwd's; dx (N, C) fp32 and dw (V, C) (fp32 or stored bf16) written: the
+// gradients of the loss times scale. x and w may be stored in bf16. CPU devices only.
+void insert_lm_head_xent(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& labels,
+                         const Tensor* dx, const Tensor* dw, const Tensor& stats, int chunk, float scale,
+                         bool accumulate, StepStatus* status, bool ignore_negative = false);
 // out[offset + b] = log-likelihood of sequence b of B: the sum over its T rows of logits (B*T, V)
 // with targets >= 0 of log softmax(row)[target] (out: a tensor of doubles, updated in place).
 void insert_sequence_logprob(const SubmitOptions& opt, const Tensor& logits, const Tensor& targets, const Tensor& out,
@@ -292,7 +300,8 @@ void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Te
                           const Tensor& dqkv, StepStatus* status);
 // The bytes of scratch an attention (either kind) holds at these shapes, about: on a CUDA worker,
 // the kernels' stream-ordered scratch per call (row blocks of at most 64 MiB, and under bf16 the
-// operands' 2-byte copies); on the CPU, per thread that runs a tile (reused; B does not enter).
+// operands' 2-byte copies); on the CPU, per thread that runs a tile (reused; B does not enter),
+// bf16 there meaning the GPT's bf16 products (the grouped-query attention multiplies in fp32).
 size_t attention_workspace_bytes(int B, int T, int H, int Hkv, int hs, bool bf16, bool cuda);
 // y (B, C) = mean of x (B*T, C) over the first len[b] positions of sequence b; len (B) int32
 void insert_mean_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);

@@ -39,13 +39,15 @@ void embedding_bwd_cuda(void* b[], void* a) noexcept {
 }
 #endif
 
+// (the table, x and their gradients as stored in bf16, CodeletDef::cpu_bf16_as_is: a (V, C) table
+// is not widened whole for the B T rows it gives or takes)
 void token_embedding_fwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<EmbeddingArgs*>(a);
-  kernels::cpu::embedding_fwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), nullptr, vec_ptr(b[2]), p->B, p->T, p->C);
+  kernels::cpu::token_embedding_fwd_mixed(vec_as<int32_t>(b[0]), ew_of(b[1]), ew_of(b[2]), p->B, p->T, p->C);
 }
 void token_embedding_bwd_cpu(void* b[], void* a) noexcept {
   auto* p = static_cast<EmbeddingArgs*>(a);
-  kernels::cpu::embedding_bwd(vec_as<int32_t>(b[0]), vec_ptr(b[1]), vec_ptr(b[2]), nullptr, p->B, p->T, p->C, p->V);
+  kernels::cpu::token_embedding_bwd_mixed(vec_as<int32_t>(b[0]), ew_of(b[1]), ew_of(b[2]), p->B, p->T, p->C, p->V);
 }
 #ifdef ZF_USE_CUDA
 void token_embedding_fwd_cuda(void* b[], void* a) noexcept {
@@ -61,16 +63,17 @@ void token_embedding_bwd_cuda(void* b[], void* a) noexcept {
 #endif
 starpu_codelet& token_embedding_fwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet(writes_whole({"zf_token_embedding_fwd", token_embedding_fwd_cpu,
+  static starpu_codelet c = make_codelet(cpu_bf16_as_is(writes_whole({"zf_token_embedding_fwd", token_embedding_fwd_cpu,
                                           ZF_CUDA_FUNC(token_embedding_fwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
-                                                      0b100),
+                                                      0b100), 0b110),
                                          &m);
   return c;
 }
 starpu_codelet& token_embedding_bwd_cl() {
   static starpu_perfmodel m{};
-  static starpu_codelet c = make_codelet({"zf_token_embedding_bwd", token_embedding_bwd_cpu,
+  static starpu_codelet c = make_codelet(cpu_bf16_as_is(writes_whole({"zf_token_embedding_bwd", token_embedding_bwd_cpu,
                                           ZF_CUDA_FUNC(token_embedding_bwd_cuda), 3, {STARPU_R, STARPU_R, STARPU_W}},
+                                                                      0b100), 0b110),
                                          &m);
   return c;
 }

@@ -176,6 +176,57 @@ starpu_codelet& xent_bwd_cl() {
   return c;
 }
 
+// The LM head and its loss in vocabulary chunks (kernels::cpu::lm_head_xent): buffers x, w,
+// labels, stats (RW) for the forward; x, w, labels, dx (W), dw (W), stats (RW) with the backward.
+// x, w and dw are read and written as stored in bf16. CPU devices only (no CUDA implementation:
+// the models use it where the device has no CUDA worker).
+struct HeadArgs {
+  XentArgs xent;  // B: the rows, C: the vocabulary
+  int C, Vc;
+  bool bf16;  // bf16 products
+};
+kernels::cpu::MatOperand head_operand(void* buf) {
+  return {reinterpret_cast<const void*>(STARPU_VECTOR_GET_PTR(buf)), STARPU_VECTOR_GET_ELEMSIZE(buf) == 2};
+}
+void head_xent(void* b[], void* a, bool grad) {
+  auto* p = static_cast<HeadArgs*>(a);
+  const int32_t* labels = vec_as<int32_t>(b[2]);
+  if (!labels_ok(&p->xent, labels)) return;
+  int64_t correct = 0, counted = 0;
+  const double loss = kernels::cpu::lm_head_xent(
+      head_operand(b[0]), head_operand(b[1]), labels, grad ? vec_ptr(b[3]) : nullptr,
+      grad ? ew_of(b[4]) : kernels::cpu::Ew{nullptr, false}, p->xent.B, p->C, p->xent.C, p->Vc, p->xent.scale,
+      p->bf16, &correct, &counted);
+  add_stats(&p->xent, b[grad ? 5 : 3], loss, correct, counted);
+}
+void head_xent_fwd_cpu(void* b[], void* a) noexcept { head_xent(b, a, false); }
+void head_xent_fwd_bwd_cpu(void* b[], void* a) noexcept { head_xent(b, a, true); }
+double head_xent_flops(const void* a, int products) {
+  auto* p = static_cast<const HeadArgs*>(a);
+  return 2.0 * products * p->xent.B * (double)p->xent.C * p->C;
+}
+double head_fwd_flops(const void* a) { return head_xent_flops(a, 1); }
+double head_fwd_bwd_flops(const void* a) { return head_xent_flops(a, 4); }  // the logits twice, dw, dx
+starpu_codelet& head_xent_fwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      cpu_bf16_as_is({"zf_lm_head_xent_fwd", head_xent_fwd_cpu, nullptr, 4,
+                      {STARPU_R, STARPU_R, STARPU_R, STARPU_RW}, head_fwd_flops},
+                     0b11),
+      &m);
+  return c;
+}
+starpu_codelet& head_xent_fwd_bwd_cl() {
+  static starpu_perfmodel m{};
+  static starpu_codelet c = make_codelet(
+      cpu_bf16_as_is(writes_whole({"zf_lm_head_xent_fwd_bwd", head_xent_fwd_bwd_cpu, nullptr, 6,
+                                   {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W, STARPU_RW}, head_fwd_bwd_flops},
+                                  0b11000),
+                     0b10011),
+      &m);
+  return c;
+}
+
 }  // namespace
 
 void insert_softmax_xent_fwd(const SubmitOptions& opt, const Tensor& logits, const Tensor& labels,
@@ -244,6 +295,30 @@ void insert_gen_class_loss(const SubmitOptions& opt, const Tensor& logits, const
       .r(logits).r(targets).r(labels).r(log_prior).w(dlogits).rw(stats)
       .args(GenArgs{K, B, T, V, lm_weight, status})
       .submit();
+}
+
+
+void insert_lm_head_xent(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& labels,
+                         const Tensor* dx, const Tensor* dw, const Tensor& stats, int chunk, float scale,
+                         bool accumulate, StepStatus* status, bool ignore_negative) {
+  expect(x.shape().size() == 2 && w.shape().size() == 2 && x.dim(1) == w.dim(1), opt,
+         "lm_head_xent: x (N, C) and w (V, C): " + shape_str(x) + ", " + shape_str(w));
+  expect(!opt.rt || !opt.rt->device_is_cuda(), opt, "lm_head_xent runs on CPU devices only");
+  const int N = (int)x.dim(0), C = (int)x.dim(1), V = (int)w.dim(0);
+  expect(labels.numel() == (size_t)N, opt, shape_str(labels) + " must hold N labels");
+  expect(stats.bytes() >= 3 * sizeof(double), opt, "stats must hold 3 doubles");
+  expect(chunk >= 1, opt, "lm_head_xent: a chunk of at least one column");
+  expect((dx == nullptr) == (dw == nullptr), opt, "lm_head_xent: dx and dw together");
+  const HeadArgs a{XentArgs{N, V, accumulate ? 1 : 0, scale, status, ignore_negative ? 1 : 0}, C, chunk,
+                   opt.rt && opt.rt->matmul_bf16()};
+  if (!dx) {
+    TaskBuilder(head_xent_fwd_cl(), opt).r(x).r(w).r(labels).rw(stats).args(a).submit();
+    return;
+  }
+  expect(dx->numel() == x.numel() && !dx->stored_half() && dx->elem_size() == 4, opt,
+         "lm_head_xent: dx must be x's shape in fp32: " + shape_str(*dx));
+  expect(dw->numel() == w.numel(), opt, "lm_head_xent: dw must be w's shape: " + shape_str(*dw));
+  TaskBuilder(head_xent_fwd_bwd_cl(), opt).r(x).r(w).r(labels).w(*dx).w(*dw).rw(stats).args(a).submit();
 }
 
 }  // namespace zf

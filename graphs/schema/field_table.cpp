@@ -350,6 +350,9 @@ std::vector<FieldDef> runtime_log_fields() {
       boolean("runtime.priorities", [](auto& s) -> auto& { return s.runtime.priorities; }),
       boolean("runtime.stream_gradients", [](auto& s) -> auto& { return s.runtime.stream_gradients; })
           .only_if([](const Spec& s) { return !s.runtime.stream_gradients; }),
+      integer("runtime.logits_chunk_elems", [](auto& s) -> auto& { return s.runtime.logits_chunk_elems; }, 0,
+              int64_t(1) << 40)
+          .only_if([](const Spec& s) { return s.runtime.logits_chunk_elems != (int64_t(1) << 24); }),
       integer("log.every", [](auto& s) -> auto& { return s.log.every; }, 0, INT32_MAX),
       integer("log.warmup_steps", [](auto& s) -> auto& { return s.log.warmup_steps; }, 0, INT32_MAX),
   };

@@ -203,6 +203,10 @@ struct Spec {
     // the offloaded gradients cross to the host during the backward, layer group by layer group,
     // and their device buffers are reused (graphs/train/grad_stream.hpp); false: kept whole for the step
     bool stream_gradients = true;
+    // a language model's logits (rows x vocabulary) above this many elements: on a CPU device the
+    // head and the loss run in vocabulary chunks of at most this many logits, the (N, V) logits
+    // and their gradient never held (the head's product computed twice; docs/llama.md); 0: never
+    int64_t logits_chunk_elems = int64_t(1) << 24;
     bool priorities = true;  // task priorities from the graph's structure (RuntimeConfig::priorities)
   } runtime;
 

@@ -75,13 +75,19 @@ double kept_outputs(const Spec& s, double L, double C) {
 struct ActRows {
   double held = 0, unchecked = 0;
   double workspace_cpu = 0, workspace_cuda = 0;
+  double head_scratch = 0;  // bytes: the chunked LM head's buffers while its task runs (hf_estimate)
+  // attention tiles a sequence has on a CPU device, at most: 1 for the GPT's bf16 path, the KV
+  // heads for the fp32 path (kernels/cpu/attention.cpp's kv_per_tile: a few heads a tile)
+  double tiles_per_seq = 1;
 };
+// (gpt: the GPT's attention, whose CPU kernels multiply in bf16 under precision bf16; the
+// grouped-query one's multiply in fp32)
 template <class Rows>
-ActRows act_rows(const Spec& s, double L, double C, int B, int T, int H, int Hkv, int hs, Rows rows) {
+ActRows act_rows(const Spec& s, double L, double C, int B, int T, int H, int Hkv, int hs, bool gpt, Rows rows) {
   const bool bf16 = s.precision == "bf16";
   return {rows(held_blocks(s, L), kept_outputs(s, L, C)), rows(L, 0.0),
-          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16, false),
-          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16, true)};
+          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16 && gpt, false),
+          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16, true), 0.0, bf16 && gpt ? 1.0 : (double)Hkv};
 }
 
 // group_max: the largest layer group's parameters (a block, the embeddings, the norm and head;
@@ -104,15 +110,30 @@ void hf_estimate(const Spec& s, int B, double& P, double& tensors, double& block
   const double C = (double)c.hidden_size, F = (double)c.intermediate_size, T = s.model.context;
   const double Q = (double)(c.num_heads * c.head_dim), KV = (double)(c.num_kv_heads * c.head_dim);
   const double H = (double)c.num_heads, V = (double)c.vocab_size;
+  // the head: the logits and their gradient (V each; the evaluation's probabilities go into the
+  // gradient's buffer) and the gradient's kept bf16 copy (matmul_keeps_bf16_operands: V / 2); or
+  // on a CPU device above runtime.logits_chunk_elems none of them (LlamaLanguageModel::head_chunk)
+  // but, while the head's task runs, a chunk's logits, dx's partial sum and a bf16 dw's chunk
+  const double N = (double)B * T, most = (double)s.runtime.logits_chunk_elems;
+  const bool gpu = kSimulated || cuda_device(s);
+  const bool chunked = !gpu && most > 0 && N * V > most;
+  const double head = chunked ? 0.0 : 2 * V + (matmul_inputs_bf16(s) && !gpu ? V / 2 : 0.0);
+  if (chunked) {
+    const double cols = std::max(1.0, std::floor(most / N)), chunks = std::ceil(V / cols);
+    const double Vc = std::ceil(V / chunks);
+    act.head_scratch = 4 * (N * Vc + N * C + (s.precision == "bf16" ? Vc * C : 0.0));
+  }
+  const double scratch = act.head_scratch;
   act = act_rows(s, (double)c.num_layers, C, B, s.model.context, c.num_heads, c.num_kv_heads, c.head_dim,
-                 [&](double L, double kept) {
-    double r = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H) + 7 * C + 2 * Q + 2 * KV + 3 * F + 3 * V + kept);
+                 c.model_type == "gpt2", [&](double L, double kept) {
+    double r = T * (L * (4 * C + 2 * Q + 2 * KV + 3 * F + 2 + H) + 7 * C + 2 * Q + 2 * KV + 3 * F + head + kept);
     if (matmul_inputs_bf16(s)) r -= T * (L * (2 * C + Q + F) + C) / 2;
     if (activations_bf16(s)) r -= T * (L * (2 * C + Q + 2 * KV + 2 * F) + C) / 2;
     // ... and the activation gradients dres_a, dres_b, dxn, dxn_b, datty, dq, dk, dv, dh, dgate, dup
     if (activations_bf16(s)) r -= T * (4 * C + 2 * Q + 2 * KV + 3 * F) / 2;
     return r;
   });
+  act.head_scratch = scratch;
 }
 
 }  // namespace
@@ -177,7 +198,7 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
     const double act16 = activations_bf16(s) ? 9 * C / 2 : 0;
     const double grad16 = activations_bf16(s) ? 15 * C / 2 : 0;
     // (Lh: the blocks whose buffers are held, kept: the segments' outputs; activation checkpointing)
-    act = act_rows(s, L, C, (int)B, s.model.context, s.model.n_head, s.model.n_head, s.model.n_embd / std::max(1, s.model.n_head),
+    act = act_rows(s, L, C, (int)B, s.model.context, s.model.n_head, s.model.n_head, s.model.n_embd / std::max(1, s.model.n_head), true,
                    [&](double Lh, double kept) {
       return T * (Lh * (16 * C - in16 - act16 + H + 4) + 18 * C - (act16 ? C / 2 : 0) - grad16 + 3 * V + kept);
     });
@@ -219,14 +240,15 @@ MemoryEstimate estimate_memory(const Spec& s, int64_t steps, int ranks) {
   // the same size (the models key their buffer sets by the batch's shape: GptBody::acts_for,
   // LlamaLanguageModel::acts_for); an evaluation set never writes its gradients, which are lazy
   // buffers, so counting them is an upper bound
-  e.activations = 4 * act.held * (B + (Be == B ? 0.0 : Be));
+  e.activations = 4 * act.held * (B + (Be == B ? 0.0 : Be)) + act.head_scratch;
   const double Bd = kSimulated ? B : std::max(B, Be);  // the device's batch (MemoryEstimate)
-  e.device_activations = 4 * act.held * Bd;
-  e.device_activations_unchecked = 4 * act.unchecked * Bd;
+  e.device_activations = 4 * act.held * Bd + act.head_scratch;
+  e.device_activations_unchecked = 4 * act.unchecked * Bd + act.head_scratch;
   // the attention's scratch: a CUDA worker's one stream's, or on a CPU device each thread's that
-  // may run an attention tile (a tile is a sequence: at most the cores, at most the larger batch)
+  // may run an attention tile (at most the cores, at most the larger batch's tiles)
   const bool gpu = kSimulated || cuda_device(s);
-  const double threads = std::min<double>(std::max(1u, std::thread::hardware_concurrency()), std::max(B, Be));
+  const double threads =
+      std::min<double>(std::max(1u, std::thread::hardware_concurrency()), std::max(B, Be) * act.tiles_per_seq);
   e.device_attention = gpu ? act.workspace_cuda : act.workspace_cpu * threads;
   e.workspace = act.workspace_cpu * threads;
   if (steps >= 0) {

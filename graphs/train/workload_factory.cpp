@@ -113,6 +113,7 @@ LlamaOptions llama_options(const Spec& spec) {
   o.context = spec.model.context;
   lm_options(spec, o);
   o.random_init = spec.model.init == "random";
+  o.logits_chunk_elems = spec.runtime.logits_chunk_elems;
   return o;
 }
 

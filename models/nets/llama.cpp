@@ -142,7 +142,6 @@ LlamaLanguageModel::Acts& LlamaLanguageModel::acts_for(int B, bool bf16_acts, bo
   a->xf_h = half("xf", {N, C});
   a->rstdf = t("rstdf", {N});
   a->logits = t("logits", {N, V});
-  a->probs = t("probs", {N, V});
   a->dlogits = t("dlogits", {N, V});
   if (cfg_.tie_word_embeddings) a->head_dw = t("head_dw", {V, C});
   // the activation gradients between the layers: bf16 under Runtime::activation_grads_bf16 (the
@@ -262,9 +261,9 @@ void LlamaLanguageModel::block_backward(const SubmitOptions& o, Acts& a, int l, 
   insert_accumulate(o.named(n + "residual_1"), dA, whole(dA), dB, whole(dB), 1.0f);
 }
 
-// tokens -> a.logits. Hooks (ZeRO stage 3): group 0 the embedding, l + 1 block l, L + 1 the final
+// tokens -> a.logits (chunk 0), or xf. Hooks (ZeRO stage 3): group 0 the embedding, l + 1 block l, L + 1 the final
 // norm and the head.
-void LlamaLanguageModel::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook) {
+void LlamaLanguageModel::forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook, int chunk) {
   const int Lc = (int)cfg_.num_layers;
   if (hook) hook->before_forward(o.step, 0);
   insert_token_embedding_fwd(o.named("fwd.embed_tokens"), tokens, embed_->value, a.x0);
@@ -279,12 +278,20 @@ void LlamaLanguageModel::forward(const SubmitOptions& o, Acts& a, const Tensor& 
   if (hook) hook->before_forward(o.step, Lc + 1);
   const Tensor& xf = o.rt && o.rt->matmul_inputs_bf16() ? a.xf_h : a.xf;  // as block_forward's inputs
   insert_rmsnorm_fwd(o.named("fwd.norm"), *r, norm_->value, xf, a.rstdf, (float)cfg_.norm_eps);
-  insert_matmul_fwd(o.named("fwd.lm_head"), xf, head_->value, a.logits);
+  if (!chunk) insert_matmul_fwd(o.named("fwd.lm_head"), xf, head_->value, a.logits);
   if (hook) hook->after_forward(o.step, Lc + 1);
 }
 
-// a.dlogits -> every parameter's gradient
-void LlamaLanguageModel::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook) {
+int LlamaLanguageModel::head_chunk(const SubmitOptions& o, int64_t N) const {
+  const int64_t V = cfg_.vocab_size, most = opt_.logits_chunk_elems;
+  if (most <= 0 || N * V <= most || (o.rt && o.rt->device_is_cuda())) return 0;
+  const int64_t cols = std::max<int64_t>(1, most / N), chunks = (V + cols - 1) / cols;
+  return (int)((V + chunks - 1) / chunks);  // chunks of equal width, the last one shorter
+}
+
+// a.dlogits (or the chunked head's loss) -> every parameter's gradient
+void LlamaLanguageModel::backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook,
+                                  const HeadLoss& loss) {
   const int Lc = (int)cfg_.num_layers;
   const bool tied = cfg_.tie_word_embeddings;
   const Tensor& last = Lc ? a.out(Lc - 1) : a.x0;
@@ -292,7 +299,10 @@ void LlamaLanguageModel::backward(const SubmitOptions& o, Acts& a, const Tensor&
   const bool h16 = o.rt && o.rt->matmul_inputs_bf16();
   const Tensor& xf = h16 ? a.xf_h : a.xf;
   const Tensor& head_dw = tied ? a.head_dw : head_->grad;
-  if (h16 && matmul_keeps_bf16_operands(o, (int64_t)a.B * opt_.context)) {  // as block_backward's
+  if (loss.chunk) {  // the logits chunk by chunk, their loss and gradient, dxf and the head's gradient
+    insert_lm_head_xent(o.named("fwd_bwd.lm_head_loss"), xf, head_->value, *loss.targets, &a.dxf, &head_dw,
+                        *loss.stats, loss.chunk, loss.scale, false, status_, row_data_);
+  } else if (h16 && matmul_keeps_bf16_operands(o, (int64_t)a.B * opt_.context)) {  // as block_backward's
     insert_matmul_bwd_data_kept(o.named("bwd.lm_head.dx"), a.dlogits, head_->value, a.dxf, a.dlogits_h);
     insert_matmul_bwd_weight_kept(o.named("bwd.lm_head.dw"), a.dlogits_h, xf, a.dlogits, xf, head_dw);
   } else {

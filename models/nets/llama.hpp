@@ -37,6 +37,9 @@ struct LlamaOptions {
   bool weights_in_out = false;
   // train.activation_checkpointing: 0, or a checkpoint every N blocks (as GptConfig's)
   int checkpoint_every = 0;
+  // runtime.logits_chunk_elems: above it, on a CPU device, the head and the loss in vocabulary
+  // chunks (insert_lm_head_xent); 0: never
+  int64_t logits_chunk_elems = 0;
 };
 
 class LlamaLanguageModel : public Workload, public HfModel {
@@ -75,8 +78,21 @@ class LlamaLanguageModel : public Workload, public HfModel {
   void block_forward(const SubmitOptions& o, Acts& a, int l, const Tensor& in, const std::string& n,
                      bool whole_block);
   void block_backward(const SubmitOptions& o, Acts& a, int l, const Tensor& in);
-  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook);
-  void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook);
+  // The columns of a vocabulary chunk where the head and its loss run in chunks for a batch of N
+  // rows (insert_lm_head_xent: a CPU device, N V above opt_.logits_chunk_elems), else 0
+  int head_chunk(const SubmitOptions& o, int64_t N) const;
+  // tokens -> the logits, or with chunk > 0 the final norm's output only (the head runs in the
+  // backward, or in evaluate's loss task)
+  void forward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook, int chunk);
+  // The loss of the chunked head (chunk > 0): its gradient scaled by loss->scale, stats as
+  // insert_softmax_xent_fwd_bwd's
+  struct HeadLoss {
+    int chunk = 0;
+    const Tensor* targets = nullptr;
+    const Tensor* stats = nullptr;
+    float scale = 1.0f;
+  };
+  void backward(const SubmitOptions& o, Acts& a, const Tensor& tokens, LayerHook* hook, const HeadLoss& loss);
   // Loads the units (windows or rows) into a's slot buffers; returns the targets >= 0 they hold.
   int64_t load_batch(const SubmitOptions& o, Acts& a, int slot, const std::vector<int64_t>& units, bool eval);
   void run_batch(const SubmitOptions& o, int slot, const std::vector<int64_t>& units, const Tensor& stats,

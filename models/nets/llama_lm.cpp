@@ -97,17 +97,25 @@ void LlamaLanguageModel::run_batch(const SubmitOptions& o, int slot, const std::
   Acts& a = acts_for((int)units.size(), o.rt && o.rt->activations_bf16(), o.rt && o.rt->activation_grads_bf16());
   const int64_t count = load_batch(o, a, slot, units, eval);
   LayerHook* hook = eval ? nullptr : hook_;  // evaluation: the weights are whole
-  forward(o, a, a.tokens[slot], hook);
+  const int chunk = head_chunk(o, (int64_t)a.B * opt_.context);
+  forward(o, a, a.tokens[slot], hook, chunk);
   if (eval) {
-    insert_softmax_xent_fwd(o.named("eval.fwd.loss"), a.logits, a.targets[slot], a.probs, stats, true, status_,
-                            row_data_);
+    const Tensor& xf = o.rt && o.rt->matmul_inputs_bf16() ? a.xf_h : a.xf;  // as forward's
+    if (chunk)
+      insert_lm_head_xent(o.named("eval.fwd.lm_head_loss"), xf, head_->value, a.targets[slot], nullptr, nullptr,
+                          stats, chunk, 1.0f, true, status_, row_data_);
+    else  // (the probabilities, which nothing reads, into the gradient's buffer: one (N, V) less)
+      insert_softmax_xent_fwd(o.named("eval.fwd.loss"), a.logits, a.targets[slot], a.dlogits, stats, true, status_,
+                              row_data_);
     return;
   }
   // the loss and its gradient in one pass over the logits; the gradient of the mean over the
   // batch's counted targets (a batch of rows without any: a zero gradient)
-  insert_softmax_xent_fwd_bwd(o.named("fwd_bwd.loss"), a.logits, a.targets[slot], a.dlogits, stats,
-                              loss_scale_ / (float)std::max<int64_t>(count, 1), false, status_, row_data_);
-  backward(o, a, a.tokens[slot], hook);
+  const float scale = loss_scale_ / (float)std::max<int64_t>(count, 1);
+  if (!chunk)
+    insert_softmax_xent_fwd_bwd(o.named("fwd_bwd.loss"), a.logits, a.targets[slot], a.dlogits, stats, scale, false,
+                                status_, row_data_);
+  backward(o, a, a.tokens[slot], hook, HeadLoss{chunk, &a.targets[slot], &stats, scale});
 }
 
 void LlamaLanguageModel::submit_step(Runtime& rt, int64_t step, const std::vector<int32_t>& indices,

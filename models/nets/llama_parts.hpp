@@ -52,7 +52,7 @@ struct LlamaLanguageModel::Acts {
   const Tensor& out(int l) { return segment_end(l) ? outs[(size_t)l] : at(l).res2; }
   Tensor xf, rstdf;                 // (N, C), (N) the final norm
   Tensor xf_h;                      // xf in bf16, as the layers' inputs above (the head's input)
-  Tensor logits, probs, dlogits;    // (N, V)
+  Tensor logits, dlogits;           // (N, V) (not with the chunked head: LlamaLanguageModel::head_chunk)
   Tensor head_dw;                   // (V, C) tied head: its weight gradient, added to the embedding's
   Tensor dres_a, dres_b, dxn, dxn_b, dxf;  // (N, C)
   Tensor datty, dq, dk, dv;                // (N, H*hs), (N, H*hs), (N, Hkv*hs), (N, Hkv*hs)
@@ -71,7 +71,7 @@ struct LlamaLanguageModel::Acts {
                               &A.up, &A.h, &A.res2, &A.xn1_h, &A.atty_h, &A.xn2_h, &A.h_h})
         f(*t);
     for (const Tensor& t : outs) f(t);
-    for (const Tensor* t : {&x0, &xf, &rstdf, &xf_h, &logits, &probs, &dlogits, &head_dw, &dres_a, &dres_b, &dxn,
+    for (const Tensor* t : {&x0, &xf, &rstdf, &xf_h, &logits, &dlogits, &head_dw, &dres_a, &dres_b, &dxn,
                             &dxn_b, &dxf, &datty, &dq, &dk, &dv, &dh, &dgate, &dup, &dres_a_h, &dres_b_h, &dq_h, &dk_h,
                             &dv_h, &dgate_h, &dup_h, &dlogits_h})
       f(*t);

@@ -55,7 +55,7 @@ const json kRichA = json::parse(R"({
               "overlap_step": true, "offload": true, "auto_ratio": 0.5, "full_warm_up_rounds": 2,
               "pt_reserved_cores_perc": 0.25, "max_staleness": 2, "importance": "l2", "reset_host_moments": true},
   "runtime": {"sched": "eager", "cuda_workers": -1, "tile_elems": 4096, "lookahead": 3, "crossings": "host",
-              "priorities": false, "stream_gradients": false},
+              "priorities": false, "stream_gradients": false, "logits_chunk_elems": 4096},
   "log": {"every": 5, "warmup_steps": 1}
 })");
 const json kRichB = json::parse(R"({

@@ -47,6 +47,15 @@ inline std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
 
 inline std::vector<float> uniform_f(size_t n, float lo, float hi, uint32_t seed) { return uniform(n, lo, hi, seed); }
 
+// ||got - want|| / ||want|| (L2, in double)
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+    n += (double)want[i] * want[i];
+  }
+  return got.size() == want.size() ? std::sqrt(d / std::max(n, 1e-300)) : INFINITY;
+}
 inline double max_abs(const float* a, size_t n) {
   double m = 0.0;
   for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs((double)a[i]));

@@ -361,6 +361,111 @@ TEST(SoftmaxXent, FwdBwdFusedIsBitwiseFwdThenBwd) {
   }
 }
 
+// The LM head and its loss in vocabulary chunks (lm_head_xent, the Llama's head above
+// runtime.logits_chunk_elems) against the whole logits: the product, softmax_xent_fwd_bwd and the
+// two gradient products. One chunk, equal chunks, a shorter last chunk and one column a chunk; fp32
+// and bf16 products (x and w as bf16 bits, dw written in bf16 or fp32). The counts are equal; the
+// loss, dx and dw within rounding: the chunked sum of exp is rescaled when a later chunk raises a
+// row's max, so its float rounding differs from the one-pass sum (1e-6 relative on the loss and
+// 1e-5 relative L2 on the fp32 gradients; 2e-3 where a gradient is rounded to bf16, half a bf16
+// spacing). The forward alone (no dx) returns the same loss and counts, bitwise.
+TEST(LmHeadXent, ChunksMatchTheWholeLogits) {
+  uint32_t seed = 4400;
+  struct Case { int N, C, V, Vc; };
+  for (const Case k : {Case{5, 16, 37, 37}, {33, 24, 100, 25}, {33, 24, 100, 7}, {70, 64, 300, 64}, {9, 8, 13, 1}}) {
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) + " V=" + std::to_string(k.V) +
+                   " Vc=" + std::to_string(k.Vc) + (bf16 ? " bf16" : " fp32"));
+      const int N = k.N, C = k.C, V = k.V;
+      std::vector<float> x = uniform((size_t)N * C, -1.5f, 1.5f, seed++), w = uniform((size_t)V * C, -1.f, 1.f, seed++);
+      std::vector<uint16_t> xh(x.size()), wh(w.size());
+      if (bf16) {  // the operands as stored bf16 values
+        cpu::pack_bf16(x.data(), xh.data(), x.size());
+        cpu::pack_bf16(w.data(), wh.data(), w.size());
+        cpu::unpack_bf16(xh.data(), x.data(), x.size());
+        cpu::unpack_bf16(wh.data(), w.data(), w.size());
+      }
+      const cpu::MatOperand X{bf16 ? (const void*)xh.data() : x.data(), bf16};
+      const cpu::MatOperand W{bf16 ? (const void*)wh.data() : w.data(), bf16};
+      std::mt19937 rng(seed++);
+      std::vector<int32_t> labels((size_t)N);
+      for (int i = 0; i < N; ++i) labels[(size_t)i] = i % 4 == 3 ? -1 : (int32_t)(rng() % (unsigned)V);
+      const float scale = 0.5f / (float)N;
+      // the whole logits
+      std::vector<float> z((size_t)N * V), dz(z.size()), dx((size_t)N * C), dw((size_t)V * C);
+      cpu::matmul_fwd_mixed(X, W, z.data(), N, C, V, false, bf16);
+      for (int i = 0; i < N; i += 3)  // some rows whose label is the argmax: the count is exercised
+        if (labels[(size_t)i] >= 0)
+          labels[(size_t)i] = (int32_t)(std::max_element(z.begin() + (size_t)i * V, z.begin() + (size_t)(i + 1) * V) -
+                                        (z.begin() + (size_t)i * V));
+      int64_t ok = -1, n = -1;
+      const double loss = cpu::softmax_xent_fwd_bwd(z.data(), labels.data(), dz.data(), N, V, scale, &ok, &n);
+      cpu::matmul_bwd_weight_mixed({dz.data(), false}, X, dw.data(), N, C, V, false, false, bf16);
+      cpu::matmul_bwd_data_mixed({dz.data(), false}, W, dx.data(), N, C, V, false, bf16);
+      // chunked, dw in fp32 and (bf16) in bf16
+      for (bool dw16 : {false, true}) {
+        if (dw16 && !bf16) continue;
+        SCOPED_TRACE(dw16 ? "dw bf16" : "dw fp32");
+        std::vector<float> gx((size_t)N * C, NAN), gw((size_t)V * C, NAN);
+        std::vector<uint16_t> gwh(gw.size(), 0xffff);
+        int64_t ok2 = -1, n2 = -1;
+        const cpu::Ew DW{dw16 ? (void*)gwh.data() : (void*)gw.data(), dw16};
+        const double loss2 =
+            cpu::lm_head_xent(X, W, labels.data(), gx.data(), DW, N, C, V, k.Vc, scale, bf16, &ok2, &n2);
+        if (dw16) cpu::unpack_bf16(gwh.data(), gw.data(), gw.size());
+        EXPECT_EQ(ok2, ok);
+        EXPECT_EQ(n2, n);
+        EXPECT_GT(ok2, 0);
+        EXPECT_NEAR(loss2, loss, 1e-6 * std::fabs(loss));
+        EXPECT_LT(rel_l2(gx, dx), bf16 ? 2e-3 : 1e-5) << "dx";
+        EXPECT_LT(rel_l2(gw, dw), dw16 || bf16 ? 2e-3 : 1e-5) << "dw";
+        int64_t ok3 = -1, n3 = -1;
+        const double loss3 = cpu::lm_head_xent(X, W, labels.data(), nullptr, {nullptr, false}, N, C, V, k.Vc, scale,
+                                               bf16, &ok3, &n3);
+        EXPECT_EQ(std::memcmp(&loss3, &loss2, sizeof loss3), 0) << loss3 << " vs " << loss2;
+        EXPECT_EQ(ok3, ok2);
+        EXPECT_EQ(n3, n2);
+      }
+    }
+  }
+}
+
+// The token embedding on buffers as stored (the Llama's under precision bf16: a (V, C) bf16 table
+// and gradient, not widened whole): bitwise the fp32 kernels on the widened buffers with the
+// outputs rounded, every combination of fp32 and bf16 table and x; repeated and unused ids.
+TEST(TokenEmbeddingMixed, BitwiseTheWidenedKernels) {
+  const int B = 3, T = 7, C = 19, V = 11;
+  std::vector<int32_t> tok((size_t)B * T);
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)((i * 7) % 5 + (i % 4 == 0 ? 6 : 0));  // ids 0-10, some unused
+  std::vector<float> w = uniform((size_t)V * C, -2.f, 2.f, 71), dx = uniform((size_t)B * T * C, -1.f, 1.f, 72);
+  std::vector<uint16_t> wh(w.size()), dxh(dx.size());
+  cpu::pack_bf16(w.data(), wh.data(), w.size());
+  cpu::pack_bf16(dx.data(), dxh.data(), dx.size());
+  std::vector<float> wr(w.size()), dxr(dx.size());
+  cpu::unpack_bf16(wh.data(), wr.data(), wr.size());
+  cpu::unpack_bf16(dxh.data(), dxr.data(), dxr.size());
+  for (bool in16 : {false, true})
+    for (bool out16 : {false, true}) {
+      SCOPED_TRACE(std::string(in16 ? "bf16" : "fp32") + " in, " + (out16 ? "bf16" : "fp32") + " out");
+      // the reference: the fp32 kernels on the widened inputs, the output rounded after
+      std::vector<float> x((size_t)B * T * C), dw((size_t)V * C);
+      cpu::embedding_fwd(tok.data(), in16 ? wr.data() : w.data(), nullptr, x.data(), B, T, C);
+      cpu::embedding_bwd(tok.data(), in16 ? dxr.data() : dx.data(), dw.data(), nullptr, B, T, C, V);
+      if (out16) cpu::round_bf16(x.data(), x.size()), cpu::round_bf16(dw.data(), dw.size());
+      std::vector<float> x2(x.size(), NAN), dw2(dw.size(), NAN);
+      std::vector<uint16_t> x2h(x.size(), 0xffff), dw2h(dw.size(), 0xffff);
+      const cpu::Ew W{in16 ? (void*)wh.data() : (void*)w.data(), in16}, D{in16 ? (void*)dxh.data() : (void*)dx.data(), in16};
+      const cpu::Ew X{out16 ? (void*)x2h.data() : (void*)x2.data(), out16};
+      const cpu::Ew DW{out16 ? (void*)dw2h.data() : (void*)dw2.data(), out16};
+      cpu::token_embedding_fwd_mixed(tok.data(), W, X, B, T, C);
+      cpu::token_embedding_bwd_mixed(tok.data(), D, DW, B, T, C, V);
+      if (out16) cpu::unpack_bf16(x2h.data(), x2.data(), x2.size()), cpu::unpack_bf16(dw2h.data(), dw2.data(), dw2.size());
+      EXPECT_EQ(std::memcmp(x.data(), x2.data(), x.size() * sizeof(float)), 0) << "forward";
+      EXPECT_EQ(std::memcmp(dw.data(), dw2.data(), dw.size() * sizeof(float)), 0) << "backward";
+      EXPECT_EQ(dw2[(size_t)5 * C], 0.0f) << "an unused id's row is zero";
+    }
+}
+
 // gelu_math's exp_poly, the softmax's and the GELU's exponential, against exp in double rounded to
 // float: within 1 ulp (measured: at most 1) over [-80, 80], the range it is exact in (below -80 it
 // returns exp(-80), which the softmax's max subtraction makes a weight of at most 1.8e-35).

@@ -32,11 +32,14 @@
 // bits into its packed heads and rounds its outputs as it copies them into place; the fp32 path
 // widens each sequence's rows in the tile that computes it and rounds its out there. Either way
 // the bits of widening the whole buffers first and rounding the outputs after.
-// Each sequence is a tile of kernels::cpu::parallel_for: the device side's idle cores help, and
-// every tile computes the same values whoever runs it (the same calls on the same shapes: bitwise
-// independent of the thread count). Every scratch is a per-thread buffer, fully written before it
-// is read: fp32, 2 H min(T, kBlock) T floats for P and dS (H = 32, T = 4096: 64 MiB), plus the
-// sequence's widened or packed operands (attention_workspace_bytes counts them).
+// The tiles of kernels::cpu::parallel_for: the fp32 path's are a sequence's KV heads a few at a
+// time (kv_per_tile: as many as keep its scratch near 16 MiB, from the shapes only), the bf16
+// path's a whole sequence. The device side's idle cores help, and every tile computes the same
+// values whoever runs it (the same calls on the same shapes: bitwise independent of the thread
+// count). Every scratch is a per-thread buffer, fully written before it is read: fp32,
+// 2 n min(T, kBlock) T floats for P and dS of a tile's n query heads, plus the tile's widened or
+// packed operands (attention_workspace_bytes counts them; H = 32, T = 4096, hs = 128: one head
+// a tile, 20 MiB, where a whole sequence's were 576 MiB).
 // oneDNN against OpenBLAS at the GPT's shapes: docs/architecture.md, "Attention".
 #include <algorithm>
 #include <cmath>
@@ -111,24 +114,45 @@ struct Views {
   // the fp32 path: q, k, v stored in bf16 (each sequence's rows widened in its tile; q, k, v null)
   const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
 };
-// One sequence's rows [off, off + n) of an operand as fp32: in place, or its bf16 bits widened
-// (exact) into buf
-const float* rows_f32(const float* f, const uint16_t* h, size_t off, size_t n, std::vector<float>& buf) {
-  if (!h) return f + off;
-  if (buf.size() < n) buf.resize(n);
-  unpack_bf16(h + off, buf.data(), n);
-  return buf.data();
+// The fp32 path's tile: sequence b's KV heads [g0, g0 + ng) and their query heads
+// [g0 G, (g0 + ng) G). KV heads are taken kv_per_tile at a time, a number from the shapes only,
+// so that a tile's scratch (its widened operands and a row block's P and dS) stays near
+// kTileBytes: at T = 4096 one head (about 19 MB), where a whole sequence's was 576 MB.
+constexpr size_t kTileBytes = size_t(16) << 20;
+int kv_per_tile(int T, int Hkv, int G, int hs) {
+  const size_t blk = 2 * (size_t)G * std::min(T, 64) * T, ops = (size_t)T * hs * (4 * (size_t)G + 4);
+  return (int)std::clamp<size_t>(kTileBytes / (sizeof(float) * (blk + ops)), 1, (size_t)std::max(Hkv, 1));
 }
-// The fp32 path's sequence b: q, k, v (widened where stored in bf16: the thread's buffers)
-struct Seq {
-  const float *q, *k, *v;
+// Columns [c0, c0 + n) of sequence b's T rows (row stride ld) of an operand as fp32: in place,
+// or its bf16 bits widened (exact) into buf, row stride n
+struct Cols {
+  const float* p;
+  int ld;
 };
-Seq sequence(const Views& w, int b) {
-  thread_local std::vector<float> bq, bk, bv;
-  const size_t nq = (size_t)w.T * w.ldq, nkv = (size_t)w.T * w.ldkv;
-  return {rows_f32(w.q, w.q16, (size_t)b * nq, nq, bq), rows_f32(w.k, w.k16, (size_t)b * nkv, nkv, bk),
-          rows_f32(w.v, w.v16, (size_t)b * nkv, nkv, bv)};
+Cols cols_f32(const float* f, const uint16_t* h, int ld, int b, int T, int c0, int n, std::vector<float>& buf) {
+  const size_t row0 = (size_t)b * T;
+  if (!h) return {f + row0 * ld + c0, ld};
+  if (buf.size() < (size_t)T * n) buf.resize((size_t)T * n);
+  for (int t = 0; t < T; ++t) unpack_bf16(h + (row0 + t) * ld + c0, buf.data() + (size_t)t * n, (size_t)n);
+  return {buf.data(), n};
 }
+// A tile's output columns: in place (f), or a buffer (row stride n) that round_cols rounds into
+// the bf16 output h after
+struct OutCols {
+  float* p;
+  int ld;
+};
+OutCols out_cols(float* f, uint16_t* h, int ld, int b, int T, int c0, int n, std::vector<float>& buf) {
+  if (!h) return {f + (size_t)b * T * ld + c0, ld};
+  if (buf.size() < (size_t)T * n) buf.resize((size_t)T * n);
+  return {buf.data(), n};
+}
+void round_cols(const OutCols& o, uint16_t* h, int ld, int b, int T, int c0, int n) {
+  if (!h) return;
+  for (int t = 0; t < T; ++t) to_bf16(o.p + (size_t)t * n, h + ((size_t)b * T + t) * ld + c0, (size_t)n);
+}
+// the fp32 path's per-thread operand buffers (q, k, v, out or dout; dq, dk, dv)
+thread_local std::vector<float> tl_q, tl_k, tl_v, tl_o, tl_dq, tl_dk, tl_dv;
 struct Grads {
   float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv as the views
   uint16_t* dqkv16 = nullptr;  // the bf16 backward: the GPT's fused dqkv stored in bf16 (rounded into place)
@@ -154,74 +178,74 @@ void fwd_fp32(const Views& w, float* out, float* lse) {
   const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs;
   const float scale = 1.0f / std::sqrt((float)hs);
   const int64_t gq = (int64_t)G * hs;
-  parallel_tiles(w.B, [&](int b) {
-    const Seq sq = sequence(w, b);
-    const float *q = sq.q, *k = sq.k, *v = sq.v;
-    thread_local std::vector<float> ob;  // a bf16 out's fp32 rows
-    float* o = w.out16 ? grown(ob, (size_t)T * w.ldo) : out + (size_t)b * T * w.ldo;  // (T, ldo)
-    float* s = grown(tl_p, block_floats(T, H));
-    float* l = lse + (size_t)b * H * T;  // (H, T)
+  const int nkv = kv_per_tile(T, Hkv, G, hs), per = (Hkv + nkv - 1) / nkv;
+  parallel_tiles(w.B * per, [&](int tile) {
+    const int b = tile / per, g0 = tile % per * nkv, ng = std::min(nkv, Hkv - g0), nh = ng * G;
+    const Cols q = cols_f32(w.q, w.q16, w.ldq, b, T, g0 * G * hs, nh * hs, tl_q);
+    const Cols k = cols_f32(w.k, w.k16, w.ldkv, b, T, g0 * hs, ng * hs, tl_k);
+    const Cols v = cols_f32(w.v, w.v16, w.ldkv, b, T, g0 * hs, ng * hs, tl_v);
+    const OutCols o = out_cols(out, w.out16, w.ldo, b, T, g0 * G * hs, nh * hs, tl_o);
+    float* s = grown(tl_p, block_floats(T, nh));
+    float* l = lse + ((size_t)b * H + (size_t)g0 * G) * T;  // (nh, T) of (B, H, T)
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
       const int64_t mn = (int64_t)m * r1;
       for (int j = 0; j < G; ++j)
-        heads(m, r1, hs, false, true, w.ldq, w.ldkv, r1, scale, Hkv, gq, hs, G * mn, q + (size_t)r0 * w.ldq + j * hs,
-              k, s + j * mn);
-      for (int hd = 0; hd < H; ++hd) causal_softmax(s + hd * mn, r0, r1, l + (size_t)hd * T);
+        heads(m, r1, hs, false, true, q.ld, k.ld, r1, scale, ng, gq, hs, G * mn, q.p + (size_t)r0 * q.ld + j * hs,
+              k.p, s + j * mn);
+      for (int hd = 0; hd < nh; ++hd) causal_softmax(s + hd * mn, r0, r1, l + (size_t)hd * T);
       for (int j = 0; j < G; ++j)
-        heads(m, hs, r1, false, false, r1, w.ldkv, w.ldo, 1.0f, Hkv, G * mn, hs, gq, s + j * mn, v,
-              o + j * hs + (size_t)r0 * w.ldo);
+        heads(m, hs, r1, false, false, r1, v.ld, o.ld, 1.0f, ng, G * mn, hs, gq, s + j * mn, v.p,
+              o.p + j * hs + (size_t)r0 * o.ld);
     }
-    if (w.out16) to_bf16(o, w.out16 + (size_t)b * T * w.ldo, (size_t)T * w.ldo);
+    round_cols(o, w.out16, w.ldo, b, T, g0 * G * hs, nh * hs);
   });
 }
 
-// One sequence's backward, row blocks from the last to the first: the last block's columns are
-// all T rows of dk and dv, so group 0's products there write them and every later product adds
-void bwd_sequence(const Views& w, const float* dout, const float* lse, const Grads& g, int b) {
-  const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs;
+// One tile's backward (fwd_fp32's tiles), row blocks from the last to the first: the last
+// block's columns are all T rows of dk and dv, so group 0's products there write them and every
+// later product adds
+void bwd_tile(const Views& w, const float* dout, const float* lse, const Grads& g, int b, int g0, int ng) {
+  const int T = w.T, H = w.H, Hkv = w.Hkv, G = H / Hkv, hs = w.hs, nh = ng * G;
   const float scale = 1.0f / std::sqrt((float)hs);
   const int64_t gq = (int64_t)G * hs;
-  const Seq sq = sequence(w, b);
-  const float *q = sq.q, *k = sq.k, *v = sq.v;
-  thread_local std::vector<float> bo, bq, bk, bv;  // a bf16 dout widened; bf16 dq, dk, dv's fp32 rows
-  const size_t nq = (size_t)T * w.ldq, nkv = (size_t)T * w.ldkv, no = (size_t)T * w.ldo;
-  const float* dO = rows_f32(dout, w.dout16, (size_t)b * no, no, bo);
-  auto rows = [&](float* f, const uint16_t* h, size_t n, std::vector<float>& buf) {
-    return h ? grown(buf, n) : f + (size_t)b * n;
-  };
-  float* dq = rows(g.dq, g.dq16, nq, bq);
-  float* dk = rows(g.dk, g.dk16, nkv, bk);
-  float* dv = rows(g.dv, g.dv16, nkv, bv);
-  float *p = grown(tl_p, block_floats(T, H)), *ds = grown(tl_ds, block_floats(T, H));
-  const float* l = lse + (size_t)b * H * T;
+  const int cq = g0 * G * hs, ckv = g0 * hs;  // the tile's first columns
+  const Cols q = cols_f32(w.q, w.q16, w.ldq, b, T, cq, nh * hs, tl_q);
+  const Cols k = cols_f32(w.k, w.k16, w.ldkv, b, T, ckv, ng * hs, tl_k);
+  const Cols v = cols_f32(w.v, w.v16, w.ldkv, b, T, ckv, ng * hs, tl_v);
+  const Cols dO = cols_f32(dout, w.dout16, w.ldo, b, T, cq, nh * hs, tl_o);
+  const OutCols dq = out_cols(g.dq, g.dq16, w.ldq, b, T, cq, nh * hs, tl_dq);
+  const OutCols dk = out_cols(g.dk, g.dk16, w.ldkv, b, T, ckv, ng * hs, tl_dk);
+  const OutCols dv = out_cols(g.dv, g.dv16, w.ldkv, b, T, ckv, ng * hs, tl_dv);
+  float *p = grown(tl_p, block_floats(T, nh)), *ds = grown(tl_ds, block_floats(T, nh));
+  const float* l = lse + ((size_t)b * H + (size_t)g0 * G) * T;
   const int last = last_block(T);
   for (int r0 = last; r0 >= 0; r0 -= kBlock) {
     const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
     const int64_t mn = (int64_t)m * r1;
-    const float* qb = q + (size_t)r0 * w.ldq;
-    const float* ob = dO + (size_t)r0 * w.ldo;
+    const float* qb = q.p + (size_t)r0 * q.ld;
+    const float* ob = dO.p + (size_t)r0 * dO.ld;
     for (int j = 0; j < G; ++j) {  // S again (the forward's call), dP = dout v^T
-      heads(m, r1, hs, false, true, w.ldq, w.ldkv, r1, scale, Hkv, gq, hs, G * mn, qb + j * hs, k, p + j * mn);
-      heads(m, r1, hs, false, true, w.ldo, w.ldkv, r1, 1.0f, Hkv, gq, hs, G * mn, ob + j * hs, v, ds + j * mn);
+      heads(m, r1, hs, false, true, q.ld, k.ld, r1, scale, ng, gq, hs, G * mn, qb + j * hs, k.p, p + j * mn);
+      heads(m, r1, hs, false, true, dO.ld, v.ld, r1, 1.0f, ng, gq, hs, G * mn, ob + j * hs, v.p, ds + j * mn);
     }
-    for (int hd = 0; hd < H; ++hd) {
+    for (int hd = 0; hd < nh; ++hd) {
       probs_rows(p + hd * mn, r0, r1, l + (size_t)hd * T);
       causal_softmax_bwd(p + hd * mn, ds + hd * mn, r0, r1);
     }
     for (int j = 0; j < G; ++j) {
       const bool acc = r0 != last || j > 0;
-      heads(m, hs, r1, false, false, r1, w.ldkv, w.ldq, scale, Hkv, G * mn, hs, gq, ds + j * mn, k,
-            dq + j * hs + (size_t)r0 * w.ldq);                                                   // dq = dS k
-      heads(r1, hs, m, true, false, r1, w.ldo, w.ldkv, 1.0f, Hkv, G * mn, gq, hs, p + j * mn, ob + j * hs, dv,
+      heads(m, hs, r1, false, false, r1, k.ld, dq.ld, scale, ng, G * mn, hs, gq, ds + j * mn, k.p,
+            dq.p + j * hs + (size_t)r0 * dq.ld);                                                 // dq = dS k
+      heads(r1, hs, m, true, false, r1, dO.ld, dv.ld, 1.0f, ng, G * mn, gq, hs, p + j * mn, ob + j * hs, dv.p,
             acc);                                                                                // dv += P^T dout
-      heads(r1, hs, m, true, false, r1, w.ldq, w.ldkv, scale, Hkv, G * mn, gq, hs, ds + j * mn, qb + j * hs, dk,
+      heads(r1, hs, m, true, false, r1, q.ld, dk.ld, scale, ng, G * mn, gq, hs, ds + j * mn, qb + j * hs, dk.p,
             acc);                                                                                // dk += dS^T q
     }
   }
-  if (g.dq16) to_bf16(dq, g.dq16 + (size_t)b * nq, nq);
-  if (g.dk16) to_bf16(dk, g.dk16 + (size_t)b * nkv, nkv);
-  if (g.dv16) to_bf16(dv, g.dv16 + (size_t)b * nkv, nkv);
+  round_cols(dq, g.dq16, w.ldq, b, T, cq, nh * hs);
+  round_cols(dk, g.dk16, w.ldkv, b, T, ckv, ng * hs);
+  round_cols(dv, g.dv16, w.ldkv, b, T, ckv, ng * hs);
 }
 
 // bf16 (H == Hkv). T rows of n heads of hs columns (head h at column h hs, row stride ld) of x,
@@ -384,23 +408,27 @@ void bwd_sequence_bf16(const Views& w, const float* dout, const float* lse, cons
 // The backward over the sequences (each tile's buffers are its thread's)
 void bwd(const Views& w, const float* dout, const float* lse, const Grads& g, bool bf16) {
   if (w.T == 0) return;
-  parallel_tiles(w.B, [&](int b) {
-    if (bf16)
-      bwd_sequence_bf16(w, dout, lse, g, b);
-    else
-      bwd_sequence(w, dout, lse, g, b);
+  if (bf16) return parallel_tiles(w.B, [&](int b) { bwd_sequence_bf16(w, dout, lse, g, b); });
+  const int G = w.H / w.Hkv, nkv = kv_per_tile(w.T, w.Hkv, G, w.hs), per = (w.Hkv + nkv - 1) / nkv;
+  parallel_tiles(w.B * per, [&](int tile) {
+    const int g0 = tile % per * nkv;
+    bwd_tile(w, dout, lse, g, tile / per, g0, std::min(nkv, w.Hkv - g0));
   });
 }
 }  // namespace
 
-size_t attention_workspace_bytes(int T, int H, int Hkv, int hs) {
-  // P and dS (fp32); the larger path's per-sequence operands: the bf16 backward's packed q, k, v,
-  // dout and their block copies, P and dS rounded (2 bytes each), its fp32 dq block and dk, dv
-  // accumulators; the fp32 path's widened q, k, v, dout and the rows of a bf16 out, dq, dk, dv
-  const size_t th = (size_t)T * H * hs, tkv = (size_t)T * Hkv * hs, blk = block_floats(T, H);
-  const size_t bf16_ops = 2 * (8 * th + 2 * blk) + 4 * (3 * th);
-  const size_t fp32_ops = 4 * (4 * th + 4 * tkv);
-  return 2 * sizeof(float) * blk + std::max(bf16_ops, fp32_ops);
+size_t attention_workspace_bytes(int T, int H, int Hkv, int hs, bool bf16_products) {
+  // the fp32 path's tile: P and dS for its heads, the widened q, k, v, dout and the rows of a
+  // bf16 out, dq, dk, dv (kv_per_tile's count)
+  const int G = H / std::max(Hkv, 1), nkv = kv_per_tile(T, Hkv, G, hs), nh = nkv * G;
+  const size_t tq = (size_t)T * nh * hs, tkv = (size_t)T * nkv * hs;
+  const size_t fp32 = sizeof(float) * (2 * block_floats(T, nh) + 4 * tq + 4 * tkv);
+  if (!bf16_products) return fp32;
+  // the bf16 path (the GPT's, a whole sequence a tile): P and dS (fp32), the backward's packed q,
+  // k, v, dout and their block copies, P and dS rounded (2 bytes each), its fp32 dq block and dk,
+  // dv accumulators
+  const size_t th = (size_t)T * H * hs, blk = block_floats(T, H);
+  return std::max(fp32, 2 * sizeof(float) * blk + 2 * (8 * th + 2 * blk) + 4 * (3 * th));
 }
 
 void attention_fwd(const float* qkv, float* out, float* lse, int B, int T, int C, int NH, bool bf16) {

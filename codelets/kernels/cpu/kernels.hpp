@@ -98,6 +98,22 @@ struct Ew {
   bool bf16;
 };
 void bias_add_mixed(Ew y, const float* b, int B, int N);
+// The token embedding (no positions: embedding_fwd / embedding_bwd with wpe null) on the table, x
+// and their gradients as stored: the bits of widening them whole, the fp32 kernel, rounding its
+// output (the backward sums each row's positions in fp32 in their order, then rounds the row once)
+void token_embedding_fwd_mixed(const int32_t* tok, Ew wte, Ew x, int B, int T, int C);
+void token_embedding_bwd_mixed(const int32_t* tok, Ew dx, Ew dwte, int B, int T, int C, int V);
+// The LM head's product and its softmax cross-entropy in vocabulary chunks of Vc columns, never
+// holding the (N, V) logits: x (N, C) and w (V, C) as stored (fp32 or bf16 bits; bf16 products as
+// the matmuls' *_mixed), labels (N) as softmax_xent_fwd's (negative: ignored). The forward takes
+// each row's max, sum of exp(z - max) (rescaled when a later chunk raises the max) and first
+// argmax over the chunks in order; returns the loss sum and the counts as softmax_xent_fwd. With
+// dx: each chunk's logits again, their gradient (softmax - onehot) * scale, dw's rows of the
+// chunk written (dw (V, C), fp32 or bf16 rounded from the fp32 product) and dx (N, C) = the sum
+// of the chunks' dlogits w_c in chunk order. Within rounding of the whole-logits path (the sum of
+// exp is taken chunk by chunk); bitwise independent of the thread count.
+double lm_head_xent(MatOperand x, MatOperand w, const int32_t* labels, float* dx, Ew dw, int N, int C, int V,
+                    int Vc, float scale, bool bf16, int64_t* correct, int64_t* counted);
 void bias_grad_mixed(Ew dy, float* db, int B, int N);  // bias_grad, each bf16 row widened in turn
 void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n);            // relu_fwd or gelu_fwd
 void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n);    // relu_bwd or gelu_bwd
@@ -333,9 +349,10 @@ void attention_bwd_mixed(Ew dout, Ew qkv, const float* lse, Ew dqkv, int B, int 
 void causal_softmax(float* s, int r0, int r1, float* lse);
 void causal_softmax_bwd(const float* p, float* ds, int r0, int r1);
 // The bytes of scratch one thread holds for the attentions above (and the grouped-query ones
-// below) at these shapes: a row block's P and dS, the sequence's operands widened or packed. Each
-// thread that runs an attention tile keeps them (thread-local buffers, reused).
-size_t attention_workspace_bytes(int T, int H, int Hkv, int hs);
+// below) at these shapes: a tile's row block's P and dS, its operands widened or packed (the
+// fp32 path's tiles hold a few heads; bf16_products: the GPT's bf16 path, a whole sequence a
+// tile). Each thread that runs an attention tile keeps them (thread-local buffers, reused).
+size_t attention_workspace_bytes(int T, int H, int Hkv, int hs, bool bf16_products);
 // Mean over the first len[b] positions: y (B, C) = mean_{t < len[b]} x (B, T, C)[b, t]
 void mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
 // dx[b, t] = dy[b] / len[b] for t < len[b], 0 after

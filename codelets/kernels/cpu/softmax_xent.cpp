@@ -169,4 +169,92 @@ double gen_class_loss(const float* logits, const int32_t* targets, const int32_t
   return loss;
 }
 
+
+// ---- The LM head and its loss in vocabulary chunks (lm_head_xent, kernels.hpp)
+namespace {
+// operand rows [r0, ...) of a (rows, C) operand
+MatOperand rows_from(MatOperand m, size_t r0, int C) {
+  const size_t off = r0 * (size_t)C * (m.bf16 ? sizeof(uint16_t) : sizeof(float));
+  return {static_cast<const char*>(m.p) + off, m.bf16};
+}
+}  // namespace
+
+double lm_head_xent(MatOperand x, MatOperand w, const int32_t* labels, float* dx, Ew dw, int N, int C, int V,
+                    int Vc, float scale, bool bf16, int64_t* correct, int64_t* counted) {
+  Vc = std::max(1, std::min(Vc, V));
+  std::vector<float> L((size_t)N * Vc);  // a chunk's logits (N, n), then their gradient in place
+  // each row's running max, sum of exp(z - max) and first argmax, and its label's logit
+  std::vector<float> mx((size_t)N, 0.0f), sum((size_t)N, 0.0f), zy((size_t)N, 0.0f);
+  std::vector<int> arg((size_t)N, 0);
+  const int rows = std::max(1, kRowElems / Vc), tiles = (N + rows - 1) / rows;
+  auto each_row = [&](auto&& f) {  // tiles of rows (shapes only): the same bits whoever runs them
+    parallel_tiles(tiles, [&](int t) {
+      for (int i = t * rows; i < std::min(N, (t + 1) * rows); ++i) f(i);
+    });
+  };
+  for (int v0 = 0; v0 < V; v0 += Vc) {  // the forward: max, sum and label logit, chunk by chunk
+    const int n = std::min(Vc, V - v0);
+    matmul_fwd_mixed(x, rows_from(w, (size_t)v0, C), L.data(), N, C, n, false, bf16);
+    each_row([&](int i) {
+      const float* z = L.data() + (size_t)i * n;
+      const float cm = lane_max(z, (size_t)n);
+      if (v0 == 0 || cm > mx[(size_t)i]) {  // a new maximum: the sum so far rescaled to it
+        if (v0 > 0) sum[(size_t)i] *= gelu_math::exp_poly(mx[(size_t)i] - cm);
+        mx[(size_t)i] = cm;
+        arg[(size_t)i] = v0 + (int)(std::find(z, z + n, cm) - z);
+      }
+      const float m = mx[(size_t)i];
+      sum[(size_t)i] += lane_sum<float>((size_t)n, [&](size_t j) { return gelu_math::exp_poly(z[j] - m); });
+      const int y = labels[i];
+      if (y >= v0 && y < v0 + n) zy[(size_t)i] = z[y - v0];
+    });
+  }
+  std::vector<Part> part((size_t)std::max(tiles, 1));
+  parallel_tiles(tiles, [&](int t) {
+    for (int i = t * rows; i < std::min(N, (t + 1) * rows); ++i) {
+      if (labels[i] < 0) continue;
+      Part& q = part[(size_t)t];
+      q.loss += -((double)zy[(size_t)i] - (double)mx[(size_t)i] - std::log((double)sum[(size_t)i]));
+      q.ok += arg[(size_t)i] == labels[i];
+      ++q.n;
+    }
+  });
+  double loss = 0.0;
+  int64_t ok = 0, cnt = 0;
+  for (const Part& q : part) loss += q.loss, ok += q.ok, cnt += q.n;
+  if (correct) *correct = ok;
+  if (counted) *counted = cnt;
+  if (!dx) return loss;
+  // the backward: each chunk's logits again (the same call: the same bits), their gradient
+  // (softmax - onehot) * scale in place, its rows of dw written and its share of dx added (fixed
+  // order: chunk 0 writes dx, the others add)
+  std::vector<float> tmp(V > Vc ? (size_t)N * C : 0), dwc(dw.bf16 ? (size_t)Vc * C : 0);
+  for (int v0 = 0; v0 < V; v0 += Vc) {
+    const int n = std::min(Vc, V - v0);
+    const MatOperand wc = rows_from(w, (size_t)v0, C);
+    matmul_fwd_mixed(x, wc, L.data(), N, C, n, false, bf16);
+    each_row([&](int i) {
+      float* z = L.data() + (size_t)i * n;
+      const int y = labels[i];
+      if (y < 0) {
+        std::fill(z, z + n, 0.0f);
+        return;
+      }
+      const float m = mx[(size_t)i], inv = 1.0f / sum[(size_t)i];
+      for (int j = 0; j < n; ++j) z[j] = (gelu_math::exp_poly(z[j] - m) * inv) * scale;
+      if (y >= v0 && y < v0 + n) z[y - v0] -= scale;
+    });
+    const MatOperand g{L.data(), false};
+    float* dw_rows = dw.bf16 ? dwc.data() : static_cast<float*>(dw.p) + (size_t)v0 * C;
+    matmul_bwd_weight_mixed(g, x, dw_rows, N, C, n, false, false, bf16);
+    if (dw.bf16) pack_bf16(dw_rows, static_cast<uint16_t*>(dw.p) + (size_t)v0 * C, (size_t)n * C);
+    matmul_bwd_data_mixed(g, wc, v0 == 0 ? dx : tmp.data(), N, C, n, false, bf16);
+    if (v0 > 0)
+      parallel_ranges((size_t)N * C, 16, 1 << 16, [&](size_t b, size_t e) {
+        for (size_t k = b; k < e; ++k) dx[k] += tmp[k];
+      });
+  }
+  return loss;
+}
+
 }  // namespace zf::kernels::cpu

@@ -434,10 +434,11 @@ TEST(LmHeadXent, ChunksMatchTheWholeLogits) {
 // and gradient, not widened whole): bitwise the fp32 kernels on the widened buffers with the
 // outputs rounded, every combination of fp32 and bf16 table and x; repeated and unused ids.
 TEST(TokenEmbeddingMixed, BitwiseTheWidenedKernels) {
-  const int B = 3, T = 7, C = 19, V = 11;
-  std::vector<int32_t> tok((size_t)B * T);
-  for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)((i * 7) % 5 + (i % 4 == 0 ? 6 : 0));  // ids 0-10, some unused
+  const int B = 3, T = 40, C = 19, V = 11;
+  std::vector<int32_t> tok((size_t)B * T);  // ids 0-10, 5 unused, about 13 positions each
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)((i * 7) % 5 + (i % 4 == 0 ? 6 : 0));
   std::vector<float> w = uniform((size_t)V * C, -2.f, 2.f, 71), dx = uniform((size_t)B * T * C, -1.f, 1.f, 72);
+  for (size_t i = 0; i < dx.size(); i += 3) dx[i] *= 1000.0f + (float)i;  // magnitudes apart: the sums' order shows
   std::vector<uint16_t> wh(w.size()), dxh(dx.size());
   cpu::pack_bf16(w.data(), wh.data(), w.size());
   cpu::pack_bf16(dx.data(), dxh.data(), dx.size());

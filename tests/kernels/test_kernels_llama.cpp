@@ -259,7 +259,10 @@ TEST(LlamaKernels, GqaAttentionMatchesReference) {
   zf::blas_single_thread();
   for (auto [B, T, H, Hkv, hs] : {std::tuple{1, 1, 1, 1, 4}, std::tuple{2, 7, 4, 2, 3}, std::tuple{2, 22, 8, 2, 8},
                                   std::tuple{1, 64, 2, 2, 32}, std::tuple{1, 65, 4, 1, 8},
-                                  std::tuple{2, 150, 6, 3, 16}}) {
+                                  std::tuple{2, 150, 6, 3, 16},
+                                  // two KV heads a tile (kernels/cpu/attention.cpp's kv_per_tile at
+                                  // this T and hs): tiles of 2 and 1 KV heads per sequence
+                                  std::tuple{2, 300, 6, 3, 512}}) {
     SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                  " Hkv=" + std::to_string(Hkv) + " hs=" + std::to_string(hs));
     Gqa g(B, T, H, Hkv, hs, 70 + T);

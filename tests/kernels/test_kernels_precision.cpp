@@ -487,13 +487,21 @@ TEST(Bf16, AttentionOnStoredQkvBitwiseSameAsWidened) {
 // the 2-byte wrapper gave: the inputs widened whole, gqa_attention_fwd / _bwd, the outputs rounded
 // back.
 // One, two and four KV heads for four query heads; every mix of fp32 and bf16 operands.
+// Also at T = 600, hs = 512, where a tile is one KV head of a sequence (kv_per_tile): the stored
+// operands' columns widened and the outputs' rounded into place tile by tile.
 TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
   std::mt19937 gen(17);
-  const int B = 3, H = 4, hs = 16;
+  struct Shape { int B, H, Hkv, T, hs; };
+  std::vector<std::pair<Shape, int>> cases;  // a shape and a mask
   for (int Hkv : {1, 2, 4})
     for (int T : {5, 80})
-      for (int mask = 0; mask < 64; ++mask) {  // bits 0-3: q, k, v, out in bf16; 4: dout; 5: dq, dk, dv
-        SCOPED_TRACE("Hkv " + std::to_string(Hkv) + " T " + std::to_string(T) + " mask " + std::to_string(mask));
+      for (int mask = 0; mask < 64; ++mask) cases.push_back({Shape{3, 4, Hkv, T, 16}, mask});
+  for (int mask : {0, 7, 56, 63}) cases.push_back({Shape{2, 4, 2, 600, 512}, mask});
+  for (const auto& [sh, mask] : cases) {  // mask bits 0-3: q, k, v, out in bf16; 4: dout; 5: dq, dk, dv
+      const int B = sh.B, H = sh.H, Hkv = sh.Hkv, T = sh.T, hs = sh.hs;
+      {
+        SCOPED_TRACE("Hkv " + std::to_string(Hkv) + " T " + std::to_string(T) + " hs " + std::to_string(hs) +
+                     " mask " + std::to_string(mask));
         const size_t nq = (size_t)B * T * H * hs, nkv = (size_t)B * T * Hkv * hs, na = (size_t)B * H * T;
         Buf q = input(nq, mask & 1, gen), k = input(nkv, mask & 2, gen), v = input(nkv, mask & 4, gen);
         Buf dout = input(nq, mask & 16, gen), out = output(nq, mask & 8);
@@ -511,6 +519,7 @@ TEST(Bf16, GqaAttentionOnStoredOperandsBitwiseSameAsWidened) {
         ASSERT_TRUE(same_as_stored(dk, wdk)) << "dk";
         ASSERT_TRUE(same_as_stored(dv, wdv)) << "dv";
       }
+  }
 }
 
 // The bias gradient of a bf16-stored output gradient (cpu::bias_grad_mixed, each row widened in

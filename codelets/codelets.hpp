@@ -77,6 +77,10 @@ void insert_softmax_xent_fwd_bwd(const SubmitOptions& opt, const Tensor& logits,
 void insert_lm_head_xent(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& labels,
                          const Tensor* dx, const Tensor* dw, const Tensor& stats, int chunk, float scale,
                          bool accumulate, StepStatus* status, bool ignore_negative = false);
+// The chunk's columns for N rows of a V-id head when the logits may hold at most `most` elements
+// (runtime.logits_chunk_elems): chunks of equal width, the last one shorter, N x width <= most
+// where one column allows it; 0 when no chunking is needed (most <= 0, or N V <= most)
+int lm_head_chunk_cols(int64_t N, int64_t V, int64_t most);
 // out[offset + b] = log-likelihood of sequence b of B: the sum over its T rows of logits (B*T, V)
 // with targets >= 0 of log softmax(row)[target] (out: a tensor of doubles, updated in place).
 void insert_sequence_logprob(const SubmitOptions& opt, const Tensor& logits, const Tensor& targets, const Tensor& out,

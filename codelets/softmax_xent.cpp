@@ -4,6 +4,7 @@
 // log-likelihoods of the generative classifier's evaluation (per-row sums of log-probabilities).
 #include <starpu.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "codelets/codelet_util.hpp"
@@ -297,6 +298,12 @@ void insert_gen_class_loss(const SubmitOptions& opt, const Tensor& logits, const
       .submit();
 }
 
+
+int lm_head_chunk_cols(int64_t N, int64_t V, int64_t most) {
+  if (most <= 0 || N * V <= most) return 0;
+  const int64_t cols = std::max<int64_t>(1, most / N), chunks = (V + cols - 1) / cols;
+  return (int)((V + chunks - 1) / chunks);
+}
 
 void insert_lm_head_xent(const SubmitOptions& opt, const Tensor& x, const Tensor& w, const Tensor& labels,
                          const Tensor* dx, const Tensor* dw, const Tensor& stats, int chunk, float scale,

@@ -116,13 +116,9 @@ void hf_estimate(const Spec& s, int B, double& P, double& tensors, double& block
   // but, while the head's task runs, a chunk's logits, dx's partial sum and a bf16 dw's chunk
   const double N = (double)B * T, most = (double)s.runtime.logits_chunk_elems;
   const bool gpu = kSimulated || cuda_device(s);
-  const bool chunked = !gpu && most > 0 && N * V > most;
-  const double head = chunked ? 0.0 : 2 * V + (matmul_inputs_bf16(s) && !gpu ? V / 2 : 0.0);
-  if (chunked) {
-    const double cols = std::max(1.0, std::floor(most / N)), chunks = std::ceil(V / cols);
-    const double Vc = std::ceil(V / chunks);
-    act.head_scratch = 4 * (N * Vc + N * C + (s.precision == "bf16" ? Vc * C : 0.0));
-  }
+  const double Vc = gpu ? 0.0 : (double)lm_head_chunk_cols((int64_t)N, (int64_t)V, (int64_t)most);
+  const double head = Vc > 0 ? 0.0 : 2 * V + (matmul_inputs_bf16(s) && !gpu ? V / 2 : 0.0);
+  if (Vc > 0) act.head_scratch = 4 * (N * Vc + N * C + (s.precision == "bf16" ? Vc * C : 0.0));
   const double scratch = act.head_scratch;
   act = act_rows(s, (double)c.num_layers, C, B, s.model.context, c.num_heads, c.num_kv_heads, c.head_dim,
                  c.model_type == "gpt2", [&](double L, double kept) {

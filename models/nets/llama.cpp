@@ -283,10 +283,8 @@ void LlamaLanguageModel::forward(const SubmitOptions& o, Acts& a, const Tensor& 
 }
 
 int LlamaLanguageModel::head_chunk(const SubmitOptions& o, int64_t N) const {
-  const int64_t V = cfg_.vocab_size, most = opt_.logits_chunk_elems;
-  if (most <= 0 || N * V <= most || (o.rt && o.rt->device_is_cuda())) return 0;
-  const int64_t cols = std::max<int64_t>(1, most / N), chunks = (V + cols - 1) / cols;
-  return (int)((V + chunks - 1) / chunks);  // chunks of equal width, the last one shorter
+  if (o.rt && o.rt->device_is_cuda()) return 0;  // (no CUDA implementation: the whole logits)
+  return lm_head_chunk_cols(N, cfg_.vocab_size, opt_.logits_chunk_elems);
 }
 
 // a.dlogits (or the chunked head's loss) -> every parameter's gradient

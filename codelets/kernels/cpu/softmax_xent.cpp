@@ -249,10 +249,7 @@ double lm_head_xent(MatOperand x, MatOperand w, const int32_t* labels, float* dx
     matmul_bwd_weight_mixed(g, x, dw_rows, N, C, n, false, false, bf16);
     if (dw.bf16) pack_bf16(dw_rows, static_cast<uint16_t*>(dw.p) + (size_t)v0 * C, (size_t)n * C);
     matmul_bwd_data_mixed(g, wc, v0 == 0 ? dx : tmp.data(), N, C, n, false, bf16);
-    if (v0 > 0)
-      parallel_ranges((size_t)N * C, 16, 1 << 16, [&](size_t b, size_t e) {
-        for (size_t k = b; k < e; ++k) dx[k] += tmp[k];
-      });
+    if (v0 > 0) accumulate_mixed({dx, false}, {tmp.data(), false}, (size_t)N * C, 1.0f);
   }
   return loss;
 }

@@ -191,8 +191,8 @@ GqaArgs gqa_dims(const SubmitOptions& opt, const Tensor& q, const Tensor& k, con
 
 }  // namespace
 
-size_t attention_workspace_bytes(int B, int T, int H, int Hkv, int hs, bool bf16, bool cuda) {
-  if (!cuda) return kernels::cpu::attention_workspace_bytes(T, H, Hkv, hs, bf16);
+size_t attention_workspace_bytes(int B, int T, int H, int Hkv, int hs, bool gpt, bool bf16, bool cuda) {
+  if (!cuda) return kernels::cpu::attention_workspace_bytes(T, H, Hkv, hs, gpt, gpt && bf16);
   // kernels/cuda/attention.cu: the backward's scores and dS, 8 bytes each (12 under bf16), for
   // row blocks of at most 64 MiB (at least 64 rows); bf16's copies of q, k, v, dout and dq
   // (a block of R rows of every head's T columns: R W bytes, the whole batch's at most)

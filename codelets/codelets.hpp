@@ -304,9 +304,10 @@ void insert_attention_bwd(const SubmitOptions& opt, const Tensor& dout, const Te
                           const Tensor& dqkv, StepStatus* status);
 // The bytes of scratch an attention (either kind) holds at these shapes, about: on a CUDA worker,
 // the kernels' stream-ordered scratch per call (row blocks of at most 64 MiB, and under bf16 the
-// operands' 2-byte copies); on the CPU, per thread that runs a tile (reused; B does not enter),
-// bf16 there meaning the GPT's bf16 products (the grouped-query attention multiplies in fp32).
-size_t attention_workspace_bytes(int B, int T, int H, int Hkv, int hs, bool bf16, bool cuda);
+// operands' 2-byte copies); on the CPU, per thread that runs a tile (reused; B does not enter;
+// gpt: the GPT's attention, whose products are bf16 under bf16 where the grouped-query one's
+// stay fp32).
+size_t attention_workspace_bytes(int B, int T, int H, int Hkv, int hs, bool gpt, bool bf16, bool cuda);
 // y (B, C) = mean of x (B*T, C) over the first len[b] positions of sequence b; len (B) int32
 void insert_mean_pool_fwd(const SubmitOptions& opt, const Tensor& x, const Tensor& len, const Tensor& y);
 void insert_mean_pool_bwd(const SubmitOptions& opt, const Tensor& dy, const Tensor& len, const Tensor& dx);

@@ -8,7 +8,8 @@
 # engines alternate inside each round (shared machines: only ratios taken in one run mean something).
 #   bash experiments/flash-attention/run.sh     env: ROUNDS (3), STEPS (12; the first 4 excluded),
 #        BASE (the commit of the kept-probabilities attention, 7d9360b), BASE_BIN (a zenflow-run
-#        built at BASE; without it the script builds one in out/base, a few minutes with ccache)
+#        built at BASE; without it the script builds one in out/base, a few minutes with ccache),
+#        SIZES (the T:B pairs, "64:16 256:8 1024:2 4096:1")
 # Writes out/runs.csv and out/summary.md (medians over the rounds, new / base ratios).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,6 +20,7 @@ rounds=${ROUNDS:-3}
 steps=${STEPS:-12}
 base=${BASE:-7d9360b}
 base_bin=${BASE_BIN:-}
+sizes=${SIZES:-"64:16 256:8 1024:2 4096:1"}
 if [ -z "$base_bin" ]; then
   if [ ! -x "$out/base/build/zenflow-run" ]; then
     rm -rf "$out/base"
@@ -31,7 +33,7 @@ fi
 csv="$out/runs.csv"
 echo "engine,precision,T,B,round,attention_ms_per_step,median_step_ms,activation_bytes,peak_rss_kib" >"$csv"
 for r in $(seq "$rounds"); do
-  for tb in 64:16 256:8 1024:2 4096:1; do
+  for tb in $sizes; do
     T=${tb%:*} B=${tb#*:}
     for p in fp32 bf16; do
       for engine in base new; do

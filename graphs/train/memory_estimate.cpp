@@ -76,8 +76,8 @@ struct ActRows {
   double held = 0, unchecked = 0;
   double workspace_cpu = 0, workspace_cuda = 0;
   double head_scratch = 0;  // bytes: the chunked LM head's buffers while its task runs (hf_estimate)
-  // attention tiles a sequence has on a CPU device, at most: 1 for the GPT's bf16 path, the KV
-  // heads for the fp32 path (kernels/cpu/attention.cpp's kv_per_tile: a few heads a tile)
+  // attention tiles a sequence has on a CPU device, at most: 1 for the GPT's path, the KV heads
+  // for the grouped-query path (kernels/cpu/attention.cpp's kv_per_tile: a few heads a tile)
   double tiles_per_seq = 1;
 };
 // (gpt: the GPT's attention, whose CPU kernels multiply in bf16 under precision bf16; the
@@ -86,8 +86,9 @@ template <class Rows>
 ActRows act_rows(const Spec& s, double L, double C, int B, int T, int H, int Hkv, int hs, bool gpt, Rows rows) {
   const bool bf16 = s.precision == "bf16";
   return {rows(held_blocks(s, L), kept_outputs(s, L, C)), rows(L, 0.0),
-          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16 && gpt, false),
-          (double)attention_workspace_bytes(B, T, H, Hkv, hs, bf16, true), 0.0, bf16 && gpt ? 1.0 : (double)Hkv};
+          (double)attention_workspace_bytes(B, T, H, Hkv, hs, gpt, bf16, false),
+          (double)attention_workspace_bytes(B, T, H, Hkv, hs, gpt, bf16, true), 0.0,
+          gpt ? 1.0 : (double)Hkv};
 }
 
 // group_max: the largest layer group's parameters (a block, the embeddings, the norm and head;

@@ -228,6 +228,31 @@ TEST(GptKernels, AttentionIsCausalAcrossBlocks) {
     for (int c = 0; c < 3 * C; ++c) ASSERT_EQ(dqkv[(size_t)t * 3 * C + c], 0.0f) << t;
 }
 
+// A sequence's out, lse and dqkv are bitwise what it gets alone, wherever it falls in the batch
+// (fp32 and bf16 products): what data-parallel ranks, which split the batch, rely on. (Tiles of
+// several short sequences, each product batched over all their heads, would have to keep it.)
+TEST(GptKernels, AttentionSequenceBitwiseWhateverTheBatch) {
+  zf::blas_single_thread();
+  const int C = 64, NH = 4;
+  for (auto [B, T] : {std::pair{5, 64}, std::pair{7, 40}, std::pair{3, 100}})
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + (bf16 ? " bf16" : " fp32"));
+      const size_t n = (size_t)T * C, na = (size_t)NH * T;
+      FVec qkv = uniform_f(3 * B * n, -1, 1, 80 + T), dout = uniform_f(B * n, -1, 1, 81 + T);
+      FVec out(B * n), lse(B * na), dqkv(3 * B * n);
+      cpu::attention_fwd(qkv.data(), out.data(), lse.data(), B, T, C, NH, bf16);
+      cpu::attention_bwd(dout.data(), qkv.data(), lse.data(), dqkv.data(), B, T, C, NH, bf16);
+      for (int b = 0; b < B; ++b) {
+        FVec o1(n), l1(na), d1(3 * n);
+        cpu::attention_fwd(qkv.data() + 3 * b * n, o1.data(), l1.data(), 1, T, C, NH, bf16);
+        cpu::attention_bwd(dout.data() + b * n, qkv.data() + 3 * b * n, l1.data(), d1.data(), 1, T, C, NH, bf16);
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(o1[i], out[b * n + i]) << "out, sequence " << b;
+        for (size_t i = 0; i < na; ++i) ASSERT_EQ(l1[i], lse[b * na + i]) << "lse, sequence " << b;
+        for (size_t i = 0; i < 3 * n; ++i) ASSERT_EQ(d1[i], dqkv[3 * b * n + i]) << "dqkv, sequence " << b;
+      }
+    }
+}
+
 TEST(GptKernels, MeanPoolMatchesReference) {
   const int B = 3, T = 22, C = 55;
   std::vector<int32_t> len = {1, 22, 13};

@@ -286,7 +286,7 @@ TEST(LlamaKernels, GqaAttentionMatchesReference) {
 }
 
 // With as many KV heads as query heads, GQA is the GPT's attention on q, k, v held apart: the same
-// SGEMMs on other strides, so the same bits.
+// values, within the rounding of products summed in another order (below).
 TEST(LlamaKernels, GqaWithoutGroupingIsTheGptAttention) {
   zf::blas_single_thread();
   const int B = 2, T = 70, H = 4, hs = 8, C = H * hs;
@@ -301,8 +301,12 @@ TEST(LlamaKernels, GqaWithoutGroupingIsTheGptAttention) {
     }
   cpu::attention_fwd(qkv.data(), out.data(), lse.data(), B, T, C, H);
   cpu::attention_bwd(g.dout.data(), qkv.data(), lse.data(), dqkv.data(), B, T, C, H);
-  EXPECT_TRUE(bits_equal(out, g.out)) << "out";
-  EXPECT_TRUE(bits_equal(lse, g.lse)) << "lse";
+  // Not bitwise: the GPT's products run on dense per-head copies (oneDNN's brgemm), the
+  // grouped-query ones on strided views (gemm:jit), so their sums of hs or T terms are ordered
+  // differently. Within fp32 rounding of those sums: a relative L2 of a few 1e-8 here, 1e-6 a bound
+  // that a wrong head or mask (errors of order 1) cannot meet.
+  EXPECT_LT(rel_l2(out, g.out), 1e-6) << "out";
+  EXPECT_LT(rel_l2(lse, g.lse), 1e-6) << "lse";
   FVec dq(g.dq.size()), dk(g.dk.size()), dv(g.dv.size());
   for (size_t r = 0; r < (size_t)B * T; ++r)
     for (int c = 0; c < C; ++c) {
@@ -310,9 +314,9 @@ TEST(LlamaKernels, GqaWithoutGroupingIsTheGptAttention) {
       dk[r * C + c] = dqkv[r * 3 * C + C + c];
       dv[r * C + c] = dqkv[r * 3 * C + 2 * C + c];
     }
-  EXPECT_TRUE(bits_equal(dq, g.dq)) << "dq";
-  EXPECT_TRUE(bits_equal(dk, g.dk)) << "dk";
-  EXPECT_TRUE(bits_equal(dv, g.dv)) << "dv";
+  EXPECT_LT(rel_l2(dq, g.dq), 1e-6) << "dq";
+  EXPECT_LT(rel_l2(dk, g.dk), 1e-6) << "dk";
+  EXPECT_LT(rel_l2(dv, g.dv), 1e-6) << "dv";
 }
 
 TEST(LlamaKernels, RopeParamsProblemsNameTheField) {

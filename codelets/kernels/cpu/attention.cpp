@@ -1,7 +1,7 @@
 // Causal multi-head self-attention that keeps no T x T matrix (flash-attention's memory shape),
-// one sequence at a time: the GPT's on strided views of its fused qkv (B, T, 3C) = [q | k | v],
-// and grouped-query attention (Llama, Qwen2: docs/llama.md) on q (B, T, H hs), k and v
-// (B, T, Hkv hs) held apart, query head h reading KV head h / G, G = H / Hkv (HF's repeat_kv).
+// one sequence at a time: the GPT's on its fused qkv (B, T, 3C) = [q | k | v], and grouped-query
+// attention (Llama, Qwen2: docs/llama.md) on q (B, T, H hs), k and v (B, T, Hkv hs) held apart,
+// query head h reading KV head h / G, G = H / Hkv (HF's repeat_kv).
 // Rows are taken kBlock at a time; a block of query rows [r0, r1) reads the columns [0, r1) a
 // causal row can see, into a (H, r1 - r0, r1) scratch of its thread.
 // Forward, per row block: S = q k^T / sqrt(hs), P = softmax over j <= i, out = P v; what is saved
@@ -13,38 +13,43 @@
 // from the last to the first, in each the G query heads sharing a KV head in group order). The
 // recomputation costs one more product than keeping P (5 against 4); P from exp(S - lse) differs
 // from the forward's normalised P by rounding only.
-// The products are oneDNN matmul primitives batched over Hkv heads (kernels/cpu/gemm.hpp: one
-// call on the calling thread, created once per shape): group j's call takes the query heads
-// kv G + j, so with G = 1 (the GPT) it is one call over all heads; the softmax and its backward
-// are loops that GCC vectorizes (exp through gelu_math's exp_poly, row sums in lanes.hpp's fixed
+// The products are oneDNN matmul primitives batched over a tile's heads (kernels/cpu/gemm.hpp:
+// one call on the calling thread, created once per shape); the softmax and its backward are
+// loops that GCC vectorizes (exp through gelu_math's exp_poly, row sums in lanes.hpp's fixed
 // order).
-// bf16 (precision "bf16", where the CPU has native bf16; the GPT's attention, one KV head per
-// query head): the products' operands are rounded to bf16 (q, k, v and dout per sequence, P and
-// dS after the fp32 softmax and its backward), products summed in fp32 into fp32 outputs, as the
-// linear layers' (kernels/cpu/matmul.cpp). The bf16 operands are packed head by head, (H, T, hs),
-// and each block's operands are dense (H, rows, hs) copies (the packed heads themselves when one
-// block holds the sequence): oneDNN 2.6 runs a batched bf16 matmul on AMX (brg:avx512_core_amx_bf16)
-// only when every operand is dense and falls back to gemm:jit otherwise (3.5-10x slower at the
-// GPT's shapes: experiments/onednn, "bf16 step"). dk and dv sum the blocks' dense products in
-// fp32 accumulators (H, T, hs) of the thread.
+// Two paths:
+// - The GPT's (dense): a tile is a sequence, its q, k, v (and dout) packed head by head into
+//   dense (H, T, hs) buffers, each block's operands dense (H, rows, hs) copies (the packed heads
+//   themselves when one block holds the sequence), its outputs dense (H, rows, hs) copied into
+//   place, dk and dv summed in fp32 accumulators (H, T, hs). oneDNN 2.6 runs a batched matmul
+//   with brgemm (brg:avx512_core; brg:avx512_core_amx_bf16) only when every operand is dense and
+//   falls back to gemm:jit otherwise: in fp32 at T = 64 the strided QK^T took 1.4x the dense one
+//   (experiments/flash-attention, "T = 64"), in bf16 3.5-10x (experiments/onednn, "bf16 step").
+//   Under bf16 (precision "bf16", where the CPU has native bf16) the packed operands are bf16 (q,
+//   k, v and dout rounded, P and dS rounded after the fp32 softmax and its backward), products
+//   summed in fp32 into fp32 outputs, as the linear layers' (kernels/cpu/matmul.cpp); otherwise
+//   fp32.
+// - The grouped-query one (fp32 products): strided views of q, k, v, a call per group j taking
+//   the query heads kv G + j. Its tiles are a sequence's KV heads a few at a time (kv_per_tile:
+//   as many as keep its scratch near 16 MiB, from the shapes only).
 // Operands stored in bf16 (precision bf16's activations and, for the GPT, their gradients:
-// attention_*_mixed, gqa_attention_*_mixed) are read as stored: the bf16 path copies the stored
-// bits into its packed heads and rounds its outputs as it copies them into place; the fp32 path
-// widens each sequence's rows in the tile that computes it and rounds its out there. Either way
-// the bits of widening the whole buffers first and rounding the outputs after.
-// The tiles of kernels::cpu::parallel_for: the fp32 path's are a sequence's KV heads a few at a
-// time (kv_per_tile: as many as keep its scratch near 16 MiB, from the shapes only), the bf16
-// path's a whole sequence. The device side's idle cores help, and every tile computes the same
-// values whoever runs it (the same calls on the same shapes: bitwise independent of the thread
-// count). Every scratch is a per-thread buffer, fully written before it is read: fp32,
-// 2 n min(T, kBlock) T floats for P and dS of a tile's n query heads, plus the tile's widened or
-// packed operands (attention_workspace_bytes counts them; H = 32, T = 4096, hs = 128: one head
-// a tile, 20 MiB, where a whole sequence's were 576 MiB).
+// attention_*_mixed, gqa_attention_*_mixed) are read as stored: the dense path copies (or
+// widens) the stored bits into its packed heads and rounds its outputs as it copies them into
+// place; the grouped-query path widens each tile's columns and rounds its outputs there. Either
+// way the bits of widening the whole buffers first and rounding the outputs after.
+// The tiles of kernels::cpu::parallel_for: the device side's idle cores help, and every tile
+// computes the same values whoever runs it (the same calls on the same shapes: bitwise
+// independent of the thread count, and of the batch around a sequence). Every scratch is a
+// per-thread buffer, fully written before it is read: 2 n min(T, kBlock) T floats for P and dS
+// of a tile's n query heads, plus the tile's widened or packed operands
+// (attention_workspace_bytes counts them; H = 32, T = 4096, hs = 128: one head a tile, 20 MiB,
+// where a whole sequence's were 576 MiB).
 // oneDNN against OpenBLAS at the GPT's shapes: docs/architecture.md, "Attention".
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "codelets/kernels/cpu/bf16_pack.hpp"
@@ -56,17 +61,33 @@
 
 namespace zf::kernels::cpu {
 
+namespace {
+// f(j) for j in [0, n), 16 at a time (a loop of 16 that GCC turns into one AVX-512 operation, with
+// no alignment peeling or scalar epilogue), then one by one
+template <class F>
+inline void by16(int n, F&& f) {
+  int j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 16; ++k) f(j + k);
+  for (; j < n; ++j) f(j);
+}
+// Row i's exponentials are taken over [0, padded(i, r1)): whole 16-float vectors, so no row ends
+// in a scalar loop of exp_poly (which cost more than the vector part at T = 64). What lies past
+// the diagonal is computed and then zeroed: elementwise, so the values at j <= i are the same
+// bits as a loop that stops at i.
+int padded(int i, int r1) { return std::min(r1, (i + 16) / 16 * 16); }
+}  // namespace
+
 // Row block [r0, r1) of one head's scores s (r1 - r0 rows of r1 columns, row i - r0 holding query
 // i): the causal softmax in place (0 for i < j < r1) and lse[i], the row's log-sum-exp
 void causal_softmax(float* s, int r0, int r1, float* lse) {
   for (int i = r0; i < r1; ++i) {
     float* row = s + (size_t)(i - r0) * r1;
     const float mx = lane_max(row, i + 1);
-    for (int j = 0; j <= i; ++j) row[j] = gelu_math::exp_poly(row[j] - mx);
+    by16(padded(i, r1), [&](int j) { row[j] = gelu_math::exp_poly(row[j] - mx); });
     const float sum = lane_sum<float>(i + 1, [&](size_t j) { return row[j]; });
     const float inv = 1.0f / sum;
-    for (int j = 0; j <= i; ++j) row[j] *= inv;
-    for (int j = i + 1; j < r1; ++j) row[j] = 0.0f;
+    for (int j = 0; j < r1; ++j) row[j] = j <= i ? row[j] * inv : 0.0f;
     lse[i] = mx + std::log(sum);
   }
 }
@@ -77,8 +98,12 @@ void probs_rows(float* s, int r0, int r1, const float* lse) {
   for (int i = r0; i < r1; ++i) {
     float* row = s + (size_t)(i - r0) * r1;
     const float l = lse[i];
-    for (int j = 0; j <= i; ++j) row[j] = gelu_math::exp_poly(row[j] - l);
-    for (int j = i + 1; j < r1; ++j) row[j] = 0.0f;
+    const int n = padded(i, r1);
+    by16(n, [&](int j) {
+      const float e = gelu_math::exp_poly(row[j] - l);
+      row[j] = j <= i ? e : 0.0f;
+    });
+    for (int j = n; j < r1; ++j) row[j] = 0.0f;
   }
 }
 }  // namespace
@@ -89,8 +114,7 @@ void causal_softmax_bwd(const float* p, float* ds, int r0, int r1) {
     const float* pr = p + (size_t)(i - r0) * r1;
     float* dr = ds + (size_t)(i - r0) * r1;
     const float dot = lane_sum<float>(i + 1, [&](size_t j) { return pr[j] * dr[j]; });
-    for (int j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - dot);
-    for (int j = i + 1; j < r1; ++j) dr[j] = 0.0f;
+    for (int j = 0; j < r1; ++j) dr[j] = j <= i ? pr[j] * (dr[j] - dot) : 0.0f;
   }
 }
 namespace {
@@ -108,13 +132,13 @@ struct Views {
   const float *q, *k, *v;
   int ldq, ldkv, ldo;
   int B, T, H, Hkv, hs;
-  const uint16_t* qkv16 = nullptr;  // the bf16 path: the GPT's fused qkv as stored in bf16 (q null)
+  const uint16_t* qkv16 = nullptr;  // the dense path: the GPT's fused qkv as stored in bf16 (q null)
   uint16_t* out16 = nullptr;        // the forward: out stored in bf16 (rounded into place)
   const uint16_t* dout16 = nullptr; // the backward: dout stored in bf16 (the dout argument null)
-  // the fp32 path: q, k, v stored in bf16 (each sequence's rows widened in its tile; q, k, v null)
+  // the grouped-query path: q, k, v stored in bf16 (each tile's columns widened; q, k, v null)
   const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
 };
-// The fp32 path's tile: sequence b's KV heads [g0, g0 + ng) and their query heads
+// The grouped-query path's tile: sequence b's KV heads [g0, g0 + ng) and their query heads
 // [g0 G, (g0 + ng) G). KV heads are taken kv_per_tile at a time, a number from the shapes only,
 // so that a tile's scratch (its widened operands and a row block's P and dS) stays near
 // kTileBytes: at T = 4096 one head (about 19 MB), where a whole sequence's was 576 MB.
@@ -151,16 +175,15 @@ void round_cols(const OutCols& o, uint16_t* h, int ld, int b, int T, int c0, int
   if (!h) return;
   for (int t = 0; t < T; ++t) to_bf16(o.p + (size_t)t * n, h + ((size_t)b * T + t) * ld + c0, (size_t)n);
 }
-// the fp32 path's per-thread operand buffers (q, k, v, out or dout; dq, dk, dv)
+// the grouped-query path's per-thread operand buffers (q, k, v, out or dout; dq, dk, dv)
 thread_local std::vector<float> tl_q, tl_k, tl_v, tl_o, tl_dq, tl_dk, tl_dv;
 struct Grads {
   float *dq, *dk, *dv;  // strides ldq, ldkv, ldkv as the views
-  uint16_t* dqkv16 = nullptr;  // the bf16 backward: the GPT's fused dqkv stored in bf16 (rounded into place)
-  // the fp32 backward: dq, dk, dv stored in bf16 (each sequence's computed in the tile's fp32
-  // buffers, then rounded into place; dq, dk, dv null)
+  uint16_t* dqkv16 = nullptr;  // the dense path: the GPT's fused dqkv stored in bf16 (rounded into place)
+  // the grouped-query path: dq, dk, dv stored in bf16 (each tile's computed in its fp32 buffers,
+  // then rounded into place; dq, dk, dv null)
   uint16_t *dq16 = nullptr, *dk16 = nullptr, *dv16 = nullptr;
 };
-
 
 template <class V>
 V* grown(std::vector<V>& buf, size_t n) {
@@ -248,254 +271,253 @@ void bwd_tile(const Views& w, const float* dout, const float* lse, const Grads& 
   round_cols(dv, g.dv16, w.ldkv, b, T, ckv, ng * hs);
 }
 
-// bf16 (H == Hkv). T rows of n heads of hs columns (head h at column h hs, row stride ld) of x,
-// rounded to bf16 into buf as (n, T, hs)
-void pack_heads(const float* x, int T, int ld, int n, int hs, std::vector<uint16_t>& buf) {
-  grown(buf, (size_t)n * T * hs);
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < n; ++h) {
-      const float* src = x + (size_t)t * ld + (size_t)h * hs;
-      uint16_t* dst = buf.data() + ((size_t)h * T + t) * hs;
-      to_bf16(src, dst, hs);
-    }
+// The GPT's path (H == Hkv, the fused qkv): operands packed head by head into dense (heads, T, hs)
+// buffers of the products' type E (uint16_t: bf16 products, precision "bf16" where the CPU has
+// native bf16; float: fp32 products), every product on dense operands and outputs. oneDNN 2.6
+// runs a batched matmul with brgemm (brg:avx512_core, brg:avx512_core_amx_bf16) only when every
+// operand is dense, and falls back to gemm:jit otherwise: in fp32 at T = 64, 1.4x slower for QK^T
+// (experiments/flash-attention, "T = 64"); in bf16 3.5-10x (experiments/onednn, "bf16 step").
+// A tile is a sequence, packed [q | k | v], each part (H, T, hs). (Tiles of several short
+// sequences, each call batched over all their heads, made the kernel 5 % faster on one thread
+// but the attention tasks 10 % slower in a run at T = 64, where the device's second core helps
+// with tiles: experiments/flash-attention, "T = 64".)
+
+// x's (T, hs) heads as E: rounded to bf16, copied, or widened (a stored bf16 x into fp32)
+inline void put(const float* x, uint16_t* y, size_t n) { to_bf16(x, y, n); }
+inline void put(const uint16_t* x, uint16_t* y, size_t n) { std::copy_n(x, n, y); }
+inline void put(const float* x, float* y, size_t n) {
+  for (size_t c = 0; c < n; ++c) y[c] = x[c];  // inline: hs is short, a memmove call costs more
 }
-// ... the same from bf16 bits (a stored bf16 qkv): the values as they are
-void pack_heads(const uint16_t* x, int T, int ld, int n, int hs, std::vector<uint16_t>& buf) {
-  grown(buf, (size_t)n * T * hs);
+inline void put(const uint16_t* x, float* y, size_t n) { unpack_bf16(x, y, n); }
+
+// T rows of n heads of hs columns (head h at column h hs, row stride ld) of x into dst (n, T, hs)
+template <class S, class E>
+void pack_heads(const S* x, int T, int ld, int n, int hs, E* dst) {
   for (int t = 0; t < T; ++t)
-    for (int h = 0; h < n; ++h)
-      std::copy_n(x + (size_t)t * ld + (size_t)h * hs, hs, buf.data() + ((size_t)h * T + t) * hs);
+    for (int h = 0; h < n; ++h) put(x + (size_t)t * ld + (size_t)h * hs, dst + ((size_t)h * T + t) * hs, hs);
 }
-// one sequence's fused qkv (row stride ld) as 3n heads: from the stored bf16 bits, or rounded
-void pack_qkv(const Views& w, int b, int n, std::vector<uint16_t>& buf) {
+// Sequence b of the fused qkv (row stride ld = 3 H hs) as 3H heads, (3H, T, hs): q's heads, then
+// k's, then v's; from the stored bf16 bits, or from fp32
+template <class E>
+void pack_qkv(const Views& w, int b, std::vector<E>& buf) {
   const size_t row0 = (size_t)b * w.T * w.ldq;
+  E* d = grown(buf, (size_t)3 * w.H * w.T * w.hs);
   if (w.qkv16)
-    pack_heads(w.qkv16 + row0, w.T, w.ldq, n, w.hs, buf);
+    pack_heads(w.qkv16 + row0, w.T, w.ldq, 3 * w.H, w.hs, d);
   else
-    pack_heads(w.q + row0, w.T, w.ldq, n, w.hs, buf);
+    pack_heads(w.q + row0, w.T, w.ldq, 3 * w.H, w.hs, d);
+}
+// the same for sequence b of dout (row stride ld = H hs): (H, T, hs)
+template <class S, class E>
+const E* pack_rows(const S* x, int b, const Views& w, std::vector<E>& buf) {
+  E* d = grown(buf, (size_t)w.H * w.T * w.hs);
+  pack_heads(x + (size_t)b * w.T * w.ldo, w.T, w.ldo, w.H, w.hs, d);
+  return d;
 }
 // Rows [r0, r1) of n packed heads x (n, T, hs) as a dense (n, r1 - r0, hs): x itself for all T
-// rows, else copied into buf (the products' operands stay dense: see the head comment)
-const uint16_t* head_rows(const uint16_t* x, int T, int n, int hs, int r0, int r1, std::vector<uint16_t>& buf) {
+// rows, else copied into buf
+template <class E>
+const E* head_rows(const E* x, int T, int n, int hs, int r0, int r1, std::vector<E>& buf) {
   if (r0 == 0 && r1 == T) return x;
   const size_t m = (size_t)(r1 - r0) * hs;
-  uint16_t* d = grown(buf, (size_t)n * m);
+  E* d = grown(buf, (size_t)n * m);
   for (int h = 0; h < n; ++h) std::copy_n(x + ((size_t)h * T + r0) * hs, m, d + h * m);
   return d;
 }
-// g (n, T, hs) rounded to bf16 into y16 (T rows, row stride ld, head h at column h hs)
-void unpack_heads(const float* g, int T, int ld, int n, int hs, uint16_t* y16) {
+// g (n, T, hs) into y (T rows, row stride ld, head h at column h hs): rounded to bf16, or copied
+template <class Y>
+void unpack_heads(const float* g, int T, int ld, int n, int hs, Y* y) {
   for (int t = 0; t < T; ++t)
-    for (int h = 0; h < n; ++h) to_bf16(g + ((size_t)h * T + t) * hs, y16 + (size_t)t * ld + (size_t)h * hs, hs);
-}
-// g (n, T, hs) into y (T rows, row stride ld, head h at column h hs)
-void unpack_heads(const float* g, int T, int ld, int n, int hs, float* y) {
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < n; ++h)
-    {
+    for (int h = 0; h < n; ++h) {
       const float* src = g + ((size_t)h * T + t) * hs;
-      float* dst = y + (size_t)t * ld + (size_t)h * hs;
-      for (int c = 0; c < hs; ++c) dst[c] = src[c];  // inline: hs is short, a memmove call costs more
+      Y* dst = y + (size_t)t * ld + (size_t)h * hs;
+      if constexpr (std::is_same_v<Y, uint16_t>)
+        to_bf16(src, dst, hs);
+      else
+        for (int c = 0; c < hs; ++c) dst[c] = src[c];
     }
 }
-void pack_all(const float* x, size_t n, std::vector<uint16_t>& buf) { to_bf16(x, grown(buf, n), n); }
-// The batched bf16 product over H heads on dense operands: C_i (M, N) = alpha op(A_i) op(B_i),
-// A_i (M, K) (or (K, M) with ta), B_i (K, N) (or (N, K) with tb), C_i (M, N), all row-major with
-// no gaps between heads
-void dense_heads(int M, int N, int K, bool ta, bool tb, float alpha, int H, const uint16_t* A, const uint16_t* B,
-                 float* Cm) {
-  dnnl_gemm({M, N, K, ta, tb, ta ? M : K, tb ? K : N, N, false, true, alpha, H, (int64_t)M * K, (int64_t)K * N,
-             (int64_t)M * N},
+// P or dS (fp32) as the products' operand: itself, or rounded to bf16 into buf
+const float* operand(const float* x, size_t, std::vector<float>&) { return x; }
+const uint16_t* operand(const float* x, size_t n, std::vector<uint16_t>& buf) {
+  to_bf16(x, grown(buf, n), n);
+  return buf.data();
+}
+// The batched product over n dense heads: C_i (M, N) = alpha op(A_i) op(B_i), A_i (M, K) (or
+// (K, M) with ta), B_i (K, N) (or (N, K) with tb), C_i (M, N), all row-major with no gaps
+// between heads; E = uint16_t: bf16 operands, summed in fp32
+template <class E>
+void dense_heads(int M, int N, int K, bool ta, bool tb, float alpha, int n, const E* A, const E* B, float* Cm) {
+  dnnl_gemm({M, N, K, ta, tb, ta ? M : K, tb ? K : N, N, false, std::is_same_v<E, uint16_t>, alpha, n,
+             (int64_t)M * K, (int64_t)K * N, (int64_t)M * N},
             A, B, Cm);
 }
+// rows [r0, r0 + m) of sequence b of a (B, T, ld) output from o (H, m, hs): into out16 (rounded)
+// where given, else out
+void put_rows(const Views& w, const float* o, int b, int r0, int m, float* out, uint16_t* out16, int ld) {
+  const size_t row0 = ((size_t)b * w.T + r0) * ld;
+  if (out16)
+    unpack_heads(o, m, ld, w.H, w.hs, out16 + row0);
+  else
+    unpack_heads(o, m, ld, w.H, w.hs, out + row0);
+}
 
-// bf16 over the GPT's fused qkv (B, T, 3C): q, k and v of a sequence packed in one pass as 3H
-// heads, (3H, T, hs): q's heads, then k's, then v's
-void fwd_bf16(const Views& w, float* out, float* lse) {
-  const int T = w.T, H = w.H, hs = w.hs;
+template <class E>
+void fwd_dense(const Views& w, float* out, float* lse) {
+  const int T = w.T, hs = w.hs, n = w.H;
   const float scale = 1.0f / std::sqrt((float)hs);
-  const size_t Th = (size_t)T * hs;
   parallel_tiles(w.B, [&](int b) {
-    thread_local std::vector<uint16_t> hqkv, hp, bq, bk, bv;
+    thread_local std::vector<E> hqkv, hp, bq, bk, bv;
     thread_local std::vector<float> o;
-    pack_qkv(w, b, 3 * H, hqkv);
-    const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
-    float* s = grown(tl_p, block_floats(T, H));
-    float* ob = grown(o, (size_t)H * std::min(T, kBlock) * hs);
-    float* l = lse + (size_t)b * H * T;
+    pack_qkv(w, b, hqkv);
+    const size_t part = (size_t)n * T * hs;
+    const E *q = hqkv.data(), *k = q + part, *v = k + part;
+    float* s = grown(tl_p, block_floats(T, n));
+    float* ob = grown(o, (size_t)n * std::min(T, kBlock) * hs);
+    float* l = lse + (size_t)b * n * T;  // (H, T)
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
       const size_t mn = (size_t)m * r1;
-      const uint16_t* kb = head_rows(k, T, H, hs, 0, r1, bk);
-      dense_heads(m, r1, hs, false, true, scale, H, head_rows(q, T, H, hs, r0, r1, bq), kb, s);
-      for (int hd = 0; hd < H; ++hd) causal_softmax(s + hd * mn, r0, r1, l + (size_t)hd * T);
-      pack_all(s, H * mn, hp);
-      dense_heads(m, hs, r1, false, false, 1.0f, H, hp.data(), head_rows(v, T, H, hs, 0, r1, bv), ob);
-      const size_t row0 = ((size_t)b * T + r0) * w.ldo;
-      if (w.out16)
-        unpack_heads(ob, m, w.ldo, H, hs, w.out16 + row0);
-      else
-        unpack_heads(ob, m, w.ldo, H, hs, out + row0);
+      const E* kb = head_rows(k, T, n, hs, 0, r1, bk);
+      dense_heads(m, r1, hs, false, true, scale, n, head_rows(q, T, n, hs, r0, r1, bq), kb, s);
+      for (int hd = 0; hd < n; ++hd) causal_softmax(s + hd * mn, r0, r1, l + (size_t)hd * T);
+      dense_heads(m, hs, r1, false, false, 1.0f, n, operand(s, n * mn, hp), head_rows(v, T, n, hs, 0, r1, bv), ob);
+      put_rows(w, ob, b, r0, m, out, w.out16, w.ldo);
     }
   });
 }
 
-// One sequence's bf16 backward, row blocks from the last to the first as bwd_sequence's; dk and dv
-// sum the blocks' (H, r1, hs) products in fp32 accumulators (H, T, hs)
-void bwd_sequence_bf16(const Views& w, const float* dout, const float* lse, const Grads& g, int b) {
-  thread_local std::vector<uint16_t> hqkv, hd, hp, hs16, bq, bk, bv, bo;
+// Sequence b's backward, row blocks from the last to the first as bwd_tile's; dk and dv sum the
+// blocks' (H, r1, hs) products in fp32 accumulators (H, T, hs), which the last block's (r1 = T)
+// write
+template <class E>
+void bwd_dense(const Views& w, const float* dout, const float* lse, const Grads& g, int b) {
+  thread_local std::vector<E> hqkv, hd, hp, hs16, bq, bk, bv, bo;
   thread_local std::vector<float> o, ak, av;
-  const int T = w.T, H = w.H, hs = w.hs;
+  const int T = w.T, hs = w.hs, n = w.H;
   const float scale = 1.0f / std::sqrt((float)hs);
-  const size_t Th = (size_t)T * hs;
-  pack_qkv(w, b, 3 * H, hqkv);
-  const uint16_t *q = hqkv.data(), *k = q + H * Th, *v = k + H * Th;
-  if (w.dout16)
-    pack_heads(w.dout16 + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
-  else
-    pack_heads(dout + (size_t)b * T * w.ldo, T, w.ldo, H, hs, hd);
-  float *p = grown(tl_p, block_floats(T, H)), *ds = grown(tl_ds, block_floats(T, H));
-  float* t = grown(o, (size_t)H * Th);
-  float *dk = grown(ak, (size_t)H * Th), *dv = grown(av, (size_t)H * Th);
-  const float* l = lse + (size_t)b * H * T;
-  const size_t C = (size_t)H * hs;
-  // (H, m, hs) into rows [r0, r0 + m) of a gradient at column offset col of the fused dqkv (or g's own)
-  auto put = [&](const float* x, int m, int r0, float* dst, int ld, size_t col) {
-    const size_t row0 = ((size_t)b * T + r0) * ld;
-    if (g.dqkv16)
-      unpack_heads(x, m, ld, H, hs, g.dqkv16 + row0 + col);
-    else
-      unpack_heads(x, m, ld, H, hs, dst + row0);
-  };
-  // acc (H, T, hs) rows [0, r1) (+)= t (H, r1, hs)
-  auto add = [&](float* acc, int r1, bool first) {
-    const size_t n = (size_t)r1 * hs;
-    for (int h = 0; h < H; ++h) {
+  const size_t Th = (size_t)T * hs, part = (size_t)n * Th;
+  pack_qkv(w, b, hqkv);
+  const E *q = hqkv.data(), *k = q + part, *v = k + part;
+  const E* dO = w.dout16 ? pack_rows(w.dout16, b, w, hd) : pack_rows(dout, b, w, hd);
+  float *p = grown(tl_p, block_floats(T, n)), *ds = grown(tl_ds, block_floats(T, n));
+  float* t = grown(o, part);
+  float *dk = grown(ak, part), *dv = grown(av, part);
+  const float* l = lse + (size_t)b * n * T;
+  const size_t C = (size_t)w.H * hs;
+  // acc (n, T, hs) rows [0, r1) += t (n, r1, hs)
+  auto add = [&](float* acc, int r1) {
+    const size_t len = (size_t)r1 * hs;
+    for (int h = 0; h < n; ++h) {
       float* a = acc + h * Th;
-      const float* x = t + h * n;
-      if (first)
-        std::copy_n(x, n, a);
-      else
-        for (size_t i = 0; i < n; ++i) a[i] += x[i];
+      const float* x = t + h * len;
+      for (size_t i = 0; i < len; ++i) a[i] += x[i];
     }
   };
   const int last = last_block(T);
   for (int r0 = last; r0 >= 0; r0 -= kBlock) {
     const int r1 = std::min(T, r0 + kBlock), m = r1 - r0;
     const size_t mn = (size_t)m * r1;
-    const uint16_t* qb = head_rows(q, T, H, hs, r0, r1, bq);
-    const uint16_t* ob = head_rows(hd.data(), T, H, hs, r0, r1, bo);
-    const uint16_t* kb = head_rows(k, T, H, hs, 0, r1, bk);
-    dense_heads(m, r1, hs, false, true, scale, H, qb, kb, p);                                // S again
-    dense_heads(m, r1, hs, false, true, 1.0f, H, ob, head_rows(v, T, H, hs, 0, r1, bv), ds);  // dP = dout v^T
-    for (int h = 0; h < H; ++h) {
+    const E* qb = head_rows(q, T, n, hs, r0, r1, bq);
+    const E* ob = head_rows(dO, T, n, hs, r0, r1, bo);
+    const E* kb = head_rows(k, T, n, hs, 0, r1, bk);
+    dense_heads(m, r1, hs, false, true, scale, n, qb, kb, p);                                // S again
+    dense_heads(m, r1, hs, false, true, 1.0f, n, ob, head_rows(v, T, n, hs, 0, r1, bv), ds);  // dP = dout v^T
+    for (int h = 0; h < n; ++h) {
       probs_rows(p + h * mn, r0, r1, l + (size_t)h * T);
       causal_softmax_bwd(p + h * mn, ds + h * mn, r0, r1);
     }
-    pack_all(p, H * mn, hp);
-    pack_all(ds, H * mn, hs16);
-    dense_heads(m, hs, r1, false, false, scale, H, hs16.data(), kb, t);  // dq = dS k / sqrt(hs)
-    put(t, m, r0, g.dq, w.ldq, 0);
-    dense_heads(r1, hs, m, true, false, 1.0f, H, hp.data(), ob, t);  // dv += P^T dout
-    add(dv, r1, r0 == last);
-    dense_heads(r1, hs, m, true, false, scale, H, hs16.data(), qb, t);  // dk += dS^T q / sqrt(hs)
-    add(dk, r1, r0 == last);
+    const E* pe = operand(p, n * mn, hp);
+    const E* dse = operand(ds, n * mn, hs16);
+    dense_heads(m, hs, r1, false, false, scale, n, dse, kb, t);  // dq = dS k / sqrt(hs)
+    put_rows(w, t, b, r0, m, g.dq, g.dqkv16, w.ldq);
+    const bool first = r0 == last;
+    dense_heads(r1, hs, m, true, false, 1.0f, n, pe, ob, first ? dv : t);  // dv += P^T dout
+    if (!first) add(dv, r1);
+    dense_heads(r1, hs, m, true, false, scale, n, dse, qb, first ? dk : t);  // dk += dS^T q / sqrt(hs)
+    if (!first) add(dk, r1);
   }
-  put(dv, T, 0, g.dv, w.ldkv, 2 * C);
-  put(dk, T, 0, g.dk, w.ldkv, C);
+  put_rows(w, dv, b, 0, T, g.dv, g.dqkv16 ? g.dqkv16 + 2 * C : nullptr, w.ldkv);
+  put_rows(w, dk, b, 0, T, g.dk, g.dqkv16 ? g.dqkv16 + C : nullptr, w.ldkv);
 }
 
-// The backward over the sequences (each tile's buffers are its thread's)
-void bwd(const Views& w, const float* dout, const float* lse, const Grads& g, bool bf16) {
+// The backward over the tiles (each tile's buffers are its thread's)
+void bwd(const Views& w, const float* dout, const float* lse, const Grads& g) {
   if (w.T == 0) return;
-  if (bf16) return parallel_tiles(w.B, [&](int b) { bwd_sequence_bf16(w, dout, lse, g, b); });
   const int G = w.H / w.Hkv, nkv = kv_per_tile(w.T, w.Hkv, G, w.hs), per = (w.Hkv + nkv - 1) / nkv;
   parallel_tiles(w.B * per, [&](int tile) {
     const int g0 = tile % per * nkv;
     bwd_tile(w, dout, lse, g, tile / per, g0, std::min(nkv, w.Hkv - g0));
   });
 }
+// the GPT's backward (a sequence a tile)
+void bwd_gpt(const Views& w, const float* dout, const float* lse, const Grads& g, bool bf16) {
+  if (w.T == 0) return;
+  parallel_tiles(w.B, [&](int b) {
+    if (bf16)
+      bwd_dense<uint16_t>(w, dout, lse, g, b);
+    else
+      bwd_dense<float>(w, dout, lse, g, b);
+  });
+}
 }  // namespace
 
-size_t attention_workspace_bytes(int T, int H, int Hkv, int hs, bool bf16_products) {
-  // the fp32 path's tile: P and dS for its heads, the widened q, k, v, dout and the rows of a
-  // bf16 out, dq, dk, dv (kv_per_tile's count)
-  const int G = H / std::max(Hkv, 1), nkv = kv_per_tile(T, Hkv, G, hs), nh = nkv * G;
-  const size_t tq = (size_t)T * nh * hs, tkv = (size_t)T * nkv * hs;
-  const size_t fp32 = sizeof(float) * (2 * block_floats(T, nh) + 4 * tq + 4 * tkv);
-  if (!bf16_products) return fp32;
-  // the bf16 path (the GPT's, a whole sequence a tile): P and dS (fp32), the backward's packed q,
-  // k, v, dout and their block copies, P and dS rounded (2 bytes each), its fp32 dq block and dk,
-  // dv accumulators
-  const size_t th = (size_t)T * H * hs, blk = block_floats(T, H);
-  return std::max(fp32, 2 * sizeof(float) * blk + 2 * (8 * th + 2 * blk) + 4 * (3 * th));
+size_t attention_workspace_bytes(int T, int H, int Hkv, int hs, bool gpt, bool bf16_products) {
+  if (!gpt) {
+    // the grouped-query path's tile: P and dS for its heads, the widened q, k, v, dout and the
+    // rows of a bf16 out, dq, dk, dv (kv_per_tile's count)
+    const int G = H / std::max(Hkv, 1), nkv = kv_per_tile(T, Hkv, G, hs), nh = nkv * G;
+    const size_t tq = (size_t)T * nh * hs, tkv = (size_t)T * nkv * hs;
+    return sizeof(float) * (2 * block_floats(T, nh) + 4 * tq + 4 * tkv);
+  }
+  // the GPT's tile (a sequence): P and dS (fp32); the backward's packed q, k, v, dout and their
+  // block copies (4 and 4 (H, T, hs) at most), P and dS as operands (bf16 copies; fp32 products
+  // use them in place), in E's bytes; its fp32 dq block and dk, dv accumulators
+  const size_t e = bf16_products ? 2 : 4, th = (size_t)T * H * hs, blk = block_floats(T, H);
+  return 2 * sizeof(float) * blk + e * 8 * th + (bf16_products ? 2 * e * blk : 0) + 4 * (3 * th);
 }
 
-void attention_fwd(const float* qkv, float* out, float* lse, int B, int T, int C, int NH, bool bf16) {
-  const Views w{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
+namespace {
+// the GPT's views of its fused qkv, as stored (fp32, or bf16 bits)
+Views gpt_views(Ew qkv, int B, int T, int C, int NH) {
+  Views w{static_cast<const float*>(qkv.p), nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
+  if (qkv.bf16) w.q = nullptr, w.qkv16 = static_cast<const uint16_t*>(qkv.p);
+  return w;
+}
+void fwd_gpt(const Views& w, float* out, float* lse, bool bf16) {
+  if (w.T == 0) return;
   if (bf16 && native_bf16())
-    fwd_bf16(w, out, lse);
+    fwd_dense<uint16_t>(w, out, lse);
   else
-    fwd_fp32(w, out, lse);
+    fwd_dense<float>(w, out, lse);
+}
+}  // namespace
+
+void attention_fwd(const float* qkv, float* out, float* lse, int B, int T, int C, int NH, bool bf16) {
+  fwd_gpt(gpt_views({const_cast<float*>(qkv), false}, B, T, C, NH), out, lse, bf16);
 }
 
 void attention_bwd(const float* dout, const float* qkv, const float* lse, float* dqkv, int B, int T, int C, int NH,
                    bool bf16) {
-  bwd(Views{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, C, B, T, NH, NH, C / NH}, dout, lse,
-      Grads{dqkv, dqkv + C, dqkv + 2 * C}, bf16 && native_bf16());
+  bwd_gpt(gpt_views({const_cast<float*>(qkv), false}, B, T, C, NH), dout, lse, Grads{dqkv, dqkv + C, dqkv + 2 * C},
+          bf16 && native_bf16());
 }
 
-namespace {
-// A bf16 qkv widened whole (exact) into the calling thread's buffer: the fp32 kernels' operand
-const float* widened(Ew x, size_t n) {
-  if (!x.bf16) return static_cast<const float*>(x.p);
-  thread_local std::vector<float> buf;
-  buf.resize(n);
-  unpack_bf16(static_cast<const uint16_t*>(x.p), buf.data(), n);
-  return buf.data();
-}
-}  // namespace
-
+// Stored bf16 operands are packed as they are (widened for fp32 products) and the outputs rounded
+// as they are copied into place: the bits of widening the buffers first and rounding after
 void attention_fwd_mixed(Ew qkv, Ew out, float* lse, int B, int T, int C, int NH, bool bf16) {
-  const size_t n = (size_t)B * T * C;
-  if (bf16 && native_bf16()) {  // the products' bf16 operands: the stored bits copied as they are
-    Views w{static_cast<const float*>(qkv.p), nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
-    if (qkv.bf16) w.q = nullptr, w.qkv16 = static_cast<const uint16_t*>(qkv.p);
-    if (out.bf16) w.out16 = static_cast<uint16_t*>(out.p);
-    fwd_bf16(w, static_cast<float*>(out.p), lse);
-    return;
-  }
-  const float* x = widened(qkv, 3 * n);
-  if (!out.bf16) return attention_fwd(x, static_cast<float*>(out.p), lse, B, T, C, NH, bf16);
-  thread_local std::vector<float> o;
-  o.resize(n);
-  attention_fwd(x, o.data(), lse, B, T, C, NH, bf16);
-  pack_bf16(o.data(), static_cast<uint16_t*>(out.p), n);
+  Views w = gpt_views(qkv, B, T, C, NH);
+  if (out.bf16) w.out16 = static_cast<uint16_t*>(out.p);
+  fwd_gpt(w, static_cast<float*>(out.p), lse, bf16);
 }
 
 void attention_bwd_mixed(Ew dout, Ew qkv, const float* lse, Ew dqkv, int B, int T, int C, int NH, bool bf16) {
-  const size_t n = (size_t)B * T * C;
-  if (bf16 && native_bf16()) {  // the products' bf16 operands: the stored bits copied as they are
-    Views w{static_cast<const float*>(qkv.p), nullptr, nullptr, 3 * C, 3 * C, C, B, T, NH, NH, C / NH};
-    if (qkv.bf16) w.q = nullptr, w.qkv16 = static_cast<const uint16_t*>(qkv.p);
-    if (dout.bf16) w.dout16 = static_cast<const uint16_t*>(dout.p);
-    float* d = static_cast<float*>(dqkv.p);
-    Grads g{d, d + C, d + 2 * C};
-    if (dqkv.bf16) g.dqkv16 = static_cast<uint16_t*>(dqkv.p);
-    return bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), lse, g, true);
-  }
-  // (the second thread-local buffer: widened() holds qkv's)
-  thread_local std::vector<float> wd, gd;
-  const float* dO = static_cast<const float*>(dout.p);
-  if (dout.bf16) {
-    wd.resize(n);
-    unpack_bf16(static_cast<const uint16_t*>(dout.p), wd.data(), n);
-    dO = wd.data();
-  }
+  Views w = gpt_views(qkv, B, T, C, NH);
+  if (dout.bf16) w.dout16 = static_cast<const uint16_t*>(dout.p);
   float* d = static_cast<float*>(dqkv.p);
-  if (dqkv.bf16) gd.resize(3 * n), d = gd.data();
-  attention_bwd(dO, widened(qkv, 3 * n), lse, d, B, T, C, NH, bf16);
-  if (dqkv.bf16) pack_bf16(d, static_cast<uint16_t*>(dqkv.p), 3 * n);
+  Grads g{d, d + C, d + 2 * C};
+  if (dqkv.bf16) g.dqkv16 = static_cast<uint16_t*>(dqkv.p);
+  bwd_gpt(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), lse, g, bf16 && native_bf16());
 }
 
 void gqa_attention_fwd(const float* q, const float* k, const float* v, float* out, float* lse, int B, int T, int H,
@@ -528,11 +550,11 @@ void gqa_attention_bwd_mixed(Ew dout, Ew q, Ew k, Ew v, const float* lse, Ew dq,
   auto h = [](Ew x) { return x.bf16 ? static_cast<uint16_t*>(x.p) : nullptr; };
   Grads g{f(dq), f(dk), f(dv)};
   g.dq16 = h(dq), g.dk16 = h(dk), g.dv16 = h(dv);
-  bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), lse, g, false);
+  bwd(w, dout.bf16 ? nullptr : static_cast<const float*>(dout.p), lse, g);
 }
 void gqa_attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* lse,
                        float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int hs) {
-  bwd(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, dout, lse, Grads{dq, dk, dv}, false);
+  bwd(Views{q, k, v, H * hs, Hkv * hs, H * hs, B, T, H, Hkv, hs}, dout, lse, Grads{dq, dk, dv});
 }
 
 }  // namespace zf::kernels::cpu

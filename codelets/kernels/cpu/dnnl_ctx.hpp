@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <dnnl.hpp>
-#include <unordered_map>
 #include <vector>
 
 namespace zf::kernels::cpu::dnnl_ctx {
@@ -26,18 +25,12 @@ inline dnnl::stream& stream() {
   return s;
 }
 
-// Runs prim on the calling thread with a scratchpad of this thread's own (primitives made with
-// scratchpad_mode::user) of `scratch` bytes.
-inline void execute(const dnnl::primitive& prim, std::unordered_map<int, dnnl::memory> args, size_t scratch) {
-  one_thread();
+// The calling thread's scratchpad (for primitives made with scratchpad_mode::user, gemm.cpp), at
+// least `bytes` long; it moves when it grows
+inline uint8_t* scratchpad(size_t bytes) {
   thread_local std::vector<uint8_t> buf;
-  if (buf.size() < scratch) buf.resize(scratch);
-  using dims = dnnl::memory::dims;
-  if (scratch)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(dnnl::memory::desc(dims{(dnnl::memory::dim)scratch}, dnnl::memory::data_type::u8, dims{1}),
-                              engine(), buf.data()));
-  prim.execute(stream(), args);
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf.data();
 }
 
 }  // namespace zf::kernels::cpu::dnnl_ctx

@@ -337,9 +337,9 @@ void attention_bwd(const float* dout, const float* qkv, const float* lse, float*
 // The same with qkv, the forward's out and the backward's dout and dqkv as stored: fp32, or bf16
 // bits (precision bf16's 2-byte activations and their gradients, CodeletDef::cpu_bf16_as_is). With
 // bf16 products on a native-bf16 CPU the bf16 qkv's heads are copied as they are into the
-// products' operands, and out is rounded as the heads are copied into place; otherwise the bf16
-// buffers are widened whole (exact) and out is rounded after the fp32 kernel. Either way the bits
-// of widening, the kernels above and rounding out back.
+// products' operands, with fp32 products widened (exact) as they are packed; out and dqkv are
+// rounded as the heads are copied into place. Either way the bits of widening, the kernels above
+// and rounding out back.
 void attention_fwd_mixed(Ew qkv, Ew out, float* lse, int B, int T, int C, int NH, bool bf16);
 void attention_bwd_mixed(Ew dout, Ew qkv, const float* lse, Ew dqkv, int B, int T, int C, int NH, bool bf16);
 // The attention's causal softmax on a row block [r0, r1) of one head's scores s (r1 - r0 rows of
@@ -348,11 +348,12 @@ void attention_bwd_mixed(Ew dout, Ew qkv, const float* lse, Ew dqkv, int B, int 
 // for j <= i (dP in, dS out), 0 after.
 void causal_softmax(float* s, int r0, int r1, float* lse);
 void causal_softmax_bwd(const float* p, float* ds, int r0, int r1);
-// The bytes of scratch one thread holds for the attentions above (and the grouped-query ones
-// below) at these shapes: a tile's row block's P and dS, its operands widened or packed (the
-// fp32 path's tiles hold a few heads; bf16_products: the GPT's bf16 path, a whole sequence a
-// tile). Each thread that runs an attention tile keeps them (thread-local buffers, reused).
-size_t attention_workspace_bytes(int T, int H, int Hkv, int hs, bool bf16_products);
+// The bytes of scratch one thread holds for the attentions above (gpt) or the grouped-query ones
+// below at these shapes: a tile's row block's P and dS, its operands widened or packed (the
+// grouped-query tiles hold a few heads of a sequence; the GPT's, a whole sequence;
+// bf16_products: the GPT's products in bf16). Each thread that runs an attention tile keeps them
+// (thread-local buffers, reused).
+size_t attention_workspace_bytes(int T, int H, int Hkv, int hs, bool gpt, bool bf16_products);
 // Mean over the first len[b] positions: y (B, C) = mean_{t < len[b]} x (B, T, C)[b, t]
 void mean_pool_fwd(const float* x, const int32_t* len, float* y, int B, int T, int C);
 // dx[b, t] = dy[b] / len[b] for t < len[b], 0 after

@@ -282,7 +282,7 @@ void bwd_tile(const Views& w, const float* dout, const float* lse, const Grads& 
 // but the attention tasks 10 % slower in a run at T = 64, where the device's second core helps
 // with tiles: experiments/flash-attention, "T = 64".)
 
-// x's (T, hs) heads as E: rounded to bf16, copied, or widened (a stored bf16 x into fp32)
+// n values of x as y's type: rounded to bf16, copied, or widened (a stored bf16 x into fp32)
 inline void put(const float* x, uint16_t* y, size_t n) { to_bf16(x, y, n); }
 inline void put(const uint16_t* x, uint16_t* y, size_t n) { std::copy_n(x, n, y); }
 inline void put(const float* x, float* y, size_t n) {
@@ -328,14 +328,7 @@ const E* head_rows(const E* x, int T, int n, int hs, int r0, int r1, std::vector
 template <class Y>
 void unpack_heads(const float* g, int T, int ld, int n, int hs, Y* y) {
   for (int t = 0; t < T; ++t)
-    for (int h = 0; h < n; ++h) {
-      const float* src = g + ((size_t)h * T + t) * hs;
-      Y* dst = y + (size_t)t * ld + (size_t)h * hs;
-      if constexpr (std::is_same_v<Y, uint16_t>)
-        to_bf16(src, dst, hs);
-      else
-        for (int c = 0; c < hs; ++c) dst[c] = src[c];
-    }
+    for (int h = 0; h < n; ++h) put(g + ((size_t)h * T + t) * hs, y + (size_t)t * ld + (size_t)h * hs, hs);
 }
 // P or dS (fp32) as the products' operand: itself, or rounded to bf16 into buf
 const float* operand(const float* x, size_t, std::vector<float>&) { return x; }

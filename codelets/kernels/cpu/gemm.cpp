@@ -71,47 +71,9 @@ const Entry& entry(const GemmShape& s) {
 
 }  // namespace
 
-namespace {
-// A primitive's arguments on one thread, made once and re-pointed for each call: creating three
-// or four memory objects and an argument map per call cost as much as a small product itself
-// (the attention's 64 x 64 x 32 heads: oneDNN and malloc were 19 % of the attention's time).
-struct Bound {
-  dnnl::memory a, b, c, pad;
-  std::unordered_map<int, dnnl::memory> args;
-  void* pad_at = nullptr;
-};
-Bound& bound(const Entry& e) {
-  thread_local std::unordered_map<const Entry*, Bound> mine;
-  auto [it, fresh] = mine.try_emplace(&e);
-  Bound& x = it->second;
-  if (fresh) {
-    x.a = dnnl::memory(e.a, engine(), DNNL_MEMORY_NONE);
-    x.b = dnnl::memory(e.b, engine(), DNNL_MEMORY_NONE);
-    x.c = dnnl::memory(e.c, engine(), DNNL_MEMORY_NONE);
-    x.args = {{DNNL_ARG_SRC, x.a}, {DNNL_ARG_WEIGHTS, x.b}, {DNNL_ARG_DST, x.c}};
-  }
-  return x;
-}
-}  // namespace
-
 void dnnl_gemm(const GemmShape& s, const void* A, const void* B, float* C) {
   const Entry& e = entry(s);
-  dnnl_ctx::one_thread();
-  Bound& x = bound(e);
-  x.a.set_data_handle(const_cast<void*>(A));
-  x.b.set_data_handle(const_cast<void*>(B));
-  x.c.set_data_handle(C);
-  if (e.scratch) {
-    uint8_t* pad = dnnl_ctx::scratchpad(e.scratch);
-    if (pad != x.pad_at) {  // the thread's scratchpad grew (moved) since this entry last ran
-      x.pad = dnnl::memory(dnnl::memory::desc(dnnl::memory::dims{(dnnl::memory::dim)e.scratch},
-                                              dnnl::memory::data_type::u8, dnnl::memory::dims{1}),
-                           engine(), pad);
-      x.args[DNNL_ARG_SCRATCHPAD] = x.pad;
-      x.pad_at = pad;
-    }
-  }
-  e.prim.execute(dnnl_ctx::stream(), x.args);
+  dnnl_ctx::run(e.prim, e.scratch, {{DNNL_ARG_SRC, &e.a, A}, {DNNL_ARG_WEIGHTS, &e.b, B}, {DNNL_ARG_DST, &e.c, C}});
 }
 
 bool native_bf16() {

@@ -71,36 +71,7 @@ const Prims& prims(int rows, int C, float eps) {
   return *cache.emplace(key, std::move(p)).first->second;
 }
 
-struct Arg {
-  int id;
-  const dnnl::memory::desc* md;
-  const float* p;
-};
-
-// Runs prim with these arguments on the calling thread. The memory objects (and the scratchpad's)
-// are made once per thread and primitive and pointed at the call's data: making them per call cost
-// about a third of a 128-row tile's time.
-template <size_t K>
-void run(const dnnl::primitive& prim, size_t scratch, const Arg (&args)[K]) {
-  struct Bound {
-    std::unordered_map<int, dnnl::memory> map;
-    std::vector<uint8_t> scratch;
-  };
-  thread_local std::map<const void*, Bound> bound;
-  dnnl_ctx::one_thread();
-  Bound& b = bound[prim.get()];
-  if (b.map.empty()) {
-    for (const Arg& a : args) b.map.emplace(a.id, dnnl::memory(*a.md, dnnl_ctx::engine(), DNNL_MEMORY_NONE));
-    b.scratch.resize(scratch);
-    using dims = dnnl::memory::dims;
-    if (scratch)
-      b.map.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(dnnl::memory::desc(dims{(dnnl::memory::dim)scratch},
-                                                                         dnnl::memory::data_type::u8, dims{1}),
-                                                      dnnl_ctx::engine(), b.scratch.data()));
-  }
-  for (const Arg& a : args) b.map.at(a.id).set_data_handle(const_cast<float*>(a.p));
-  prim.execute(dnnl_ctx::stream(), b.map);
-}
+using dnnl_ctx::run;
 }  // namespace
 
 void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,

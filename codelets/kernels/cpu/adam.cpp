@@ -42,6 +42,8 @@ struct Scalar {
   static R div(R a, R b) { return a / b; }
   static R sqrt(R a) { return std::sqrt(a); }
   static R round_bf16(R a) { return bf16::round(a); }
+  static R load_bf16(const uint16_t* p) { return bf16::to_float(*p); }
+  static void store_bf16(uint16_t* p, R x) { *p = bf16::from_float(x); }
 };
 #if defined(__AVX512F__)
 struct Vec {
@@ -60,6 +62,15 @@ struct Vec {
   // bf16::round on 16 lanes: the rounded bits (bf16_pack.hpp) back in the upper half
   static R round_bf16(R a) {
     return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(__mmask16(0xFFFF), bf16_bits(_mm512_castps_si512(a)), 16));
+  }
+  // 16 bf16 values widened (exact), and 16 floats rounded to bf16 and stored (bf16::from_float)
+  static R load_bf16(const uint16_t* p) {
+    const __m512i w = _mm512_maskz_cvtepu16_epi32(__mmask16(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(__mmask16(0xFFFF), w, 16));
+  }
+  static void store_bf16(uint16_t* p, R x) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_maskz_cvtepi32_epi16(__mmask16(0xFFFF), bf16_bits(_mm512_castps_si512(x))));
   }
 };
 #elif defined(__AVX2__)
@@ -82,6 +93,15 @@ struct Vec {
         _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
     const __m256i q = _mm256_or_si256(_mm256_and_si256(u, hi_mask), _mm256_set1_epi32(0x00400000));
     return _mm256_castsi256_ps(_mm256_blendv_epi8(r, q, nan));
+  }
+  static R load_bf16(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static void store_bf16(uint16_t* p, R x) {  // the rounded value's upper halves
+    alignas(32) uint32_t u[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u), _mm256_castps_si256(round_bf16(x)));
+    for (int i = 0; i < 8; ++i) p[i] = (uint16_t)(u[i] >> 16);
   }
 };
 #endif
@@ -115,14 +135,18 @@ struct Ptrs {
   float* g;    // written only by Bf16Grad
   float* m;
   float* v;
+  const uint16_t* g16 = nullptr;  // Bf16Io: the bf16 gradient (g unused)
+  uint16_t* p16 = nullptr;        // Bf16Io: the bf16 parameter (acc unused)
 };
 
 // What a pass does besides AdamW: Plain nothing; Accumulate: g <- acc + g (as accumulate(acc, g,
 // n, 1.0f)), then acc <- 0; Result: the new p is also stored to acc, which is g (the gradient
 // buffer takes the result, as adam_step then copy(g, p, n)); Bf16: p rounded to bf16 is also
 // stored to acc (as adam_step, copy(acc, p, n), round_bf16(acc, n)); Bf16Grad: the same, with g
-// rounded to bf16 first and stored back (as round_bf16(g, n) before all that).
-enum class Mode { Plain, Accumulate, Result, Bf16, Bf16Grad };
+// rounded to bf16 first and stored back (as round_bf16(g, n) before all that); Bf16Io: Bf16 with
+// the gradient read from its bf16 words (g16, widened exactly) and the parameter's bf16 bits stored
+// to p16 (bf16::from_float of p: the bits Bf16's rounded float holds), no fp32 copy of either.
+enum class Mode { Plain, Accumulate, Result, Bf16, Bf16Grad, Bf16Io };
 
 // Elements [i, i + U * V::W).
 // Every load of the group comes before its first store. The buffers usually share their address
@@ -138,7 +162,10 @@ inline __attribute__((always_inline)) void update(const Ptrs& a, size_t i, const
   R g[U], m[U], v[U], p[U];
   for (int u = 0; u < U; ++u) {
     const size_t j = i + u * W;
-    g[u] = V::load(a.g + j);
+    if constexpr (kMode == Mode::Bf16Io)
+      g[u] = V::load_bf16(a.g16 + j);
+    else
+      g[u] = V::load(a.g + j);
     if constexpr (kAcc) g[u] = V::add(V::load(a.acc + j), g[u]);
     if constexpr (kMode == Mode::Bf16Grad) g[u] = V::round_bf16(g[u]);
     m[u] = V::load(a.m + j);
@@ -158,6 +185,7 @@ inline __attribute__((always_inline)) void update(const Ptrs& a, size_t i, const
     if constexpr (kMode == Mode::Result) V::store(a.acc + j, p[u]);
     if constexpr (kMode == Mode::Bf16 || kMode == Mode::Bf16Grad) V::store(a.acc + j, V::round_bf16(p[u]));
     if constexpr (kMode == Mode::Bf16Grad) V::store(a.g + j, g[u]);
+    if constexpr (kMode == Mode::Bf16Io) V::store_bf16(a.p16 + j, p[u]);
     V::store(a.m + j, m[u]);
     V::store(a.v + j, v[u]);
     V::store(a.p + j, p[u]);
@@ -217,6 +245,10 @@ void adam_step_bf16_mixed(float* master, Ew g, float* m, float* v, Ew param, siz
   if (!g.bf16 && !param.bf16)
     return adam_step_bf16(master, static_cast<float*>(g.p), m, v, static_cast<float*>(param.p), n, hp, step,
                           grad_scale, round_grad);
+  if (g.bf16 && param.bf16) {  // both as stored, in one pass (a bf16 gradient is already rounded)
+    Ptrs a{master, nullptr, nullptr, m, v, static_cast<const uint16_t*>(g.p), static_cast<uint16_t*>(param.p)};
+    return adam_run<Mode::Bf16Io>(a, n, hp, step, grad_scale);
+  }
   constexpr size_t kBlock = 2048;  // the widened gradient and the parameter in L1
   thread_local float tg[kBlock], tp[kBlock];
   for (size_t s = 0; s < n; s += kBlock) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "runtime/parallel.hpp"
 #include "codelets/kernels/gelu_math.hpp"
@@ -19,6 +20,8 @@ namespace zf::kernels::cpu {
 namespace {
 // Chunks of at least kChunk elements (a multiple of 16), at most 16 of them.
 constexpr size_t kChunk = 32768;
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) { return bf16::to_float(x); }
 template <class F>
 void chunked(size_t n, F&& f) {  // f(begin, end)
   const size_t tiles = std::min<size_t>(16, std::max<size_t>(1, n / kChunk));
@@ -41,12 +44,20 @@ void bias_add(float* y, const float* b, int B, int N) {
   });
 }
 
-void bias_grad(const float* dy, float* db, int B, int N) {
+namespace {
+// db[j] = sum over the rows of row(i)[j], in row order
+template <class Row>
+void bias_grad_rows(int B, int N, float* db, Row row) {
   for (int j = 0; j < N; ++j) db[j] = 0.0f;
   for (int i = 0; i < B; ++i) {
-    const float* row = dy + (size_t)i * N;
-    for (int j = 0; j < N; ++j) db[j] += row[j];
+    const auto* r = row(i);
+    for (int j = 0; j < N; ++j) db[j] += widen(r[j]);
   }
+}
+}  // namespace
+
+void bias_grad(const float* dy, float* db, int B, int N) {
+  bias_grad_rows(B, N, db, [&](int i) { return dy + (size_t)i * N; });
 }
 
 void relu_fwd(const float* x, float* y, size_t n) {
@@ -123,6 +134,15 @@ void mixed_blocks(size_t b, size_t e, const Ew (&in)[NI], const Ew (&out)[NO], b
       if (out[o].bf16) pack_bf16(op[o], static_cast<uint16_t*>(out[o].p) + s, m);
   }
 }
+// out[k] = op(in[k]...) where every operand is bf16 as stored: widened and rounded in registers
+// (the loop vectorizes), the same bits as mixed()'s blocks (bf16::from_float is pack_bf16's rounding)
+template <class Op, class... In>
+void all_bf16(size_t n, Ew out, Op op, In... in) {
+  auto* o = static_cast<uint16_t*>(out.p);
+  chunked(n, [&](size_t b, size_t e) {
+    for (size_t k = b; k < e; ++k) o[k] = bf16::from_float(op(bf16::to_float(static_cast<const uint16_t*>(in.p)[k])...));
+  });
+}
 template <size_t NI, size_t NO, class F>
 void mixed(size_t n, const Ew (&in)[NI], const Ew (&out)[NO], bool read_out, F&& f) {
   chunked(n, [&](size_t b, size_t e) { mixed_blocks(b, e, in, out, read_out, f); });
@@ -148,16 +168,13 @@ void bias_add_mixed(Ew y, const float* b, int B, int N) {
 
 void bias_grad_mixed(Ew dy, float* db, int B, int N) {
   if (!dy.bf16) return bias_grad(static_cast<const float*>(dy.p), db, B, N);
-  thread_local std::vector<float> row;
-  row.resize((size_t)N);
-  for (int j = 0; j < N; ++j) db[j] = 0.0f;
-  for (int i = 0; i < B; ++i) {  // bias_grad's sums, in its order
-    unpack_bf16(static_cast<const uint16_t*>(dy.p) + (size_t)i * N, row.data(), (size_t)N);
-    for (int j = 0; j < N; ++j) db[j] += row[j];
-  }
+  // bias_grad's sums, in its order, each row widened in registers
+  bias_grad_rows(B, N, db, [&](int i) { return static_cast<const uint16_t*>(dy.p) + (size_t)i * N; });
 }
 
 void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n) {
+  if (gelu && x.bf16 && y.bf16)
+    return all_bf16(n, y, [](float v) { return gelu_math::gelu_fwd(v); }, x);
   const Ew in[1] = {x}, out[1] = {y};
   mixed(n, in, out, false, [&](const float* const* i, float* const* o, size_t m) {
     if (gelu)
@@ -168,6 +185,8 @@ void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n) {
 }
 
 void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n) {
+  if (gelu && x.bf16 && dy.bf16 && dx.bf16)
+    return all_bf16(n, dx, [](float v, float d) { return gelu_math::gelu_bwd(v, d); }, x, dy);
   const Ew in[2] = {x, dy}, out[1] = {dx};
   mixed(n, in, out, false, [&](const float* const* i, float* const* o, size_t m) {
     if (gelu)
@@ -178,6 +197,8 @@ void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n) {
 }
 
 void swiglu_fwd_mixed(Ew gate, Ew up, Ew out, size_t n) {
+  if (gate.bf16 && up.bf16 && out.bf16)
+    return all_bf16(n, out, [](float g, float u) { return silu_math::swiglu_fwd(g, u); }, gate, up);
   const Ew in[2] = {gate, up}, o1[1] = {out};
   mixed(n, in, o1, false, [&](const float* const* i, float* const* o, size_t m) {
     for (size_t k = 0; k < m; ++k) o[0][k] = silu_math::swiglu_fwd(i[0][k], i[1][k]);
@@ -185,6 +206,20 @@ void swiglu_fwd_mixed(Ew gate, Ew up, Ew out, size_t n) {
 }
 
 void swiglu_bwd_mixed(Ew gate, Ew up, Ew dout, Ew dgate, Ew dup, size_t n) {
+  if (gate.bf16 && up.bf16 && dout.bf16 && dgate.bf16 && dup.bf16) {  // in registers, as all_bf16
+    const auto *g = static_cast<const uint16_t*>(gate.p), *u = static_cast<const uint16_t*>(up.p),
+               *d = static_cast<const uint16_t*>(dout.p);
+    auto *dg = static_cast<uint16_t*>(dgate.p), *du = static_cast<uint16_t*>(dup.p);
+    chunked(n, [&](size_t b, size_t e) {
+      for (size_t k = b; k < e; ++k) {
+        float a, c;
+        silu_math::swiglu_bwd(bf16::to_float(g[k]), bf16::to_float(u[k]), bf16::to_float(d[k]), &a, &c);
+        dg[k] = bf16::from_float(a);
+        du[k] = bf16::from_float(c);
+      }
+    });
+    return;
+  }
   const Ew in[3] = {gate, up, dout}, out[2] = {dgate, dup};
   mixed(n, in, out, false, [&](const float* const* i, float* const* o, size_t m) {
     for (size_t k = 0; k < m; ++k) silu_math::swiglu_bwd(i[0][k], i[1][k], i[2][k], o[0] + k, o[1] + k);
@@ -192,6 +227,8 @@ void swiglu_bwd_mixed(Ew gate, Ew up, Ew dout, Ew dgate, Ew dup, size_t n) {
 }
 
 void accumulate_mixed(Ew acc, Ew g, size_t n, float scale) {
+  if (acc.bf16 && g.bf16)  // accumulate's acc[i] += scale * g[i], rounded once
+    return all_bf16(n, acc, [scale](float a, float x) { return a + scale * x; }, acc, g);
   const Ew in[1] = {g}, out[1] = {acc};
   parallel_ranges(n, 16, size_t{1} << 16, [&](size_t lo, size_t hi) {
     mixed_blocks(lo, hi, in, out, true, [&](const float* const* i, float* const* o, size_t m) {

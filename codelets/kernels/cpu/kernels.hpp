@@ -92,7 +92,9 @@ void gelu_bwd(const float* x, const float* dy, float* dx, size_t n);
 // tensors, CodeletDef::cpu_bf16_as_is). Each bf16 operand is widened block by block (2048
 // values) in the worker's cache, the block computed in fp32 exactly as the kernels above, and
 // what is written rounded to bf16 (kernels/bf16.hpp's rounding): the bits of widening the whole
-// buffers, the fp32 kernel and rounding its output back, in one pass over memory.
+// buffers, the fp32 kernel and rounding its output back, in one pass over memory. Where every
+// operand is bf16 (GELU forward and backward, SwiGLU forward and backward, the accumulation),
+// the values are widened and rounded in registers instead of through the blocks: the same bits.
 struct Ew {
   void* p;
   bool bf16;
@@ -114,7 +116,7 @@ void token_embedding_bwd_mixed(const int32_t* tok, Ew dx, Ew dwte, int B, int T,
 // exp is taken chunk by chunk); bitwise independent of the thread count.
 double lm_head_xent(MatOperand x, MatOperand w, const int32_t* labels, float* dx, Ew dw, int N, int C, int V,
                     int Vc, float scale, bool bf16, int64_t* correct, int64_t* counted);
-void bias_grad_mixed(Ew dy, float* db, int B, int N);  // bias_grad, each bf16 row widened in turn
+void bias_grad_mixed(Ew dy, float* db, int B, int N);  // bias_grad's sums, bf16 rows widened in registers
 void act_fwd_mixed(bool gelu, Ew x, Ew y, size_t n);            // relu_fwd or gelu_fwd
 void act_bwd_mixed(bool gelu, Ew x, Ew dy, Ew dx, size_t n);    // relu_bwd or gelu_bwd
 void swiglu_fwd_mixed(Ew gate, Ew up, Ew out, size_t n);
@@ -195,8 +197,10 @@ void adam_step_result(float* p, float* g, float* m, float* v, size_t n, const Ad
 void adam_step_bf16(float* master, float* g, float* m, float* v, float* param, size_t n, const AdamParams& hp,
                     int64_t step, float grad_scale, bool round_grad);
 // adam_step_bf16 with the gradient and the parameter each fp32 or a bf16-stored buffer (2 bytes,
-// Ew): block by block in the cache, bitwise adam_step_bf16 on the widened gradient with the
-// parameter packed after (a bf16 gradient is already rounded: round_grad leaves it as it is).
+// Ew): bitwise adam_step_bf16 on the widened gradient with the parameter packed after (a bf16
+// gradient is already rounded: round_grad leaves it as it is). Both bf16 (device-adam's bf16
+// run): one pass, the gradient widened and the parameter rounded in registers; a mix: block by
+// block in the cache.
 void adam_step_bf16_mixed(float* master, Ew g, float* m, float* v, Ew param, size_t n, const AdamParams& hp,
                           int64_t step, float grad_scale, bool round_grad);
 

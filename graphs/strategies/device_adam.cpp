@@ -70,13 +70,11 @@ class DeviceAdam final : public Strategy {
   }
   // On a CPU device (not at ZeRO stage 3, whose shards the trainer rounds; not fp16, whose
   // overflow check rounds on its own) consecutive parameters share one AdamW task
-  // (insert_adam_group), up to kGroupElems elements or kGroupParts parameters: a task per parameter
-  // cost the device worker its per-task overhead 53 times a step for the GPT of gpt-kjv.json. In
-  // bf16 that task also rounds the gradient, updates the master and writes the rounded parameter,
-  // where the trainer and this update would otherwise submit four tasks per parameter (bf16.grad,
-  // adam.device, master.device, bf16.param): the same bits either way. With gradient clipping the
-  // gradients are rounded before the clip reads them, so the trainer keeps rounding them.
-  static constexpr size_t kGroupElems = size_t{1} << 18, kGroupParts = 16;
+  // (insert_adam_groups). In bf16 that task also rounds the gradient, updates the master and writes
+  // the rounded parameter, where the trainer and this update would otherwise submit four tasks per
+  // parameter (bf16.grad, adam.device, master.device, bf16.param): the same bits either way. With
+  // gradient clipping the gradients are rounded before the clip reads them, so the trainer keeps
+  // rounding them.
   bool grouped() const {
     return !rt_.device_is_cuda() && !stage3() && bounds_.empty() && (!bf16_ || half_ == Half::Bf16);
   }
@@ -98,19 +96,13 @@ class DeviceAdam final : public Strategy {
                                  : rounds_bf16_grads() ? AdamGroupMode::Bf16RoundGrad
                                                        : AdamGroupMode::Bf16;
       std::vector<AdamGroupPart> parts;
-      size_t elems = 0, first = 0;
+      std::vector<std::string> names;
       for (size_t i = 0; i < params_.size(); ++i) {
         Param& p = *params_[i];
         parts.push_back({bf16_ ? &master_[i] : &p.value, &p.grad, &m_[i], &v_[i], bf16_ ? &p.value : nullptr});
-        elems += p.value.numel();
-        if (elems >= kGroupElems || parts.size() == kGroupParts || i + 1 == params_.size()) {
-          const std::string more = parts.size() > 1 ? "+" + std::to_string(parts.size() - 1) : "";
-          insert_adam_group(o.named("adam.device." + params_[first]->name + more), hp(u.o), u.o + 1, gs, parts, mode);
-          parts.clear();
-          elems = 0;
-          first = i + 1;
-        }
+        names.push_back(p.name);
       }
+      insert_adam_groups(o, hp(u.o), u.o + 1, gs, parts, names, mode);
       return;
     }
     for (size_t i = 0; i < params_.size(); ++i) {

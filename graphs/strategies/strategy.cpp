@@ -57,6 +57,24 @@ HostTensor Strategy::host_tensor(const Param& p, const std::string& name, size_t
   return h;
 }
 
+void Strategy::insert_adam_groups(const SubmitOptions& o, const AdamParams& hp, int64_t step, float grad_scale,
+                                  const std::vector<AdamGroupPart>& parts, const std::vector<std::string>& names,
+                                  AdamGroupMode mode) const {
+  std::vector<AdamGroupPart> group;
+  size_t elems = 0, first = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    group.push_back(parts[i]);
+    elems += parts[i].x->numel();
+    if (elems >= kGroupElems || group.size() == kGroupParts || i + 1 == parts.size()) {
+      const std::string more = group.size() > 1 ? "+" + std::to_string(group.size() - 1) : "";
+      insert_adam_group(o.named("adam.device." + names[first] + more), hp, step, grad_scale, group, mode);
+      group.clear();
+      elems = 0;
+      first = i + 1;
+    }
+  }
+}
+
 void Strategy::allgather_param(int64_t t, const Param& p) {
   const std::vector<size_t>* b = bounds(p);
   if (!b || s3_) return;  // stage 3: the next forward gathers the shards

@@ -188,6 +188,14 @@ class Strategy {
   }
   // After this rank's updated partition of p crossed into p.value: every rank's partition in.
   void allgather_param(int64_t t, const Param& p);
+  // On a CPU device, consecutive parameters' device AdamW in shared tasks (insert_adam_group), up
+  // to kGroupElems elements or kGroupParts parameters a task, named "adam.device.<first>+<more>":
+  // a task per parameter costs the device worker its per-task overhead each time (53 times a step
+  // for the GPT of gpt-kjv.json). names[i] is parts[i]'s parameter. The same bits as a task each.
+  static constexpr size_t kGroupElems = size_t{1} << 18, kGroupParts = 16;
+  void insert_adam_groups(const SubmitOptions& o, const AdamParams& hp, int64_t step, float grad_scale,
+                          const std::vector<AdamGroupPart>& parts, const std::vector<std::string>& names,
+                          AdamGroupMode mode) const;
   // Crossing copies, counted (by the host tiles' bytes: 2 per element for bf16 and fp16 tiles).
   void to_host(const SubmitOptions& o, const Tensor& dev, const HostTensor& host, bool count = true);
   void to_device(const SubmitOptions& o, const HostTensor& host, const Tensor& dev, bool count = true);

@@ -234,8 +234,22 @@ void ZenFlowStrategy::selective_update(int64_t t, int64_t o, Matrix& w) {
 
 void ZenFlowStrategy::vector_updates(int64_t t, int64_t o, bool select) {
   SubmitOptions dev = rt_.device(t);
+  // On a CPU device (not at stage 3, not fp16) the device updates share AdamW tasks, as device-adam's
+  // (insert_adam_groups): the master updated and the parameter written rounded (bf16) in one task
+  // for up to 16 parameters, where each took two (adam.device, master.device); the same bits
+  bool grouped = cal_.vector_update(o) == VectorUpdate::Device && !rt_.device_is_cuda() && !stage3() &&
+                 (!bf16_ || half_ == Half::Bf16);
+  for (const Vector& v : vec_) grouped = grouped && (v.master.numel() > 0) == bf16_;
+  std::vector<AdamGroupPart> parts;
+  std::vector<std::string> names;
   for (Vector& v : vec_) {
     Param& p = *v.p;
+    if (grouped) {
+      const bool master = v.master.numel() > 0;
+      parts.push_back({master ? &v.master : &p.value, &p.grad, &v.m, &v.v, master ? &p.value : nullptr});
+      names.push_back(p.name);
+      continue;
+    }
     switch (cal_.vector_update(o)) {
       case VectorUpdate::Device: {
         // stage 3: this rank's shard (none when it owns no element of p)
@@ -271,6 +285,8 @@ void ZenFlowStrategy::vector_updates(int64_t t, int64_t o, bool select) {
         break;
     }
   }
+  if (!parts.empty())
+    insert_adam_groups(dev, hp(o), o + 1, 1.0f, parts, names, bf16_ ? AdamGroupMode::Bf16 : AdamGroupMode::Fp32);
 }
 
 }  // namespace zf::zenflow

@@ -11,6 +11,7 @@
 # per-kernel sums of each case's last round side by side (breakdown.py).
 #   bash experiments/zenflow-overhead/run.sh      (ROUNDS=3 STEPS_GPT=80 STEPS_MLP=200: about 3 minutes)
 #   BEFORE=/path/to/old/zenflow-run bash experiments/zenflow-overhead/run.sh   (also the old binary's zenflow)
+#   PRECISION=bf16 bash experiments/zenflow-overhead/run.sh   (every run in that precision; default: the specs')
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/out}"
@@ -19,6 +20,7 @@ source "$here/../common.sh"
 rounds="${ROUNDS:-3}"
 zf=(--set zenflow.topk_ratio=0.1 --set zenflow.update_interval=4 --set zenflow.overlap_step=true
   --set zenflow.full_warm_up_rounds=0 --set zenflow.reset_host_moments=false)
+[ -z "${PRECISION:-}" ] || zf+=(--set "precision=\"$PRECISION\"")
 mkdir -p "$out/traces"
 # BEFORE=/path/to/zenflow-run (optional): zenflow with that binary too, in each round after the
 # other two (rows "zenflow-before"): an engine change's effect measured in the same rounds

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cpu/gemm.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "tests/kernels/kernel_helpers.hpp"
@@ -240,6 +241,45 @@ TEST(MatmulBf16, OutputsAsStoredWithBiasInTheTile) {
               expect_stored(y16, dxh, dx, dx_want, "data gradient");
             }
   }
+}
+
+// Where oneDNN rounds a bf16 output itself (bf16 products from kMatmulBf16Rows rows, a CPU with
+// native bf16: cpu::matmul_fwd_out and matmul_bwd_data_out), the one departure from the fp32 result
+// rounded by kernels/bf16.hpp (gemm.hpp): an fp32 value below 2^-126 in magnitude is a zero of its
+// sign, where from_float rounds it to a bf16 subnormal. (The bf16 dot products flush subnormals
+// themselves, in both paths: only the bias add can make one, the case built here.)
+TEST(MatmulBf16, OutputRoundedByThePrimitiveFlushesSubnormalSums) {
+  if (!cpu::native_bf16()) GTEST_SKIP() << "no native bf16: the fp32 paths round every output";
+  const int B = 2 * cpu::kMatmulBf16Rows, K = 32, N = 48;
+  // every product 2^-120 (rows r = 0 mod 4: 2^-90), two a column, signed by the column; the bias
+  // cancels a sum of 2^-119 to m 2^-128, m = 0..3 (subnormal or zero), leaving rows r = 0 mod 4 normal
+  std::vector<float> x((size_t)B * K), w((size_t)N * K, 0.0f), b(N);
+  for (int r = 0; r < B; ++r)
+    for (int k = 0; k < K; ++k) x[(size_t)r * K + k] = std::ldexp(1.0f, r % 4 ? -60 : -30);
+  for (int n = 0; n < N; ++n) {
+    const float sgn = n % 2 ? -1.0f : 1.0f;
+    for (int k = 0; k < 2; ++k) w[(size_t)n * K + k] = sgn * std::ldexp(1.0f, -60);
+    b[n] = -sgn * (std::ldexp(1.0f, -119) - (float)(n / 2 % 4) * std::ldexp(1.0f, -128));
+  }
+  std::vector<float> want((size_t)B * N);
+  cpu::matmul_fwd_mixed({x.data(), false}, {w.data(), false}, want.data(), B, K, N, false, true);
+  cpu::bias_add(want.data(), b.data(), B, N);
+  std::vector<uint16_t> yh((size_t)B * N, 0x7fc0);
+  cpu::matmul_fwd_out({x.data(), false}, {w.data(), false}, {b.data(), false}, {yh.data(), true}, B, K, N, false,
+                      true);
+  int subnormal = 0, normal = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const float v = want[i];
+    if (v != 0.0f && std::fabs(v) < FLT_MIN) {
+      ++subnormal;
+      EXPECT_EQ(yh[i], std::signbit(v) ? 0x8000 : 0x0000) << "element " << i << " = " << v;
+    } else {
+      normal += v != 0.0f;
+      EXPECT_EQ(yh[i], zf::kernels::bf16::from_float(v)) << "element " << i << " = " << v;
+    }
+  }
+  EXPECT_GT(subnormal, B * N / 2);  // both cases are exercised
+  EXPECT_GT(normal, B * N / 8);
 }
 
 TEST(MatmulBf16, WithinBf16RoundingOfTheExactProduct) {

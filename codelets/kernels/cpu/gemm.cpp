@@ -24,14 +24,14 @@ using dnnl_ctx::one_thread;
 
 struct Entry {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;
   size_t scratch = 0;
   std::string impl;
 };
 
 auto key_of(const GemmShape& s) {
   return std::make_tuple(s.M, s.N, s.K, s.ta, s.tb, s.lda, s.ldb, s.ldc, s.accumulate, s.bf16, s.alpha, s.batch,
-                         s.sa, s.sb, s.sc);
+                         s.sa, s.sb, s.sc, s.c_bf16, s.bias);
 }
 
 const Entry& entry(const GemmShape& s) {
@@ -53,7 +53,8 @@ const Entry& entry(const GemmShape& s) {
   };
   e->a = md(s.M, s.K, s.ta ? dims{1, s.lda} : dims{s.lda, 1}, s.sa, in);
   e->b = md(s.K, s.N, s.tb ? dims{1, s.ldb} : dims{s.ldb, 1}, s.sb, in);
-  e->c = md(s.M, s.N, dims{s.ldc, 1}, s.sc, dt::f32);
+  e->c = md(s.M, s.N, dims{s.ldc, 1}, s.sc, s.c_bf16 ? dt::bf16 : dt::f32);
+  if (s.bias) e->bias = md(1, s.N, dims{s.N, 1}, 0, dt::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
@@ -62,7 +63,8 @@ const Entry& entry(const GemmShape& s) {
     po.append_sum(1.0f);
     attr.set_post_ops(po);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
+  dnnl::matmul::primitive_desc pd(
+      s.bias ? dnnl::matmul::desc(e->a, e->b, e->bias, e->c) : dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
   e->scratch = pd.scratchpad_desc().get_size();
   e->impl = pd.impl_info_str();
   e->prim = dnnl::matmul(pd);
@@ -71,9 +73,14 @@ const Entry& entry(const GemmShape& s) {
 
 }  // namespace
 
-void dnnl_gemm(const GemmShape& s, const void* A, const void* B, float* C) {
+void dnnl_gemm(const GemmShape& s, const void* A, const void* B, void* C, const float* bias) {
   const Entry& e = entry(s);
-  dnnl_ctx::run(e.prim, e.scratch, {{DNNL_ARG_SRC, &e.a, A}, {DNNL_ARG_WEIGHTS, &e.b, B}, {DNNL_ARG_DST, &e.c, C}});
+  if (s.bias)
+    dnnl_ctx::run(e.prim, e.scratch,
+                  {{DNNL_ARG_SRC, &e.a, A}, {DNNL_ARG_WEIGHTS, &e.b, B}, {DNNL_ARG_BIAS, &e.bias, bias},
+                   {DNNL_ARG_DST, &e.c, C}});
+  else
+    dnnl_ctx::run(e.prim, e.scratch, {{DNNL_ARG_SRC, &e.a, A}, {DNNL_ARG_WEIGHTS, &e.b, B}, {DNNL_ARG_DST, &e.c, C}});
 }
 
 bool native_bf16() {

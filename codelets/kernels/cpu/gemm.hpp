@@ -6,6 +6,10 @@
 // alpha scales the product (C = alpha A B, an output scale of the primitive). batch > 1: that many
 // independent GEMMs of the same shape in one call (a batched matmul), the i-th on A + i sa, B + i sb
 // and C + i sc (strides in elements; the attention's heads, kernels/cpu/attention.cpp).
+// c_bf16 (bf16 A and B, no accumulate, batch 1): C holds bf16 values, the fp32 sum rounded once by
+// the primitive (VCVTNEPS2BF16: to nearest even, as kernels/bf16.hpp, but an fp32 sum below the
+// smallest normal, 2^-126 in magnitude, becomes a zero of its sign); bias (then given to dnnl_gemm):
+// an fp32 row of N values added to every row of the fp32 sum before that rounding.
 //
 // A primitive is created once per distinct call shape (layouts, leading dimensions, accumulate,
 // data type) and kept for the process; creating and running are safe from concurrent threads.
@@ -26,8 +30,9 @@ struct GemmShape {
   float alpha = 1.0f;
   int batch = 1;
   int64_t sa = 0, sb = 0, sc = 0;
+  bool c_bf16 = false, bias = false;
 };
-void dnnl_gemm(const GemmShape& s, const void* A, const void* B, float* C);
+void dnnl_gemm(const GemmShape& s, const void* A, const void* B, void* C, const float* bias = nullptr);
 
 // The CPU runs bf16 dot products natively (oneDNN's ISA at least avx512_core_bf16: AVX512_BF16
 // or AMX; ONEDNN_MAX_CPU_ISA can lower it).

@@ -78,6 +78,12 @@ struct Operands {
     const size_t e = bf16 ? 2 : 4;
     dnnl_gemm(s, (const char*)a + ao * e, (const char*)b + bo * e, C);
   }
+  // the same with a bf16 C, rounded once by the primitive (gemm.hpp), bias (fp32, N) added before
+  void gemm_bf16_out(size_t ao, size_t bo, uint16_t* C, GemmShape s, const float* bias) const {
+    s.bf16 = s.c_bf16 = true;
+    s.bias = bias != nullptr;
+    dnnl_gemm(s, (const uint16_t*)a + ao, (const uint16_t*)b + bo, C, bias);
+  }
 };
 // Below kCoarseRows a bf16 call runs the fp32 paths on operands rounded to bf16 (into the calling
 // thread's buffers): a product of two bf16 values is exact in fp32, so these multiply what the
@@ -447,42 +453,38 @@ const float* bias_f32(MatOperand b, int N) {
   unpack_bf16(static_cast<const uint16_t*>(b.p), w.data(), (size_t)N);
   return w.data();
 }
-// fwd_coarse's tiles and products, each tile finished (Out::finish) while in cache: a bf16 y's
-// tile is computed in the tile thread's scratch
-void fwd_coarse_out(const void* x, const void* w, bool bf16, const Out& out, int B, int K, int N, bool w_in_out) {
+// fwd_coarse's tiles and products (bf16 operands), each tile finished while in cache: an fp32 y's
+// tile by Out::finish (the separate bias add's bits); a bf16 y's tile rounded by the primitive itself,
+// the bias added to its fp32 sums first (gemm.hpp: PyTorch's addmm, one rounding)
+void fwd_coarse_out(const void* x, const void* w, const Out& out, int B, int K, int N, bool w_in_out) {
   const double flops = 2.0 * B * K * N;
-  const Operands op{x, w, bf16};
-  auto scratch = [](size_t n) {
-    thread_local std::vector<float> t;
-    if (t.size() < n) t.resize(n);
-    return t.data();
-  };
+  const Operands op{x, w, true};
+  uint16_t* yh = static_cast<uint16_t*>(out.y.p);
   if (N > B) {  // tiles of output features, as fwd_coarse
     over(cut(N, flops, 16, B), N, [&](int n0, int nn) {
-      float* t = out.y.bf16 ? scratch((size_t)B * nn) : out.f32() + n0;
-      const int ldt = out.y.bf16 ? nn : N;
-      op.gemm(0, w_in_out ? (size_t)n0 : (size_t)n0 * K, t, {B, nn, K, false, !w_in_out, K, w_in_out ? N : K, ldt,
-                                                               false, false});
-      out.finish(t, ldt, 0, B, n0, nn, N);
+      const GemmShape s{B, nn, K, false, !w_in_out, K, w_in_out ? N : K, N, false, true};
+      const size_t wo = w_in_out ? (size_t)n0 : (size_t)n0 * K;
+      if (out.y.bf16) return op.gemm_bf16_out(0, wo, yh + n0, s, out.b ? out.b + n0 : nullptr);
+      op.gemm(0, wo, out.f32() + n0, s);
+      out.finish(out.f32() + n0, N, 0, B, n0, nn, N);
     });
     return;
   }
   over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
-    float* t = out.y.bf16 ? scratch((size_t)bb * N) : out.f32() + (size_t)b0 * N;
-    op.gemm((size_t)b0 * K, 0, t, {bb, N, K, false, !w_in_out, K, w_in_out ? N : K, N, false, false});
-    out.finish(t, N, b0, bb, 0, N, N);
+    const GemmShape s{bb, N, K, false, !w_in_out, K, w_in_out ? N : K, N, false, true};
+    if (out.y.bf16) return op.gemm_bf16_out((size_t)b0 * K, 0, yh + (size_t)b0 * N, s, out.b);
+    op.gemm((size_t)b0 * K, 0, out.f32() + (size_t)b0 * N, s);
+    out.finish(out.f32() + (size_t)b0 * N, N, b0, bb, 0, N, N);
   });
 }
 
-// bwd_data_coarse's tiles of rows, a bf16 dx's tile computed in the tile thread's scratch and rounded
+// bwd_data_coarse's tiles of rows into a bf16 dx, each rounded by the primitive (gemm.hpp)
 void bwd_data_coarse_out(const void* dy, const void* w, const Out& out, int B, int K, int N, bool w_in_out) {
   const double flops = 2.0 * B * K * N;
   const Operands op{dy, w, true};
   over(cut(B, flops, 16, B), B, [&](int b0, int bb) {
-    thread_local std::vector<float> t;
-    if (t.size() < (size_t)bb * K) t.resize((size_t)bb * K);
-    op.gemm((size_t)b0 * N, 0, t.data(), {bb, K, N, false, w_in_out, N, w_in_out ? N : K, K, false, false});
-    out.finish(t.data(), K, b0, bb, 0, K, K);
+    op.gemm_bf16_out((size_t)b0 * N, 0, static_cast<uint16_t*>(out.y.p) + (size_t)b0 * K,
+                     {bb, K, N, false, w_in_out, N, w_in_out ? N : K, K, false, true}, nullptr);
   });
 }
 }  // namespace
@@ -491,7 +493,7 @@ void matmul_fwd_out(MatOperand x, MatOperand w, MatOperand b, Ew y, int B, int K
   const Out out{y, bias_f32(b, N)};
   if (!out.b && !y.bf16) return matmul_fwd_mixed(x, w, out.f32(), B, K, N, w_in_out, bf16);
   const size_t nx = (size_t)B * K, nw = (size_t)N * K;
-  if (bf16_products(bf16, B)) return fwd_coarse_out(as_bf16(x, nx, 0), as_bf16(w, nw, 1), true, out, B, K, N, w_in_out);
+  if (bf16_products(bf16, B)) return fwd_coarse_out(as_bf16(x, nx, 0), as_bf16(w, nw, 1), out, B, K, N, w_in_out);
   // the other paths: the whole product (into y, or the calling thread's fp32 buffer), then the
   // bias and the rounding in tiles of rows
   thread_local std::vector<float> t;

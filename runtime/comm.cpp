@@ -41,6 +41,11 @@ Comm::Comm(int* argc, char*** argv) {
   mpi_ = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
+  }
   if (provided < MPI_THREAD_MULTIPLE && size_ > 1)
     throw Error("the MPI library provides thread level " + std::to_string(provided) +
                 ", the data-parallel mode needs MPI_THREAD_MULTIPLE (" + std::to_string(MPI_THREAD_MULTIPLE) +

@@ -25,7 +25,7 @@ class Comm {
   // replicas of rank 0 by construction).
   static Comm simulated_world(int ranks) {
     Comm c;
-    c.size_ = ranks < 1 ? 1 : ranks;
+    c.size_ = c.local_size_ = ranks < 1 ? 1 : ranks;
     c.simulated_ = true;
     return c;
   }
@@ -33,13 +33,18 @@ class Comm {
   ~Comm();  // NCCL communicator, then MPI_Finalize (when this object initialised MPI)
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
-  Comm(Comm&& o) noexcept : rank_(o.rank_), size_(o.size_), mpi_(o.mpi_), simulated_(o.simulated_), nccl_(o.nccl_) {
+  Comm(Comm&& o) noexcept
+      : rank_(o.rank_), size_(o.size_), local_size_(o.local_size_), mpi_(o.mpi_), simulated_(o.simulated_),
+        nccl_(o.nccl_) {
     o.mpi_ = false;
     o.nccl_ = nullptr;
   }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The ranks on this process's node (MPI_COMM_TYPE_SHARED), this one included: they share its
+  // cores (docs/data-parallel.md, "A rank's cores"). The simulated world: all of them.
+  int local_size() const { return local_size_; }
 
   // In place, on host memory, SUM over the ranks. Return an MPI error code (0: success) instead of
   // throwing: they are called from codelets (noexcept).
@@ -69,7 +74,7 @@ class Comm {
   void* nccl() const { return nccl_; }
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
   bool mpi_ = false;      // this object called MPI_Init_thread
   bool simulated_ = false;  // simulated_world: no MPI, collectives are no-ops
   void* nccl_ = nullptr;  // ncclComm_t

@@ -250,6 +250,43 @@ int Runtime::hwloc_cores() {
   return n > 0 ? n : 1;
 }
 
+namespace {
+// The cores (their count) entirely inside this process's CPU binding, and the machine's
+std::pair<int, int> bound_and_all_cores() {
+  hwloc_topology_t topo;
+  hwloc_topology_init(&topo);
+  hwloc_topology_load(topo);
+  const hwloc_obj_type_t type =
+      hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  const int all = hwloc_get_nbobjs_by_type(topo, type);
+  int bound = all;
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0 && !hwloc_bitmap_iszero(set))
+    bound = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, type);
+  hwloc_bitmap_free(set);
+  hwloc_topology_destroy(topo);
+  return {std::max(1, std::min(bound, all)), std::max(1, all)};
+}
+}  // namespace
+
+bool Runtime::process_bound() {
+#ifdef ZF_SIMGRID
+  return false;
+#else
+  const auto [bound, all] = bound_and_all_cores();
+  return bound < all;
+#endif
+}
+
+int Runtime::rank_cores(int local_ranks) {
+#ifdef ZF_SIMGRID
+  if (std::getenv("ZF_SIM_CORES")) return hwloc_cores();  // already the simulated rank's share
+#endif
+  const auto [bound, all] = bound_and_all_cores();
+  if (bound < all) return bound;
+  return std::max(1, all / std::max(1, local_ranks));
+}
+
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
 #ifdef ZF_SIMGRID
   sim_load_roofline(cfg.sched);
@@ -299,6 +336,19 @@ void Runtime::start_starpu(int ncpu, int ncuda) {
   const RuntimeConfig& cfg = cfg_;
   blas_single_thread();
   deadline_policy_set_idle({}, {});  // nothing sleeps or helps until our policy's contexts exist
+#ifndef ZF_SIMGRID
+  // Where the workers run (docs/data-parallel.md, "A rank's cores"), unless the user's
+  // STARPU_WORKERS_* say: within the process's binding where the launcher bound it (StarPU binds
+  // its workers from the first core otherwise, whatever the binding); not bound at all where
+  // several unbound ranks share the node (each would bind its workers to the same first cores)
+  if (!std::getenv("STARPU_WORKERS_CPUID") && !std::getenv("STARPU_WORKERS_NOBIND") &&
+      !std::getenv("STARPU_WORKERS_GETBIND")) {
+    if (process_bound())
+      setenv("STARPU_WORKERS_GETBIND", "1", 1);
+    else if (cfg.local_ranks > 1)
+      setenv("STARPU_WORKERS_NOBIND", "1", 1);
+  }
+#endif
 
   starpu_conf conf;
   starpu_conf_init(&conf);

@@ -38,6 +38,9 @@ struct RuntimeConfig {
   // Task priorities from the graph's structure (SubmitOptions::role and due); false: every task
   // priority 0 (for studies). Never changes a result, only the order among ready tasks.
   bool priorities = true;
+  // Ranks of this process's node (Comm::local_size): unbound ranks sharing a node do not bind
+  // their workers (docs/data-parallel.md, "A rank's cores")
+  int local_ranks = 1;
 };
 
 class Runtime;
@@ -271,6 +274,13 @@ class Runtime {
   static int max_cpu_workers();
   // Physical cores seen by hwloc.
   static int hwloc_cores();
+  // The cores this process may use, one of `local_ranks` on its node (docs/data-parallel.md, "A
+  // rank's cores"): those of its CPU binding where the launcher bound it (mpirun --bind-to ...;
+  // StarPU's workers are then bound within it, STARPU_WORKERS_GETBIND), else the node's cores /
+  // local_ranks. In simulation the simulated rank's share (ZF_SIM_CORES).
+  static int rank_cores(int local_ranks = 1);
+  // The process is bound to a part of the machine's cores (hwloc_get_cpubind)
+  static bool process_bound();
   // CUDA devices this build can drive (0 without ZF_USE_CUDA, without a driver or without a GPU).
   static int cuda_devices();
   // The first CUDA device's memory in bytes (-1 without one)

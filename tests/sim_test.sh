@@ -265,6 +265,45 @@ print(f"all-reduce of {n} bytes on {R} ranks: formula {want_us:.4f} us, simulate
 sys.exit(0 if len(got) == 12 and not bad else 1)
 PY
 echo "ok: 2 simulated ranks: collectives $coll s per step"
+# A DGX A100 (docs/simulation.md, "Machine files"): rank 0 of 2 takes 64 of its 128 cores and one
+# GPU; its collectives cross NVLink through the NVSwitches (efficiency.nvlink, NCCL's 3.4 us a ring
+# step), its GPU shares a PCIe uplink with rank 1's (half of it each), and zenflow's host workers
+# are every core the CUDA worker leaves (63), or pt_reserved_cores_perc's share where given (32).
+MD=$SRC/graphs/machines/dgx-a100-40g.json
+sim dgx-a100-40g "$TMP/dgx.json" --strategy device-adam --ranks 2 --trace-csv "$TMP/dgx.csv" ||
+  { tail -30 "$TMP/log"; fail "device-adam on 2 simulated ranks of a DGX A100 exited $?"; }
+python3 - "$MD" "$SPEC" "$TMP/dgx.csv" <<'PY' || fail "a DGX A100's all-reduce is not the ring formula's over NVLink"
+import csv, json, sys
+m, spec = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+R, C = 2, spec["model"]["n_embd"]
+n = 4 * C * 4 * C
+B = m["gpu_links"]["bandwidth"] * m["efficiency"]["nvlink"]
+a = m["gpu_links"]["latency_s"]
+want_us = (2 * (R - 1) * (n / (R * B) + a)) * 1e6 + m["efficiency"]["gpu_task_overhead_us"]
+got = [float(r["end_us"]) - float(r["start_us"]) for r in csv.DictReader(open(sys.argv[3]))
+       if r["name"] == "allreduce.grad.h.0.mlp.c_fc.weight"]
+print(f"DGX A100: all-reduce of {n} bytes on {R} ranks: formula {want_us:.4f} us, simulated "
+      f"{min(got):.4f}-{max(got):.4f} us")
+sys.exit(0 if len(got) == 12 and all(abs(g - want_us) <= 2e-3 for g in got) else 1)
+PY
+plat=${ZF_SIM_BUILD_DIR:-$SRC/build-sim}/machines/r2/bus/dgx-a100-40g.platform.v4.xml
+python3 - "$MD" "$plat" <<'PY' || fail "the DGX A100's GPU pair does not share its PCIe uplink"
+import json, re, sys
+m, xml = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+got = float(re.search(r'link id="RAM-CUDA0" bandwidth="([0-9.]+)Bps"', xml).group(1))
+want = m["pcie"]["h2d_bandwidth"] * m["efficiency"]["pcie"] / 2
+print(f"DGX A100, rank 0 of 2: host-to-GPU {got / 1e9:.2f} GB/s (the uplink's half: {want / 1e9:.2f})")
+sys.exit(0 if abs(got - want) < 1 else 1)
+PY
+for cfg in "|63" "--set zenflow.pt_reserved_cores_perc=0.5|32"; do
+  opt=${cfg%|*} want=${cfg#*|}
+  # shellcheck disable=SC2086
+  sim dgx-a100-40g "$TMP/dgxz.json" --strategy zenflow --ranks 2 $opt ||
+    { tail -30 "$TMP/log"; fail "zenflow on 2 simulated ranks of a DGX A100 ($opt) exited $?"; }
+  got=$(json "$TMP/dgxz.json" 'm["workers"]["host"]')
+  [ "$got" = "$want" ] || fail "zenflow, rank 0 of 2 on a DGX A100 ($opt): $got host workers, expected $want"
+done
+echo "ok: DGX A100: NVLink collectives, a shared PCIe uplink, 63 host workers (32 with pt_reserved_cores_perc 0.5)"
 # one rank: no collective, no data_parallel section
 [ "$(json "$TMP/c.json" '"data_parallel" in m')" = False ] || fail "one rank reports data parallelism"
 # more ranks than the machine has GPUs: exit 2 naming --ranks

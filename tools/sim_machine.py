@@ -14,7 +14,10 @@ writes, under OUT (StarPU's STARPU_PERF_MODEL_DIR for the run, with STARPU_HOSTN
 Every rate is peak x the efficiency stated in the machine file; nothing is fitted here (the
 per-codelet efficiencies are measured by experiments/simulation/calibrate.py).
 With --ranks R (data parallelism, docs/simulation.md): the run is one rank of R, one GPU each
-(R <= gpus.count), and the host's cores are shared: the rank gets cores // R of them.
+(R <= gpus.count), and the host's cores are shared: the rank gets cores // R of them. GPUs behind
+one PCIe uplink (pcie.gpus_per_uplink, DGX A100's pairs) share its bandwidth with the other ranks'
+GPUs there (ranks take GPUs 0, 1, ... in order, and move their data at the same time). Above the
+build's MAX_CPUS cores a simulated CPU worker stands for several cores (their summed rates).
 Usage: python3 tools/sim_machine.py graphs/machines/NAME.json OUT [--ranks R]
 Exit status 2 with the file and field named on a bad machine file."""
 import json
@@ -110,8 +113,8 @@ def rates(m):
     return cores, r
 
 
-def links(m):
-    """(src, dst) -> (bytes/s, latency s) over nodes 0 = RAM, 1..g = the GPUs."""
+def links(m, ranks=1):
+    """(src, dst) -> (bytes/s, latency s) over nodes 0 = RAM, 1..g = the GPUs, for one rank of R."""
     g = int(num(m["gpus"], "gpus", "count"))
     out = {}
     if g == 0:
@@ -120,13 +123,28 @@ def links(m):
     if not isinstance(p, dict) or not isinstance(gl, dict):
         raise BadMachine("pcie, gpu_links: expected objects (a machine with GPUs)")
     eff = num(e, "efficiency", "pcie")
+    # GPU to GPU: through the host's PCIe (its efficiency), or NVLink through NVSwitches (NVLink's)
+    through = gl.get("through", "host")
+    if through not in ("host", "nvswitch"):
+        raise BadMachine(f"gpu_links.through: expected \"host\" or \"nvswitch\", got {json.dumps(through)}")
+    geff = eff if through == "host" else num(e, "efficiency", "nvlink")
+    # the ranks' GPUs sharing an uplink move their data at once: each gets its share of it
+    share = min(ranks, uplink_gpus(p))
     for i in range(1, g + 1):
-        out[(0, i)] = (num(p, "pcie", "h2d_bandwidth") * eff, num(p, "pcie", "h2d_latency_s"))
-        out[(i, 0)] = (num(p, "pcie", "d2h_bandwidth") * eff, num(p, "pcie", "d2h_latency_s"))
+        out[(0, i)] = (num(p, "pcie", "h2d_bandwidth") * eff / share, num(p, "pcie", "h2d_latency_s"))
+        out[(i, 0)] = (num(p, "pcie", "d2h_bandwidth") * eff / share, num(p, "pcie", "d2h_latency_s"))
         for j in range(1, g + 1):
             if i != j:
-                out[(i, j)] = (num(gl, "gpu_links", "bandwidth") * eff, num(gl, "gpu_links", "latency_s"))
+                out[(i, j)] = (num(gl, "gpu_links", "bandwidth") * geff, num(gl, "gpu_links", "latency_s"))
     return g, out
+
+
+def uplink_gpus(p):
+    """pcie.gpus_per_uplink: GPUs behind one PCIe uplink to the host (1 when absent)."""
+    v = p.get("gpus_per_uplink", 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise BadMachine(f"pcie.gpus_per_uplink: expected an integer >= 1, got {json.dumps(v)}")
+    return v
 
 
 def platform_xml(cores, g, mem, lk):
@@ -183,18 +201,31 @@ def write(path, text):
 def generate(machine_path, out, ranks=1):
     m = load(machine_path)
     cores, r = rates(m)
-    g, lk = links(m)
+    g = int(num(m["gpus"], "gpus", "count"))
     if ranks < 1 or (g and ranks > g) or cores // ranks < 1:
         raise BadMachine(f"--ranks {ranks}: expected 1 to gpus.count ({g}) ranks, one GPU each, "
                          f"and at least one of the host's {cores} cores per rank")
-    cores //= ranks  # the ranks share the host: this one gets its share of the cores
-    if cores > MAX_CPUS or g > MAX_GPUS:
-        raise BadMachine(f"host.cores {cores} / gpus.count {g}: the simulation build simulates at most "
-                         f"{MAX_CPUS} cores and {MAX_GPUS} GPUs")
-    # the links of the collectives' ring (runtime/collective_cost.hpp): GPU i -> GPU i+1
+    g, lk = links(m, ranks)
+    sockets = m["host"].get("sockets", 1)
+    if isinstance(sockets, bool) or not isinstance(sockets, int) or sockets < 1 or cores % sockets:
+        raise BadMachine(f"host.sockets: expected an integer >= 1 that divides host.cores ({cores}), "
+                         f"got {json.dumps(sockets)}")
+    if g > MAX_GPUS:
+        raise BadMachine(f"gpus.count {g}: the simulation build simulates at most {MAX_GPUS} GPUs")
+    # the links of the collectives' ring (runtime/collective_cost.hpp): GPU i -> GPU i+1; MPI over
+    # shared memory: one core's copy
     gpu_link = lk[(1, 2)] if g >= 2 else (0.0, 0.0)
     r["link.gpu.bytes"], r["link.gpu.latency_us"] = gpu_link[0], gpu_link[1] * 1e6
     r["link.host.bytes"], r["link.host.latency_us"] = r["cpu.bytes"], HOST_MPI_LATENCY_S * 1e6
+    cores //= ranks  # the ranks share the host: this one gets its share of the cores
+    # more cores than the build's CPU workers (a DGX's 128): each worker stands for k of them, with
+    # their summed FLOP/s and bandwidth (the host's whole bandwidth still shared by all its cores)
+    k = -(-cores // MAX_CPUS)
+    if k > 1:
+        cores //= k
+        for key in ("cpu.flops", "cpu.bytes", "cpu.peak.flops", "cpu.peak.bytes"):
+            r[key] *= k
+    r["cpu.cores_per_worker"] = k
     mem = num(m["gpus"], "gpus", "memory_bytes") if g else 0
     name = m["name"]
     os.makedirs(os.path.join(out, "bus"), exist_ok=True)

@@ -49,13 +49,26 @@ void check_machine(const Spec& s) {
   check_workers(s);
 }
 
-std::pair<int, int> worker_split(const Spec& s) {
+std::pair<int, int> worker_split(const Spec& s, int ncuda, int local_ranks) {
   if (s.runtime.device_workers > 0) return {s.runtime.device_workers, s.runtime.host_workers};
-  int n = std::min(Runtime::hwloc_cores(), Runtime::max_cpu_workers());
+  return split_cores(s, std::min(Runtime::rank_cores(local_ranks), Runtime::max_cpu_workers()), ncuda);
+}
+
+std::pair<int, int> split_cores(const Spec& s, int n, int ncuda) {
   if (n < 2) n = 2;  // one core: both contexts share it (oversubscribed)
   // a strategy without host work (device-adam): one host worker (the runtime needs one), which has nothing to
   // do but help the device kernels (docs/architecture.md, "Device cores"), the rest device
   if (!strategy_def(s.strategy).host_optimizer) return {n - 1, 1};
+  if (ncuda > 0) {
+    // the CUDA workers drive the device, a core each; the host gets every other core, or, where
+    // the spec gives zenflow.pt_reserved_cores_perc, those outside the reserved share (DeepSpeed's
+    // ZenFlow binds its optimizer to the cores the training process does not reserve)
+    int reserved = ncuda;
+    if (s.zenflow.cores_perc_given)
+      reserved = std::max(reserved, (int)std::floor(s.zenflow.pt_reserved_cores_perc * n));
+    const int host = std::max(1, n - reserved);
+    return {std::max(1, n - host), host};
+  }
   int dev = (int)std::floor(s.zenflow.pt_reserved_cores_perc * n);
   dev = std::clamp(dev, 1, n - 1);
   return {dev, n - dev};

@@ -12,7 +12,12 @@ namespace zf {
 // runtime.host_workers).
 void check_machine(const Spec& s);
 
-// Worker split actually used (resolves 0 = auto from the cores hwloc sees).
-std::pair<int, int> worker_split(const Spec& s);
+// Worker split actually used (resolves 0 = auto from the rank's cores, Runtime::rank_cores) for a
+// run with `ncuda` CUDA workers (they drive the device: the CPU workers are the host's) and
+// `local_ranks` ranks on this node. {device, host} CPU workers; with CUDA workers the device
+// count is not started (docs/spec.md, worker split).
+std::pair<int, int> worker_split(const Spec& s, int ncuda = 0, int local_ranks = 1);
+// The same split of n cores (worker_split with the spec's runtime.*_workers 0)
+std::pair<int, int> split_cores(const Spec& s, int n, int ncuda);
 
 }  // namespace zf

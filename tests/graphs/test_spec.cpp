@@ -2,6 +2,7 @@
 // (unknown key, wrong type, impossible value, bad --set override, invalid or missing file) must
 // be a zf::InputError whose message names the source file and the field path (style.md, Errors).
 #include <gtest/gtest.h>
+#include <hwloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -257,6 +258,52 @@ TEST(Spec, WorkersExceedMaxCpus) {
     zf::Spec s = zf::parse_spec(json{{"runtime", {{"device_workers", max - 1}, {"host_workers", 1}}}}, kSrc);
     EXPECT_EQ(s.runtime.device_workers + s.runtime.host_workers, max);
   }
+}
+
+// The automatic worker split (docs/spec.md, "Worker split"): on CPU workers the device side gets
+// pt_reserved_cores_perc of the cores; with CUDA workers driving the device, the host gets every
+// core they leave, or those outside the reserved share where the spec gives one.
+TEST(Spec, WorkerSplitWithAndWithoutCudaWorkers) {
+  using P = std::pair<int, int>;
+  const zf::Spec zen = zf::parse_spec(json{{"strategy", "zenflow"}}, kSrc);
+  const zf::Spec off = zf::parse_spec(json{{"strategy", "zero-offload"}}, kSrc);
+  const zf::Spec dev = zf::parse_spec(json{{"strategy", "device-adam"}}, kSrc);
+  const zf::Spec given =
+      zf::parse_spec(json{{"strategy", "zenflow"}, {"zenflow", {{"pt_reserved_cores_perc", 0.25}}}}, kSrc);
+  EXPECT_EQ(zf::split_cores(zen, 32, 0), P(16, 16));  // CPU device: the default 0.5
+  EXPECT_EQ(zf::split_cores(given, 32, 0), P(8, 24));
+  EXPECT_EQ(zf::split_cores(dev, 32, 0), P(31, 1));
+  EXPECT_EQ(zf::split_cores(zen, 32, 1), P(1, 31));  // one GPU: 31 host workers, not 16
+  EXPECT_EQ(zf::split_cores(off, 32, 1), P(1, 31));
+  EXPECT_EQ(zf::split_cores(off, 32, 2), P(2, 30));
+  EXPECT_EQ(zf::split_cores(given, 32, 1), P(8, 24));  // the reserved share, as DeepSpeed's ZenFlow
+  EXPECT_EQ(zf::split_cores(dev, 32, 1), P(31, 1));    // no host work: one host worker
+  EXPECT_EQ(zf::split_cores(zen, 1, 1), P(1, 1));      // one core: both share it
+}
+
+// A rank's cores: the node's, shared by the unbound ranks on it; its binding's where it is bound.
+TEST(Spec, RankCoresFromTheBindingOrTheNodesShare) {
+  const int all = zf::Runtime::hwloc_cores();
+  ASSERT_FALSE(zf::Runtime::process_bound()) << "run unbound (the test binds itself below)";
+  EXPECT_EQ(zf::Runtime::rank_cores(1), all);
+  EXPECT_EQ(zf::Runtime::rank_cores(2), std::max(1, all / 2));
+  if (all < 2) GTEST_SKIP() << "one core: no binding to a part of the machine";
+  // the whole process bound to its first core, as mpirun --bind-to core binds a rank
+  hwloc_topology_t topo;
+  hwloc_topology_init(&topo);
+  hwloc_topology_load(topo);
+  hwloc_bitmap_t old = hwloc_bitmap_alloc();
+  ASSERT_EQ(hwloc_get_cpubind(topo, old, HWLOC_CPUBIND_PROCESS), 0);
+  hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, 0);
+  ASSERT_NE(core, nullptr);
+  ASSERT_EQ(hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_PROCESS), 0);
+  const bool bound = zf::Runtime::process_bound();
+  const int cores = zf::Runtime::rank_cores(4);
+  EXPECT_EQ(hwloc_set_cpubind(topo, old, HWLOC_CPUBIND_PROCESS), 0);
+  hwloc_bitmap_free(old);
+  hwloc_topology_destroy(topo);
+  EXPECT_TRUE(bound);
+  EXPECT_EQ(cores, 1);  // the binding's one core, whatever the node's ranks
 }
 
 TEST(SpecOverride, NestedPathCreatesObjects) {

@@ -49,10 +49,50 @@ sim h200-pcie5-x1 "$TMP/b.json" --strategy zenflow || fail "second zenflow run e
   fail "two simulations of the same run differ: $(json "$TMP/a.json" 'm["step_time_s"]') vs $(json "$TMP/b.json" 'm["step_time_s"]')"
 echo "ok: deterministic"
 
-sim this-machine "$TMP/c.json" --strategy device-adam || { tail -30 "$TMP/log"; fail "device-adam on this-machine exited $?"; }
+# (the committed this-machine file, by path: `--machine this-machine` calibrates, tested below)
+THIS=$SRC/graphs/machines/this-machine.json
+sim "$THIS" "$TMP/c.json" --strategy device-adam || { tail -30 "$TMP/log"; fail "device-adam on this-machine exited $?"; }
 [ "$(json "$TMP/c.json" 'all(k.split()[1] == "CPU" for k in m["worker_busy_s_per_step"])')" = True ] ||
   fail "this-machine has no GPU, but a CUDA worker ran"
 echo "ok: device-adam on this-machine: median step $(json "$TMP/c.json" 'm["step_time_s"]["median"]') s"
+
+# this-machine measured where it runs (docs/simulation.md): the first `--machine this-machine`
+# calibrates on this CPU (traced runs, calibrate.py) into the calibration folder and says so; the
+# second reuses the file (the same bytes, and says so); --recalibrate redoes it; another machine's
+# --recalibrate exits 2. (In a folder of the test's own: a calibration made while ctest runs other
+# tests is not one to keep in the user's build-sim/.)
+export ZF_SIM_CALIBRATION_DIR=$TMP/calibrations
+t0=$SECONDS
+sim this-machine "$TMP/t1.json" --strategy device-adam ||
+  { tail -30 "$TMP/log"; fail "the first --machine this-machine (calibrating) exited $?"; }
+grep -q "this-machine: calibrating on this CPU" "$TMP/log" || fail "the first this-machine run does not say it calibrates"
+cal=$(ls "$ZF_SIM_CALIBRATION_DIR"/*.json)
+[ "$(echo "$cal" | wc -l)" = 1 ] || fail "expected one calibration file, got: $cal"
+python3 - "$cal" <<'PY' || fail "the calibration file is not this CPU's"
+import json, subprocess, sys
+m = json.load(open(sys.argv[1]))
+cpu = next(l.split(":", 1)[1].strip() for l in subprocess.check_output(["lscpu"], text=True).splitlines()
+           if l.startswith("Model name:"))
+c = m["efficiency"]["calibration"]
+assert c["cpu"] == cpu, (c["cpu"], cpu)
+assert len(m["efficiency"]["host_codelets"]) >= 10 and "eager" in m["efficiency"]["cpu_task_overhead_us_by_sched"], m
+print(f"calibrated on {cpu}: {len(m['efficiency']['host_codelets'])} codelets, "
+      f"zf-deadline's time between tasks {m['efficiency']['cpu_task_overhead_us']} us")
+PY
+sum1=$(md5sum <"$cal")
+sim this-machine "$TMP/t2.json" --strategy device-adam || fail "the second --machine this-machine exited $?"
+grep -q "this-machine: this CPU's calibration" "$TMP/log" || fail "the second this-machine run does not say it reuses the calibration"
+grep -q "calibrating" "$TMP/log" && fail "the second this-machine run calibrated again"
+[ "$(md5sum <"$cal")" = "$sum1" ] || fail "the second run changed the calibration"
+[ "$(json "$TMP/t1.json" 'm["step_time_s"]')" = "$(json "$TMP/t2.json" 'm["step_time_s"]')" ] ||
+  fail "two runs on the same calibration differ"
+sim this-machine "$TMP/t3.json" --strategy device-adam --recalibrate || fail "--recalibrate exited $?"
+grep -q "this-machine: calibrating on this CPU" "$TMP/log" || fail "--recalibrate did not calibrate"
+sim h200-pcie5-x1 "$TMP/t4.json" --strategy device-adam --recalibrate
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--recalibrate" "$TMP/log" || fail "--recalibrate on h200-pcie5-x1: exit $rc, expected 2 naming it"
+unset ZF_SIM_CALIBRATION_DIR
+echo "ok: this-machine calibrated on first use, reused, recalibrated ($((SECONDS - t0)) s)"
 
 # Calibrated per-codelet efficiencies (docs/simulation.md, "Calibration"): the machine file's
 # efficiency.host_codelets replaces the generic efficiencies for that codelet. this-machine with
@@ -214,7 +254,7 @@ echo "ok: per-task overhead as idle time"
 # total time. Both counted their buffers' whole sizes before (ratio 1, and about 16x). Under eager:
 # no helpers.
 zsim() {  # OUT topk tile_elems
-  sim this-machine "$TMP/$1.json" --strategy zenflow --sched eager --set zenflow.full_warm_up_rounds=0 \
+  sim "$THIS" "$TMP/$1.json" --strategy zenflow --sched eager --set zenflow.full_warm_up_rounds=0 \
     --set zenflow.topk_ratio="$2" --set runtime.tile_elems="$3" --trace-csv "$TMP/$1.csv" ||
     { tail -30 "$TMP/log"; fail "zenflow on this-machine (topk $2, tiles $3) exited $?"; }
 }

@@ -32,22 +32,10 @@ run() {  # spec strategy sched round [extra]
   "$root/build/zenflow-run" "$(spec_file "$spec")" --strategy "$s" --sched "$p" $(spec_args "$spec") \
     --set zenflow.full_warm_up_rounds=0 --set log.every=0 -q --metrics "$out/real/$spec.$s.$p.r$r.json" "$@"
 }
-# model-based policies (dm*) need calibrated history models: two calibrating runs per spec and strategy
-for spec in gpt-kjv headline; do for s in $strategies; do for i in 1 2; do
-  STARPU_CALIBRATE=1 run "$spec" "$s" dmda "calibrate$i" >/dev/null
-done; done; done
-rm -f "$out"/real/*calibrate*.json
+# the calibration's runs (trace.sh: the dm* models' calibrating runs, the traced runs)
+ZENFLOW_RUN="$root/build/zenflow-run" SPECS="gpt-kjv headline" STRATEGIES="$strategies" POLICIES="$policies" \
+  bash "$here/trace.sh" "$out/real"
 export STARPU_CALIBRATE=0
-# the calibration's input: one extra run per spec and strategy under zf-deadline with the per-task
-# CSV (not among the measured rounds: tracing costs a little time per task)
-for spec in gpt-kjv headline; do for s in $strategies; do
-  run "$spec" "$s" zf-deadline trace --trace-csv "$out/real/$spec.$s.zf-deadline.tasks.csv"
-done; done
-# and gpt-kjv's device-adam under each other policy: calibrate.py's per-policy per-task overhead
-for p in $policies; do
-  [ "$p" = zf-deadline ] && continue
-  run gpt-kjv device-adam "$p" trace --trace-csv "$out/real/gpt-kjv.device-adam.$p.tasks.csv"
-done
 configs=()
 for spec in gpt-kjv headline; do for s in $strategies; do for p in $policies; do configs+=("$spec $s $p"); done; done; done
 start=$(date +%s)

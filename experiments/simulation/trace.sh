@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The calibration's real runs (docs/simulation.md, "Calibration"), shared by measure.sh and by
+# `tools/zf simulate --machine this-machine` (calibrated on first use): per spec, two calibrating
+# runs per strategy for the model-based policies (dm*), one traced run per strategy under
+# zf-deadline (--trace-csv: calibrate.py's input) and gpt-kjv's device-adam traced under each other
+# policy (calibrate.py's per-policy per-task overhead). Writes DIR/<spec>.<strategy>.zf-deadline.tasks.csv
+# (and .rtrace.json, the run's metrics) and DIR/gpt-kjv.device-adam.<policy>.tasks.csv.
+#   ZENFLOW_RUN=build/zenflow-run bash experiments/simulation/trace.sh DIR
+#   env: SPECS (gpt-kjv headline), STRATEGIES (device-adam zero-offload zenflow),
+#        POLICIES (zf-deadline eager lws dmda dmdas), STARPU_HOME (the dm* models' home)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+dir=${1:?usage: trace.sh DIR}
+bin=${ZENFLOW_RUN:-$root/build/zenflow-run}
+specs="${SPECS:-gpt-kjv headline}"
+strategies="${STRATEGIES:-device-adam zero-offload zenflow}"
+policies="${POLICIES:-zf-deadline eager lws dmda dmdas}"
+mkdir -p "$dir"
+spec_file() { case "$1" in gpt-kjv) echo "$root/graphs/specs/gpt-kjv.json" ;; headline) echo "$root/experiments/headline/spec.json" ;; esac; }
+# per spec: steps, warm-up steps left out (calibrate.py's SPEC_ARGS), evaluation kept short
+spec_args() {
+  case "$1" in
+    gpt-kjv) echo "--steps 60 --set log.warmup_steps=10 --set data.eval_limit=64" ;;
+    headline) echo "--steps 200 --set log.warmup_steps=20 --set data.eval_limit=100" ;;
+  esac
+}
+run() {  # spec strategy sched tag [extra]: metrics DIR/spec.strategy.sched.<tag>.json
+  local spec=$1 s=$2 p=$3 tag=$4; shift 4
+  # shellcheck disable=SC2046
+  "$bin" "$(spec_file "$spec")" --strategy "$s" --sched "$p" $(spec_args "$spec") \
+    --set zenflow.full_warm_up_rounds=0 --set log.every=0 -q --metrics "$dir/$spec.$s.$p.$tag.json" "$@"
+}
+# model-based policies (dm*) need calibrated history models: two calibrating runs per spec and strategy
+if [[ " $policies " == *" dm"* ]]; then
+  for spec in $specs; do for s in $strategies; do for i in 1 2; do
+    STARPU_CALIBRATE=1 run "$spec" "$s" dmda "calibrate$i" >/dev/null
+  done; done; done
+  rm -f "$dir"/*calibrate*.json
+fi
+export STARPU_CALIBRATE=0
+# the calibration's input: one run per spec and strategy under zf-deadline with the per-task CSV
+for spec in $specs; do for s in $strategies; do
+  run "$spec" "$s" zf-deadline rtrace --trace-csv "$dir/$spec.$s.zf-deadline.tasks.csv"
+done; done
+# and gpt-kjv's device-adam under each other policy: the per-policy per-task overhead
+if [[ " $specs " == *" gpt-kjv "* && " $strategies " == *" device-adam "* ]]; then
+  for p in $policies; do
+    [ "$p" = zf-deadline ] && continue
+    run gpt-kjv device-adam "$p" rtrace --trace-csv "$dir/gpt-kjv.device-adam.$p.tasks.csv"
+  done
+fi

@@ -19,14 +19,18 @@
 #          of 512 per rank, activation checkpointing every layer, topk 0.1, update_interval 4:
 #          --estimate-memory per rank for device-adam, zero-offload, Twin-Flow (offload_optimizer
 #          ratio 0.5) and zenflow, and the simulated run of each that fits: dse-*.json, dse.md
-#   bash experiments/simulation/predict.sh [gpt] [llama] [sweep] [gpt2xl] [dse]
+#   dgx    the same setting on a DGX A100 (dgx-a100-40g: NVSwitch, two EPYC 7742, a PCIe uplink per GPU
+#          pair; issue 47): Llama-2-7B, Qwen2.5-1.5B and Qwen2.5-3B (their published shapes:
+#          llama2-7b/, qwen2.5-1.5b/, qwen2.5-3b/), device-adam at ZeRO 2 (no offload), zero-offload and
+#          zenflow, 51 steps (steps 5-51 measured), where the estimate fits: dgx-*.json, dgx.md
+#   bash experiments/simulation/predict.sh [gpt] [llama] [sweep] [gpt2xl] [dse] [dgx]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${OUT:-$here/out}"
 mkdir -p "$out"
 parts=("$@")
-((${#parts[@]})) || parts=(gpt llama sweep gpt2xl dse)
+((${#parts[@]})) || parts=(gpt llama sweep gpt2xl dse dgx)
 want() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 
 if want gpt; then
@@ -314,5 +318,64 @@ for s in ("device-adam", "zero-offload", "twin-flow", "zenflow"):
 text = "\n".join(rows) + "\n"
 print(text, end="")
 open(os.path.join(out, "dse.md"), "w").write(text)
+PY
+fi
+
+# ---- DeepSpeedExamples' setting on a DGX A100 (issue 47 item 5): each model's estimate first, then
+# 51 simulated steps (the first 4 left out: the mean and the median over steps 5-51) where it fits.
+if want dgx; then
+spec="$root/graphs/specs/llama2-7b-block.json"
+for model in llama2-7b qwen2.5-1.5b qwen2.5-3b; do
+  for s in device-adam zero-offload zenflow; do
+    o="dgx-$model-$s"
+    [ -s "$out/$o.json" ] && continue  # done already (delete it to rerun)
+    args=(--machine dgx-a100-40g --ranks 2 --set model.path="$here/$model" --strategy "$s"
+          --set zero_optimization.stage=2 --set model.context=512 --set train.batch_size=8 --set train.eval_batch_size=4
+          --set train.activation_checkpointing=1 --set zenflow.topk_ratio=0.1 --set zenflow.update_interval=4
+          --set zenflow.full_warm_up_rounds=0 --set runtime.tile_elems=16777216)
+    echo "== $o"
+    rc=0
+    nice -n 19 bash "$root/tools/zf" simulate "$spec" "${args[@]}" --estimate-memory >"$out/$o-estimate.out" \
+      2>"$out/$o-estimate.log" || rc=$?
+    sed -n '/^{/,$p' "$out/$o-estimate.out" >"$out/$o-estimate.json"
+    if [ "$rc" != 0 ] || ! python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["device_fits"] else 1)' \
+        "$out/$o-estimate.json"; then
+      echo "$o: not run (estimate exit $rc, or the device part does not fit)"
+      continue
+    fi
+    /usr/bin/time -f "%e" -o "$out/$o.wall" nice -n 19 bash "$root/tools/zf" simulate "$spec" "${args[@]}" \
+      --steps 51 --set log.warmup_steps=4 -q --metrics "$out/$o.json" >"$out/$o.log" 2>&1 ||
+      { tail -20 "$out/$o.log"; exit 1; }
+  done
+done
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+gib = lambda b: f"{b / 2**30:.1f}"
+rows = ["| model | strategy | parameters | device estimate GiB per GPU (fits 90 % of 40 GB) | step ms mean (5-51) | step ms median | stall | device busy ms | d2h + h2d GB per step | collectives ms per step | device state GiB | host workers | wall s (51 steps) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for model in ("llama2-7b", "qwen2.5-1.5b", "qwen2.5-3b"):
+    for s in ("device-adam", "zero-offload", "zenflow"):
+        o = os.path.join(out, f"dgx-{model}-{s}")
+        try:
+            e = json.load(open(o + "-estimate.json"))
+        except (OSError, ValueError):
+            err = open(o + "-estimate.log").read().strip().splitlines()
+            rows.append(f"| {model} | {s} | | refused: {err[-1] if err else '?'} | | | | | | | | | |")
+            continue
+        line = f"| {model} | {s} | {e['parameters'] / 1e9:.2f}B | {gib(e['device']['total'])} ({'yes' if e['device_fits'] else 'no'}) |"
+        if not os.path.exists(o + ".json"):
+            rows.append(line + " not run | | | | | | | | |")
+            continue
+        x = json.load(open(o + ".json"))
+        st, by = x["step_time_s"], x["bytes"]
+        coll = x.get("data_parallel", {}).get("collective_s_per_step", 0.0)
+        wall = open(o + ".wall").read().split()[-1]
+        rows.append(line + f" {st['mean'] * 1e3:.0f} | {st['median'] * 1e3:.0f} | {x['stall_fraction']:.3f} | "
+                    f"{x['device_busy_s_per_step'] * 1e3:.0f} | {by['device_to_host'] / 1e9:.2f} + {by['host_to_device'] / 1e9:.2f} | "
+                    f"{coll * 1e3:.1f} | {gib(x['device_state_bytes']['total'])} | {x['workers']['host']} | {wall} |")
+text = "\n".join(rows) + "\n"
+print(text, end="")
+open(os.path.join(out, "dgx.md"), "w").write(text)
 PY
 fi

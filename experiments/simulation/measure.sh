@@ -18,14 +18,7 @@ rounds="${ROUNDS:-3}"
 policies="${POLICIES:-zf-deadline eager lws dmda dmdas}"
 strategies="${STRATEGIES:-device-adam zero-offload zenflow}"
 mkdir -p "$out/real"
-spec_file() { case "$1" in gpt-kjv) echo "$root/graphs/specs/gpt-kjv.json" ;; headline) echo "$root/experiments/headline/spec.json" ;; esac; }
-# per spec: steps, warm-up steps left out, evaluation kept short (not measured)
-spec_args() {
-  case "$1" in
-    gpt-kjv) echo "--steps 60 --set log.warmup_steps=10 --set data.eval_limit=64" ;;
-    headline) echo "--steps 200 --set log.warmup_steps=20 --set data.eval_limit=100" ;;
-  esac
-}
+source "$here/specs.sh"
 run() {  # spec strategy sched round [extra]
   local spec=$1 s=$2 p=$3 r=$4; shift 4
   # shellcheck disable=SC2046

@@ -33,6 +33,21 @@ parts=("$@")
 ((${#parts[@]})) || parts=(gpt llama sweep gpt2xl dse dgx)
 want() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 
+# fits NAME SPEC OPTIONS...: the run's memory estimate into $out/NAME-estimate.json (the JSON after
+# tools/zf's own lines, exit code and message in NAME-estimate.log); true where its device part fits
+fits() {
+  local o=$1 rc=0
+  shift
+  nice -n 19 bash "$root/tools/zf" simulate "$@" --estimate-memory >"$out/$o-estimate.out" 2>"$out/$o-estimate.log" ||
+    rc=$?
+  sed -n '/^{/,$p' "$out/$o-estimate.out" >"$out/$o-estimate.json"
+  if [ "$rc" != 0 ] || ! python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["device_fits"] else 1)' \
+      "$out/$o-estimate.json"; then
+    echo "$o: not run (estimate exit $rc, or the device part does not fit)"
+    return 1
+  fi
+}
+
 if want gpt; then
 machines=(h200-pcie5-x1 a100-40g-pcie4-x4)
 model=(--set model.n_layer=24 --set model.n_embd=2048 --set model.n_head=16)
@@ -261,16 +276,7 @@ for s in device-adam zero-offload twin-flow zenflow; do
   strat=(--strategy "$s")
   [ "$s" = twin-flow ] && strat=(--strategy zero-offload --set zero_optimization.offload_optimizer.ratio=0.5)
   echo "== $o"
-  rc=0
-  # (the JSON after tools/zf's own lines)
-  nice -n 19 bash "$root/tools/zf" simulate "$spec" "${dse[@]}" "${strat[@]}" --estimate-memory \
-    >"$out/$o-estimate.out" 2>"$out/$o-estimate.log" || rc=$?
-  sed -n '/^{/,$p' "$out/$o-estimate.out" >"$out/$o-estimate.json"
-  if [ "$rc" != 0 ] || ! python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["device_fits"] else 1)' \
-      "$out/$o-estimate.json"; then
-    echo "$s: not run (estimate exit $rc, or the device part does not fit)"
-    continue
-  fi
+  fits "$o" "$spec" "${dse[@]}" "${strat[@]}" || continue
   # STARPU_BUS_STATS: StarPU's own count of the bytes it moved, evictions and refetches included,
   # printed at the end of the log; the engine's `bytes` count only the crossings it submits. The
   # run again with 16 steps: the 8 more steps' share of StarPU's bytes, against the engine's
@@ -334,15 +340,7 @@ for model in llama2-7b qwen2.5-1.5b qwen2.5-3b; do
           --set train.activation_checkpointing=1 --set zenflow.topk_ratio=0.1 --set zenflow.update_interval=4
           --set zenflow.full_warm_up_rounds=0 --set runtime.tile_elems=16777216)
     echo "== $o"
-    rc=0
-    nice -n 19 bash "$root/tools/zf" simulate "$spec" "${args[@]}" --estimate-memory >"$out/$o-estimate.out" \
-      2>"$out/$o-estimate.log" || rc=$?
-    sed -n '/^{/,$p' "$out/$o-estimate.out" >"$out/$o-estimate.json"
-    if [ "$rc" != 0 ] || ! python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["device_fits"] else 1)' \
-        "$out/$o-estimate.json"; then
-      echo "$o: not run (estimate exit $rc, or the device part does not fit)"
-      continue
-    fi
+    fits "$o" "$spec" "${args[@]}" || continue
     /usr/bin/time -f "%e" -o "$out/$o.wall" nice -n 19 bash "$root/tools/zf" simulate "$spec" "${args[@]}" \
       --steps 51 --set log.warmup_steps=4 -q --metrics "$out/$o.json" >"$out/$o.log" 2>&1 ||
       { tail -20 "$out/$o.log"; exit 1; }

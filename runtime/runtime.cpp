@@ -237,19 +237,6 @@ double Runtime::cuda_device_memory() {
 #endif
 }
 
-int Runtime::hwloc_cores() {
-#ifdef ZF_SIMGRID
-  if (const char* n = std::getenv("ZF_SIM_CORES")) return std::max(1, std::atoi(n));  // the simulated host's
-#endif
-  hwloc_topology_t topo;
-  hwloc_topology_init(&topo);
-  hwloc_topology_load(topo);
-  int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-  if (n <= 0) n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
-  hwloc_topology_destroy(topo);
-  return n > 0 ? n : 1;
-}
-
 namespace {
 // The cores (their count) entirely inside this process's CPU binding, and the machine's
 std::pair<int, int> bound_and_all_cores() {
@@ -268,6 +255,13 @@ std::pair<int, int> bound_and_all_cores() {
   return {std::max(1, std::min(bound, all)), std::max(1, all)};
 }
 }  // namespace
+
+int Runtime::hwloc_cores() {
+#ifdef ZF_SIMGRID
+  if (const char* n = std::getenv("ZF_SIM_CORES")) return std::max(1, std::atoi(n));  // the simulated host's
+#endif
+  return bound_and_all_cores().second;
+}
 
 bool Runtime::process_bound() {
 #ifdef ZF_SIMGRID

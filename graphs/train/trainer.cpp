@@ -132,7 +132,10 @@ std::unique_ptr<Runtime> start_runtime(const Run& r) {
   const int gpus = spec.runtime.cuda_workers >= 0 ? Runtime::cuda_devices() : 0;
   if (r.comm && gpus > 0) rc.cuda_device = r.rank % gpus;  // one GPU per rank
   // the CUDA workers the runtime will start (Runtime::check_config): the CPU workers are the host's
-  const int ncuda = gpus == 0 ? 0 : rc.cuda_device >= 0 ? 1 : spec.runtime.cuda_workers > 0 ? spec.runtime.cuda_workers : gpus;
+  const int ncuda = gpus == 0                         ? 0
+                    : rc.cuda_device >= 0               ? 1
+                    : spec.runtime.cuda_workers > 0     ? spec.runtime.cuda_workers
+                                                        : gpus;
   rc.local_ranks = r.comm ? r.comm->local_size() : 1;
   std::tie(rc.device_workers, rc.host_workers) = worker_split(spec, ncuda, rc.local_ranks);
   rc.crossings_on_host = spec.runtime.crossings == "host";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codelets/kernels/cpu/kernels.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/runtime.hpp"
 
 namespace zf {
@@ -233,20 +234,22 @@ void insert_scale_by(const SubmitOptions& opt, const Tensor& x, Slice xs, const 
 // ---- data parallelism (allreduce.cpp, docs/data-parallel.md): x <- scale * sum over the ranks of
 // x (MPI on CPU workers, NCCL on CUDA workers), ordered with every other collective of this
 // process through the runtime's comm token.
-class Comm;
-void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm);
+// wire: the format the values cross in (codelets/wire.hpp: 2-byte formats are summed in rank order
+// by each segment's owner; fp32 by MPI's or NCCL's own reduction).
+void insert_allreduce(const SubmitOptions& opt, const Tensor& x, float scale, const Comm& comm,
+                      Wire wire = Wire::Fp32);
 // ZeRO stage 1 and 2 (docs/data-parallel.md): bounds = ranks + 1 element offsets of x, rank r owning
 // [bounds[r], bounds[r+1]) (the vector must outlive the task). reduce_scatter: this rank's segment
 // <- scale * its sum over the ranks, the other segments <- 0. allgather: every segment <- its
 // owner's. allreduce_partials: total (one double) <- the sum over the ranks of every double in
 // `partials` (the clip's sums of squares).
 void insert_reduce_scatter(const SubmitOptions& opt, const Tensor& x, float scale, const std::vector<size_t>& bounds,
-                           const Comm& comm);
+                           const Comm& comm, Wire wire = Wire::Fp32);
 // ZenFlow at stage 2: the columns `sel` (int32) of every row of the 2-D x <- their sum over the
 // ranks, one all-reduce of rows x k values (CPU workers only; in_out: x stored (cols, rows), as
 // Param::in_out).
 void insert_allreduce_columns(const SubmitOptions& opt, const Tensor& x, const Tensor& sel, const Comm& comm,
-                              bool in_out);
+                              bool in_out, Wire wire = Wire::Fp32);
 void insert_allgather(const SubmitOptions& opt, const Tensor& x, const std::vector<size_t>& bounds, const Comm& comm);
 void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const Tensor*>& partials,
                                const Tensor& total, const Comm& comm);
@@ -256,7 +259,7 @@ void insert_allreduce_partials(const SubmitOptions& opt, const std::vector<const
 void insert_gather_shards(const SubmitOptions& opt, const Tensor& shard, const Tensor& x,
                           const std::vector<size_t>& bounds, const Comm& comm);
 void insert_reduce_scatter_shard(const SubmitOptions& opt, const Tensor& x, const Tensor& shard, float scale,
-                                 const std::vector<size_t>& bounds, const Comm& comm);
+                                 const std::vector<size_t>& bounds, const Comm& comm, Wire wire = Wire::Fp32);
 // flag (uint32 words) <- bitwise OR over the ranks (CPU workers): the fp16 overflow flag under stage 2
 void insert_allreduce_flag(const SubmitOptions& opt, const Tensor& flag, const Comm& comm);
 

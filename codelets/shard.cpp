@@ -10,6 +10,7 @@
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
+#include "codelets/wire.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/task.hpp"
 #ifdef ZF_USE_NCCL
@@ -23,6 +24,8 @@ struct ShardArgs {
   const Comm* comm;
   const std::vector<size_t>* bounds;
   float scale;
+  Wire wire;  // reduce_scatter_shard: the values' format on the wire
+  size_t n;   // reduce_scatter_shard: x's elements (the simulation's bytes)
 };
 
 // buffers: shard (R), x (W), comm token. A parameter stored in 2 bytes (bf16/fp16, shard and x
@@ -53,11 +56,12 @@ void reduce_scatter_shard_cpu(void* b[], void* a) noexcept {
   const size_t r = (size_t)p->comm->rank();
   float* x = vec_ptr(b[0]);
   float* s = vec_ptr(b[1]);
-  if (p->comm->reduce_scatter_sum(x, bd) != 0) {
+  const bool two = p->wire != Wire::Fp32;  // a 2-byte wire: scaled by the owner's fold
+  if ((two ? wire::reduce_scatter(*p->comm, x, bd, p->wire, p->scale) : p->comm->reduce_scatter_sum(x, bd)) != 0) {
     record_task_failure("MPI_Reduce_scatter of a gradient into its shards failed");
     return;
   }
-  for (size_t i = bd[r]; i < bd[r + 1]; ++i) s[i - bd[r]] = p->scale != 1.0f ? x[i] * p->scale : x[i];
+  for (size_t i = bd[r]; i < bd[r + 1]; ++i) s[i - bd[r]] = !two && p->scale != 1.0f ? x[i] * p->scale : x[i];
   // a rank without elements of the parameter: its one-element placeholder holds 0, not whatever the
   // fresh buffer held (the precision rounding reads it, and fp16's overflow check would see garbage)
   std::fill(s + (bd[r + 1] - bd[r]), s + vec_n(b[1]), 0.0f);
@@ -85,6 +89,7 @@ void reduce_scatter_shard_cuda(void* b[], void* a) noexcept {
 #ifdef ZF_USE_NCCL
   cuda_check(kernels::cuda::reduce_scatter_shard(vec_ptr(b[0]), vec_ptr(b[1]), vec_n(b[1]), *p->bounds,
                                                  p->comm->rank(), p->scale,
+                                                 p->wire == Wire::Fp32 ? -1 : p->wire == Wire::Fp16,
                                                  static_cast<ncclComm_t>(p->comm->nccl()), cuda_stream()));
 #else
   (void)p;
@@ -92,6 +97,12 @@ void reduce_scatter_shard_cuda(void* b[], void* a) noexcept {
 #endif
 }
 #endif
+
+// the bytes the simulation's ring formula counts: x's values in the wire's format
+double shard_reduce_bytes(const void* a) {
+  const auto* p = static_cast<const ShardArgs*>(a);
+  return (double)p->n * (double)wire_bytes(p->wire);
+}
 
 starpu_codelet& gather_shards_cl() {
   static starpu_perfmodel m{};
@@ -106,7 +117,7 @@ starpu_codelet& reduce_scatter_shard_cl() {
   static starpu_perfmodel m{};
   static starpu_codelet c = make_codelet(
       {"zf_reduce_scatter_shard", reduce_scatter_shard_cpu, ZF_CUDA_FUNC(reduce_scatter_shard_cuda), 3, {STARPU_RW, STARPU_W, STARPU_RW},
-       nullptr, Collective::ReduceScatter}, &m);
+       nullptr, Collective::ReduceScatter, 0, shard_reduce_bytes}, &m);
   return c;
 }
 
@@ -129,14 +140,14 @@ void insert_gather_shards(const SubmitOptions& opt, const Tensor& shard, const T
   expect(x.elem_size() == shard.elem_size() && x.stored_half() == shard.stored_half() &&
              (!x.stored_half() || x.half() == shard.half()),
          opt, shape_str(x) + " and its shard must be stored alike (fp32, or the same 2-byte format)");
-  ShardArgs a{&comm, &bounds, 1.0f};
+  ShardArgs a{&comm, &bounds, 1.0f, Wire::Fp32, x.numel()};
   TaskBuilder(gather_shards_cl(), opt).r(shard).w(x).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
 }
 
 void insert_reduce_scatter_shard(const SubmitOptions& opt, const Tensor& x, const Tensor& shard, float scale,
-                                 const std::vector<size_t>& bounds, const Comm& comm) {
+                                 const std::vector<size_t>& bounds, const Comm& comm, Wire wire) {
   check(opt, x, shard, bounds, comm);
-  ShardArgs a{&comm, &bounds, scale};
+  ShardArgs a{&comm, &bounds, scale, wire, x.numel()};
   TaskBuilder(reduce_scatter_shard_cl(), opt).rw(x).w(shard).add_handle(opt.rt->comm_token(), STARPU_RW).args(a).submit();
 }
 

@@ -160,6 +160,24 @@ int Comm::allgather(uint16_t* x, const std::vector<size_t>& bounds) const {
 #endif
 }
 
+int Comm::alltoall_segments(const uint16_t* send, const std::vector<size_t>& bounds, uint16_t* recv) const {
+  const size_t r = (size_t)rank_;
+  if (bounds.size() != (size_t)size_ + 1) return -1;
+  const size_t mine = bounds[r + 1] - bounds[r];
+#ifdef ZF_USE_MPI
+  if (!simulated_ && size_ > 1) {
+    std::vector<int> counts, displs;
+    if (!int_counts(bounds, counts, displs) || mine * (size_t)size_ > (size_t)INT_MAX) return MPI_ERR_COUNT;
+    std::vector<int> rcounts((size_t)size_, (int)mine), rdispls((size_t)size_);
+    for (size_t q = 0; q < (size_t)size_; ++q) rdispls[q] = (int)(q * mine);
+    return MPI_Alltoallv(send, counts.data(), displs.data(), MPI_UINT16_T, recv, rcounts.data(), rdispls.data(),
+                         MPI_UINT16_T, MPI_COMM_WORLD);
+  }
+#endif
+  std::copy(send + bounds[r], send + bounds[r] + mine, recv);
+  return 0;
+}
+
 int Comm::gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const {
   if (simulated_) return 0;  // nothing is gathered in simulation (--save and checkpoints are refused there)
 #ifdef ZF_USE_MPI

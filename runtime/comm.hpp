@@ -9,6 +9,13 @@
 
 namespace zf {
 
+// The format the gradients' reduce-scatters and all-reduces cross the wire in (DeepSpeed's
+// communication_data_type; docs/data-parallel.md, "The gradients' wire"): fp32 words, or 2-byte
+// bf16 / fp16 words that each rank rounds its values to and each owner sums in rank order.
+enum class Wire : uint8_t { Fp32, Bf16, Fp16 };
+inline size_t wire_bytes(Wire w) { return w == Wire::Fp32 ? 4 : 2; }
+inline const char* wire_name(Wire w) { return w == Wire::Fp32 ? "fp32" : w == Wire::Bf16 ? "bf16" : "fp16"; }
+
 class Comm {
  public:
   // Initialises MPI (MPI_THREAD_MULTIPLE: collectives run inside StarPU worker threads while the
@@ -61,6 +68,10 @@ class Comm {
   int allgather(float* x, const std::vector<size_t>& bounds) const;
   // The same on 2-byte elements (a parameter stored in bf16/fp16: its bits, moved as they are)
   int allgather(uint16_t* x, const std::vector<size_t>& bounds) const;
+  // Each rank's segment r of `send` (2-byte words, bounds as above) to its owner r: recv (size()
+  // x this rank's segment) <- every rank's copy of this rank's segment, rank q's at q x segment
+  // (MPI_Alltoallv). One rank, or the simulated world: recv <- send's own segment.
+  int alltoall_segments(const uint16_t* send, const std::vector<size_t>& bounds, uint16_t* recv) const;
   int gather_to_root(const float* mine, float* full, const std::vector<size_t>& bounds) const;
   // Rank 0 receives every rank's value (index = rank); the others get an empty vector.
   std::vector<uint64_t> gather(uint64_t v) const;

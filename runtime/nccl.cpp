@@ -33,6 +33,8 @@ const NcclApi* nccl_api(const char** error) {
     sym(a.broadcast, "ncclBroadcast");
     sym(a.group_start, "ncclGroupStart");
     sym(a.group_end, "ncclGroupEnd");
+    sym(a.send, "ncclSend");
+    sym(a.recv, "ncclRecv");
     return ok ? &a : nullptr;
   }();
   if (!api && error) *error = err.c_str();

@@ -20,6 +20,9 @@ struct NcclApi {
   ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*group_start)();
   ncclResult_t (*group_end)();
+  // the gradients' 2-byte wire (codelets/wire.hpp): each segment to its owner
+  ncclResult_t (*send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 };
 const NcclApi* nccl_api(const char** error);
 

@@ -97,6 +97,18 @@ def far(a_path, b_path, rmin):
         fail("no tensor differs by more than %g: the case does not tell the selections apart" % rmin)
 
 
+def gap(a_path, one_path, ref_path):
+    """A (a run on several ranks) is closer to ONE (one process, same precision) than ONE is to REF
+    (one process in fp32), at the largest relative L2 per tensor: the wire's rounding costs less
+    than the precision's own"""
+    w, p = rel_diffs(a_path, one_path), rel_diffs(one_path, ref_path)
+    print("relative L2 per tensor, the run vs one process: %s (largest %.3g); one process vs fp32: %s (largest %.3g)"
+          % (", ".join("%s %.3g" % kv for kv in w.items()), max(w.values()),
+             ", ".join("%s %.3g" % kv for kv in p.items()), max(p.values())))
+    if not max(w.values()) < max(p.values()):
+        fail("the run is farther from one process than the precision is from fp32")
+
+
 def selection(exact_path, proxy_path):
     e, p = json.load(open(exact_path)), json.load(open(proxy_path))
     de, dpx = e["data_parallel"], p["data_parallel"]
@@ -113,6 +125,19 @@ def selection(exact_path, proxy_path):
         fail("exact selection moves more bytes than the local-sum proxy")
 
 
+def grad_wire_bytes(m):
+    """bytes a gradient value crosses in: 2 on a bf16/fp16 wire (communication_data_type, by
+    default the precision's), else 4"""
+    dp = m["data_parallel"]
+    w = dp.get("communication_data_type")
+    if w not in ("fp32", "bf16", "fp16"):
+        fail("data_parallel.communication_data_type %r" % (w,))
+    want = m.get("communication_data_type") or m.get("precision", "fp32")
+    if w != want:
+        fail("data_parallel.communication_data_type %s, the spec asks %s" % (w, want))
+    return 2 if w in ("bf16", "fp16") else 4
+
+
 def metrics(m_path, w_path, ranks):
     m = json.load(open(m_path))
     w = read_safetensors(w_path)
@@ -122,21 +147,22 @@ def metrics(m_path, w_path, ranks):
     numel = sum(len(v) for _, v in w.values())
     imp = sum(shape[1] * 4 for shape, _ in w.values() if len(shape) == 2)
     steps = m["steps"] - m.get("resumed_at_step", 0)
+    gb = grad_wire_bytes(m)
     got_imp = dp["allreduce_bytes_per_step"]["importance"] * steps
     sel = m.get("selection", {}).get("selections", 0)
-    print("ranks %d, replicas identical %s, hashes %s, gradient bytes/step %g (4 x %d), importance bytes %g over "
+    print("ranks %d, replicas identical %s, hashes %s, gradient bytes/step %g (%d x %d), importance bytes %g over "
           "%d selections" % (dp["ranks"], dp["replicas_identical"], dp["weight_hashes"],
-                             dp["allreduce_bytes_per_step"]["gradients"], numel, got_imp, sel))
+                             dp["allreduce_bytes_per_step"]["gradients"], gb, numel, got_imp, sel))
     if dp["ranks"] != ranks:
         fail("ranks %d, expected %d" % (dp["ranks"], ranks))
     if dp["replicas_identical"] is not True or len(set(dp["weight_hashes"])) != 1 or len(dp["weight_hashes"]) != ranks:
         fail("replicas differ: %s" % dp["weight_hashes"])
     if dp.get("zero_stage", 0) >= 2:  # reduce-scattered ones are not all-reduced (checked by "zero")
         got = dp["allreduce_bytes_per_step"]["gradients"] + dp["reduce_scatter_bytes_per_step"]
-        if got < 4 * numel:
-            fail("all-reduced + reduce-scattered gradient bytes per step %g, expected >= %d" % (got, 4 * numel))
-    elif dp["allreduce_bytes_per_step"]["gradients"] != 4 * numel:
-        fail("gradient bytes per step %g, expected %d" % (dp["allreduce_bytes_per_step"]["gradients"], 4 * numel))
+        if got < gb * numel:
+            fail("all-reduced + reduce-scattered gradient bytes per step %g, expected >= %d" % (got, gb * numel))
+    elif dp["allreduce_bytes_per_step"]["gradients"] != gb * numel:
+        fail("gradient bytes per step %g, expected %d" % (dp["allreduce_bytes_per_step"]["gradients"], gb * numel))
     if dp["per_selection"]["importance_allreduce_bytes"] != imp:
         fail("per_selection.importance_allreduce_bytes %d, expected %d"
              % (dp["per_selection"]["importance_allreduce_bytes"], imp))
@@ -181,18 +207,19 @@ def zero(m0_path, m_path, stage, w_path, parts, slack):
     if len(d["host_adam_s_per_step_per_rank"]) != ranks or min(d["host_adam_s_per_step_per_rank"]) <= 0:
         fail("host_adam_s_per_step_per_rank %s" % d["host_adam_s_per_step_per_rank"])
     # the parameters are gathered at their stored bytes (2 a value under bf16/fp16), the gradients
-    # reduced in fp32
+    # reduced in their wire's format
     pb = 2 if m.get("precision") in ("bf16", "fp16") else 4
+    gb = grad_wire_bytes(m)
     if m["strategy"] != "zenflow" and d["allgather_bytes_per_step"] != pb * part:  # zenflow: at merges only
         fail("all-gather bytes per step %g, expected %d" % (d["allgather_bytes_per_step"], pb * part))
     if m["strategy"] == "zenflow" and not 0 < d["allgather_bytes_per_step"] <= pb * part:
         fail("all-gather bytes per step %g, expected in (0, %d]" % (d["allgather_bytes_per_step"], pb * part))
     rs = d["reduce_scatter_bytes_per_step"]
-    if stage == 2 and rs != 4 * part:
-        fail("reduce-scatter bytes per step %g, expected %d" % (rs, 4 * part))
-    if stage == 1 and (rs != 0 or d["allreduce_bytes_per_step"]["gradients"] != 4 * numel):
+    if stage == 2 and rs != gb * part:
+        fail("reduce-scatter bytes per step %g, expected %d" % (rs, gb * part))
+    if stage == 1 and (rs != 0 or d["allreduce_bytes_per_step"]["gradients"] != gb * numel):
         fail("stage 1: reduce-scatter %g, all-reduce %g bytes per step, expected 0 and %d"
-             % (rs, d["allreduce_bytes_per_step"]["gradients"], 4 * numel))
+             % (rs, d["allreduce_bytes_per_step"]["gradients"], gb * numel))
     if stage == 2 and parts == "all" and d["allreduce_bytes_per_step"]["gradients"] != 0:
         fail("stage 2: gradients all-reduced (%g bytes per step)" % d["allreduce_bytes_per_step"]["gradients"])
 
@@ -223,10 +250,10 @@ def stage3(m2_path, m3_path, w_path, tile):
     w = read_safetensors(w_path)
     R = d3["ranks"]
     # a parameter's bytes on the device: 2 under bf16/fp16 (its 2-byte storage), else 4; the
-    # collectives move fp32 either way (the all-gathers widen a 2-byte parameter's shards)
+    # gradients' reduce-scatter moves its wire's bytes (communication_data_type)
     eb = 2 if m3.get("precision") in ("bf16", "fp16") else 4
     n = sum(len(v) for _, v in w.values())
-    total, total4 = eb * n, 4 * n
+    total, total4 = eb * n, grad_wire_bytes(m3) * n
     layers = {}  # fcN -> elements of fcN.weight and fcN.bias
     for name, (_, v) in w.items():
         layers[name.split(".")[0]] = layers.get(name.split(".")[0], 0) + len(v)
@@ -306,6 +333,8 @@ if __name__ == "__main__":
         rel(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif cmd == "far" and len(sys.argv) == 5:
         far(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif cmd == "gap" and len(sys.argv) == 5:
+        gap(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "selection" and len(sys.argv) == 4:
         selection(sys.argv[2], sys.argv[3])
     elif cmd == "metrics" and len(sys.argv) == 5:

@@ -81,6 +81,13 @@
 #   zero_stage3_accumulate  gradient accumulation 2 on 2 ranks, zero-offload and -dpu: within 1e-6 relative
 #                        of stage 2, reduce-scatter bytes twice stage 2's, gradient shards and accumulators
 #   zero_stage3_gpt_classifier  a 2-layer GPT classifier, linear and generative heads: bitwise stage 2
+#   grad_wire_r2/_r4     the gradients' wire (communication_data_type, docs/data-parallel.md): under bf16 by
+#                        default bf16, zero-offload and zenflow at stages 0-3 bitwise alike (zenflow at
+#                        stages 0, 2, 3 on 4 ranks), 2 bytes a gradient value in the metrics, closer to one
+#                        process than one bf16 process is to fp32, and not the fp32 wire's weights; the
+#                        fp32 wire (a DeepSpeed config's "FP32") within 1e-5 relative of one process; fp16
+#                        (overflowing first loss scales) at stages 0, 2, 3 bitwise, the same skipped
+#                        steps; a bad value exits 2 naming the field
 #   zero_stream_r2       gradients streamed during the backward (docs/architecture.md, "Gradients in
 #                        flight") on a 4-layer GPT at stages 1 and 2 on 2 ranks: zero-offload and zenflow
 #                        (exact selection) in fp32 and bf16 (4-byte gradients, rounded by the hook), zenflow
@@ -694,9 +701,12 @@ assert abs(b - a / 2) <= 4 * 3 * $ZSLACK * 64, 'not half'" "$TMP/d0.json" "$TMP/
     # precision fp16 with a first loss scale that overflows: every rank must take the same skip
     # decisions (the overflow check reads the all-reduced gradient), else the replicas differ; the
     # selection follows the check (a skipped step selects nothing). bf16 (docs/spec.md): the
-    # all-reduced gradient is rounded to bf16 on every rank. Both at stages 0 and 2 against one process
+    # all-reduced gradient is rounded to bf16 on every rank. Both at stages 0 and 2 against one
+    # process, with the gradients reduced in fp32 (communication_data_type; the 2-byte wire,
+    # which rounds each rank's values first, is grad_wire's)
     P=(--set precision=bf16)
     [ "$CASE" = zenflow_fp16 ] && P=(--set precision=fp16 --set fp16.initial_scale_power=24 --set fp16.loss_scale_window=5)
+    P+=(--set communication_data_type=fp32)
     timeout 300 "$BIN" "$SPEC" "${ZSMALL[@]}" "${ZENFLOW[@]}" "${P[@]}" --save "$TMP/w1.safetensors" >"$TMP/out" 2>&1 ||
       fail "single-process run exited $?"
     for st in 0 2; do
@@ -708,6 +718,63 @@ assert abs(b - a / 2) <= 4 * 3 * $ZSLACK * 64, 'not half'" "$TMP/d0.json" "$TMP/
 m = json.load(open(sys.argv[1]))
 sys.exit(0 if m["fp16"]["skipped_steps"] > 0 else 1)' "$TMP/m.json" || fail "no step was skipped: the case tests nothing"
     done
+    ;;
+  grad_wire_r2 | grad_wire_r4)
+    NP=${CASE##*_r}
+    for prec in bf16 fp32; do
+      timeout 300 "$BIN" "$SPEC" "${ZSMALL[@]}" --strategy zero-offload --set precision=$prec \
+        --save "$TMP/one_$prec.safetensors" >"$TMP/out" 2>&1 || fail "single-process $prec run exited $?"
+    done
+    for strat in zero-offload zenflow; do
+      S=(--strategy zero-offload)
+      [ $strat = zenflow ] && S=("${ZENFLOW[@]}")
+      STAGES="0 1 2 3"
+      [ $strat = zenflow ] && [ "$NP" = 4 ] && STAGES="0 2 3"
+      for st in $STAGES; do
+        runN "$NP" "${ZSMALL[@]}" "${S[@]}" --set precision=bf16 --set zero_optimization.stage=$st \
+          --save "$TMP/s$st.safetensors" --metrics "$TMP/s$st.json" || fail "$strat $NP-rank stage $st run exited $?"
+        $CHECK metrics "$TMP/s$st.json" "$TMP/s$st.safetensors" "$NP" || exit 1  # 2 bytes a gradient value
+        [ $st = 0 ] && continue
+        echo "$strat bf16 wire, stage $st against stage 0:"
+        $CHECK close "$TMP/s$st.safetensors" "$TMP/s0.safetensors" 0 || exit 1
+        [ $st = 3 ] || $CHECK zero "$TMP/s0.json" "$TMP/s$st.json" $st "$TMP/s$st.safetensors" \
+          "$([ $strat = zenflow ] && echo 2d || echo all)" $ZSLACK || exit 1
+      done
+      [ $strat = zero-offload ] || continue
+      $CHECK gap "$TMP/s0.safetensors" "$TMP/one_bf16.safetensors" "$TMP/one_fp32.safetensors" || exit 1
+      # the fp32 wire, from a DeepSpeed config as a user writes it (DeepSpeed lower-cases the value)
+      printf '{"train_batch_size": 64, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+        "bf16": {"enabled": true}, "communication_data_type": "FP32"}\n' >"$TMP/ds.json"
+      runN "$NP" "${ZSMALL[@]}" --deepspeed "$TMP/ds.json" --save "$TMP/f2.safetensors" --metrics "$TMP/f2.json" ||
+        fail "fp32-wire run exited $?"
+      /usr/bin/python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["strategy"] == "zero-offload" and m["precision"] == "bf16", (m["strategy"], m["precision"])
+assert m["data_parallel"]["communication_data_type"] == "fp32", m["data_parallel"]["communication_data_type"]' \
+        "$TMP/f2.json" || fail "the DeepSpeed config's communication_data_type was not applied"
+      $CHECK metrics "$TMP/f2.json" "$TMP/f2.safetensors" "$NP" || exit 1  # 4 bytes a gradient value
+      echo "the fp32 wire against one process, and against the bf16 wire:"
+      $CHECK rel "$TMP/f2.safetensors" "$TMP/one_bf16.safetensors" 1e-5 || exit 1
+      $CHECK far "$TMP/s2.safetensors" "$TMP/f2.safetensors" 1e-4 || exit 1
+    done
+    # fp16 with overflowing first loss scales (as zero_fp16): the fp16 wire, stages 0, 2 and 3 bitwise
+    # alike, the same skipped steps
+    P=(--strategy zero-offload --set precision=fp16 --set fp16.initial_scale_power=24 --set fp16.loss_scale_window=5)
+    for st in 0 2 3; do
+      runN "$NP" "${ZSMALL[@]}" "${P[@]}" --set zero_optimization.stage=$st --save "$TMP/h$st.safetensors" \
+        --metrics "$TMP/h$st.json" || fail "fp16 $NP-rank stage $st run exited $?"
+      $CHECK metrics "$TMP/h$st.json" "$TMP/h$st.safetensors" "$NP" || exit 1
+      [ $st = 0 ] && continue
+      $CHECK close "$TMP/h$st.safetensors" "$TMP/h0.safetensors" 0 || exit 1
+      /usr/bin/python3 -c 'import json, sys
+a, b = (json.load(open(f))["fp16"] for f in sys.argv[1:])
+assert a["skipped_steps"] > 0, "no step skipped: the case tests nothing"
+assert a["skipped_at"] == b["skipped_at"], (a["skipped_at"], b["skipped_at"])
+print("fp16 wire: skipped %s at both stages" % a["skipped_at"])' "$TMP/h0.json" "$TMP/h$st.json" ||
+        fail "fp16: stage $st skips other steps than stage 0"
+    done
+    refused "$NP" "communication_data_type" "${ZSMALL[@]}" --strategy zero-offload --set zero_optimization.stage=2 \
+      --set communication_data_type=bf8
     ;;
   resume)
     # both ranks resume from rank 0's checkpoint: the same weights as the uninterrupted run, bitwise

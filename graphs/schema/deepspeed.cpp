@@ -1,6 +1,7 @@
 // A DeepSpeed config as a patch to a spec's JSON; the spec's parser then reads the patched JSON.
 // Each DeepSpeed block is validated here as well, so that its errors name the DeepSpeed file.
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 
@@ -128,6 +129,18 @@ void patch_precision(Fields& top, Patch& p) {
         if (k != "enabled") p.note(std::string(prec) + "." + k + " (DeepSpeed's bf16 tuning; this engine's bf16 is docs/spec.md's)");
     }
   }
+}
+
+// communication_data_type (DeepSpeed's runtime/config.py: fp32, fp16 or bf16, any case; null or
+// absent: the precision's format): the gradients' wire (docs/data-parallel.md)
+void patch_communication_data_type(Fields& top, Patch& p) {
+  const json* v = top.find("communication_data_type");
+  if (!v || v->is_null()) return;
+  std::string t = v->is_string() ? v->get<std::string>() : "";
+  for (char& c : t) c = (char)std::tolower((unsigned char)c);
+  if (t != "fp32" && t != "fp16" && t != "bf16")
+    top.fail("communication_data_type", "expected \"fp32\", \"fp16\" or \"bf16\" (DeepSpeed's), got " + v->dump());
+  p.j["communication_data_type"] = t;
 }
 
 // DeepSpeed's scaling around the gradient all-reduce (stage_1_and_2.py,
@@ -405,6 +418,7 @@ json deepspeed_patch(const json& ds, const std::string& src, std::vector<std::st
   top.number("gradient_clipping", clip, 0.0, 1e9);
   if (clip > 0) p.j["gradient_clipping"] = clip;
   patch_precision(top, p);
+  patch_communication_data_type(top, p);
   for (const char* k : {"steps_per_print", "wall_clock_breakdown", "dump_state", "zero_allow_untested_optimizer"})
     if (top.find(k)) p.note(std::string(k) + " (logging, or a permission)");
   patch_gradient_scaling(top, p, ranks);

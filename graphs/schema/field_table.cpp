@@ -140,6 +140,11 @@ std::vector<FieldDef> top_and_model_fields() {
            strategy_name_list()).must_match(Match::field, 1),
       text("precision", [](auto& s) -> auto& { return s.precision; }, {"fp32", "bf16", "fp16"})
           .must_match(Match::field, 2),
+      custom("communication_data_type", [](auto& s) -> auto& { return s.communication_data_type; },
+             [](Fields& f, const std::string& k, Spec& s) {
+               if (f.find(k)) f.str(k, s.communication_data_type, {"fp32", "bf16", "fp16"});  // absent: the precision's
+             })
+          .only_if([](const Spec& s) { return !s.communication_data_type.empty(); }),
       number("gradient_clipping", [](auto& s) -> auto& { return s.gradient_clipping; }, 0.0, 1e9)
           .only_if([](const Spec& s) { return s.gradient_clipping > 0; }).must_match(Match::field, 6),
       custom("zero_optimization.stage", [](auto& s) -> auto& { return s.zero_stage; },

@@ -37,6 +37,13 @@ struct Spec {
   // side, 2-byte crossings) with fp32 master weights (docs/spec.md, "precision"); fp16 with
   // DeepSpeed's loss scaling (the fp16 block below)
   std::string precision = "fp32";
+  // DeepSpeed's communication_data_type: the format the gradients' reduce-scatters and all-reduces
+  // cross the wire in on several ranks (docs/data-parallel.md, "The gradients' wire"): fp32 | bf16
+  // | fp16; empty (the default, as DeepSpeed's): the precision's format. grad_wire() reads it.
+  std::string communication_data_type;
+  const std::string& grad_wire() const {
+    return communication_data_type.empty() ? precision : communication_data_type;
+  }
   // DeepSpeed's gradient_clipping: the global L2 norm of the step's gradients is clipped to it,
   // with DeepSpeed's coefficient (graphs/strategies/clip.hpp, docs/spec.md); 0: off
   double gradient_clipping = 0.0;

@@ -70,9 +70,9 @@ std::vector<std::vector<int64_t>> numels(Workload& wl) {
 }  // namespace
 
 Stage3::Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
-               int64_t* allgather, int64_t* reduce_scatter, int64_t max_live, int accumulation)
+               int64_t* allgather, int64_t* reduce_scatter, int64_t max_live, int accumulation, Wire wire)
     : rt_(rt), comm_(comm), wl_(wl), live_(numels(wl), max_live), allgather_(allgather),
-      reduce_scatter_(reduce_scatter), A_(accumulation) {
+      reduce_scatter_(reduce_scatter), A_(accumulation), wire_(wire) {
   const size_t r = (size_t)comm.rank();
   for (const std::vector<Param*>& group : wl.layer_groups()) {
     std::vector<Entry> es;
@@ -191,8 +191,9 @@ void Stage3::after_backward(int64_t step, int g) {
   const float mean = 1.0f / (float)comm_.size();
   const SubmitOptions o = rt_.device(step);
   for (const Entry& e : groups_[(size_t)g]) {
-    insert_reduce_scatter_shard(o.named("stage3.reduce_scatter." + e.p->name), e.p->grad, e.grad, mean, *e.b, comm_);
-    *reduce_scatter_ += (int64_t)e.p->grad.bytes();
+    insert_reduce_scatter_shard(o.named("stage3.reduce_scatter." + e.p->name), e.p->grad, e.grad, mean, *e.b, comm_,
+                                wire_);
+    *reduce_scatter_ += (int64_t)(e.p->grad.numel() * wire_bytes(wire_));
     e.p->grad.discard();
     if (A_ == 1) continue;
     if (mb_ == 0) insert_zero(o.named("stage3.micro.zero." + e.p->name), e.acc);

@@ -59,7 +59,7 @@ class Stage3 final : public LayerHook {
   // per parameter (DeepSpeed's stage 3 likewise reduces every micro-batch: whole gradients never
   // outlive their layer's backward), copied into the gradient shard after the last micro-batch.
   Stage3(Runtime& rt, const Comm& comm, Workload& wl, const std::map<const Param*, std::vector<size_t>>& bounds,
-         int64_t* allgather, int64_t* reduce_scatter, int64_t max_live, int accumulation);
+         int64_t* allgather, int64_t* reduce_scatter, int64_t max_live, int accumulation, Wire wire);
   // The micro-batch (0 .. A - 1) whose forward and backward the workload submits next.
   void set_micro_batch(int mb) { mb_ = mb; }
   // The whole values (home tensors) -> this rank's shards; the values become transient and the
@@ -110,6 +110,7 @@ class Stage3 final : public LayerHook {
   int64_t *allgather_, *reduce_scatter_;
   int64_t live_bytes_ = 0, param_peak_ = 0, grad_peak_ = 0;
   const int A_;
+  const Wire wire_;  // the gradients' reduce-scatter format (codelets/wire.hpp)
   int mb_ = 0;
 };
 

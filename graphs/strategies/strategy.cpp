@@ -12,6 +12,7 @@ Strategy::Strategy(Runtime& rt, std::vector<Param*> params, const Spec& spec, co
     : rt_(rt), params_(std::move(params)), spec_(spec), tile_elems_(spec.runtime.tile_elems),
       bf16_(spec.precision == "bf16" || spec.precision == "fp16"),
       half_(spec.precision == "fp16" ? Half::Fp16 : Half::Bf16),
+      wire_(spec.grad_wire() == "bf16" ? Wire::Bf16 : spec.grad_wire() == "fp16" ? Wire::Fp16 : Wire::Fp32),
       comm_(comm && comm->size() > 1 && spec.zero_stage >= 1 ? comm : nullptr) {
   hp_.beta1 = spec.optimizer.beta1;
   hp_.beta2 = spec.optimizer.beta2;
@@ -97,11 +98,11 @@ void Strategy::submit_gradient_collective(const UpdateStep& u, const Param& p, c
   const float mean = 1.0f / (float)comm.size();
   const std::vector<size_t>* b = zero_stage() == 2 ? bounds(p) : nullptr;
   if (b) {
-    insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p.name), p.grad, mean, *b, comm);
-    reduce_scatter_ += (int64_t)p.grad.bytes();
+    insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p.name), p.grad, mean, *b, comm, wire_);
+    reduce_scatter_ += (int64_t)(p.grad.numel() * wire_bytes(wire_));
   } else {
-    insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p.name), p.grad, mean, comm);
-    grad_allreduce_ += (int64_t)p.grad.bytes();
+    insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p.name), p.grad, mean, comm, wire_);
+    grad_allreduce_ += (int64_t)(p.grad.numel() * wire_bytes(wire_));
   }
 }
 
@@ -136,7 +137,7 @@ void Strategy::begin_stage3(Workload& wl) {
                      "3 partitions the device parameters by layer; the model " + wl.describe() +
                          " does not tell its layers (supported: the MLP, the GPT language model and classifiers); use stage 2");
   s3_ = std::make_unique<Stage3>(rt_, *comm_, wl, shard_bounds_, &allgather_, &reduce_scatter_,
-                                 spec_.stage3_max_live_parameters, spec_.train.gradient_accumulation_steps);
+                                 spec_.stage3_max_live_parameters, spec_.train.gradient_accumulation_steps, wire_);
   s3_->shard();
 }
 

@@ -130,6 +130,8 @@ class Strategy {
   int64_t bytes_grad_allreduce() const { return grad_allreduce_; }
   int64_t bytes_reduce_scatter() const { return reduce_scatter_; }
   int64_t bytes_allgather() const { return allgather_; }
+  // the format the gradients' collectives cross in (Spec::grad_wire)
+  Wire grad_wire() const { return wire_; }
   // This rank's host-side optimizer state (every host tile it allocated: fp32 masters, moments,
   // host gradients and the 2-byte crossing buffers; ZenFlow's accumulators, results, resync).
   int64_t host_state_bytes() const { return host_state_; }
@@ -213,6 +215,7 @@ class Strategy {
   int64_t tile_elems_;
   bool bf16_;  // precision "bf16" or "fp16": crossings carry 2-byte values, of format half_
   Half half_;
+  Wire wire_;  // the gradients' collectives' format (Spec::grad_wire, codelets/wire.hpp)
   int64_t d2h_ = 0, h2d_ = 0;
   int64_t allreduce_ = 0;
   int64_t grad_allreduce_ = 0, reduce_scatter_ = 0, allgather_ = 0, host_state_ = 0;

@@ -200,6 +200,7 @@ json data_parallel_metrics(const Comm& comm, Workload& wl, const Strategy& strat
   (void)grad_bytes;
   json dp = {{"ranks", comm.size()},
           {"zero_stage", strat.zero_stage()},
+          {"communication_data_type", wire_name(strat.grad_wire())},
           {"allreduce_bytes_per_step",
            {{"gradients", (double)strat.bytes_grad_allreduce() / (double)steps},
             {"importance", (double)strat.bytes_allreduce() / (double)steps}}},
@@ -294,6 +295,7 @@ json metrics_json(const RunReport& r) {
   json m;
   m["strategy"] = strat.name();
   m["precision"] = r.spec.precision;
+  m["communication_data_type"] = r.spec.grad_wire();  // the gradients' wire (docs/data-parallel.md)
   if (r.prec.fp16()) m["fp16"] = r.prec.metrics();  // docs/metrics.md
   m["sched"] = r.rt.policy();
   m["steps"] = T;

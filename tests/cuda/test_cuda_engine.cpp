@@ -17,6 +17,8 @@
 #include "codelets/kernels/cuda/kernels.hpp"
 #ifdef ZF_USE_NCCL
 #include "codelets/kernels/cuda/allreduce.hpp"
+#include "codelets/wire.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/cuda_device.hpp"
 #endif
 #include "models/rng.hpp"
@@ -64,12 +66,50 @@ TEST(Nccl, Stage3GatherAndReduceScatterShardsOnOneRank) {
   std::vector<float> got(shard_n);
   ASSERT_EQ(cudaMemcpy(got.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], host[i]) << "gathered element " << i;
-  EXPECT_EQ(kernels::cuda::reduce_scatter_shard(x, shard, shard_n, bounds, 0, 0.25f, comm, nullptr), nullptr);
+  EXPECT_EQ(kernels::cuda::reduce_scatter_shard(x, shard, shard_n, bounds, 0, 0.25f, -1, comm, nullptr), nullptr);
   ASSERT_EQ(cudaMemcpy(got.data(), shard, shard_n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], 0.25f * host[i]) << "shard element " << i;
   for (size_t i = n; i < shard_n; ++i) EXPECT_EQ(got[i], 0.0f) << "placeholder element " << i;
   cudaFree(shard);
   cudaFree(x);
+  nc->comm_destroy(comm);
+}
+#endif
+
+#ifdef ZF_USE_NCCL
+// The gradients' 2-byte wire on one rank (one GPU): allreduce_wire and reduce_scatter_wire give the
+// CPU path's bits (codelets/wire.hpp, the same arithmetic), bf16 and fp16. The ranks' sums are
+// dp_test.sh's (MPI); the NCCL send/recv between GPUs runs where several GPUs are.
+TEST(Nccl, GradientWireOnOneRankIsTheCpuPathsBits) {
+  const char* err = nullptr;
+  const NcclApi* nc = nccl_api(&err);
+  if (!nc) GTEST_SKIP() << err;
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(nc->get_unique_id(&id), ncclSuccess);
+  ASSERT_EQ(nc->comm_init_rank(&comm, 1, id, 0), ncclSuccess);
+  const size_t n = 1001;
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = std::sin(0.37f * (float)i) * std::exp2((float)((int)(i % 41) - 20));
+  const Comm one;
+  for (bool f16 : {false, true}) {
+    const Wire w = f16 ? Wire::Fp16 : Wire::Bf16;
+    std::vector<float> want = host;
+    ASSERT_EQ(wire::allreduce(one, want.data(), n, w, 0.5f), 0);
+    float* x = nullptr;
+    ASSERT_EQ(cudaMalloc(&x, n * sizeof(float)), cudaSuccess);
+    std::vector<float> got(n);
+    for (int which = 0; which < 2; ++which) {
+      ASSERT_EQ(cudaMemcpy(x, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+      const char* e = which == 0 ? kernels::cuda::allreduce_wire(x, n, 0.5f, f16, 0, 1, comm, nullptr)
+                                 : kernels::cuda::reduce_scatter_wire(x, {0, n}, 0, 0.5f, f16, comm, nullptr);
+      EXPECT_EQ(e, nullptr) << (e ? e : "");
+      ASSERT_EQ(cudaMemcpy(got.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+          << wire_name(w) << (which == 0 ? " all-reduce" : " reduce-scatter");
+    }
+    cudaFree(x);
+  }
   nc->comm_destroy(comm);
 }
 #endif

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "codelets/kernels/bf16.hpp"
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "codelets/kernels/cuda/kernels.hpp"
 #ifdef ZF_USE_NCCL
@@ -166,8 +167,14 @@ TEST_F(ShardSegment, SelectedColumnsAllReduceOnOneRank) {
     const auto x = randv((size_t)rows * cols, 63);
     Dev<int32_t> gs(sel);
     Dev<float> gx(x);
-    ok(gpu::allreduce_columns(gx.p(), rows, cols, gs.p(), k, in_out, comm, s));
+    ok(gpu::allreduce_columns(gx.p(), rows, cols, gs.p(), k, in_out, -1, 0, 1, comm, s));
     EXPECT_TRUE(bitwise(gx.get(), x)) << (in_out ? "in_out" : "(rows, cols)");
+    // on the bf16 wire (codelets/wire.hpp), values already bf16: the identity too
+    std::vector<float> xb = x;
+    for (float& v : xb) v = kernels::bf16::round(v);
+    Dev<float> gb(xb);
+    ok(gpu::allreduce_columns(gb.p(), rows, cols, gs.p(), k, in_out, 0, 0, 1, comm, s));
+    EXPECT_TRUE(bitwise(gb.get(), xb)) << "bf16 wire, " << (in_out ? "in_out" : "(rows, cols)");
   }
   nc->comm_destroy(comm);
 }

@@ -3,6 +3,7 @@
 // stages map, and each violated constraint gets its error naming the DeepSpeed file.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <string>
 
 #include "graphs/schema/spec.hpp"
@@ -348,6 +349,24 @@ TEST(DeepSpeedConfig, KeysThatChangeTrainingAreNotNoted) {
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_NE(notes[0].find("bf16.bf16_master_weights_and_grads"), std::string::npos) << notes[0];
   EXPECT_NE(notes[1].find("prescale_gradients"), std::string::npos) << notes[1];
+}
+
+// Issue 47: DeepSpeed's communication_data_type, read as DeepSpeed reads it (any case; null: the
+// precision's), becomes the spec's; other values and types are refused naming the key.
+TEST(DeepSpeedConfig, CommunicationDataTypeIsTheSpecsOrRefused) {
+  for (const char* v : {"fp32", "FP32", "bf16", "Fp16"}) {
+    const json p = deepspeed_patch({{"train_batch_size", 16}, {"communication_data_type", v}}, "ds.json", nullptr, 2);
+    std::string lower = v;
+    for (char& c : lower) c = (char)std::tolower((unsigned char)c);
+    EXPECT_EQ(p.value("communication_data_type", ""), lower) << v;
+  }
+  EXPECT_FALSE(deepspeed_patch({{"train_batch_size", 16}, {"communication_data_type", nullptr}}, "ds.json", nullptr, 2)
+                   .contains("communication_data_type"));
+  for (const json& bad : {json("bf8"), json(16), json(true)}) {
+    const std::string msg = input_error(
+        [&] { deepspeed_patch({{"train_batch_size", 16}, {"communication_data_type", bad}}, "ds.json", nullptr, 2); });
+    EXPECT_NE(msg.find("ds.json: communication_data_type"), std::string::npos) << bad.dump() << ": " << msg;
+  }
 }
 
 // Issue 44: DeepSpeed's activation_checkpointing block is accepted (it turns nothing on, as in

@@ -38,6 +38,7 @@ std::string section_of(const std::string& doc, const std::string& block) {
 // Two specs that, between them, set every field to a value other than its default.
 const json kRichA = json::parse(R"({
   "name": "rich-a", "strategy": "zero-offload", "precision": "fp16", "gradient_clipping": 1.5,
+  "communication_data_type": "fp32",
   "zero_optimization": {"stage": 1, "offload_optimizer": {"ratio": 0.5}, "sub_group_size": 1000,
                         "reduce_bucket_size": 12345},
   "fp16": {"loss_scale": 128.0, "initial_scale_power": 8, "loss_scale_window": 50, "hysteresis": 3,

@@ -18,6 +18,7 @@
 
 #include "codelets/kernels/cpu/kernels.hpp"
 #include "codelets/kernels/fp16.hpp"
+#include "codelets/wire.hpp"
 #include "tests/kernels/kernel_helpers.hpp"
 #include "tests/reference/bf16_ref.hpp"
 #include "tests/reference/fp16_ref.hpp"
@@ -684,6 +685,36 @@ TEST(Fp16, ScaleAndMergeFromFp16) {
     EXPECT_EQ(na, nb);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "k=" << kk;
   }
+}
+
+
+// ---- the gradients' 2-byte wire (codelets/wire.hpp, docs/data-parallel.md "The gradients' wire")
+
+// An owner adds the ranks' copies in fp32 in rank order 0, 1, 2: 1 + 2^-30 is 1 in fp32, so the
+// order decides between 0 and 2^-30 (the other order, (1 - 1) + 2^-30, gives 2^-30).
+TEST(GradWire, OwnerAddsTheCopiesInRankOrder) {
+  for (bool f16 : {false, true}) {
+    const float tiny = f16 ? 0x1p-20f : 0x1p-30f;  // an exact value of the format, 2^-24 of 1 or below
+    const uint16_t copies[3] = {zf::wire::pack(f16, 1.0f), zf::wire::pack(f16, tiny), zf::wire::pack(f16, -1.0f)};
+    ASSERT_EQ(zf::wire::unpack(f16, copies[1]), tiny);
+    if (!f16) EXPECT_EQ(zf::wire::fold(f16, copies, 1, 3, 0, 1.0f), 0.0f);
+    // fp16's 1 + 2^-20 is exact in fp32: the sum is tiny, then rounded to fp16 once
+    if (f16) EXPECT_EQ(zf::wire::fold(f16, copies, 1, 3, 0, 1.0f), tiny);
+  }
+}
+
+// The sum times the scale is rounded once: 1 + 2^-7 (two bf16 values) times 0.5 is 0.50390625,
+// a bf16 value; (1 + 2^-8) x 0.5 is a tie between two bf16 values and rounds to the even 0.5.
+TEST(GradWire, SumTimesScaleRoundedOnce) {
+  const uint16_t a[2] = {zf::kernels::bf16::from_float(1.0f), zf::kernels::bf16::from_float(0x1p-7f)};
+  EXPECT_EQ(zf::wire::fold(false, a, 1, 2, 0, 0.5f), 0.50390625f);
+  const uint16_t b[2] = {zf::kernels::bf16::from_float(1.0f), zf::kernels::bf16::from_float(0x1p-8f)};
+  EXPECT_EQ(zf::wire::fold(false, b, 1, 2, 0, 0.5f), 0.5f);
+  // a segment of n = 2 elements: element i of rank q is copies[q * n + i]
+  const uint16_t c[4] = {zf::kernels::bf16::from_float(2.0f), zf::kernels::bf16::from_float(3.0f),
+                         zf::kernels::bf16::from_float(4.0f), zf::kernels::bf16::from_float(5.0f)};
+  EXPECT_EQ(zf::wire::fold(false, c, 2, 2, 0, 1.0f), 6.0f);
+  EXPECT_EQ(zf::wire::fold(false, c, 2, 2, 1, 1.0f), 8.0f);
 }
 
 }  // namespace

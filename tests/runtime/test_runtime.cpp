@@ -1,9 +1,10 @@
 // The runtime (runtime/runtime.hpp): unknown and unusable scheduling policies refused with the
 // reason before StarPU starts, the policy in force and the two contexts reported, too many
-// workers refused.
+// workers refused; the gradients' 2-byte wire on one rank.
 #include <algorithm>
 #include <gtest/gtest.h>
 
+#include "codelets/wire.hpp"
 #include "runtime/collective_cost.hpp"
 #include "test_helpers.hpp"
 
@@ -56,6 +57,26 @@ TEST(Runtime, TooManyWorkersIsRefused) {
   c.device_workers = Runtime::max_cpu_workers();
   c.host_workers = 1;
   EXPECT_THROW(Runtime rt(c), Error);
+}
+
+// The gradients' 2-byte wire (codelets/wire.hpp) on a world of one rank (no MPI): each value
+// rounded to the wire, scaled, rounded again; the all-reduce over the even cut and the
+// reduce-scatter of any cut give the same bits. (The ranks' sums: tests/dp_test.sh grad_wire_*.)
+TEST(GradWire, OneRankRoundsTheValuesAndAnyCutAgrees) {
+  const Comm one;
+  std::vector<float> x = {1.0f + 0x1p-9f, -3.14159f, 1e-3f, 65536.5f, 0.0f, -0.0f, 7e-39f};
+  for (Wire w : {Wire::Bf16, Wire::Fp16}) {
+    const bool f16 = w == Wire::Fp16;
+    std::vector<float> a = x, b = x;
+    ASSERT_EQ(wire::allreduce(one, a.data(), a.size(), w, 0.25f), 0);
+    ASSERT_EQ(wire::reduce_scatter(one, b.data(), {0, b.size()}, w, 0.25f), 0);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = wire::unpack(f16, wire::pack(f16, wire::unpack(f16, wire::pack(f16, x[i])) * 0.25f));
+      EXPECT_EQ(zf::kernels::bf16::bits_of(a[i]), zf::kernels::bf16::bits_of(want)) << wire_name(w) << " element " << i;
+      EXPECT_EQ(zf::kernels::bf16::bits_of(b[i]), zf::kernels::bf16::bits_of(want)) << wire_name(w) << " element " << i;
+    }
+  }
+  EXPECT_EQ(wire::even_bounds(10, 4), (std::vector<size_t>{0, 2, 5, 7, 10}));
 }
 
 }  // namespace

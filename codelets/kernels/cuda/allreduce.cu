@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "codelets/kernels/cuda/common.cuh"
+#include "codelets/wire.hpp"
 
 namespace zf::kernels::cuda {
 namespace {
@@ -26,6 +27,18 @@ __global__ void columns_k(float* x, int rows, int cols, const int32_t* sel, int 
     else
       x[at] = buf[e];
   }
+}
+
+// the wire's rounding of x (n) into w
+__global__ void pack_k(const float* x, uint16_t* w, size_t n, bool fp16) {
+  ZF_GRID_STRIDE(i, n) w[i] = wire::pack(fp16, x[i]);
+}
+__global__ void unpack_k(const uint16_t* w, float* x, size_t n, bool fp16) {
+  ZF_GRID_STRIDE(i, n) x[i] = wire::unpack(fp16, w[i]);
+}
+// y[i] <- the fold of the R copies of element i (codelets/wire.hpp)
+__global__ void fold_k(const uint16_t* copies, size_t n, int R, float scale, bool fp16, float* y) {
+  ZF_GRID_STRIDE(i, n) y[i] = wire::fold(fp16, copies, n, R, i, scale);
 }
 
 }  // namespace
@@ -122,8 +135,10 @@ Status gather_shards_2byte(const uint16_t* shard, uint16_t* x, const std::vector
 }
 
 Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::vector<size_t>& bounds, int rank,
-                            float scale, ncclComm_t comm, cudaStream_t s) {
-  if (Status e = reduce_scatter_scale(x, bounds, rank, scale, comm, s)) return e;
+                            float scale, int wire, ncclComm_t comm, cudaStream_t s) {
+  if (Status e = wire < 0 ? reduce_scatter_scale(x, bounds, rank, scale, comm, s)
+                          : reduce_scatter_wire(x, bounds, rank, scale, wire == 1, comm, s))
+    return e;
   const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off;
   if (n && cudaMemcpyAsync(shard, x + off, n * sizeof(float), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
     return "cudaMemcpyAsync failed";
@@ -132,20 +147,104 @@ Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::v
   return nullptr;
 }
 
-Status allreduce_columns(float* x, int rows, int cols, const int32_t* sel, int k, bool in_out, ncclComm_t comm,
-                         cudaStream_t s) {
+Status allreduce_columns(float* x, int rows, int cols, const int32_t* sel, int k, bool in_out, int wire, int rank,
+                         int ranks, ncclComm_t comm, cudaStream_t s) {
   const size_t n = (size_t)rows * k;
   if (!n) return nullptr;
   void* buf = nullptr;
   if (Status e = scratch_alloc(&buf, n * sizeof(float), s)) return e;
   columns_k<<<blocks_for(n), kThreads, 0, s>>>(x, rows, cols, sel, k, in_out, (float*)buf, true);
   Status st = launched();
-  if (!st) st = allreduce_scale((float*)buf, n, 1.0f, comm, s);
+  if (!st)
+    st = wire < 0 ? allreduce_scale((float*)buf, n, 1.0f, comm, s)
+                  : allreduce_wire((float*)buf, n, 1.0f, wire == 1, rank, ranks, comm, s);
   if (!st) {
     columns_k<<<blocks_for(n), kThreads, 0, s>>>(x, rows, cols, sel, k, in_out, (float*)buf, false);
     st = launched();
   }
   scratch_free(buf, s);
+  return st;
+}
+
+namespace {
+// this rank's segment of x <- the fold of every rank's 2-byte copy of it (the others untouched)
+Status fold_own_segment(float* x, const std::vector<size_t>& bounds, int rank, float scale, bool fp16,
+                        ncclComm_t comm, cudaStream_t s) {
+  if (!comm) return "NCCL collective without a communicator (Comm::init_nccl was not called)";
+  const char* err = nullptr;
+  const NcclApi* nc = nccl_api(&err);
+  if (!nc) return err;
+  const size_t n = bounds.back(), R = bounds.size() - 1, off = bounds[(size_t)rank], mine = bounds[(size_t)rank + 1] - off;
+  void *w = nullptr, *copies = nullptr;
+  if (Status e = scratch_alloc(&w, (n ? n : 1) * sizeof(uint16_t), s)) return e;
+  if (Status e = scratch_alloc(&copies, (mine ? mine * R : 1) * sizeof(uint16_t), s)) {
+    scratch_free(w, s);
+    return e;
+  }
+  auto* wp = static_cast<uint16_t*>(w);
+  auto* cp = static_cast<uint16_t*>(copies);
+  Status st = nullptr;
+  if (n) {
+    pack_k<<<blocks_for(n), kThreads, 0, s>>>(x, wp, n, fp16);
+    st = launched();
+  }
+  if (!st && mine && cudaMemcpyAsync(cp + (size_t)rank * mine, wp + off, mine * sizeof(uint16_t),
+                                     cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    st = "cudaMemcpyAsync failed";
+  if (!st) {
+    ncclResult_t first = nc->group_start();
+    for (size_t q = 0; q < R && first == ncclSuccess; ++q) {
+      if ((int)q == rank) continue;
+      const size_t qn = bounds[q + 1] - bounds[q];
+      ncclResult_t r = ncclSuccess;
+      if (qn) r = nc->send(wp + bounds[q], qn, ncclFloat16, (int)q, comm, s);  // 2-byte bits
+      if (r == ncclSuccess && mine) r = nc->recv(cp + q * mine, mine, ncclFloat16, (int)q, comm, s);
+      if (r != ncclSuccess) first = r;
+    }
+    const ncclResult_t r = nc->group_end();
+    if (first != ncclSuccess) st = nc->get_error_string(first);
+    else if (r != ncclSuccess) st = nc->get_error_string(r);
+  }
+  if (!st && mine) {
+    fold_k<<<blocks_for(mine), kThreads, 0, s>>>(cp, mine, (int)R, scale, fp16, x + off);
+    st = launched();
+  }
+  scratch_free(copies, s);
+  scratch_free(w, s);
+  return st;
+}
+}  // namespace
+
+Status reduce_scatter_wire(float* x, const std::vector<size_t>& bounds, int rank, float scale, bool fp16,
+                           ncclComm_t comm, cudaStream_t s) {
+  if (Status e = fold_own_segment(x, bounds, rank, scale, fp16, comm, s)) return e;
+  const size_t off = bounds[(size_t)rank], n = bounds[(size_t)rank + 1] - off, end = bounds.back();
+  if (off && cudaMemsetAsync(x, 0, off * sizeof(float), s) != cudaSuccess) return "cudaMemsetAsync failed";
+  if (off + n < end && cudaMemsetAsync(x + off + n, 0, (end - off - n) * sizeof(float), s) != cudaSuccess)
+    return "cudaMemsetAsync failed";
+  return nullptr;
+}
+
+Status allreduce_wire(float* x, size_t n, float scale, bool fp16, int rank, int ranks, ncclComm_t comm,
+                      cudaStream_t s) {
+  if (!n) return nullptr;
+  const std::vector<size_t> b = wire::even_bounds(n, ranks);
+  if (Status e = fold_own_segment(x, b, rank, scale, fp16, comm, s)) return e;
+  void* w = nullptr;
+  if (Status e = scratch_alloc(&w, n * sizeof(uint16_t), s)) return e;
+  auto* wp = static_cast<uint16_t*>(w);
+  const size_t off = b[(size_t)rank], mine = b[(size_t)rank + 1] - off;
+  Status st = nullptr;
+  if (mine) {
+    pack_k<<<blocks_for(mine), kThreads, 0, s>>>(x + off, wp + off, mine, fp16);  // exact: wire values
+    st = launched();
+  }
+  if (!st) st = allgather_2byte(wp, b, comm, s);
+  if (!st) {
+    unpack_k<<<blocks_for(n), kThreads, 0, s>>>(wp, x, n, fp16);
+    st = launched();
+  }
+  scratch_free(w, s);
   return st;
 }
 

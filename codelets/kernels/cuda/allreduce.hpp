@@ -21,8 +21,21 @@ Status allreduce_scale(float* x, size_t n, float scale, ncclComm_t comm, cudaStr
 // x (rows, cols), stored (cols, rows) when in_out, <- their sum over the ranks: gathered into one
 // rows x k scratch buffer, one ncclAllReduce, scattered back (each element is non-zero on its
 // owner only after the reduce-scatter, so the sum is exact: bitwise the CPU path's MPI result).
-Status allreduce_columns(float* x, int rows, int cols, const int32_t* sel, int k, bool in_out, ncclComm_t comm,
-                         cudaStream_t s);
+// wire: -1 fp32 (one ncclAllReduce), 0 bf16, 1 fp16 (allreduce_wire below: exact too, the values
+// being the owners' wire values)
+Status allreduce_columns(float* x, int rows, int cols, const int32_t* sel, int k, bool in_out, int wire, int rank,
+                         int ranks, ncclComm_t comm, cudaStream_t s);
+
+// The gradients' collectives on a 2-byte wire (codelets/wire.hpp, bitwise its CPU arithmetic): x
+// rounded to bf16 (fp16 when fp16) into scratch, each segment sent to its owner (ncclSend /
+// ncclRecv, one group), the owner adding the R copies in rank order in fp32, times scale, rounded
+// once. reduce_scatter_wire: this rank's segment <- that, the other segments <- 0 (as
+// reduce_scatter_scale). allreduce_wire: every element <- that, over an even cut of x
+// (wire::even_bounds), the owners' 2-byte results broadcast.
+Status reduce_scatter_wire(float* x, const std::vector<size_t>& bounds, int rank, float scale, bool fp16,
+                           ncclComm_t comm, cudaStream_t s);
+Status allreduce_wire(float* x, size_t n, float scale, bool fp16, int rank, int ranks, ncclComm_t comm,
+                      cudaStream_t s);
 
 // ZeRO partitions (docs/data-parallel.md): bounds = ranks + 1 element offsets of x. The segments
 // are cut on multiples of 16 elements, hence uneven, and ncclReduceScatter / ncclAllGather take equal counts: the
@@ -43,7 +56,8 @@ Status gather_shards(const float* shard, float* x, const std::vector<size_t>& bo
 // The same for a parameter stored in 2 bytes (bf16 or fp16 bits, moved as they are)
 Status gather_shards_2byte(const uint16_t* shard, uint16_t* x, const std::vector<size_t>& bounds, int rank,
                            ncclComm_t comm, cudaStream_t s);
+// wire: -1 fp32, 0 bf16, 1 fp16 (reduce_scatter_wire)
 Status reduce_scatter_shard(float* x, float* shard, size_t shard_n, const std::vector<size_t>& bounds, int rank,
-                            float scale, ncclComm_t comm, cudaStream_t s);
+                            float scale, int wire, ncclComm_t comm, cudaStream_t s);
 
 }  // namespace zf::kernels::cuda

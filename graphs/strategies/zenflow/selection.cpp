@@ -77,11 +77,12 @@ void ZenFlowStrategy::submit_gradient_collectives(const UpdateStep& u, const Com
   for (Param* p : params_) {
     if (streamed(*p)) continue;  // its layer's hook did it (stream_gradient)
     if (p->is_matrix()) {
-      insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *bounds(*p), comm);
-      reduce_scatter_ += (int64_t)p->grad.bytes();
+      insert_reduce_scatter(rt_.device(u.t).named("reduce_scatter.grad." + p->name), p->grad, mean, *bounds(*p), comm,
+                            wire_);
+      reduce_scatter_ += (int64_t)(p->grad.numel() * wire_bytes(wire_));
     } else {
-      insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p->name), p->grad, mean, comm);
-      grad_allreduce_ += (int64_t)p->grad.bytes();
+      insert_allreduce(rt_.device(u.t).named("allreduce.grad." + p->name), p->grad, mean, comm, wire_);
+      grad_allreduce_ += (int64_t)(p->grad.numel() * wire_bytes(wire_));
     }
   }
 }
@@ -89,10 +90,10 @@ void ZenFlowStrategy::submit_gradient_collectives(const UpdateStep& u, const Com
 // Stage 2, every update once a selection exists: the selected columns of every row, from their
 // owners' reduce-scattered means (rows x k floats per 2-D weight, one all-reduce each; matrix_part).
 // Stage 3 needs none: each rank updates the selected elements of its own shard.
-void ZenFlowStrategy::allreduce_selected(int64_t t, Matrix& w) {
+void ZenFlowStrategy::allreduce_selected(int64_t t, Matrix& w, Wire wire) {
   insert_allreduce_columns(rt_.device(t).named("allreduce.selected." + w.p->name), w.p->grad, w.sel, *comm_,
-                           w.p->in_out);
-  grad_allreduce_ += (int64_t)w.R * w.k * (int64_t)sizeof(float);
+                           w.p->in_out, wire);
+  grad_allreduce_ += (int64_t)w.R * w.k * (int64_t)wire_bytes(wire);
 }
 
 }  // namespace zf::zenflow

@@ -70,7 +70,10 @@ void ZenFlowStrategy::matrix_part(const UpdateStep& u, Matrix& w) {
     insert_scale(rt_.device(t).named("scale.grad." + p.name), shard_of(p.grad, &base), cal_.gradient_factor());
   // 1. selection; stage 2: then the selected columns of every row
   if (select_) select_matrix(t, o, w);
-  if (zero_stage() == 2 && selected_) allreduce_selected(t, w);
+  // (on the gradients' wire when nothing scaled the owners' wire values in place above: then the
+  // 2-byte crossing is exact, else fp32 words)
+  if (zero_stage() == 2 && selected_)
+    allreduce_selected(t, w, u.grad_scale == 1.0f && !cal_.divides_gradients() ? wire_ : Wire::Fp32);
   // 2. accumulation of the full gradient into this interval's buffer
   accumulate(u, p, w.acc[ring_.slot()], w.down);
   // 3. the selected columns' device AdamW

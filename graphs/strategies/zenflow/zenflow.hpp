@@ -115,7 +115,8 @@ class ZenFlowStrategy final : public Strategy {
   void add_matrix(Param* p);
   // selection.cpp: a weight's selection at step t (update o); stage 2: its selected columns completed
   void select_matrix(int64_t t, int64_t o, Matrix& w);
-  void allreduce_selected(int64_t t, Matrix& w);
+  // wire: the format of the all-reduce (the gradients' wire where the values are still its values)
+  void allreduce_selected(int64_t t, Matrix& w, Wire wire);
   // local-sum: w's importance of this rank's local gradient, all-reduced (before its collective)
   void local_importance(const UpdateStep& u, Matrix& w, const Comm& comm);
   // update.cpp: the step's flags, once per step (the first weight's hook, or submit_update)

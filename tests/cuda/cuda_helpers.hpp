@@ -10,12 +10,17 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "codelets/kernels/cuda/kernels.hpp"
 #include "models/rng.hpp"
 #include "runtime/cuda_device.hpp"
 #include "tests/kernels/kernel_helpers.hpp"
+#ifdef ZF_USE_NCCL
+#include "runtime/nccl.hpp"
+#include "runtime/runtime.hpp"
+#endif
 
 namespace zf::test {
 
@@ -31,6 +36,37 @@ inline std::vector<float> randv(size_t n, uint64_t seed, float lo = -1.0f, float
   for (auto& x : v) x = r.uniform(lo, hi);
   return v;
 }
+
+#ifdef ZF_USE_NCCL
+// A one-rank NCCL communicator on the current GPU, for the collectives' kernels; `skip` says why
+// there is none (NCCL not loadable, no GPU, NCCL's error), and the test skips with it.
+struct OneRankNccl {
+  const NcclApi* nc = nullptr;
+  ncclComm_t comm = nullptr;
+  std::string skip;
+  OneRankNccl() {
+    const char* err = nullptr;
+    nc = nccl_api(&err);
+    if (!nc) {
+      skip = err;
+      return;
+    }
+    if (Runtime::cuda_devices() == 0) {
+      skip = "no CUDA device (cudaGetDeviceCount sees none)";
+      return;
+    }
+    ncclUniqueId id;
+    ncclResult_t r = nc->get_unique_id(&id);
+    if (r == ncclSuccess) r = nc->comm_init_rank(&comm, 1, id, 0);
+    if (r != ncclSuccess) skip = std::string("a one-rank NCCL communicator: ") + nc->get_error_string(r);
+  }
+  ~OneRankNccl() {
+    if (comm) nc->comm_destroy(comm);
+  }
+  OneRankNccl(const OneRankNccl&) = delete;
+  OneRankNccl& operator=(const OneRankNccl&) = delete;
+};
+#endif
 
 inline std::vector<int32_t> randi(size_t n, uint64_t seed, int32_t hi) {
   Rng r(seed);

@@ -45,14 +45,9 @@ TEST(Nccl, LoadsAtRunTimeWithEverySymbol) {
 // gather puts the shard into the rank's segment and broadcasts it; the reduce-scatter scales the
 // sum into the shard and zeroes the shard's placeholder tail. The CPU (MPI) side is dp_test.sh's.
 TEST(Nccl, Stage3GatherAndReduceScatterShardsOnOneRank) {
-  const char* err = nullptr;
-  const NcclApi* nc = nccl_api(&err);
-  if (!nc) GTEST_SKIP() << err;
-  if (Runtime::cuda_devices() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount sees none)";
-  ncclUniqueId id;
-  ncclComm_t comm = nullptr;
-  ASSERT_EQ(nc->get_unique_id(&id), ncclSuccess);
-  ASSERT_EQ(nc->comm_init_rank(&comm, 1, id, 0), ncclSuccess);
+  const OneRankNccl one;
+  if (!one.comm) GTEST_SKIP() << one.skip;
+  const ncclComm_t comm = one.comm;
   const size_t n = 37, shard_n = n + 3;  // a shard longer than the segment: its tail a placeholder
   const std::vector<size_t> bounds = {0, n};
   std::vector<float> host(shard_n);
@@ -72,7 +67,6 @@ TEST(Nccl, Stage3GatherAndReduceScatterShardsOnOneRank) {
   for (size_t i = n; i < shard_n; ++i) EXPECT_EQ(got[i], 0.0f) << "placeholder element " << i;
   cudaFree(shard);
   cudaFree(x);
-  nc->comm_destroy(comm);
 }
 #endif
 
@@ -81,13 +75,9 @@ TEST(Nccl, Stage3GatherAndReduceScatterShardsOnOneRank) {
 // CPU path's bits (codelets/wire.hpp, the same arithmetic), bf16 and fp16. The ranks' sums are
 // dp_test.sh's (MPI); the NCCL send/recv between GPUs runs where several GPUs are.
 TEST(Nccl, GradientWireOnOneRankIsTheCpuPathsBits) {
-  const char* err = nullptr;
-  const NcclApi* nc = nccl_api(&err);
-  if (!nc) GTEST_SKIP() << err;
-  ncclUniqueId id;
-  ncclComm_t comm = nullptr;
-  ASSERT_EQ(nc->get_unique_id(&id), ncclSuccess);
-  ASSERT_EQ(nc->comm_init_rank(&comm, 1, id, 0), ncclSuccess);
+  const OneRankNccl gpu1;
+  if (!gpu1.comm) GTEST_SKIP() << gpu1.skip;
+  const ncclComm_t comm = gpu1.comm;
   const size_t n = 1001;
   std::vector<float> host(n);
   for (size_t i = 0; i < n; ++i) host[i] = std::sin(0.37f * (float)i) * std::exp2((float)((int)(i % 41) - 20));
@@ -110,7 +100,6 @@ TEST(Nccl, GradientWireOnOneRankIsTheCpuPathsBits) {
     }
     cudaFree(x);
   }
-  nc->comm_destroy(comm);
 }
 #endif
 

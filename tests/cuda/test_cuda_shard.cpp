@@ -154,13 +154,9 @@ TEST_F(ShardSegment, MergeIntoShardBitwiseEqualsCpu) {
 // communicator (one GPU) is the identity on the selected columns and leaves the others alone, so
 // a gather or scatter that misplaces an element shows. The sum over ranks is dp_test.sh's (MPI).
 TEST_F(ShardSegment, SelectedColumnsAllReduceOnOneRank) {
-  const char* err = nullptr;
-  const NcclApi* nc = nccl_api(&err);
-  if (!nc) GTEST_SKIP() << err;
-  ncclUniqueId id;
-  ncclComm_t comm = nullptr;
-  ASSERT_EQ(nc->get_unique_id(&id), ncclSuccess);
-  ASSERT_EQ(nc->comm_init_rank(&comm, 1, id, 0), ncclSuccess);
+  const OneRankNccl one;
+  if (!one.comm) GTEST_SKIP() << one.skip;
+  const ncclComm_t comm = one.comm;
   for (bool in_out : {false, true}) {
     const int rows = 22, cols = 55, k = 13;
     const auto sel = selection(cols, k, 62);
@@ -176,7 +172,6 @@ TEST_F(ShardSegment, SelectedColumnsAllReduceOnOneRank) {
     ok(gpu::allreduce_columns(gb.p(), rows, cols, gs.p(), k, in_out, 0, 0, 1, comm, s));
     EXPECT_TRUE(bitwise(gb.get(), xb)) << "bf16 wire, " << (in_out ? "in_out" : "(rows, cols)");
   }
-  nc->comm_destroy(comm);
 }
 #endif
 

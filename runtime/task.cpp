@@ -54,6 +54,7 @@ void on_task_end(void* p) noexcept {
     rec.worker = info->workerid;
     rec.start_us = starpu_timing_timespec_to_us(&info->start_time);
     rec.end_us = starpu_timing_timespec_to_us(&info->end_time);
+    rec.ready_us = starpu_timing_timespec_to_us(&info->push_end_time);
     recp = &rec;
   }
   if (t && a->prefetch_rt) prefetch_output(t, *a->prefetch_rt, a->prefetch_buffer);

@@ -24,6 +24,8 @@ struct TaskRecord {
   int worker;          // StarPU worker id
   double start_us;     // starpu_timing_now() clock
   double end_us;
+  // when StarPU pushed it to the scheduler, its dependencies met (push_end_time; same clock)
+  double ready_us = 0.0;
   const char* codelet = nullptr;  // the codelet's symbol ("zf_<op>", static; null: unknown)
 };
 

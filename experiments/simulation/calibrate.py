@@ -128,20 +128,24 @@ def read_tasks(path, warmup, tiled=None, workers=1, share=0.5):
 
 
 def device_gaps(path, warmup):
-    """The gaps (us) between a device worker's consecutive tasks, both of steps >= warmup: the
-    runtime's time from one task's end to the next one's start (in device-adam, which has no host
-    work, every gap is the runtime's: StarPU's dispatch, and the submitting thread where it lags).
-    The tasks are ordered in time before the warm-up's are left out: a later step's load task runs
-    among the earlier step's tasks (lookahead), and leaving those out first made one false gap of
-    about 100 ms a run."""
+    """The runtime's time (us) before each of a device worker's tasks of steps >= warmup (but its
+    first): from the later of the previous task's end and the task's readiness (the trace's
+    ready_us, StarPU's push_end_time: its dependencies met) to its start. That is StarPU's
+    dispatch and the worker's wake-up, not a wait for another task (a host AdamW, a transfer):
+    those the simulation times itself. A trace without ready_us (older builds) gives the plain
+    gap from one task's end to the next one's start, which is the same wherever the device has no
+    host work to wait for (device-adam). The tasks are ordered in time before the warm-up's are
+    left out: a later step's load task runs among the earlier step's tasks (lookahead), and leaving
+    those out first made one false gap of about 100 ms a run."""
     by_worker = defaultdict(list)
     for r in csv.DictReader(open(path)):
         if r["side"] == "device":
-            by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"]), int(r["step"])))
+            ready = float(r["ready_us"]) if r.get("ready_us") not in (None, "") else float("-inf")
+            by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"]), int(r["step"]), ready))
     gaps = []
     for iv in by_worker.values():
         iv.sort()
-        gaps += [max(0.0, b[0] - a[1]) for a, b in zip(iv, iv[1:]) if min(a[2], b[2]) >= warmup]
+        gaps += [max(0.0, b[0] - max(a[1], b[3])) for a, b in zip(iv, iv[1:]) if min(a[2], b[2]) >= warmup]
     return gaps
 
 
@@ -284,8 +288,7 @@ def main():
             meas_sum[codelet] += med * len(ds)
             ntasks[codelet] += len(ds)
             used += len(ds)
-        if strategy == "device-adam":
-            gaps += g
+        gaps += g  # every strategy's: device_gaps leaves the waits for other tasks out
         per_trace.append({"trace": t, "tasks": used, "helper_tile_fraction": round(f_help, 4),
                           "device_gap_mean_us": round(statistics.fmean(g), 1) if g else None})
 
@@ -300,13 +303,11 @@ def main():
     out = json.loads(json.dumps(machine))
     out["efficiency"]["host_codelets"] = {c: round(v, 4) for c, v in eff.items()}
     if not gaps:
-        die("no device-adam trace among --traces: no per-task overhead to measure")
-    # the other policies' (measure.sh's device-adam traces under each), where present
+        die("no device task in --traces: no per-task overhead to measure")
+    # the other policies' (trace.sh's traces under each, every strategy's), where present
     by_sched = {}
     for t in a.traces:
         spec, _, strategy = t.partition(".")
-        if strategy != "device-adam":
-            continue
         for pol in POLICIES:
             for d in a.real_dir:
                 p = os.path.join(d, f"{t}.{pol}.tasks.csv")
@@ -356,10 +357,11 @@ def main():
                   "; a tiled codelet's task times the helpers' speed-up, 1 + h s / (1 - s), h the workers idle "
                   "at its start, s = helper_share from " + share_from) + "); "
                   "cpu_task_overhead_us (zf-deadline) and cpu_task_overhead_us_by_sched (the other policies): the "
-                  "mean gap between the device worker's consecutive tasks over the measured steps of device-adam's "
-                  "traces (no host work: every gap is the runtime's), less the simulation's own mean gap for the "
-                  "same run at no overhead (cpu_task_overhead_simulated_base_us), simulated as idle time before "
-                  "each task",
+                  "mean over the device worker's tasks of the measured steps of every trace under that policy of "
+                  "the time from the later of the previous task's end and the task's readiness (ready_us) to its "
+                  "start (the runtime's dispatch, no wait for another task), less the simulation's own mean of "
+                  "the same for device-adam at no overhead (cpu_task_overhead_simulated_base_us), simulated as "
+                  "idle time before each task",
     }
     dest = a.out or a.machine
     tmp = f"{dest}.tmp.{os.getpid()}"
@@ -372,7 +374,7 @@ def main():
     for c, v in eff.items():
         print(f"| {c} | {ntasks[c]} | {roof_sum[c] / 1e3:.2f} | {meas_sum[c] / 1e3:.2f} | {v:.3f} |")
     print(f"\nhelper share {share:.4f} (from {share_from})")
-    print(f"per-task overhead (mean gap between consecutive device tasks of device-adam, {len(gaps)} gaps): "
+    print(f"per-task overhead (the runtime's mean time before a device task, every trace, {len(gaps)} tasks): "
           f"zf-deadline {overhead} us, " + ", ".join(f"{p} {v} us" for p, v in
                                                    out["efficiency"]["cpu_task_overhead_us_by_sched"].items()))
     print(f"calibrate: wrote {dest}", file=sys.stderr)

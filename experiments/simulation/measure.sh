@@ -2,11 +2,11 @@
 # The measured half of the validation (issue 28 item 5): real runs of the specs x strategies x
 # StarPU policies on this machine, ROUNDS interleaved rounds (the order shuffled per round, seeded
 # by the round number), each run's metrics, one extra traced run per spec and strategy under
-# zf-deadline (--trace-csv: the calibration's input), and gpt-kjv's device-adam traced under each
-# other policy (calibrate.py's per-policy per-task overhead). Run it on a quiet machine; the
-# simulated half (sim runs, calibration, report) does not need one. Writes
+# zf-deadline (--trace-csv: the calibration's input), and gpt-kjv's strategies traced under each
+# other policy (calibrate.py's per-policy per-task overhead; trace.sh). Run it on a quiet machine;
+# the simulated half (sim runs, calibration, report) does not need one. Writes
 # $OUT/real/<spec>.<strategy>.<sched>.r<k>.json, <spec>.<strategy>.zf-deadline.tasks.csv and
-# gpt-kjv.device-adam.<sched>.tasks.csv (each traced run's metrics: .rtrace.json).
+# gpt-kjv.<strategy>.<sched>.tasks.csv (each traced run's metrics: .rtrace.json).
 #   bash experiments/simulation/measure.sh
 #   ROUNDS=3 POLICIES="zf-deadline eager lws dmda dmdas" bash experiments/simulation/measure.sh
 set -euo pipefail

@@ -26,6 +26,9 @@ struct Rates {
   double peak_flops = 0, peak_bytes = 0, peak_bf16_flops = 0;  // the peaks the rates above are a fraction of
   // the share of a tiled kernel's tiles one idle helper runs (cpu only; 0.5: an even split)
   double helper_share = 0.5;
+  // the most the helpers speed up a kernel's memory traffic (cpu only; the host's memory
+  // bandwidth over one core's; 0: no bound)
+  double helper_bytes_speedup = 0;
   // per codelet (its symbol "zf_<op>"): the efficiency that replaces the generic ones for both of
   // its rates (peak x efficiency), from the machine file's calibrated map (tools/sim_machine.py)
   std::map<std::string, double> efficiency;
@@ -116,6 +119,11 @@ void sim_load_roofline(const std::string& sched) {
       if (!(it->second > 0 && it->second < 1))
         throw InputError(std::string(path) + ": " + d + ".helper_share", "expected a share in (0, 1)");
       rates->helper_share = it->second;
+    }
+    if (auto it = kv.find(d + ".helper_bytes_speedup"); it != kv.end()) {
+      if (!(it->second >= 1))
+        throw InputError(std::string(path) + ": " + d + ".helper_bytes_speedup", "expected a speed-up >= 1");
+      rates->helper_bytes_speedup = it->second;
     }
     const std::string pre = d + ".efficiency.";
     for (const auto& [k, v] : kv)
@@ -213,11 +221,16 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
   double t = std::max(t_flops, t_bytes) + (b_rate > 0 && converted > 0 ? 6.0 * converted / b_rate : 0);
   // zf-deadline's helpers (CPU device only): each helper idle when a tiled kernel starts runs the
   // measured share s of its tiles (one helper: the kernel takes 1 - s of its time), so h helpers
-  // speed it up 1 + h s / (1 - s) (docs/simulation.md, "Helpers")
+  // speed its arithmetic up 1 + h s / (1 - s), and its memory traffic as much but at most the
+  // host's bandwidth over one core's (docs/simulation.md, "Helpers")
   if (!cuda && md.tiled) {
     const int me = starpu_worker_get_id();
     const double s = r.helper_share;
-    if (me >= 0) t /= 1 + deadline_policy_idle_helpers(me) * s / (1 - s);
+    if (me >= 0) {
+      const double sp = 1 + deadline_policy_idle_helpers(me) * s / (1 - s);
+      const double sb = r.helper_bytes_speedup > 0 ? std::min(sp, r.helper_bytes_speedup) : sp;
+      t = std::max(t_flops / sp, t_bytes / sb);
+    }
   }
   return t * 1e6 + in_task_overhead_us(cuda);
 }

@@ -82,6 +82,9 @@ def rates(m):
             raise BadMachine(f"efficiency.cpu_task_overhead_us_by_sched: {json.dumps(pol)}: expected a policy name")
         r[f"cpu.overhead_us.{pol}"] = num(by_sched, "efficiency.cpu_task_overhead_us_by_sched", pol)
     r["cpu.peak.flops"], r["cpu.peak.bytes"] = num(h, "host", "core_flops"), core_bytes
+    # the most zf-deadline's helpers speed up a kernel's memory traffic: the cores together stream
+    # at most the host's bandwidth, one core alone at its own (docs/simulation.md, "Helpers")
+    r["cpu.helper_bytes_speedup"] = max(1.0, num(h, "host", "memory_bandwidth") / num(h, "host", "core_bandwidth"))
     # the share of a tiled kernel's tiles one idle helper runs (calibrate.py measures it; absent:
     # an even split)
     if "helper_share" in e:

@@ -11,7 +11,9 @@ device tasks), `efficiency.helper_share` and `efficiency.calibration` (where the
       [--machine graphs/machines/this-machine.json] [--out FILE] [--work DIR]
 
 Each trace NAME is DIR/NAME.zf-deadline.tasks.csv (spec.strategy: the spec gpt-kjv or headline,
-measure.sh's) with its run's metrics DIR/NAME.zf-deadline.rtrace.json; with several DIRs (several
+measure.sh's) with its run's metrics DIR/NAME.zf-deadline.rtrace.json, and where trace.sh made it
+DIR/NAME.eager.tasks.csv, the same run under eager, whose task times (no helper) the codelets'
+efficiencies then come from; with several DIRs (several
 measurement passes) each trace's tasks are pooled over them (one traced run can catch a slow period
 of a shared machine). Needs the simulation build
 (bash tools/zf build-sim). Per task name (a layer's op: the same shapes every step) the median of
@@ -250,7 +252,7 @@ def main():
                                                  f"{alone / helped:.3f}, s = 1 - 1/that")
     if not 0 < share < 1:
         die(f"the helpers' share of the tiles is {share:.3f}: expected one in (0, 1) (zf-deadline runs with a helper)")
-    per_trace, gaps = [], []
+    per_trace, gaps, unhelped_from = [], [], set()
     for t in a.traces:
         spec, _, strategy = t.partition(".")
         if spec not in SPECS or not strategy:
@@ -269,8 +271,15 @@ def main():
                 workers = int(mj["workers"]["device"]) + int(mj["workers"]["host"])
             except (OSError, ValueError, KeyError, TypeError) as e:
                 die(f"{metrics}: workers: {e}")
-            one = read_tasks(real_csv, WARMUP[spec],
-                             None if a.keep_help else {n: v[1] in TILED for n, v in sim.items()}, workers, share)
+            # the same run under eager where traced (trace.sh): no helper, so the tasks' times as
+            # measured; else zf-deadline's, each tiled task's time turned into one core's (below)
+            eager_csv = os.path.join(d, f"{t}.eager.tasks.csv")
+            if os.path.exists(eager_csv) and not a.keep_help:
+                one = read_tasks(eager_csv, WARMUP[spec])
+                unhelped_from.add(os.path.relpath(eager_csv, root))
+            else:
+                one = read_tasks(real_csv, WARMUP[spec],
+                                 None if a.keep_help else {n: v[1] in TILED for n, v in sim.items()}, workers, share)
             missing = sorted(set(one) - set(sim))
             if missing:
                 die(f"{real_csv}: tasks the simulation does not submit: {missing[:5]}")
@@ -352,9 +361,11 @@ def main():
         "from": [os.path.join(os.path.relpath(d, root), f"{t}.zf-deadline.tasks.csv")
                  for d in a.real_dir for t in a.traces],
         "traces": per_trace,
+        "codelet_times_from_eager": sorted(unhelped_from),
         "method": "per codelet: sum of roofline time at efficiency 1 / sum of measured task time (per task name the "
-                  "median over the measured steps" + ("" if a.keep_help else
-                  "; a tiled codelet's task times the helpers' speed-up, 1 + h s / (1 - s), h the workers idle "
+                  "median over the measured steps, from the run under eager where traced (no helper), else "
+                  "zf-deadline's" + ("" if a.keep_help else
+                  ", a tiled codelet's task times the helpers' speed-up, 1 + h s / (1 - s), h the workers idle "
                   "at its start, s = helper_share from " + share_from) + "); "
                   "cpu_task_overhead_us (zf-deadline) and cpu_task_overhead_us_by_sched (the other policies): the "
                   "mean over the device worker's tasks of the measured steps of every trace under that policy of "

@@ -2,9 +2,11 @@
 # The calibration's real runs (docs/simulation.md, "Calibration"), shared by measure.sh and by
 # `tools/zf simulate --machine this-machine` (calibrated on first use): per spec, two calibrating
 # runs per strategy for the model-based policies (dm*), one traced run per strategy under
-# zf-deadline (--trace-csv: calibrate.py's input) and gpt-kjv's strategies traced under each other
-# policy (calibrate.py's per-policy per-task overhead). Writes DIR/<spec>.<strategy>.zf-deadline.tasks.csv
-# (and .rtrace.json, the run's metrics) and DIR/gpt-kjv.<strategy>.<policy>.tasks.csv.
+# zf-deadline (--trace-csv: calibrate.py's input), gpt-kjv's strategies traced under each other
+# policy (calibrate.py's per-policy per-task overhead) and the headline's under eager (with
+# gpt-kjv's: calibrate.py's task times with no helper). Writes
+# DIR/<spec>.<strategy>.zf-deadline.tasks.csv (and .rtrace.json, the run's metrics),
+# DIR/gpt-kjv.<strategy>.<policy>.tasks.csv and DIR/headline.<strategy>.eager.tasks.csv.
 #   ZENFLOW_RUN=build/zenflow-run bash experiments/simulation/trace.sh DIR
 #   env: SPECS (gpt-kjv headline), STRATEGIES (device-adam zero-offload zenflow),
 #        POLICIES (zf-deadline eager lws dmda dmdas), STARPU_HOME (the dm* models' home)
@@ -37,9 +39,9 @@ for spec in $specs; do for s in $strategies; do
   run "$spec" "$s" zf-deadline rtrace --trace-csv "$dir/$spec.$s.zf-deadline.tasks.csv"
 done; done
 # and gpt-kjv's device-adam under each other policy: the per-policy per-task overhead
-if [[ " $specs " == *" gpt-kjv "* ]]; then
-  for s in $strategies; do for p in $policies; do
-    [ "$p" = zf-deadline ] && continue
-    run gpt-kjv "$s" "$p" rtrace --trace-csv "$dir/gpt-kjv.$s.$p.tasks.csv"
-  done; done
-fi
+for spec in $specs; do for s in $strategies; do for p in $policies; do
+  # gpt-kjv under every other policy; the headline under eager (calibrate.py's unhelped task times)
+  [ "$p" = zf-deadline ] && continue
+  [ "$spec" = gpt-kjv ] || [ "$p" = eager ] || continue
+  run "$spec" "$s" "$p" rtrace --trace-csv "$dir/$spec.$s.$p.tasks.csv"
+done; done; done

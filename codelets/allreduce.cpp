@@ -16,6 +16,7 @@
 
 #include "codelets/codelet_util.hpp"
 #include "codelets/codelets.hpp"
+#include "codelets/kernels/cpu/kernels.hpp"
 #include "codelets/wire.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/task.hpp"
@@ -31,7 +32,8 @@ int reduce_scatter(const Comm& comm, float* x, const std::vector<size_t>& bounds
   const bool f16 = w == Wire::Fp16;
   const size_t n = bounds.back(), r = (size_t)comm.rank(), off = bounds[r], mine = bounds[r + 1] - off;
   std::vector<uint16_t> send(n), copies(mine * (size_t)comm.size());
-  for (size_t i = 0; i < n; ++i) send[i] = pack(f16, x[i]);
+  // the CPU kernels' vectorised rounding (F16C, AVX-512 BF16 where built), pack()'s bits
+  (f16 ? kernels::cpu::pack_fp16 : kernels::cpu::pack_bf16)(x, send.data(), n);
   if (int rc = comm.alltoall_segments(send.data(), bounds, copies.data())) return rc;
   for (size_t i = 0; i < mine; ++i) x[off + i] = fold(f16, copies.data(), mine, comm.size(), i, scale);
   return 0;
@@ -43,9 +45,10 @@ int allreduce(const Comm& comm, float* x, size_t n, Wire w, float scale) {
   const bool f16 = w == Wire::Fp16;
   const size_t r = (size_t)comm.rank();
   std::vector<uint16_t> all(n);
-  for (size_t i = b[r]; i < b[r + 1]; ++i) all[i] = pack(f16, x[i]);  // exact: x holds wire values there
+  const auto pk = f16 ? kernels::cpu::pack_fp16 : kernels::cpu::pack_bf16;
+  pk(x + b[r], all.data() + b[r], b[r + 1] - b[r]);  // exact: x holds wire values there
   if (int rc = comm.allgather(all.data(), b)) return rc;
-  for (size_t i = 0; i < n; ++i) x[i] = unpack(f16, all[i]);
+  (f16 ? kernels::cpu::unpack_fp16 : kernels::cpu::unpack_bf16)(all.data(), x, n);
   return 0;
 }
 

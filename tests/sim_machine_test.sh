@@ -56,3 +56,27 @@ bad 'm["pcie"]["gpus_per_uplink"] = 1.5' pcie.gpus_per_uplink
 bad 'm["host"]["sockets"] = 3' host.sockets
 bad 'm["gpus"]["count"] = 9' gpus.count
 echo "ok: broken machine files exit 2 naming the field"
+
+# calibrate.py (experiments/simulation/calibrate.py) reads a trace's tasks per name and codelet:
+# ZenFlow's accumulate.W[i] is a copy (zf_copy) in an interval's first step and an accumulation
+# (zf_accumulate) in the others, and their times must not pool under one codelet (they did: the
+# first step's codelet took them all, so zf_accumulate's efficiency came from gpt-kjv's tasks alone)
+cat >"$TMP/t.csv" <<'CSV'
+name,category,step,side,worker,start_us,end_us,codelet,ready_us
+accumulate.w[0],copy,4,host,1,0,470,zf_copy,0
+accumulate.w[0],copy,5,host,1,1000,1340,zf_accumulate,900
+accumulate.w[0],copy,6,host,1,2000,2350,zf_accumulate,1900
+accumulate.w[0],copy,7,host,1,3000,3330,zf_accumulate,2900
+fwd.fc1,compute,7,device,0,3000,3100,zf_matmul_fwd,2990
+CSV
+PYTHONDONTWRITEBYTECODE=1 python3 - "$SRC/experiments/simulation" "$TMP/t.csv" <<'PY' || fail "calibrate.py pools one task name's two codelets"
+import sys
+sys.path.insert(0, sys.argv[1])
+import calibrate
+t = calibrate.read_tasks(sys.argv[2], 4)
+assert t[("accumulate.w[0]", "zf_copy")] == ["host", "zf_copy", [470.0]], t
+assert t[("accumulate.w[0]", "zf_accumulate")] == ["host", "zf_accumulate", [340.0, 350.0, 330.0]], t
+assert t[("fwd.fc1", "zf_matmul_fwd")][2] == [100.0], t
+assert calibrate.read_tasks(sys.argv[2], 5).get(("accumulate.w[0]", "zf_copy")) is None  # the warm-up left out
+PY
+echo "ok: calibrate.py keeps a task name's codelets apart"

@@ -104,9 +104,11 @@ def idle_others(rows, workers):
 
 
 def read_tasks(path, warmup, tiled=None, workers=1, share=0.5):
-    """name -> (side, codelet or '', [durations us]) of the tasks of steps >= warmup; with `tiled`
-    (name -> whether its codelet is tiled) a tiled task's duration times the helpers' speed-up,
-    1 + h share / (1 - share) with h the idle others (runtime/simulation.cpp's inverse)."""
+    """(name, codelet or '') -> (side, codelet, [durations us]) of the tasks of steps >= warmup; with
+    `tiled` (the same key -> whether its codelet is tiled) a tiled task's duration times the helpers'
+    speed-up, 1 + h share / (1 - share) with h the idle others (runtime/simulation.cpp's inverse).
+    Keyed by name and codelet: one name can run two codelets (ZenFlow's `accumulate.W[i]` is a copy
+    in the first step of an interval and an accumulation in the others), whose times must not pool."""
     try:
         rows = list(csv.DictReader(open(path)))
     except OSError as e:
@@ -124,8 +126,9 @@ def read_tasks(path, warmup, tiled=None, workers=1, share=0.5):
             die(f"{path}: step / start_us / end_us: expected numbers in {r}")
         if step < warmup:
             continue
-        e = out.setdefault(r["name"], [r["side"], r.get("codelet") or "", []])
-        e[2].append(d * (1 + h * share / (1 - share)) if tiled is not None and tiled.get(r["name"]) else d)
+        key = (r["name"], r.get("codelet") or "")
+        e = out.setdefault(key, [r["side"], key[1], []])
+        e[2].append(d * (1 + h * share / (1 - share)) if tiled is not None and tiled.get(key) else d)
     return out
 
 
@@ -282,7 +285,9 @@ def main():
                                  None if a.keep_help else {n: v[1] in TILED for n, v in sim.items()}, workers, share)
             missing = sorted(set(one) - set(sim))
             if missing:
-                die(f"{real_csv}: tasks the simulation does not submit: {missing[:5]}")
+                src = eager_csv if os.path.exists(eager_csv) and not a.keep_help else real_csv
+                die(f"{src}: tasks (name, codelet) the simulation does not submit: {missing[:5]} (a trace "
+                    "without the codelet column is from an older build: trace it again)")
             for name, (side, c, ds) in one.items():
                 real.setdefault(name, [side, c, []])[2].extend(ds)
             g += device_gaps(real_csv, WARMUP[spec])

@@ -23,6 +23,8 @@ struct Rates {
   double bf16_flops = 0;             // FLOP/s of bf16 products (cuda only: tensor cores)
   double bytes = 0;                  // B/s
   double overhead_us = 0;            // per task
+  // and after a task whose memory traffic exceeds the last-level cache (cpu only; 0: none)
+  double overhead_cold_us = 0, cold_bytes = 0;
   double peak_flops = 0, peak_bytes = 0, peak_bf16_flops = 0;  // the peaks the rates above are a fraction of
   // the share of a tiled kernel's tiles one idle helper runs (cpu only; 0.5: an even split)
   double helper_share = 0.5;
@@ -120,6 +122,12 @@ void sim_load_roofline(const std::string& sched) {
         throw InputError(std::string(path) + ": " + d + ".helper_share", "expected a share in (0, 1)");
       rates->helper_share = it->second;
     }
+    if (auto it = kv.find(d + ".overhead_cold_us"); it != kv.end()) {
+      if (!(it->second >= 0))
+        throw InputError(std::string(path) + ": " + d + ".overhead_cold_us", "expected a time >= 0");
+      rates->overhead_cold_us = it->second;
+      rates->cold_bytes = positive(kv, path, d + ".cold_bytes");
+    }
     if (auto it = kv.find(d + ".helper_bytes_speedup"); it != kv.end()) {
       if (!(it->second >= 1))
         throw InputError(std::string(path) + ": " + d + ".helper_bytes_speedup", "expected a speed-up >= 1");
@@ -162,32 +170,63 @@ double sim_collective_us(Collective k, double bytes, bool cuda) {
   return ring_collective_s(k, bytes, ranks, l.bytes, l.latency_s) * 1e6 + in_task_overhead_us(cuda);
 }
 
-void sim_dispatch_gap(void*) {
+void sim_dispatch_gap(void* task_bytes) {
   const int me = starpu_worker_get_id();
-  if (me < 0 || starpu_worker_get_type(me) != STARPU_CPU_WORKER || !(cpu_rates.overhead_us > 0)) return;
-  starpu_sleep((float)(cpu_rates.overhead_us * 1e-6));
+  if (me < 0 || me >= STARPU_NMAXWORKERS || starpu_worker_get_type(me) != STARPU_CPU_WORKER) return;
+  // the bytes of each worker's previous task (a worker pops one task at a time)
+  static double previous[STARPU_NMAXWORKERS];
+  const double b = task_bytes ? std::max(0.0, *static_cast<const double*>(task_bytes)) : 0.0;
+  const double us =
+      cpu_rates.overhead_us + (cpu_rates.overhead_cold_us > 0 && previous[me] > cpu_rates.cold_bytes
+                                   ? cpu_rates.overhead_cold_us : 0.0);
+  previous[me] = b;
+  if (us > 0) starpu_sleep((float)(us * 1e-6));
 }
 
 void sim_cuda_placeholder(void*[], void*) noexcept {}
 
+namespace {
+
+// the task's codelet model (its efficiencies resolved from the machine's map on first use)
+Model model_of(starpu_task* task) {
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = models.find(task->cl->model);
+  if (it == models.end()) return Model{};
+  Model& m = it->second;
+  if (!m.resolved && m.symbol) {  // the codelet's calibrated efficiencies, once
+    auto c = cpu_rates.efficiency.find(m.symbol), g = cuda_rates.efficiency.find(m.symbol);
+    if (c != cpu_rates.efficiency.end()) m.cpu_eff = c->second;
+    if (g != cuda_rates.efficiency.end()) m.cuda_eff = g->second;
+  }
+  m.resolved = true;
+  return m;
+}
+
+// memory traffic: a buffer read counts once, written once, read and written twice (AdamW's
+// p, g, m, v: 28 bytes per parameter, as measured in performance-limits.md)
+double traffic_bytes(const Model& md, starpu_task* task) {
+  if (md.bytes && task->cl_arg) return md.bytes(task->cl_arg);
+  double bytes = 0;
+  for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); ++i) {
+    const starpu_data_access_mode mode = STARPU_TASK_GET_MODE(task, i);
+    const double size = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+    bytes += size * (((mode & STARPU_R) ? 1 : 0) + ((mode & STARPU_W) ? 1 : 0));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+double sim_task_bytes(starpu_task* task) {
+  if (!task || !task->cl || !task->cl->model) return 0.0;
+  const Model md = model_of(task);
+  return md.collective != Collective::None ? 0.0 : traffic_bytes(md, task);
+}
+
 double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned) {
   const bool cuda = arch->devices[0].type == STARPU_CUDA_WORKER;
   const Rates& r = cuda ? cuda_rates : cpu_rates;
-  Model md;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    auto it = models.find(task->cl->model);
-    if (it != models.end()) {
-      Model& m = it->second;
-      if (!m.resolved && m.symbol) {  // the codelet's calibrated efficiencies, once
-        auto c = cpu_rates.efficiency.find(m.symbol), g = cuda_rates.efficiency.find(m.symbol);
-        if (c != cpu_rates.efficiency.end()) m.cpu_eff = c->second;
-        if (g != cuda_rates.efficiency.end()) m.cuda_eff = g->second;
-      }
-      m.resolved = true;
-      md = m;
-    }
-  }
+  const Model md = model_of(task);
   if (md.collective != Collective::None) {  // the ring formula over the links, not the roofline
     double bytes = 0;
     if (md.coll_bytes && task->cl_arg)
@@ -196,17 +235,7 @@ double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned
       bytes = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, md.coll_buffer));
     return sim_collective_us(md.collective, bytes, cuda);
   }
-  // memory traffic: a buffer read counts once, written once, read and written twice (AdamW's
-  // p, g, m, v: 28 bytes per parameter, as measured in performance-limits.md)
-  double bytes = 0;
-  if (md.bytes && task->cl_arg)
-    bytes = md.bytes(task->cl_arg);
-  else
-    for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); ++i) {
-      const starpu_data_access_mode mode = STARPU_TASK_GET_MODE(task, i);
-      const double size = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
-      bytes += size * (((mode & STARPU_R) ? 1 : 0) + ((mode & STARPU_W) ? 1 : 0));
-    }
+  const double bytes = traffic_bytes(md, task);
   const double flops = md.flops && task->cl_arg ? md.flops(task->cl_arg) : 0.0;
   // bf16 products on a CUDA worker (precision bf16): the operands' conversions first (memory-bound
   // kernels: read 4 bytes, write 2 per element), then the products at the bf16 rate

@@ -72,13 +72,16 @@ void sim_set_ranks(int ranks);
 // Microseconds of a collective of `bytes` on a worker of the given kind (CUDA: the GPU-GPU link,
 // else the host's), the ring formula (plus the launch overhead on a CUDA worker).
 double sim_collective_us(Collective k, double bytes, bool cuda);
-// The CPU worker's per-task overhead (the roofline file's cpu.overhead_us[.SCHED]: the runtime's time
-// between two tasks, measured by calibrate.py as the mean gap between device-adam's consecutive
-// device tasks under that policy) as
-// idle simulated time: the pop prologue of every task (runtime/task.cpp) sleeps it on a CPU
-// worker before the task starts, so it counts as stall, not as busy time, as in a real run. A CUDA
-// worker's overhead (the launch) stays in the task's cost.
-void sim_dispatch_gap(void* unused);
+// The CPU worker's per-task overhead as idle simulated time: the roofline file's
+// cpu.overhead_us[.SCHED] (the runtime's time between two tasks under that policy, measured by
+// calibrate.py), plus cpu.overhead_cold_us where the worker's previous task moved more than
+// cpu.cold_bytes (the last-level cache: the runtime then starts cold; measured by calibrate.py).
+// The pop prologue of every task (runtime/task.cpp, with the task's sim_task_bytes as its
+// argument) sleeps it on a CPU worker before the task starts, so it counts as stall, not as busy
+// time, as in a real run. A CUDA worker's overhead (the launch) stays in the task's cost.
+void sim_dispatch_gap(void* task_bytes);
+// The task's memory traffic as the roofline counts it (bytes; 0 for a collective)
+double sim_task_bytes(starpu_task* task);
 // StarPU's per-arch cost function (microseconds) for every codelet in simulation.
 double sim_task_cost_us(starpu_task* task, starpu_perfmodel_arch* arch, unsigned nimpl);
 // The placeholder CUDA implementation: never called (simulated workers run no code).

@@ -19,6 +19,7 @@ struct CallbackArg {
   int prefetch_buffer = -1;
   int64_t deadline = -1;  // SubmitOptions::deadline(), read by the zf-deadline policy
   uint64_t seq = 0;       // submission order (StarPU's job ids are 0 without FxT)
+  double sim_bytes = -1;  // simulation only: the task's memory traffic (sim_task_bytes)
 };
 
 std::atomic<uint64_t> submitted{0};
@@ -55,6 +56,7 @@ void on_task_end(void* p) noexcept {
     rec.start_us = starpu_timing_timespec_to_us(&info->start_time);
     rec.end_us = starpu_timing_timespec_to_us(&info->end_time);
     rec.ready_us = starpu_timing_timespec_to_us(&info->push_end_time);
+    rec.sim_bytes = a->sim_bytes;
     recp = &rec;
   }
   if (t && a->prefetch_rt) prefetch_output(t, *a->prefetch_rt, a->prefetch_buffer);
@@ -148,15 +150,18 @@ void TaskBuilder::submit() {
   task->name = opt_.name;
   Tracker& tr = opt_.rt->tracker();
   task->callback_func = on_task_end;
+  const bool prefetch = opt_.prefetch_buffer >= 0 && opt_.rt->prefetch_node() >= 0;
+  auto* cb = new CallbackArg{&tr, opt_.step, opt_.side, prefetch ? opt_.rt : nullptr, opt_.prefetch_buffer,
+                             opt_.deadline(), submitted.fetch_add(1, std::memory_order_relaxed)};
+  task->callback_arg = cb;
 #ifdef ZF_SIMGRID
   // the runtime's time between two tasks of a CPU worker: idle simulated time before the task
-  // starts (runtime/simulation.hpp), as the real worker is idle while StarPU dispatches
+  // starts (runtime/simulation.hpp), as the real worker is idle while StarPU dispatches; longer
+  // after a task that streamed more than the cache, so the gap reads each task's bytes
+  cb->sim_bytes = sim_task_bytes(task);
   task->prologue_callback_pop_func = sim_dispatch_gap;
+  task->prologue_callback_pop_arg = &cb->sim_bytes;
 #endif
-  const bool prefetch = opt_.prefetch_buffer >= 0 && opt_.rt->prefetch_node() >= 0;
-  task->callback_arg =
-      new CallbackArg{&tr, opt_.step, opt_.side, prefetch ? opt_.rt : nullptr, opt_.prefetch_buffer, opt_.deadline(),
-                                       submitted.fetch_add(1, std::memory_order_relaxed)};
   tr.add_pending(opt_.step, opt_.side);
   int rc = starpu_task_submit(task);
   if (rc < 0) {

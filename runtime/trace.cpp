@@ -128,12 +128,14 @@ void write_paje(const std::string& path, const std::vector<TaskRecord>& records,
 
 void write_task_csv(const std::string& path, const std::vector<TaskRecord>& records) {
   std::ostringstream os;
-  os << "name,category,step,side,worker,start_us,end_us,codelet,ready_us\n";
-  char buf[512];
+  os << "name,category,step,side,worker,start_us,end_us,codelet,ready_us,sim_bytes\n";
+  char buf[512], bytes[32];
   for (auto& r : records) {
-    std::snprintf(buf, sizeof buf, "%s,%s,%lld,%s,%d,%.3f,%.3f,%s,%.3f\n", r.name, task_category(r.name).c_str(),
+    bytes[0] = '\0';  // empty in a real run
+    if (r.sim_bytes >= 0) std::snprintf(bytes, sizeof bytes, "%.0f", r.sim_bytes);
+    std::snprintf(buf, sizeof buf, "%s,%s,%lld,%s,%d,%.3f,%.3f,%s,%.3f,%s\n", r.name, task_category(r.name).c_str(),
                   (long long)r.step, r.side == Side::Device ? "device" : "host", r.worker, r.start_us, r.end_us,
-                  r.codelet ? r.codelet : "", r.ready_us);
+                  r.codelet ? r.codelet : "", r.ready_us, bytes);
     os << buf;
   }
   const std::string s = os.str();

@@ -27,6 +27,9 @@ struct TaskRecord {
   // when StarPU pushed it to the scheduler, its dependencies met (push_end_time; same clock)
   double ready_us = 0.0;
   const char* codelet = nullptr;  // the codelet's symbol ("zf_<op>", static; null: unknown)
+  // the simulation's memory traffic of the task (bytes; runtime/simulation.hpp's sim_task_bytes);
+  // -1 in a real run
+  double sim_bytes = -1.0;
 };
 
 // First failure wins; cheap to poll. Safe to call from worker threads.

@@ -55,6 +55,8 @@ bad 'm["pcie"]["gpus_per_uplink"] = 0' pcie.gpus_per_uplink
 bad 'm["pcie"]["gpus_per_uplink"] = 1.5' pcie.gpus_per_uplink
 bad 'm["host"]["sockets"] = 3' host.sockets
 bad 'm["gpus"]["count"] = 9' gpus.count
+bad 'm["efficiency"]["cpu_task_overhead_cold_us"] = -0.1' efficiency.cpu_task_overhead_cold_us
+bad 'm["efficiency"]["cpu_task_overhead_cold_us"] = 30' efficiency.cpu_task_cold_bytes
 echo "ok: broken machine files exit 2 naming the field"
 
 # calibrate.py (experiments/simulation/calibrate.py) reads a trace's tasks per name and codelet:

@@ -132,6 +132,40 @@ PY
   fail "a codelet's calibrated efficiency does not set its tasks' time"
 echo "ok: per-codelet efficiency"
 
+# The runtime's extra time after a task that moved more than the last-level cache
+# (efficiency.cpu_task_overhead_cold_us over cpu_task_cold_bytes, docs/simulation.md "Calibration"):
+# this-machine with a 1 MB threshold, at 0 and at 500 us. Each device task's idle time before it
+# (start - max(previous end, readiness)) grows by 500 us exactly where the worker's previous task
+# moved more than 1 MB (the trace's sim_bytes), and not elsewhere.
+for c in 0 500; do
+  python3 - "$THIS" "$TMP/cold$c.json" "$c" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "this-machine-cold" + sys.argv[3]
+m["efficiency"].update({"cpu_task_overhead_cold_us": float(sys.argv[3]), "cpu_task_cold_bytes": 1e6})
+json.dump(m, open(sys.argv[2], "w"))
+PY
+  sim "$TMP/cold$c.json" "$TMP/k$c.json" --strategy device-adam --sched eager --trace-csv "$TMP/k$c.csv" ||
+    { tail -30 "$TMP/log"; fail "device-adam on this-machine with the cold extra at $c us exited $?"; }
+done
+python3 - "$TMP/k0.csv" "$TMP/k500.csv" <<'PY' || fail "the cold extra is not where the previous task moved more than the threshold"
+import csv, sys
+def gaps(p):  # device task k-th of the run -> (its idle time before it, the previous task's bytes)
+    rows = sorted((r for r in csv.DictReader(open(p)) if r["side"] == "device"), key=lambda r: float(r["start_us"]))
+    return [(float(b["start_us"]) - max(float(a["end_us"]), float(b["ready_us"])), float(a["sim_bytes"]))
+            for a, b in zip(rows, rows[1:])]
+a, b = gaps(sys.argv[1]), gaps(sys.argv[2])
+if len(a) != len(b):
+    sys.exit("the two runs' device tasks differ")
+cold = [y - x for (x, pb), (y, _) in zip(a, b) if pb > 1e6]
+warm = [y - x for (x, pb), (y, _) in zip(a, b) if pb <= 1e6]
+bad = [d for d in cold if abs(d - 500) > 1] + [d for d in warm if abs(d) > 1]
+print(f"cold extra 500 us: {len(cold)} gaps after a task of more than 1 MB grew by it, {len(warm)} others "
+      f"unchanged, {len(bad)} not")
+sys.exit(0 if cold and warm and not bad else 1)
+PY
+echo "ok: the cold extra after a task larger than the cache"
+
 # Precision (docs/simulation.md, "Precision and the GPU's rate"): device-adam on h200-pcie5-x1 in
 # fp32 and in bf16. Every matmul and attention task on the CUDA worker takes its roofline time:
 # fp32 max(FLOPs / (fp32_flops x e), bytes / B) + overhead; bf16 first 6 bytes per converted operand

@@ -81,6 +81,10 @@ def rates(m):
         if not re.fullmatch(r"[A-Za-z0-9_-]+", pol):
             raise BadMachine(f"efficiency.cpu_task_overhead_us_by_sched: {json.dumps(pol)}: expected a policy name")
         r[f"cpu.overhead_us.{pol}"] = num(by_sched, "efficiency.cpu_task_overhead_us_by_sched", pol)
+    # and after a task that moved more than the last-level cache (calibrate.py; absent: none)
+    if "cpu_task_overhead_cold_us" in e:
+        r["cpu.overhead_cold_us"] = num(e, "efficiency", "cpu_task_overhead_cold_us")
+        r["cpu.cold_bytes"] = num(e, "efficiency", "cpu_task_cold_bytes", 1)
     r["cpu.peak.flops"], r["cpu.peak.bytes"] = num(h, "host", "core_flops"), core_bytes
     # the most zf-deadline's helpers speed up a kernel's memory traffic: the cores together stream
     # at most the host's bandwidth, one core alone at its own (docs/simulation.md, "Helpers")

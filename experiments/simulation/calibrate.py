@@ -5,7 +5,9 @@ docs/simulation.md "Calibration"): per codelet, the measured task time of real r
 efficiency 1 (the same task simulated under eager on the machine with every host efficiency 1 and
 no per-task overhead), and writes the machine file with `efficiency.host_codelets` (codelet symbol ->
 efficiency), `efficiency.cpu_task_overhead_us` and `_by_sched` (the mean gap between consecutive
-device tasks), `efficiency.helper_share` and `efficiency.calibration` (where the numbers come from).
+device tasks), `efficiency.cpu_task_overhead_cold_us` and `cpu_task_cold_bytes` (the gap's extra
+after a task that moved more than this CPU's last-level cache), `efficiency.helper_share` and
+`efficiency.calibration` (where the numbers come from).
 
   python3 experiments/simulation/calibrate.py --real-dir DIR --traces gpt-kjv.device-adam ... \
       [--machine graphs/machines/this-machine.json] [--out FILE] [--work DIR]
@@ -132,26 +134,81 @@ def read_tasks(path, warmup, tiled=None, workers=1, share=0.5):
     return out
 
 
-def device_gaps(path, warmup):
+def task_bytes(path, warmup):
+    """(name, codelet) -> the simulation's memory traffic of the task (bytes, the median over the
+    steps >= warmup) from a simulated run's --trace-csv (its sim_bytes column; {} without it)."""
+    out = defaultdict(list)
+    for r in csv.DictReader(open(path)):
+        if r.get("sim_bytes") not in (None, "") and int(r["step"]) >= warmup:
+            out[(r["name"], r.get("codelet") or "")].append(float(r["sim_bytes"]))
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def llc_bytes():
+    """This CPU's last-level cache (bytes): sysfs's highest cache index of cpu0, else lscpu's L3; 0
+    where neither says."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        best = (0, 0)
+        for d in os.listdir(base):
+            if d.startswith("index"):
+                level = int(open(os.path.join(base, d, "level")).read())
+                size = open(os.path.join(base, d, "size")).read().strip()
+                mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(size[-1:], 1)
+                best = max(best, (level, int(size.rstrip("KMG")) * mult))
+        if best[1]:
+            return best[1]
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in subprocess.check_output(["lscpu"], text=True).splitlines():
+            if line.startswith("L3 cache:"):  # "32 MiB (1 instance)"
+                n, unit = line.split(":", 1)[1].split()[:2]
+                return int(float(n) * {"KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}.get(unit, 1))
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        pass
+    return 0
+
+
+def fit_cold(groups, cold):
+    """The runtime's extra time before a task after one that moved more than `cold` bytes (the
+    last-level cache): groups = {policy: [(gap us, bytes of the worker's previous task)]}; per
+    policy its cold gaps' mean less its other gaps' mean, weighted by the cold gaps' count; at least
+    0; 0 where no previous task was that large."""
+    num = n = 0.0
+    for pts in groups.values():
+        c = [g for g, b in pts if b > cold]
+        w = [g for g, b in pts if b <= cold]
+        if c and w:
+            num += len(c) * (statistics.fmean(c) - statistics.fmean(w))
+            n += len(c)
+    return max(0.0, num / n) if n else 0.0
+
+
+def device_gaps(path, warmup, nbytes=None):
     """The runtime's time (us) before each of a device worker's tasks of steps >= warmup (but its
-    first): from the later of the previous task's end and the task's readiness (the trace's
-    ready_us, StarPU's push_end_time: its dependencies met) to its start. That is StarPU's
-    dispatch and the worker's wake-up, not a wait for another task (a host AdamW, a transfer):
-    those the simulation times itself. A trace without ready_us (older builds) gives the plain
-    gap from one task's end to the next one's start, which is the same wherever the device has no
-    host work to wait for (device-adam). The tasks are ordered in time before the warm-up's are
-    left out: a later step's load task runs among the earlier step's tasks (lookahead), and leaving
-    those out first made one false gap of about 100 ms a run."""
+    first), with the bytes of memory traffic of the worker's previous task (nbytes: (name,
+    codelet) -> bytes, task_bytes(); absent: 0): [(us, bytes)]. The time runs
+    from the later of the previous task's end and the task's readiness (the trace's ready_us,
+    StarPU's push_end_time: its dependencies met) to its start. That is StarPU's dispatch and the
+    worker's wake-up, not a wait for another task (a host AdamW, a transfer): those the simulation
+    times itself. A trace without ready_us (older builds) gives the plain gap from one task's end
+    to the next one's start, which is the same wherever the device has no host work to wait for
+    (device-adam). The tasks are ordered in time before the warm-up's are left out: a later step's
+    load task runs among the earlier step's tasks (lookahead), and leaving those out first made one
+    false gap of about 100 ms a run."""
+    nbytes = nbytes or {}
     by_worker = defaultdict(list)
     for r in csv.DictReader(open(path)):
         if r["side"] == "device":
             ready = float(r["ready_us"]) if r.get("ready_us") not in (None, "") else float("-inf")
-            by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"]), int(r["step"]), ready))
-    gaps = []
+            b = nbytes.get((r["name"], r.get("codelet") or ""), 0.0)
+            by_worker[r["worker"]].append((float(r["start_us"]), float(r["end_us"]), int(r["step"]), ready, b))
+    out = []
     for iv in by_worker.values():
         iv.sort()
-        gaps += [max(0.0, b[0] - max(a[1], b[3])) for a, b in zip(iv, iv[1:]) if min(a[2], b[2]) >= warmup]
-    return gaps
+        out += [(max(0.0, b[0] - max(a[1], b[3])), a[4]) for a, b in zip(iv, iv[1:]) if min(a[2], b[2]) >= warmup]
+    return out
 
 
 def peak_machine(machine, path):
@@ -163,6 +220,7 @@ def peak_machine(machine, path):
     e.update({"host_flops": 1.0, "host_bytes": 1.0, "cpu_task_overhead_us": 0})
     e.pop("host_codelets", None)
     e.pop("cpu_task_overhead_us_by_sched", None)
+    e.pop("cpu_task_overhead_cold_us", None)
     e.pop("helper_share", None)
     e.pop("calibration", None)
     with open(path, "w") as f:
@@ -255,7 +313,7 @@ def main():
                                                  f"{alone / helped:.3f}, s = 1 - 1/that")
     if not 0 < share < 1:
         die(f"the helpers' share of the tiles is {share:.3f}: expected one in (0, 1) (zf-deadline runs with a helper)")
-    per_trace, gaps, unhelped_from = [], [], set()
+    per_trace, all_gaps, unhelped_from, nbytes = [], [], set(), {}
     for t in a.traces:
         spec, _, strategy = t.partition(".")
         if spec not in SPECS or not strategy:
@@ -265,6 +323,7 @@ def main():
             print(f"calibrate: {t}: simulating at efficiency 1", file=sys.stderr)
             simulate(spec, strategy, peak_file, sim_csv, os.path.join(a.work, f"{t}.peak.log"))
         sim = read_tasks(sim_csv, WARMUP[spec])
+        nbytes[t] = task_bytes(sim_csv, WARMUP[spec])
         real, g = {}, []  # pooled over the real/ folders: name -> [side, codelet, durations]
         for d in a.real_dir:
             real_csv = os.path.join(d, f"{t}.zf-deadline.tasks.csv")
@@ -290,7 +349,7 @@ def main():
                     "without the codelet column is from an older build: trace it again)")
             for name, (side, c, ds) in one.items():
                 real.setdefault(name, [side, c, []])[2].extend(ds)
-            g += device_gaps(real_csv, WARMUP[spec])
+            g += device_gaps(real_csv, WARMUP[spec], nbytes[t])
         f_help = statistics.fmean(fractions[t])
         used = 0
         for name, (side, _, ds) in real.items():
@@ -302,9 +361,9 @@ def main():
             meas_sum[codelet] += med * len(ds)
             ntasks[codelet] += len(ds)
             used += len(ds)
-        gaps += g  # every strategy's: device_gaps leaves the waits for other tasks out
+        all_gaps += g  # every strategy's: device_gaps leaves the waits for other tasks out
         per_trace.append({"trace": t, "tasks": used, "helper_tile_fraction": round(f_help, 4),
-                          "device_gap_mean_us": round(statistics.fmean(g), 1) if g else None})
+                          "device_gap_mean_us": round(statistics.fmean(x for x, _ in g), 1) if g else None})
 
     eff = {c: roof_sum[c] / meas_sum[c] for c in sorted(roof_sum) if meas_sum[c] > 0 and roof_sum[c] > 0}
     cpu = a.cpu
@@ -316,7 +375,7 @@ def main():
             cpu = "unknown"
     out = json.loads(json.dumps(machine))
     out["efficiency"]["host_codelets"] = {c: round(v, 4) for c, v in eff.items()}
-    if not gaps:
+    if not all_gaps:
         die("no device task in --traces: no per-task overhead to measure")
     # the other policies' (trace.sh's traces under each, every strategy's), where present
     by_sched = {}
@@ -326,9 +385,15 @@ def main():
             for d in a.real_dir:
                 p = os.path.join(d, f"{t}.{pol}.tasks.csv")
                 if os.path.exists(p):
-                    by_sched.setdefault(pol, []).extend(device_gaps(p, WARMUP[spec]))
-    measured = {"zf-deadline": statistics.fmean(gaps)}
-    measured.update({pol: statistics.fmean(g) for pol, g in sorted(by_sched.items()) if g})
+                    by_sched.setdefault(pol, []).extend(device_gaps(p, WARMUP[spec], nbytes[t]))
+    # the gap is longer after a task that moved more than the last-level cache (the headline's 51
+    # MB first layer: 35-74 us after its three such tasks, 8-23 us elsewhere; experiments/
+    # simulation/README.md): that extra, then each policy's time without it
+    groups = {"zf-deadline": all_gaps, **{pol: g for pol, g in by_sched.items() if g}}
+    llc = llc_bytes()
+    cold_us = fit_cold(groups, llc) if llc > 0 else 0.0
+    measured = {pol: statistics.fmean(x - (cold_us if b > llc > 0 else 0.0) for x, b in g)
+                for pol, g in sorted(groups.items())}
     # The simulation's own time between two tasks (StarPU's simulated dispatch: 4-6 us a task here)
     # comes on top of the overhead it sleeps: per policy, device-adam on the calibrated machine
     # with no overhead, its mean gap taken off the measured one (without this, gpt-kjv's stall was
@@ -341,6 +406,7 @@ def main():
         o0["name"] = machine["name"] + "-o0"
         o0["efficiency"]["cpu_task_overhead_us"] = 0
         o0["efficiency"].pop("cpu_task_overhead_us_by_sched", None)
+        o0["efficiency"].pop("cpu_task_overhead_cold_us", None)
         o0["efficiency"]["helper_share"] = round(share, 4)
         o0_file = os.path.join(a.work, o0["name"] + ".json")
         with open(o0_file, "w") as f:
@@ -350,12 +416,15 @@ def main():
             print(f"calibrate: {da}: the simulation's own gaps under {pol}", file=sys.stderr)
             simulate(spec, "device-adam", o0_file, sim_csv, os.path.join(a.work, f"{da}.o0.{pol}.log"), pol)
             g0 = device_gaps(sim_csv, WARMUP[spec])
-            base[pol] = statistics.fmean(g0) if g0 else 0.0
+            base[pol] = statistics.fmean(x for x, _ in g0) if g0 else 0.0
     net = {pol: max(0.0, v - base.get(pol, 0.0)) for pol, v in measured.items()}
     overhead = round(net["zf-deadline"], 1)
     out["efficiency"]["cpu_task_overhead_us"] = overhead
     out["efficiency"]["cpu_task_overhead_us_by_sched"] = {
         pol: round(v, 1) for pol, v in net.items() if pol != "zf-deadline"}
+    if llc > 0:
+        out["efficiency"]["cpu_task_overhead_cold_us"] = round(cold_us, 1)
+        out["efficiency"]["cpu_task_cold_bytes"] = llc
     out["efficiency"]["cpu_task_overhead_measured_us"] = {pol: round(v, 1) for pol, v in measured.items()}
     out["efficiency"]["cpu_task_overhead_simulated_base_us"] = {pol: round(v, 1) for pol, v in base.items()}
     out["efficiency"]["helper_share"] = round(share, 4)
@@ -372,12 +441,15 @@ def main():
                   "zf-deadline's" + ("" if a.keep_help else
                   ", a tiled codelet's task times the helpers' speed-up, 1 + h s / (1 - s), h the workers idle "
                   "at its start, s = helper_share from " + share_from) + "); "
-                  "cpu_task_overhead_us (zf-deadline) and cpu_task_overhead_us_by_sched (the other policies): the "
-                  "mean over the device worker's tasks of the measured steps of every trace under that policy of "
-                  "the time from the later of the previous task's end and the task's readiness (ready_us) to its "
-                  "start (the runtime's dispatch, no wait for another task), less the simulation's own mean of "
-                  "the same for device-adam at no overhead (cpu_task_overhead_simulated_base_us), simulated as "
-                  "idle time before each task",
+                  "the runtime's time before a device task, from the later of the previous task's end and the "
+                  "task's readiness (ready_us) to its start (its dispatch, no wait for another task), over the "
+                  "device worker's tasks of the measured steps of every trace; cpu_task_overhead_cold_us: the "
+                  "extra after a task whose memory traffic (the simulation's sim_bytes) exceeds this CPU's "
+                  "last-level cache (cpu_task_cold_bytes), per policy the mean of such gaps less the mean of the "
+                  "others, weighted by their count; cpu_task_overhead_us (zf-deadline) and "
+                  "cpu_task_overhead_us_by_sched (the other policies): each policy's mean without that extra "
+                  "(cpu_task_overhead_measured_us), less the simulation's own mean time for device-adam at no "
+                  "overhead (cpu_task_overhead_simulated_base_us); simulated as idle time before each task",
     }
     dest = a.out or a.machine
     tmp = f"{dest}.tmp.{os.getpid()}"
@@ -390,9 +462,10 @@ def main():
     for c, v in eff.items():
         print(f"| {c} | {ntasks[c]} | {roof_sum[c] / 1e3:.2f} | {meas_sum[c] / 1e3:.2f} | {v:.3f} |")
     print(f"\nhelper share {share:.4f} (from {share_from})")
-    print(f"per-task overhead (the runtime's mean time before a device task, every trace, {len(gaps)} tasks): "
+    print(f"per-task overhead (the runtime's mean time before a device task, every trace, {len(all_gaps)} tasks): "
           f"zf-deadline {overhead} us, " + ", ".join(f"{p} {v} us" for p, v in
-                                                   out["efficiency"]["cpu_task_overhead_us_by_sched"].items()))
+                                                   out["efficiency"]["cpu_task_overhead_us_by_sched"].items()) +
+          f"; plus {cold_us:.1f} us after a task that moved more than the {llc / 2**20:.0f} MiB last-level cache")
     print(f"calibrate: wrote {dest}", file=sys.stderr)
 
 
